@@ -1,0 +1,386 @@
+"""The embedded log's topic writer and topic reader, as Spark Python data sources.
+
+Writer: each Spark task stages its rows per (topic, queue) as invisible segments; the driver-side
+`commit(messages, batchId)` publishes them with `EmbeddedLog.commit(writer_id, batchId, …)`, which
+ignores a batch it has already published — a replayed micro-batch is not appended twice. Segments of
+one Spark task are published in the order they were written, so a queue keeps its records' order.
+
+Reader: the Spark offset is `{"q": {"topic/queue": next_offset}, "r": {…}, "rid": [...]}`: the next
+offset per queue, plus the explicit start of queues that are new or were reset in this batch ("r")
+and the ids of the reset requests applied ("rid"), so a replayed batch reads the same ranges.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from sluice.bus.embedded.log import EmbeddedLog, OffsetOutOfRange, StagedSegment
+from sluice.sdk import HEADERS_TYPE, TIMESTAMP_TYPE, RecordOffset, partition_key
+
+log = logging.getLogger(__name__)
+
+BROKER_NAME = "embedded"
+STORED_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+READ_DDL = (
+    "topic string, queue_id int, queue_offset bigint, key binary, value binary, "
+    "timestamp timestamp, headers map<string,string>"
+)
+_STAGE_BYTES = 64 << 20  # stage a queue's buffer once it holds this much: bounded memory
+
+
+def queue_partition(topic: str, queue: int) -> dict[str, str]:
+    """The RocketMQ-shaped partition of one queue (what the position store and offsets API show)."""
+    return {"topic": topic, "brokerName": BROKER_NAME, "queueId": str(queue)}
+
+
+# ---------------------------------------------------------------------------------------- writer
+@dataclass(frozen=True)
+class TopicWriterPlan:
+    """Where and as whom a source query writes topics."""
+
+    root: str
+    writer_id: str
+    default_queues: int = 8
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-topic-writer-{self.writer_id}"
+
+
+@dataclass
+class _Staged(WriterCommitMessage):
+    partition: int
+    segments: list[StagedSegment]
+
+
+def topic_writer(plan: TopicWriterPlan) -> type[DataSource]:
+    """A DataSource class (bound to `plan`) whose stream writer appends to topics."""
+    return type(
+        f"SluiceTopicWriter_{abs(hash(plan.format_name))}",
+        (_WriterSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _WriterSource(DataSource):
+    plan: TopicWriterPlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _TopicWriter:
+        return _TopicWriter(self.plan)
+
+
+def _modulo(values: pa.Array, n: int) -> pa.Array:
+    # values are non-negative: integer division truncates, so this is the remainder
+    return pc.subtract(values, pc.multiply(pc.divide(values, n), n))
+
+
+class _TopicWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: TopicWriterPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        the_log = EmbeddedLog(self.plan.root)
+        queues: dict[str, int] = {}
+        buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        sizes: dict[tuple[str, int], int] = {}
+        staged: list[StagedSegment] = []
+        rotation = ctx.partitionId() if ctx else 0
+
+        def stage(slot: tuple[str, int]) -> None:
+            batches = buffers.pop(slot, [])
+            sizes.pop(slot, None)
+            if batches:
+                staged.append(the_log.stage(slot[0], slot[1], pa.Table.from_batches(batches)))
+
+        for batch in iterator:
+            if not batch.num_rows:
+                continue
+            topics = batch.column("topic")
+            for topic in topics.unique().to_pylist():
+                if topic is None:
+                    raise ValueError("a record has no topic: set connect.topicname or its topic")
+                part = batch if len(topics.unique()) == 1 else batch.filter(pc.equal(topics, topic))
+                if topic not in queues:
+                    queues[topic] = the_log.create_topic(topic, self.plan.default_queues).queues
+                route = part.column("route")
+                if route.null_count:
+                    # no key, no source partition: round-robin, continuing across batches
+                    spread = pc.add(_arange(len(route)), pa.scalar(rotation, pa.int64()))
+                    rotation += len(route)
+                    route = pc.coalesce(route.cast(pa.int64()), spread)
+                target = _modulo(route, queues[topic])
+                stored = pa.RecordBatch.from_arrays(
+                    [part.column(f.name).cast(f.type) for f in STORED_SCHEMA], schema=STORED_SCHEMA
+                )
+                for queue in target.unique().to_pylist():
+                    rows = (
+                        stored
+                        if len(target.unique()) == 1
+                        else stored.filter(pc.equal(target, queue))
+                    )
+                    slot = (topic, queue)
+                    buffers.setdefault(slot, []).append(rows)
+                    sizes[slot] = sizes.get(slot, 0) + rows.nbytes
+                    if sizes[slot] >= _STAGE_BYTES:
+                        stage(slot)
+        for slot in list(buffers):
+            stage(slot)
+        return _Staged(ctx.partitionId() if ctx else 0, staged)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        ordered = sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
+        by_topic: dict[str, list[StagedSegment]] = {}
+        for message in ordered:
+            for segment in message.segments:
+                by_topic.setdefault(segment.topic, []).append(segment)
+        the_log = EmbeddedLog(self.plan.root)
+        for _topic, segments in sorted(by_topic.items()):
+            the_log.commit(self.plan.writer_id, batchId, segments)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        for message in messages:
+            if isinstance(message, _Staged):
+                for segment in message.segments:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self.plan.root, segment.topic, segment.path))
+
+
+# ---------------------------------------------------------------------------------------- control
+@dataclass(frozen=True)
+class ReaderControl:
+    """Pause/resume/reset requests from sink tasks, kept in a small JSON file for the reader."""
+
+    path: str
+
+    def _update(self, change: Any) -> dict:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path + ".lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self.load()
+            change(state)
+            tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            return state
+
+    def load(self) -> dict:
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"paused": [], "resets": {}}
+
+    def apply(self, requests: list[dict[str, Any]]) -> None:
+        """Record requests from `SinkTaskContext` (called by the sink's commit)."""
+
+        def change(state: dict) -> None:
+            for req in requests:
+                part = req["partition"]
+                key = f"{part['topic']}/{int(part['queueId'])}"
+                if req["op"] == "pause" and key not in state["paused"]:
+                    state["paused"].append(key)
+                elif req["op"] == "resume" and key in state["paused"]:
+                    state["paused"].remove(key)
+                elif req["op"] == "reset":
+                    state["resets"][uuid.uuid4().hex] = [key, int(req["offset"]["queueOffset"])]
+
+        self._update(change)
+
+    def acknowledge(self, reset_ids: list[str]) -> None:
+        """Forget resets that a committed micro-batch applied."""
+        if reset_ids:
+            self._update(lambda state: [state["resets"].pop(i, None) for i in reset_ids])
+
+
+# ---------------------------------------------------------------------------------------- reader
+@dataclass(frozen=True)
+class TopicReaderPlan:
+    """What a sink query reads: topics of the embedded log, grouped into at most `max_tasks`."""
+
+    name: str
+    root: str
+    topics: tuple[str, ...]
+    max_tasks: int = 1
+    max_rows: int | None = None
+    control: ReaderControl | None = None
+    positions: Any = field(default=None, compare=False)
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-topic-reader-{self.name}"
+
+
+def topic_reader(plan: TopicReaderPlan) -> type[DataSource]:
+    """A DataSource class (bound to `plan`) whose stream reader reads topics."""
+    return type(
+        f"SluiceTopicReader_{abs(hash(plan.format_name))}",
+        (_ReaderSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _ReaderSource(DataSource):
+    plan: TopicReaderPlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def schema(self) -> str:
+        return READ_DDL
+
+    def streamReader(self, schema: Any) -> _TopicReader:
+        return _TopicReader(self.plan)
+
+
+def _split(key: str) -> tuple[str, int]:
+    topic, queue = key.rsplit("/", 1)
+    return topic, int(queue)
+
+
+class _TopicReader(DataSourceStreamReader):
+    def __init__(self, plan: TopicReaderPlan) -> None:
+        self.plan = plan
+        self.log = EmbeddedLog(plan.root)
+
+    def initialOffset(self) -> dict:
+        stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
+        start: dict[str, int] = {}
+        for topic in self.plan.topics:
+            for queue in range(self.log.queue_count(topic) if self.log.topic_exists(topic) else 0):
+                offset = stored.get(partition_key(queue_partition(topic, queue)))
+                if offset is not None:
+                    start[f"{topic}/{queue}"] = int(offset["queueOffset"])
+        return {"q": start}
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.plan.max_rows:
+            return ReadMaxRows(self.plan.max_rows)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        begin: dict[str, int] = start.get("q", {})
+        control = self.plan.control.load() if self.plan.control else {"paused": [], "resets": {}}
+        done = set(start.get("rid", []))
+        resets = {rid: kv for rid, kv in control["resets"].items() if rid not in done}
+        reset_at = {key: offset for key, offset in resets.values()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end: dict[str, int] = {}
+        explicit: dict[str, int] = {}
+        for topic in self.plan.topics:
+            if not self.log.topic_exists(topic):
+                continue
+            for queue, rng in self.log.offsets(topic).items():
+                key = f"{topic}/{queue}"
+                if key in reset_at:
+                    first = explicit[key] = max(rng.min_offset, min(reset_at[key], rng.max_offset))
+                elif key in begin:
+                    first = begin[key]
+                else:
+                    first = explicit[key] = rng.min_offset
+                last = first if key in control["paused"] else rng.max_offset
+                if max_rows is not None:
+                    last = min(last, first + max_rows)
+                end[key] = max(first, last)
+        return {"q": end, "r": explicit, "rid": sorted(resets)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop, explicit = start.get("q", {}), end.get("q", {}), end.get("r", {})
+        groups: dict[int, list[tuple[str, int, int, int]]] = {}
+        for index, key in enumerate(sorted(stop)):
+            first = explicit.get(key, begin.get(key, 0))
+            if stop[key] > first:
+                topic, queue = _split(key)
+                groups.setdefault(index % self.plan.max_tasks, []).append(
+                    (topic, queue, first, stop[key])
+                )
+        return [InputPartition(ranges) for _, ranges in sorted(groups.items())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        the_log = EmbeddedLog(self.plan.root)
+        for topic, queue, first, stop in partition.value:
+            try:
+                chunks = list(_read_range(the_log, topic, queue, first, stop))
+            except OffsetOutOfRange as exc:
+                # Retention removed the start of the range: deliver what is left, say so.
+                log.warning("%s: reading from %s instead (retention)", exc, exc.min_offset)
+                chunks = list(_read_range(the_log, topic, queue, exc.min_offset, stop))
+            yield from chunks
+
+    def commit(self, end: dict) -> None:
+        if self.plan.positions is not None and end.get("q"):
+            positions: dict[str, RecordOffset] = {
+                partition_key(queue_partition(*_split(key))): {"queueOffset": offset}
+                for key, offset in end["q"].items()
+            }
+            self.plan.positions.save(self.plan.name, positions)
+        if self.plan.control is not None:
+            self.plan.control.acknowledge(end.get("rid", []))
+
+
+_OFFSETS_CACHE: dict[str, pa.Array] = {}
+
+
+def _arange(n: int) -> pa.Array:
+    cached = _OFFSETS_CACHE.get("a")
+    if cached is None or len(cached) < n:
+        cached = pa.array(range(max(n, 1 << 20)), pa.int64())
+        _OFFSETS_CACHE["a"] = cached
+    return cached.slice(0, n)
+
+
+def _read_range(
+    the_log: EmbeddedLog, topic: str, queue: int, first: int, stop: int
+) -> Iterator[pa.RecordBatch]:
+    topic_col = pa.scalar(topic, pa.string())
+    queue_col = pa.scalar(queue, pa.int32())
+    for base, batch in the_log.read(topic, queue, first, stop):
+        n = batch.num_rows
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(topic_col, n),
+                pa.repeat(queue_col, n),
+                pc.add(_arange(n), pa.scalar(base, pa.int64())),
+                batch.column("key"),
+                batch.column("value"),
+                batch.column("timestamp"),
+                batch.column("headers"),
+            ],
+            names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
+        )

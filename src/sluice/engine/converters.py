@@ -1,0 +1,72 @@
+"""Converters between a record's key/value columns and the bytes stored in a topic.
+
+They work on Spark columns (vectorised in the JVM). `key.converter` / `value.converter` pick one by
+name; `StringConverter` is the default.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, DataType, StringType
+
+from sluice.sdk import ConfigException
+
+
+class Converter:
+    """Turns a typed column into topic bytes (`to_topic`) and topic bytes back (`from_topic`)."""
+
+    def to_topic(self, column: Column, type_: DataType) -> Column:
+        raise NotImplementedError
+
+    def from_topic(self, column: Column) -> Column:
+        raise NotImplementedError
+
+
+class StringConverter(Converter):
+    """UTF-8 text. Non-string values are rendered as text (structs, maps, arrays as JSON)."""
+
+    def to_topic(self, column: Column, type_: DataType) -> Column:
+        if isinstance(type_, BinaryType):
+            return column
+        if isinstance(type_, StringType):
+            return column.cast("binary")
+        if type_.typeName() in ("struct", "map", "array"):
+            return F.to_json(column).cast("binary")
+        return column.cast("string").cast("binary")
+
+    def from_topic(self, column: Column) -> Column:
+        return column.cast("string")
+
+
+class ByteArrayConverter(Converter):
+    """Raw bytes in, raw bytes out."""
+
+    def to_topic(self, column: Column, type_: DataType) -> Column:
+        if isinstance(type_, BinaryType):
+            return column
+        if isinstance(type_, StringType):
+            return column.cast("binary")
+        raise ConfigException(
+            "value.converter", f"ByteArrayConverter cannot convert {type_.simpleString()}"
+        )
+
+    def from_topic(self, column: Column) -> Column:
+        return column
+
+
+CONVERTERS: dict[str, type[Converter]] = {}
+for _cls in (StringConverter, ByteArrayConverter):
+    CONVERTERS[_cls.__name__] = _cls
+    CONVERTERS[f"sluice.engine.converters.{_cls.__name__}"] = _cls
+    CONVERTERS[f"org.apache.rocketmq.connect.runtime.converter.record.{_cls.__name__}"] = _cls
+
+
+def converter_for(config: dict[str, str], key: str) -> Converter:
+    """The converter named by `config[key]` (default StringConverter)."""
+    name = config.get(key, "StringConverter").strip()
+    try:
+        return CONVERTERS[name]()
+    except KeyError:
+        known = ", ".join(sorted(k for k in CONVERTERS if "." not in k))
+        raise ConfigException(key, f"unknown converter {name!r}; known: {known}") from None

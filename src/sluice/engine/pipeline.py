@@ -1,0 +1,101 @@
+"""Assembles a connector's streaming query: source → converters → topic, topic → converters → sink.
+
+The topic writer/reader are passed in as Spark data source classes (the bus builds them), so the
+engine does not depend on a bus backend.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource
+from pyspark.sql.streaming import StreamingQuery
+
+from sluice.engine.converters import converter_for
+from sluice.engine.sink import SinkPlan, sink_data_source
+from sluice.engine.source import SourcePlan, source_data_source
+
+_INT31 = 0x7FFFFFFF
+
+
+def route_column(key: Column) -> Column:
+    """Non-negative routing hash: the key's when there is one (one key stays in one queue), else the
+    source partition's (one file/table stays in order), else null: the topic writer then spreads
+    the record round-robin."""
+    return (
+        F.when(key.isNotNull(), F.hash(key))
+        .otherwise(F.col("partition_hash"))
+        .bitwiseAND(F.lit(_INT31))
+        .alias("route")
+    )
+
+
+def source_frame(spark: SparkSession, plan: SourcePlan, config: dict[str, str]) -> DataFrame:
+    """The source's records, converted to topic bytes, with their routing hash."""
+    spark.dataSource.register(source_data_source(plan))
+    df = spark.readStream.format(plan.format_name).load()
+    key_type = df.schema["key"].dataType
+    value_type = df.schema["value"].dataType
+    key = converter_for(config, "key.converter").to_topic(F.col("key"), key_type)
+    value = converter_for(config, "value.converter").to_topic(F.col("value"), value_type)
+    return df.select(
+        "topic",
+        key.alias("key"),
+        value.alias("value"),
+        "timestamp",
+        "headers",
+        route_column(key),
+    )
+
+
+def start_source_query(
+    spark: SparkSession,
+    plan: SourcePlan,
+    config: dict[str, str],
+    writer: type[DataSource],
+    *,
+    checkpoint: str,
+    trigger: dict[str, object],
+) -> StreamingQuery:
+    """Start the query that moves a source connector's records into topics."""
+    spark.dataSource.register(writer)
+    return (
+        source_frame(spark, plan, config)
+        .writeStream.format(writer.name())
+        .queryName(f"source:{plan.name}")
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
+
+
+def start_sink_query(
+    spark: SparkSession,
+    plan: SinkPlan,
+    reader: type[DataSource],
+    *,
+    checkpoint: str,
+    trigger: dict[str, object],
+) -> StreamingQuery:
+    """Start the query that delivers topic records to a sink connector."""
+    spark.dataSource.register(reader)
+    spark.dataSource.register(sink_data_source(plan))
+    df = spark.readStream.format(reader.name()).load()
+    key = converter_for(plan.config, "key.converter").from_topic(F.col("key"))
+    value = converter_for(plan.config, "value.converter").from_topic(F.col("value"))
+    return (
+        df.select(
+            "topic",
+            "queue_id",
+            "queue_offset",
+            key.alias("key"),
+            value.alias("value"),
+            "timestamp",
+            "headers",
+        )
+        .writeStream.format(plan.format_name)
+        .queryName(f"sink:{plan.name}")
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .start()
+    )

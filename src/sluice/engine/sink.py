@@ -1,0 +1,150 @@
+"""Runs any SDK sink connector as a Spark streaming sink (a Python Arrow data source writer).
+
+`write` runs on executors, one call per Spark partition (= sink task) per micro-batch, and returns
+the task's `flush` result; `commit` runs once per micro-batch in a Python process beside the driver
+and hands all results to `SinkConnector.commit` with the `BatchId`. Task requests made through the
+`SinkTaskContext` (pause, resume, reset_offset) travel back with the commit message and are handed
+to the `control` callback, which feeds them to the topic reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
+
+
+@dataclass(frozen=True)
+class SinkPlan:
+    """Everything a sink query needs, fixed when the connector starts; pickled to Spark."""
+
+    name: str
+    run: str
+    connector_class: type[SinkConnector]
+    config: dict[str, str]
+    task_configs: tuple[dict[str, str], ...]
+    control: Callable[[list[dict[str, Any]]], None] | None = field(default=None, compare=False)
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-sink-{self.name}"
+
+
+def plan_sink(
+    name: str,
+    connector: SinkConnector,
+    config: dict[str, str],
+    *,
+    run: str,
+    control: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> SinkPlan:
+    """Validate and start `connector` (driver) and fix its plan."""
+    raw = config.get("max.tasks", "1")
+    try:
+        max_tasks = int(raw)
+    except ValueError:
+        raise ConfigException("max.tasks", f"expected an integer, got {raw!r}") from None
+    if max_tasks < 1:
+        raise ConfigException("max.tasks", f"must be at least 1, got {max_tasks}")
+    connector.validate(config)
+    connector.start(config)
+    task_configs = tuple(dict(c) for c in connector.task_configs(max_tasks)[:max_tasks])
+    if not task_configs:
+        raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
+    return SinkPlan(name, run, type(connector), dict(config), task_configs, control)
+
+
+def sink_data_source(plan: SinkPlan) -> type[DataSource]:
+    """A DataSource class bound to `plan`, to register with `spark.dataSource.register`."""
+    return type(
+        f"SluiceSink_{abs(hash(plan.format_name))}",
+        (_SinkDataSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _SinkDataSource(DataSource):
+    plan: SinkPlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _SinkWriter:
+        return _SinkWriter(self.plan)
+
+
+@dataclass
+class _TaskResult(WriterCommitMessage):
+    task_id: int
+    payload: Any
+    requests: list[dict[str, Any]]
+
+
+class _SinkWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+        ctx = TaskContext.get()
+        task_id = ctx.partitionId() if ctx else 0
+        number = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
+        batch_id = BatchId(self.plan.run, number)
+        task = self.plan.connector_class.task_class()
+        task.context = SinkTaskContext(
+            connector_name=self.plan.name, task_id=task_id, batch_id=batch_id
+        )
+        task.start(self.plan.task_configs[task_id % len(self.plan.task_configs)])
+        try:
+            for batch in iterator:
+                if batch.num_rows:
+                    _note_assignment(task.context, batch)
+                    task.put_batch(batch)
+            payload = task.flush(batch_id)
+        finally:
+            task.stop()
+        c = task.context
+        requests = (
+            [{"op": "reset", "partition": p, "offset": o} for p, o in c.offset_resets]
+            + [{"op": "pause", "partition": p} for p in c.paused]
+            + [{"op": "resume", "partition": p} for p in c.resumed]
+        )
+        return _TaskResult(task_id, payload, requests)
+
+    def _connector(self) -> SinkConnector:
+        connector = self.plan.connector_class()
+        connector.start(self.plan.config)
+        return connector
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        results = sorted(
+            (m for m in messages if isinstance(m, _TaskResult)), key=lambda m: m.task_id
+        )
+        self._connector().commit(BatchId(self.plan.run, batchId), [r.payload for r in results])
+        requests = [req for r in results for req in r.requests]
+        if requests and self.plan.control is not None:
+            self.plan.control(requests)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        payloads = [m.payload if isinstance(m, _TaskResult) else None for m in messages]
+        self._connector().abort(BatchId(self.plan.run, batchId), payloads)
+
+
+def _note_assignment(context: SinkTaskContext, batch: pa.RecordBatch) -> None:
+    if "queue_id" not in batch.schema.names:
+        return
+    pairs = (
+        pa.Table.from_batches([batch.select(["topic", "queue_id"])])
+        .group_by(["topic", "queue_id"])
+        .aggregate([])
+    )
+    for topic, queue in zip(pairs["topic"].to_pylist(), pairs["queue_id"].to_pylist(), strict=True):
+        partition = {"topic": topic, "queueId": str(queue)}
+        if partition not in context.assigned:
+            context.assigned.append(partition)

@@ -1,0 +1,363 @@
+"""Runs any SDK source connector as a Spark streaming source (a Python data source).
+
+Where things run: `latestOffset`, `partitions` and `commit` run in one long-lived Python process
+beside the JVM driver; `read` runs on executors, one call per task per micro-batch. Nothing but the
+pickled `SourcePlan` and the offsets travels between them.
+
+The Spark offset of a replayable source is `{"p": {partition_key: RecordOffset}}`: the position of
+every partition the connector owns. A poll-only source is staged: each `poll()` result is written to
+an Arrow file numbered by a per-task sequence, and the offset is `{"s": {task: last_seq}}`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
+
+from sluice.engine.positions import PositionStore, StoreOffsetReader
+from sluice.sdk import (
+    ConfigException,
+    ConnectRecord,
+    ReadLimit,
+    RecordPartition,
+    ReplayableSourceTask,
+    Schema,
+    SourceConnector,
+    SourceTask,
+    SourceTaskContext,
+    partition_hash,
+    partition_key,
+    records_to_batch,
+    source_frame_ddl,
+    source_frame_schema,
+)
+
+_RECORDS_PER_BATCH = 10_000
+
+
+@dataclass(frozen=True)
+class SourcePlan:
+    """Everything a source query needs, fixed when the connector starts; pickled to Spark."""
+
+    name: str
+    run: str
+    task_class: type
+    task_configs: tuple[dict[str, str], ...]
+    key_schema: Schema
+    value_schema: Schema
+    topic: str | None
+    limit: ReadLimit
+    staging_dir: str
+    positions: PositionStore | None = field(default=None, compare=False)
+
+    @property
+    def replayable(self) -> bool:
+        return issubclass(self.task_class, ReplayableSourceTask)
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-source-{self.name}"
+
+
+def _int_key(config: dict[str, str], key: str, default: int | None) -> int | None:
+    raw = config.get(key)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigException(key, f"expected an integer, got {raw!r}") from None
+    if value < 1:
+        raise ConfigException(key, f"must be at least 1, got {value}")
+    return value
+
+
+def plan_source(
+    name: str,
+    connector: SourceConnector,
+    config: dict[str, str],
+    *,
+    run: str,
+    staging_dir: str,
+    positions: PositionStore | None,
+) -> SourcePlan:
+    """Validate and start `connector` (driver) and fix its plan."""
+    max_tasks = _int_key(config, "max.tasks", 1) or 1
+    connector.validate(config)
+    connector.start(config)
+    task_configs = connector.task_configs(max_tasks)[:max_tasks]
+    if not task_configs:
+        raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
+    default = connector.default_read_limit()
+    limit = ReadLimit(
+        max_rows=_int_key(config, "read.max.rows", default.max_rows),
+        max_bytes=_int_key(config, "read.max.bytes", default.max_bytes),
+    )
+    return SourcePlan(
+        name=name,
+        run=run,
+        task_class=connector.task_class,
+        task_configs=tuple(dict(c) for c in task_configs),
+        key_schema=connector.key_schema(),
+        value_schema=connector.value_schema(),
+        topic=config.get("connect.topicname"),
+        limit=limit,
+        staging_dir=staging_dir,
+        positions=positions,
+    )
+
+
+def source_data_source(plan: SourcePlan) -> type[DataSource]:
+    """A DataSource class bound to `plan`, to register with `spark.dataSource.register`."""
+    return type(
+        f"SluiceSource_{abs(hash(plan.format_name))}",
+        (_SourceDataSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _SourceDataSource(DataSource):
+    plan: SourcePlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def schema(self) -> str:
+        return source_frame_ddl(self.plan.key_schema, self.plan.value_schema)
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        if self.plan.replayable:
+            return _ReplayableReader(self.plan)
+        return _PollingReader(self.plan)
+
+
+def _new_task(plan: SourcePlan, index: int) -> Any:
+    task = plan.task_class()
+    task.context = SourceTaskContext(
+        connector_name=plan.name,
+        task_id=index,
+        offset_storage_reader=StoreOffsetReader(plan.positions, plan.name),
+    )
+    task.start(plan.task_configs[index])
+    return task
+
+
+class _Frame:
+    """Completes what a task yields into source-frame Arrow batches."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self.schema = source_frame_schema(plan.key_schema, plan.value_schema)
+
+    def from_records(self, records: list[ConnectRecord]) -> pa.RecordBatch:
+        now = datetime.now(UTC)
+        for r in records:
+            if r.timestamp is None:
+                r.timestamp = now
+        return records_to_batch(records, self.schema, self.plan.topic)
+
+    def complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
+        n = batch.num_rows
+        names = batch.schema.names
+        columns = []
+        for f in self.schema:
+            if f.name in names:
+                col = batch.column(f.name)
+                columns.append(col if col.type == f.type else col.cast(f.type))
+            elif f.name == "topic":
+                columns.append(pa.repeat(pa.scalar(self.plan.topic, pa.string()), n))
+            elif f.name == "timestamp":
+                columns.append(pa.repeat(pa.scalar(datetime.now(UTC), f.type), n))
+            elif f.name == "partition_hash":
+                columns.append(pa.repeat(pa.scalar(partition_hash(partition), pa.int32()), n))
+            else:
+                columns.append(pa.nulls(n, f.type))
+        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
+
+    def batches(self, items: Any, partition: RecordPartition | None) -> Iterator[pa.RecordBatch]:
+        pending: list[ConnectRecord] = []
+        for item in items:
+            if isinstance(item, pa.RecordBatch):
+                if pending:
+                    yield self.from_records(pending)
+                    pending = []
+                yield self.complete(item, partition)
+            else:
+                if item.partition is None:
+                    item.partition = partition
+                pending.append(item)
+                if len(pending) >= _RECORDS_PER_BATCH:
+                    yield self.from_records(pending)
+                    pending = []
+        if pending:
+            yield self.from_records(pending)
+
+
+def _spark_limit(limit: Any, default: ReadLimit) -> ReadLimit:
+    if isinstance(limit, ReadMaxRows):
+        return ReadLimit(max_rows=limit.max_rows)
+    if isinstance(limit, ReadMaxBytes):
+        return ReadLimit(max_bytes=limit.max_bytes)
+    if isinstance(limit, ReadAllAvailable):
+        return ReadLimit()
+    return default
+
+
+class _ReplayableReader(DataSourceStreamReader):
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self._tasks: list[ReplayableSourceTask] | None = None
+
+    def _all_tasks(self) -> list[ReplayableSourceTask]:
+        if self._tasks is None:
+            self._tasks = [_new_task(self.plan, i) for i in range(len(self.plan.task_configs))]
+        return self._tasks
+
+    def initialOffset(self) -> dict:
+        stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
+        owned = {partition_key(p) for t in self._all_tasks() for p in t.partitions()}
+        return {"p": {k: v for k, v in stored.items() if k in owned}}
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.plan.limit.max_rows is not None:
+            return ReadMaxRows(self.plan.limit.max_rows)
+        if self.plan.limit.max_bytes is not None:
+            return ReadMaxBytes(self.plan.limit.max_bytes)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        budget = _spark_limit(limit, self.plan.limit)
+        begin = start.get("p", {})
+        end: dict[str, Any] = {}
+        for task in self._all_tasks():
+            for partition in task.partitions():
+                key = partition_key(partition)
+                offset = task.latest(partition, begin.get(key), budget)
+                if offset is not None:
+                    end[key] = offset
+        return {"p": end}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = start.get("p", {}), end.get("p", {})
+        out = []
+        for index, task in enumerate(self._all_tasks()):
+            ranges = []
+            for partition in task.partitions():
+                key = partition_key(partition)
+                if key in stop and stop[key] != begin.get(key):
+                    ranges.append((partition, begin.get(key), stop[key]))
+            if ranges:
+                out.append(InputPartition((index, ranges)))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        index, ranges = partition.value
+        task = _new_task(self.plan, index)
+        frame = _Frame(self.plan)
+        try:
+            for part, begin, stop in ranges:
+                yield from frame.batches(task.read(part, begin, stop), part)
+        finally:
+            task.stop()
+
+    def commit(self, end: dict) -> None:
+        if self.plan.positions is not None and end.get("p"):
+            self.plan.positions.save(self.plan.name, end["p"])
+
+    def stop(self) -> None:
+        for task in self._tasks or []:
+            with contextlib.suppress(Exception):
+                task.stop()
+
+
+class _PollingReader(DataSourceStreamReader):
+    """Poll-only sources: poll on the driver, stage durably, replay from the staged files."""
+
+    def __init__(self, plan: SourcePlan) -> None:
+        self.plan = plan
+        self._tasks: list[SourceTask] | None = None
+        self._unacked: dict[tuple[int, int], list[ConnectRecord]] = {}
+        self._frame = _Frame(plan)
+
+    def _dir(self, index: int) -> str:
+        path = os.path.join(self.plan.staging_dir, str(index))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def _seqs(self, index: int) -> list[int]:
+        return sorted(int(n[:-6]) for n in os.listdir(self._dir(index)) if n.endswith(".arrow"))
+
+    def _all_tasks(self) -> list[SourceTask]:
+        if self._tasks is None:
+            self._tasks = [_new_task(self.plan, i) for i in range(len(self.plan.task_configs))]
+            self._next = {i: (self._seqs(i) or [0])[-1] for i in range(len(self._tasks))}
+        return self._tasks
+
+    def initialOffset(self) -> dict:
+        self._all_tasks()
+        return {"s": {str(i): seq for i, seq in self._next.items()}}
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        end = dict(start.get("s", {}))
+        for index, task in enumerate(self._all_tasks()):
+            records = task.poll()
+            if not records:
+                continue
+            seq = self._next[index] + 1
+            batch = self._frame.from_records(records)
+            path = os.path.join(self._dir(index), f"{seq:012d}.arrow")
+            tmp = path + ".tmp"
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+                writer.write_batch(batch)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            self._next[index] = seq
+            self._unacked[(index, seq)] = records
+            end[str(index)] = seq
+        return {"s": end}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop = start.get("s", {}), end.get("s", {})
+        return [
+            InputPartition((int(i), int(begin.get(i, 0)), int(seq)))
+            for i, seq in sorted(stop.items())
+            if int(seq) > int(begin.get(i, 0))
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        index, first, last = partition.value
+        folder = os.path.join(self.plan.staging_dir, str(index))
+        for seq in range(first + 1, last + 1):
+            with pa.memory_map(os.path.join(folder, f"{seq:012d}.arrow")) as source:
+                reader = pa.ipc.open_file(source)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+
+    def commit(self, end: dict) -> None:
+        tasks = self._all_tasks()
+        for i, seq in end.get("s", {}).items():
+            index, last = int(i), int(seq)
+            for key in sorted(k for k in self._unacked if k[0] == index and k[1] <= last):
+                tasks[index].commit(self._unacked.pop(key))
+            for old in self._seqs(index):
+                if old <= last:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self._dir(index), f"{old:012d}.arrow"))
+        if self.plan.positions is not None:
+            staged = {partition_key({"task": k}): {"seq": v} for k, v in end.get("s", {}).items()}
+            self.plan.positions.save(self.plan.name, staged)
+
+    def stop(self) -> None:
+        for task in self._tasks or []:
+            with contextlib.suppress(Exception):
+                task.stop()

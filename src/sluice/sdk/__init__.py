@@ -1,0 +1,70 @@
+"""The sluice connector SDK: everything a connector author needs, and nothing heavy.
+
+A source connector plans (`SourceConnector.task_configs`) and its tasks run: extend
+`ReplayableSourceTask` when the source can re-read a range between two positions (exactly-once),
+or `SourceTask` when it can only be polled (at-least-once). A sink connector's tasks receive each
+micro-batch (`SinkTask.put` / `put_batch`) and `flush` it with the batch id; the connector commits
+it. See `sluice.connectors.file` for a complete example.
+"""
+
+from sluice.sdk._arrow import (
+    HEADERS_TYPE,
+    TIMESTAMP_TYPE,
+    partition_hash,
+    records_from_batch,
+    records_to_batch,
+    source_frame_ddl,
+    source_frame_schema,
+)
+from sluice.sdk._config import ConfigDef, ConfigKey, normalize_config
+from sluice.sdk._connector import (
+    BatchId,
+    Connector,
+    OffsetStorageReader,
+    ReadLimit,
+    ReplayableSourceTask,
+    SinkConnector,
+    SinkTask,
+    SinkTaskContext,
+    SourceConnector,
+    SourceTask,
+    SourceTaskContext,
+)
+from sluice.sdk._errors import ConfigException, ConnectException, RetriableException
+from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition, partition_key
+from sluice.sdk._schema import Field, FieldType, Logical, Schema
+
+__all__ = [
+    "HEADERS_TYPE",
+    "TIMESTAMP_TYPE",
+    "BatchId",
+    "ConfigDef",
+    "ConfigException",
+    "ConfigKey",
+    "ConnectException",
+    "ConnectRecord",
+    "Connector",
+    "Field",
+    "FieldType",
+    "Logical",
+    "OffsetStorageReader",
+    "ReadLimit",
+    "RecordOffset",
+    "RecordPartition",
+    "ReplayableSourceTask",
+    "RetriableException",
+    "Schema",
+    "SinkConnector",
+    "SinkTask",
+    "SinkTaskContext",
+    "SourceConnector",
+    "SourceTask",
+    "SourceTaskContext",
+    "normalize_config",
+    "partition_hash",
+    "partition_key",
+    "records_from_batch",
+    "records_to_batch",
+    "source_frame_ddl",
+    "source_frame_schema",
+]

@@ -1,0 +1,119 @@
+"""Typed connector configuration.
+
+Connector options arrive as a flat map of strings (`{"filename": "/tmp/a.txt", "max.tasks": "2"}`).
+A connector declares its keys once with `ConfigDef` and gets back typed values; every problem is a
+`ConfigException` naming the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sluice.sdk._errors import ConfigException
+
+_REQUIRED = object()
+
+
+def _as_bool(key: str, raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("true", "1", "yes", "on"):
+        return True
+    if low in ("false", "0", "no", "off"):
+        return False
+    raise ConfigException(key, f"expected a boolean (true/false), got {raw!r}")
+
+
+def _as_int(key: str, raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ConfigException(key, f"expected an integer, got {raw!r}") from None
+
+
+def _as_list(key: str, raw: str) -> list[str]:
+    return [part.strip() for part in raw.replace(";", ",").split(",") if part.strip()]
+
+
+_PARSERS: dict[str, Callable[[str, str], Any]] = {
+    "string": lambda key, raw: raw,
+    "int": _as_int,
+    "bool": _as_bool,
+    "list": _as_list,
+}
+
+
+@dataclass(frozen=True)
+class ConfigKey:
+    """One declared configuration key: its type, default and documentation."""
+
+    name: str
+    type: str = "string"
+    default: Any = _REQUIRED
+    doc: str = ""
+    choices: tuple[str, ...] = ()
+    min: int | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is _REQUIRED
+
+
+def normalize_config(config: Mapping[str, Any]) -> dict[str, str]:
+    """Turn a user's config map into the string map connectors see.
+
+    Numbers and booleans are accepted and rendered as strings (JSON bodies often carry them);
+    anything else (lists, objects, null) is rejected with the key named.
+    """
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigException(str(key), "config keys must be non-empty strings")
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, (str, int, float)):
+            out[key] = str(value)
+        else:
+            raise ConfigException(
+                key,
+                f"value of type {type(value).__name__} is not supported; "
+                "config values must be strings, numbers or booleans",
+            )
+    return out
+
+
+class ConfigDef:
+    """The set of keys a connector understands; `parse` validates a config against it."""
+
+    def __init__(self, *keys: ConfigKey) -> None:
+        for key in keys:
+            if key.type not in _PARSERS:
+                raise ValueError(f"config key {key.name}: unknown type {key.type!r}")
+        self.keys = {k.name: k for k in keys}
+
+    def define(self, *keys: ConfigKey) -> ConfigDef:
+        """A new definition with these keys added (for subclasses extending a base connector)."""
+        return ConfigDef(*self.keys.values(), *keys)
+
+    def parse(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """Typed values for every declared key (defaults filled in). Unknown keys pass through."""
+        raw = normalize_config(config)
+        values: dict[str, Any] = {}
+        for name, key in self.keys.items():
+            if name not in raw or raw[name].strip() == "":
+                if key.required:
+                    raise ConfigException(
+                        name, "required key is missing", suggestion=key.doc or None
+                    )
+                values[name] = key.default
+                continue
+            value = _PARSERS[key.type](name, raw[name])
+            if key.choices and value not in key.choices:
+                raise ConfigException(
+                    name, f"must be one of {', '.join(key.choices)}, got {value!r}"
+                )
+            if key.min is not None and value < key.min:
+                raise ConfigException(name, f"must be at least {key.min}, got {value}")
+            values[name] = value
+        return values

@@ -1,0 +1,285 @@
+"""Connectors plan, tasks run.
+
+A connector (`SourceConnector` / `SinkConnector`) lives on the driver: it validates its config and
+splits the work into at most `max.tasks` task configs. Each task config becomes one Spark partition
+of every micro-batch; the task object is created where that partition runs (an executor), so a task
+must open its clients in `start()` — never in `__init__` — and must not rely on in-memory state
+surviving between micro-batches: its state is its positions.
+
+Which base class a source task extends states its delivery guarantee:
+
+* `ReplayableSourceTask` — exactly-once. The runtime asks where the data ends now (`latest`, on the
+  driver) and then reads exactly the range between two positions (`read`, on an executor). A
+  replayed micro-batch reads the same range again, so nothing is lost or duplicated.
+* `SourceTask` — poll-only, at-least-once. `poll()` hands over records, which the runtime stages
+  durably in the bus before they are processed; `commit()` acknowledges them only after the
+  micro-batch that carried them committed.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from sluice.sdk._config import ConfigDef
+from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition
+from sluice.sdk._schema import Schema
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class ReadLimit:
+    """How much one source partition may read in one micro-batch (backpressure).
+
+    `None` means unbounded. A task should stay at or below `max_rows` records and about `max_bytes`
+    bytes, but always make progress: one record larger than `max_bytes` is still read.
+    """
+
+    max_rows: int | None = None
+    max_bytes: int | None = None
+
+    @property
+    def unbounded(self) -> bool:
+        return self.max_rows is None and self.max_bytes is None
+
+
+class BatchId(NamedTuple):
+    """Identifies one micro-batch of one run of a query.
+
+    `run` changes whenever the query starts from a fresh checkpoint (e.g. after an offsets reset),
+    so `(run, number)` never repeats for different data: it is the idempotency key of a commit.
+    """
+
+    run: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.run}/{self.number}"
+
+
+class OffsetStorageReader(ABC):
+    """Reads the positions the runtime last committed for this connector (driver or executor)."""
+
+    @abstractmethod
+    def offset(self, partition: RecordPartition) -> RecordOffset | None:
+        """The committed offset of `partition`, or None if it has none."""
+
+    def offsets(self, partitions: Iterable[RecordPartition]) -> list[RecordOffset | None]:
+        return [self.offset(p) for p in partitions]
+
+
+class _NoOffsets(OffsetStorageReader):
+    def offset(self, partition: RecordPartition) -> RecordOffset | None:
+        return None
+
+
+@dataclass
+class SourceTaskContext:
+    """What the runtime tells a source task: its connector, task id and committed positions."""
+
+    connector_name: str = ""
+    task_id: int = 0
+    offset_storage_reader: OffsetStorageReader = field(default_factory=_NoOffsets)
+
+
+@dataclass
+class SinkTaskContext:
+    """What a sink task can ask of the runtime while it runs a micro-batch.
+
+    Requests (`reset_offset`, `pause`, `resume`) are carried back to the driver with the task's
+    commit and take effect from the next micro-batch on. Partitions are queue partitions:
+    `{"topic": …, "queueId": "3"}`.
+    """
+
+    connector_name: str = ""
+    task_id: int = 0
+    batch_id: BatchId | None = None
+    assigned: list[RecordPartition] = field(default_factory=list)
+    offset_resets: list[tuple[RecordPartition, RecordOffset]] = field(default_factory=list)
+    paused: list[RecordPartition] = field(default_factory=list)
+    resumed: list[RecordPartition] = field(default_factory=list)
+
+    def assignment(self) -> list[RecordPartition]:
+        """The queue partitions this task reads in the current micro-batch."""
+        return list(self.assigned)
+
+    def reset_offset(self, partition: RecordPartition, offset: RecordOffset) -> None:
+        """Re-read `partition` from `offset` (`{"queueOffset": n}`) in the next micro-batch."""
+        self.offset_resets.append((dict(partition), dict(offset)))
+
+    def pause(self, *partitions: RecordPartition) -> None:
+        """Stop reading these partitions until `resume` (their position is kept)."""
+        self.paused.extend(dict(p) for p in partitions)
+
+    def resume(self, *partitions: RecordPartition) -> None:
+        """Read these paused partitions again."""
+        self.resumed.extend(dict(p) for p in partitions)
+
+
+class Connector(ABC):
+    """A configured plugin instance: validates its config and plans tasks (driver side).
+
+    Subclasses declare `config_def` (their keys) and `task_class`, and implement `task_configs`.
+    """
+
+    config_def: ClassVar[ConfigDef] = ConfigDef()
+    task_class: ClassVar[type]
+    #: Stated by every built-in connector; shown by the runtime: "exactly-once" or "at-least-once".
+    delivery: ClassVar[str] = "at-least-once"
+
+    def __init__(self) -> None:
+        self.config: dict[str, str] = {}
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        """Raise `ConfigException` naming the key if `config` is not usable. Driver, before start.
+
+        The default parses `config_def`; override to add checks (reachability, paths, …).
+        """
+        self.config_def.parse(config)
+
+    def start(self, config: Mapping[str, str]) -> None:
+        """Called once on the driver with the validated config, before `task_configs`."""
+        self.config = dict(config)
+
+    @abstractmethod
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        """Split the work into at most `max_tasks` task configs (driver, at start)."""
+
+    def stop(self) -> None:
+        """Called once on the driver when the connector stops. Optional."""
+
+
+class SourceConnector(Connector):
+    """A connector that brings records into topics."""
+
+    def key_schema(self) -> Schema:
+        """The schema of record keys (after `start`). Default: optional STRING."""
+        return Schema.string()
+
+    def value_schema(self) -> Schema:
+        """The schema of record values (after `start`). Default: optional STRING."""
+        return Schema.string()
+
+    def default_read_limit(self) -> ReadLimit:
+        """The per-partition read limit of one micro-batch when the config sets none."""
+        return ReadLimit(max_rows=1_000_000)
+
+
+class SinkConnector(Connector):
+    """A connector that delivers records from topics to an external system."""
+
+    def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
+        """Make a micro-batch's writes visible (driver, once all its tasks returned from `flush`).
+
+        `messages` are the tasks' `flush` results in task order. Spark may call this again with the
+        same `batch_id` after a crash: an exactly-once sink makes the second call a no-op.
+        """
+
+    def abort(self, batch_id: BatchId, messages: list[Any]) -> None:
+        """Discard a failed micro-batch's writes (driver). `messages` may contain None."""
+
+
+class ReplayableSourceTask(ABC):
+    """A source whose data can be read again between two positions: exactly-once.
+
+    The contract, for each partition the task owns:
+
+    * `latest(partition, start, limit)` runs on the **driver** once per micro-batch and returns the
+      offset *after* the last record the batch should include (at most `limit` past `start`), or
+      `start` itself when there is nothing new.
+    * `read(partition, start, end)` runs on an **executor** and yields exactly the records after
+      `start` up to and including the record whose offset is `end`. `start=None` means "from the
+      very beginning". It must be deterministic: the same range always yields the same records.
+    """
+
+    context: SourceTaskContext
+
+    def start(self, config: Mapping[str, str]) -> None:
+        """Called with the task config wherever the task runs (driver and executors)."""
+
+    @abstractmethod
+    def partitions(self) -> list[RecordPartition]:
+        """The partitions (files, tables, queues) this task owns. Driver, every micro-batch."""
+
+    @abstractmethod
+    def latest(
+        self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        """The end offset of the next range to read (driver, once per micro-batch)."""
+
+    @abstractmethod
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterable[ConnectRecord] | Iterable[pa.RecordBatch]:
+        """Yield the records in `(start, end]` (executor).
+
+        Either `ConnectRecord`s, or — for speed — `pyarrow.RecordBatch`es with a `value` column
+        (and optionally `key`, `timestamp`, `headers`, `topic`) typed as the connector's schemas.
+        """
+
+    def stop(self) -> None:
+        """Release what `start` opened. Optional."""
+
+
+class SourceTask(ABC):
+    """A source that can only be polled (webhooks, pop-style queues): at-least-once.
+
+    `poll()` runs on the driver between micro-batches; what it returns is staged durably before
+    processing. `commit(records)` runs after the micro-batch that carried those records committed;
+    acknowledge them to the external system there. After a crash, records polled but not committed
+    may be polled again (the external system redelivers them).
+    """
+
+    context: SourceTaskContext
+
+    def start(self, config: Mapping[str, str]) -> None:
+        """Called once with the task config before the first poll."""
+
+    @abstractmethod
+    def poll(self) -> list[ConnectRecord]:
+        """Return the records available now (possibly none). Must not block for long."""
+
+    def commit(self, records: list[ConnectRecord]) -> None:
+        """Acknowledge records whose micro-batch has committed. Optional."""
+
+    def stop(self) -> None:
+        """Release what `start` opened. Optional."""
+
+
+class SinkTask(ABC):
+    """Delivers the records of its share of each micro-batch (runs on an executor).
+
+    Per micro-batch: `put_batch` (default: convert to records and call `put`) once or more, then
+    `flush(batch_id)`, whose return value reaches `SinkConnector.commit` on the driver. A replayed
+    micro-batch is delivered again with the same `batch_id`: make writes idempotent per batch for
+    exactly-once, or accept at-least-once.
+    """
+
+    context: SinkTaskContext
+
+    def start(self, config: Mapping[str, str]) -> None:
+        """Called with the task config before the first `put` of a micro-batch."""
+
+    @abstractmethod
+    def put(self, records: list[ConnectRecord]) -> None:
+        """Deliver (or buffer) these records, in order."""
+
+    def put_batch(self, batch: pa.RecordBatch) -> None:
+        """Arrow fast path: columns `topic, queue_id, queue_offset, key, value, timestamp, headers`.
+
+        Override to avoid building one Python object per record.
+        """
+        from sluice.sdk._arrow import records_from_batch
+
+        self.put(records_from_batch(batch))
+
+    def flush(self, batch_id: BatchId) -> Any:
+        """Finish this task's share of the micro-batch; return a picklable commit message."""
+        return None
+
+    def stop(self) -> None:
+        """Release what `start` opened. Optional."""

@@ -1,0 +1,48 @@
+"""Errors a connector raises, and the runtime reports.
+
+Hierarchy::
+
+    ConnectException                 fatal: the task fails and shows the message in its `trace`
+    ├── RetriableException           transient: the runtime retries the same work with backoff
+    └── ConfigException              bad configuration: names the offending key
+
+Retriable versus fatal is a type, never a flag: raise `RetriableException` (or a subclass) only when
+doing the same thing again may succeed (a connection dropped, a lock timed out).
+"""
+
+from __future__ import annotations
+
+
+class ConnectException(Exception):
+    """Root of every error a connector or the runtime raises on purpose.
+
+    `code` is stable and machine-readable; `suggestion`, when given, tells the user what to do.
+    """
+
+    code = "connect.error"
+
+    def __init__(self, message: str, *, suggestion: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.suggestion = suggestion
+
+    def __str__(self) -> str:
+        if self.suggestion:
+            return f"{self.message} ({self.suggestion})"
+        return self.message
+
+
+class RetriableException(ConnectException):
+    """A transient failure: the runtime retries the same operation after a backoff."""
+
+    code = "connect.retriable"
+
+
+class ConfigException(ConnectException):
+    """A configuration value is missing or invalid; `key` names it."""
+
+    code = "connect.config"
+
+    def __init__(self, key: str, message: str, *, suggestion: str | None = None) -> None:
+        super().__init__(f"{key}: {message}", suggestion=suggestion)
+        self.key = key

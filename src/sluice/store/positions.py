@@ -1,0 +1,84 @@
+"""Committed positions per connector, in SQLite (embedded default).
+
+The store mirrors what each query committed (written by the Spark adapters on `commit(end)`), is
+what the offsets API shows, and is where a new or reset query starts from. It is safe for several
+processes: Spark's reader and writer processes and the worker all open it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping
+
+from sluice.sdk import RecordOffset
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS positions (
+    connector TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    offset TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (connector, partition)
+)
+"""
+
+
+class SqlitePositionStore:
+    """Positions keyed by (connector, partition key); picklable (connections open lazily)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        self._local: threading.local | None = None
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+        self._local = None
+
+    def _db(self) -> sqlite3.Connection:
+        if self._local is None:
+            self._local = threading.local()
+        conn = getattr(self._local, "conn", None)
+        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(_SCHEMA)
+            self._local.conn, self._local.pid = conn, os.getpid()
+        return conn
+
+    def load(self, connector: str) -> dict[str, RecordOffset]:
+        rows = self._db().execute(
+            "SELECT partition, offset FROM positions WHERE connector = ?", (connector,)
+        )
+        return {partition: json.loads(offset) for partition, offset in rows}
+
+    def save(self, connector: str, positions: Mapping[str, RecordOffset]) -> None:
+        now = time.time()
+        db = self._db()
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany(
+                "INSERT INTO positions(connector, partition, offset, updated_at) VALUES (?,?,?,?) "
+                "ON CONFLICT(connector, partition) DO UPDATE SET offset = excluded.offset, "
+                "updated_at = excluded.updated_at",
+                [(connector, p, json.dumps(o, sort_keys=True), now) for p, o in positions.items()],
+            )
+
+    def replace(self, connector: str, positions: Mapping[str, RecordOffset]) -> None:
+        """Set exactly these positions (an offsets reset)."""
+        self.delete(connector)
+        if positions:
+            self.save(connector, positions)
+
+    def delete(self, connector: str) -> None:
+        db = self._db()
+        with db:
+            db.execute("DELETE FROM positions WHERE connector = ?", (connector,))
