@@ -216,6 +216,7 @@ class _ReplayableReader(DataSourceStreamReader):
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
         self._tasks: list[ReplayableSourceTask] | None = None
+        self._initial: dict | None = None
 
     def _all_tasks(self) -> list[ReplayableSourceTask]:
         if self._tasks is None:
@@ -223,9 +224,12 @@ class _ReplayableReader(DataSourceStreamReader):
         return self._tasks
 
     def initialOffset(self) -> dict:
-        stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
-        owned = {partition_key(p) for t in self._all_tasks() for p in t.partitions()}
-        return {"p": {k: v for k, v in stored.items() if k in owned}}
+        # Spark asks again when it plans batch 0: answer the same both times.
+        if self._initial is None:
+            stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
+            owned = {partition_key(p) for t in self._all_tasks() for p in t.partitions()}
+            self._initial = {"p": {k: v for k, v in stored.items() if k in owned}}
+        return self._initial
 
     def getDefaultReadLimit(self) -> Any:
         if self.plan.limit.max_rows is not None:
@@ -286,6 +290,7 @@ class _PollingReader(DataSourceStreamReader):
         self.plan = plan
         self._tasks: list[SourceTask] | None = None
         self._unacked: dict[tuple[int, int], list[ConnectRecord]] = {}
+        self._initial: dict | None = None
         self._frame = _Frame(plan)
 
     def _dir(self, index: int) -> str:
@@ -303,8 +308,11 @@ class _PollingReader(DataSourceStreamReader):
         return self._tasks
 
     def initialOffset(self) -> dict:
-        self._all_tasks()
-        return {"s": {str(i): seq for i, seq in self._next.items()}}
+        # Spark asks again when it plans batch 0, after polls have advanced `_next`: fix it once.
+        if self._initial is None:
+            self._all_tasks()
+            self._initial = {"s": {str(i): seq for i, seq in self._next.items()}}
+        return self._initial
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         end = dict(start.get("s", {}))
@@ -323,7 +331,10 @@ class _PollingReader(DataSourceStreamReader):
             os.replace(tmp, path)
             self._next[index] = seq
             self._unacked[(index, seq)] = records
-            end[str(index)] = seq
+        for index, seq in self._next.items():
+            # everything staged so far, whether or not this call polled anything: idempotent
+            if seq > int(end.get(str(index), 0)):
+                end[str(index)] = seq
         return {"s": end}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:

@@ -148,8 +148,10 @@ class ConnectorRunner:
     def stop(self, name: str, timeout_s: float = 60.0) -> None:
         """Stop the connector's query (its checkpoint and positions stay)."""
         running = self.running.pop(name, None)
-        if running is not None:
-            running.query.stop()
+        if running is None:
+            return
+        running.query.stop()
+        if running.query.exception() is None:
             running.query.awaitTermination(timeout_s)
 
     def stop_all(self) -> None:

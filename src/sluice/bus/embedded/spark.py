@@ -278,8 +278,15 @@ class _TopicReader(DataSourceStreamReader):
     def __init__(self, plan: TopicReaderPlan) -> None:
         self.plan = plan
         self.log = EmbeddedLog(plan.root)
+        self._initial: dict | None = None
 
     def initialOffset(self) -> dict:
+        # Spark asks again when it plans batch 0: answer the same both times.
+        if self._initial is None:
+            self._initial = self._stored_start()
+        return self._initial
+
+    def _stored_start(self) -> dict:
         stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
         start: dict[str, int] = {}
         for topic in self.plan.topics:

@@ -1,0 +1,42 @@
+"""Shared fixtures: one quiet local SparkSession for the whole test session."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
+def wait_until(predicate: Callable[[], object], timeout: float = 120.0, what: str = "") -> None:
+    """Wait for a condition (not a fixed sleep); fail with `what` if it never holds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    assert predicate(), f"timed out after {timeout}s waiting for {what or predicate}"
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from sluice.engine.session import build_session
+
+    session = build_session(
+        {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def runner(spark: object, tmp_path: object) -> Iterator[object]:
+    from sluice.runtime.runner import ConnectorRunner
+
+    r = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=100)
+    yield r
+    r.stop_all()
