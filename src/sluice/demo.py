@@ -72,11 +72,8 @@ def main() -> None:
                 f"{r.name}={'RUNNING' if r.query.isActive else 'STOPPED'}"
                 for r in runner.running.values()
             )
-            print(
-                f"source lines={_count_lines(source_file):>6}  sink lines={_count_lines(sink_file):>6}"
-                f"  [{status}]",
-                flush=True,
-            )
+            lines_in, lines_out = _count_lines(source_file), _count_lines(sink_file)
+            print(f"source lines={lines_in:>6}  sink lines={lines_out:>6}  [{status}]", flush=True)
     except KeyboardInterrupt:
         pass
     finally:

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.conftest import wait_until
 
 from sluice.sdk import ConfigException
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -174,18 +174,18 @@ def test_non_utf8_line_fails_the_source_naming_line_and_offset(runner, tmp_path:
 
 
 def test_bad_configs_name_the_key(runner, tmp_path: Path) -> None:
-    with pytest.raises(ConfigException, match="filename: required key is missing"):
+    with pytest.raises(ConfigException, match=r"filename: required key is missing"):
         runner.start("a", {"connector.class": "FileSourceConnector", "connect.topicname": "t"})
     with pytest.raises(ConfigException, match=r"filename: file '.*nope.txt' does not exist"):
         runner.start("b", _source(tmp_path / "nope.txt"))
-    with pytest.raises(ConfigException, match="filename: .* is a directory"):
+    with pytest.raises(ConfigException, match=r"filename: .* is a directory"):
         runner.start("c", _source(tmp_path))
     (tmp_path / "x.txt").write_text("x\n")
-    with pytest.raises(ConfigException, match="max.tasks: expected an integer, got 'many'"):
+    with pytest.raises(ConfigException, match=r"max.tasks: expected an integer, got 'many'"):
         runner.start("d", _source(tmp_path / "x.txt", **{"max.tasks": "many"}))
-    with pytest.raises(ConfigException, match="read.max.rows: must be at least 1"):
+    with pytest.raises(ConfigException, match=r"read.max.rows: must be at least 1"):
         runner.start("e", _source(tmp_path / "x.txt", **{"read.max.rows": "0"}))
-    with pytest.raises(ConfigException, match="filename: value of type dict is not supported"):
+    with pytest.raises(ConfigException, match=r"filename: value of type dict is not supported"):
         runner.start(
             "f",
             {
@@ -194,11 +194,11 @@ def test_bad_configs_name_the_key(runner, tmp_path: Path) -> None:
                 "connect.topicname": "t",
             },
         )
-    with pytest.raises(ConfigException, match="connector.class: unknown connector class 'Nope'"):
+    with pytest.raises(ConfigException, match=r"connector.class: unknown connector class 'Nope'"):
         runner.start("g", {"connector.class": "Nope"})
-    with pytest.raises(ConfigException, match="connect.topicnames: required key is missing"):
+    with pytest.raises(ConfigException, match=r"connect.topicnames: required key is missing"):
         runner.start("h", {"connector.class": "FileSinkConnector", "filename": str(tmp_path / "o")})
-    with pytest.raises(ConfigException, match="filename: directory .* does not exist"):
+    with pytest.raises(ConfigException, match=r"filename: directory .* does not exist"):
         runner.start("i", _sink(tmp_path / "no" / "dir" / "o.txt"))
     assert runner.running == {}
 
@@ -212,7 +212,7 @@ def test_unreadable_file_is_named(tmp_path: Path) -> None:
         task.start({"filename": str(tmp_path / "gone.txt"), "connect.topicname": "t"})
         from sluice.sdk import ConnectException, ReadLimit
 
-        with pytest.raises(ConnectException, match="cannot read file .*gone.txt"):
+        with pytest.raises(ConnectException, match=r"cannot read file .*gone.txt"):
             task.latest({"filename": str(tmp_path / "gone.txt")}, None, ReadLimit())
         return
     path = tmp_path / "secret.txt"
@@ -220,5 +220,5 @@ def test_unreadable_file_is_named(tmp_path: Path) -> None:
     path.chmod(0)
     from sluice.connectors.file import FileSourceConnector
 
-    with pytest.raises(ConfigException, match="not readable"):
+    with pytest.raises(ConfigException, match=r"not readable"):
         FileSourceConnector().validate({"filename": str(path), "connect.topicname": "t"})

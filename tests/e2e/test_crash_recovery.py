@@ -1,0 +1,88 @@
+"""kill -9 a process running file source → topic → file sink; restart; nothing lost or doubled."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+CHILD = Path(__file__).with_name("pipeline_child.py")
+LINES = 1_000_000
+
+
+def _start(root: Path, src: Path, dst: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), str(root), str(src), str(dst)],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _kill9(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    src, dst, root, log = (
+        tmp_path / "in.txt",
+        tmp_path / "out.txt",
+        tmp_path / "store",
+        tmp_path / "child.log",
+    )
+    rng = random.Random(int(os.environ.get("SLUICE_CRASH_SEED", time.time_ns())))
+    with open(src, "w", encoding="utf-8") as f:
+        for i in range(LINES):
+            f.write(f"{i:07d} {'ünïcode ' * (i % 4)}{rng.random():.6f}\n")
+    total = _size(src)
+    kills: list[str] = []
+    # Kill at random sink fill levels (mid-batch, mid-commit, ...) and once at a random instant
+    # soon after start-up, before anything may have reached the sink.
+    plans = [("time", rng.uniform(2.0, 12.0))] + [
+        ("fill", rng.uniform(0.05, 0.9)) for _ in range(3)
+    ]
+    rng.shuffle(plans)
+    for kind, amount in plans:
+        before = _size(dst)
+        proc = _start(root, src, dst, log)
+        if kind == "time":
+            deadline = time.monotonic() + amount
+            wait_until(lambda d=deadline, p=proc: time.monotonic() >= d or p.poll() is not None, 60)
+        else:
+            target = max(before + 1, int(total * amount))
+            wait_until(
+                lambda t=target, p=proc: _size(dst) >= t or p.poll() is not None,
+                400,
+                f"sink to reach {target} bytes",
+            )
+        assert proc.poll() is None, f"child exited early:\n{log.read_text()[-3000:]}"
+        _kill9(proc)
+        kills.append(f"{kind}={amount:.2f} at sink={_size(dst)}/{total}")
+    proc = _start(root, src, dst, log)
+    try:
+        wait_until(lambda: _size(dst) >= total or proc.poll() is not None, 600, "sink complete")
+        assert proc.poll() is None, f"child failed:\n{log.read_text()[-3000:]}"
+    finally:
+        _kill9(proc) if proc.poll() is None else None
+    print("kills:", "; ".join(kills))
+    assert _size(dst) == total, kills
+    assert dst.read_bytes() == src.read_bytes(), kills
