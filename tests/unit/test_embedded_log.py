@@ -11,6 +11,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -75,7 +76,7 @@ def _indexed_paths(topic_dir: Path) -> set[str]:
 
 
 @pytest.fixture
-def log(tmp_path: Path) -> EmbeddedLog:
+def log(tmp_path: Path) -> Iterator[EmbeddedLog]:
     lg = EmbeddedLog(tmp_path / "bus")
     yield lg
     lg.close()
@@ -130,6 +131,7 @@ def test_read_empty_ranges_and_out_of_range(log: EmbeddedLog) -> None:
     err = exc.value
     assert (err.topic, err.queue, err.offset, err.min_offset, err.max_offset) == ("t", 0, 11, 0, 10)
     assert "'t'" in str(err) and "11" in str(err)
+    assert str(pickle.loads(pickle.dumps(err))) == str(err)
     with pytest.raises(OffsetOutOfRange):
         log.read("t", 1, 1, 2)
     with pytest.raises(OffsetOutOfRange):
@@ -530,6 +532,7 @@ def test_unknown_topic(log: EmbeddedLog) -> None:
             call()
         assert isinstance(exc.value, KeyError)
         assert "'missing'" in str(exc.value)
+        assert str(pickle.loads(pickle.dumps(exc.value))) == str(exc.value)
     assert not log.topic_exists("missing")
     assert not (log.root / "missing").exists()  # lookups never create anything
 
@@ -575,6 +578,19 @@ def test_delete_and_recreate_topic_seen_by_other_instance(log: EmbeddedLog) -> N
     assert other.queue_count("t") == 3
     assert other.offsets("t")[0] == QueueRange(0, 0, 0)
     other.close()
+
+
+def test_missing_queue_directory_is_recreated_but_deleted_topic_is_not(
+    log: EmbeddedLog,
+) -> None:
+    log.create_topic("t", queues=2)
+    (log.root / "t" / "1").rmdir()
+    assert log.append("t", 1, _rows(0, 0, 2)) == 0
+    assert _seqs(log, "t", 1, 0, 2) == [0, 1]
+    log.delete_topic("t")
+    with pytest.raises(UnknownTopic):
+        log.stage("t", 1, _rows(0, 0, 2))
+    assert not (log.root / "t").exists()
 
 
 def test_pickled_log_works_and_carries_no_connection(log: EmbeddedLog) -> None:

@@ -175,9 +175,14 @@ class OffsetOutOfRange(Exception):
         self.offset = offset
         self.min_offset = min_offset
         self.max_offset = max_offset
-        super().__init__(
-            f"offset {offset} out of range for topic {topic!r} queue {queue}: "
-            f"retained offsets are [{min_offset}, {max_offset})"
+        # Keep the constructor arguments as args so the exception survives pickling (e.g. when
+        # it travels back from a Spark worker).
+        super().__init__(topic, queue, offset, min_offset, max_offset)
+
+    def __str__(self) -> str:
+        return (
+            f"offset {self.offset} out of range for topic {self.topic!r} queue {self.queue}: "
+            f"retained offsets are [{self.min_offset}, {self.max_offset})"
         )
 
 
@@ -369,11 +374,16 @@ class EmbeddedLog:
         self._drop_handle(topic)
         try:
             conn = _connect(index, create=False)
-        except sqlite3.OperationalError:
-            raise UnknownTopic(topic) from None
+        except sqlite3.OperationalError as e:
+            if "unable to open" not in str(e):
+                raise
+            raise UnknownTopic(topic) from None  # removed since the stat
         try:
             row = conn.execute("SELECT queues FROM meta WHERE id = 0").fetchone()
-        except sqlite3.OperationalError:
+        except sqlite3.OperationalError as e:
+            if "no such table" not in str(e):
+                conn.close()
+                raise
             row = None  # index created but create_topic never committed its metadata
         if row is None:
             conn.close()
@@ -388,11 +398,10 @@ class EmbeddedLog:
         return handle
 
     def _drop_handle(self, topic: str) -> None:
+        # Not closed explicitly: another thread may still be using it; it closes when the last
+        # reference goes away.
         with self._handles_lock:
-            handle = self._handles.pop(topic, None)
-        if handle is not None:
-            with handle.lock:
-                handle.conn.close()
+            self._handles.pop(topic, None)
 
     @staticmethod
     def _check_queue(topic: str, handle: _Handle, queue: int) -> None:
@@ -458,6 +467,7 @@ class EmbeddedLog:
                     created = True
         finally:
             conn.close()
+        _fsync_dir(topic_dir)  # make the index file's directory entry durable too
         if not created and not exist_ok:
             raise FileExistsError(f"topic {topic!r} already exists")
         return self.describe(topic)
@@ -688,7 +698,9 @@ class EmbeddedLog:
                         "VALUES (?, ?, ?, ?, ?, ?)",
                         rows,
                     )
-                except sqlite3.IntegrityError:
+                except sqlite3.IntegrityError as e:
+                    if "segments.path" not in str(e):
+                        raise
                     raise ValueError(
                         f"a staged segment of topic {topic!r} was already published "
                         "under another (writer_id, batch_id)"
