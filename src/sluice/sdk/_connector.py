@@ -269,7 +269,8 @@ class SinkTask(ABC):
         """Deliver (or buffer) these records, in order."""
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
-        """Arrow fast path: columns `topic, queue_id, queue_offset, key, value, timestamp, headers`.
+        """Arrow fast path: columns `topic, queue_id, queue_offset, key, value, timestamp, headers`
+        (`headers` as JSON object text, null when a record has none).
 
         Override to avoid building one Python object per record.
         """
