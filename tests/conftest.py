@@ -10,6 +10,11 @@ from collections.abc import Callable, Iterator
 import pytest
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+# Spark's Python workers import connector classes defined in test modules: let them find `tests`.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (_ROOT, os.environ.get("PYTHONPATH", "")) if p
+)
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 120.0, what: str = "") -> None:

@@ -50,7 +50,8 @@ def _wait_identical(runner, src: Path, dst: Path, timeout: float = 180) -> None:
     assert dst.read_bytes() == src.read_bytes()
 
 
-def test_100k_lines_arrive_byte_identical(runner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fused", ["true", "false"])
+def test_100k_lines_arrive_byte_identical(runner, tmp_path: Path, fused: str) -> None:
     src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
     with open(src, "w", encoding="utf-8", newline="") as f:
         for i in range(100_000):
@@ -58,8 +59,8 @@ def test_100k_lines_arrive_byte_identical(runner, tmp_path: Path) -> None:
             line = "" if i % 997 == 0 else f"{i}\tline é 🚀 {'x' * (i % 50)}"
             f.write(line + ("\r\n" if i % 1000 == 1 else "\n"))
         f.write("y" * 200_000 + "\n")
-    runner.start("src", _source(src, **{"read.max.rows": "30000"}))
-    runner.start("dst", _sink(dst))
+    runner.start("src", _source(src, **{"read.max.rows": "30000", "pipeline.fused": fused}))
+    runner.start("dst", _sink(dst, **{"pipeline.fused": fused, "max.tasks": "2"}))
     _wait_identical(runner, src, dst)
     # positions mirror what the source committed: the byte offset after the last line
     wait_until(lambda: runner.positions.load("src"), 30, "source positions")

@@ -6,6 +6,7 @@ name; `StringConverter` is the default.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, DataType, StringType
@@ -22,6 +23,18 @@ class Converter:
     def from_topic(self, column: Column) -> Column:
         raise NotImplementedError
 
+    def arrow_capable(self, type_: pa.DataType) -> bool:
+        """True if `to_topic_arrow`/`from_topic_arrow` handle this type (fused pipelines)."""
+        return pa.types.is_string(type_) or pa.types.is_binary(type_)
+
+    def to_topic_arrow(self, array: pa.Array) -> pa.Array:
+        """`to_topic` on an Arrow array (STRING or BYTES): zero-copy to binary."""
+        return array.view(pa.binary()) if pa.types.is_string(array.type) else array
+
+    def from_topic_arrow(self, array: pa.Array) -> pa.Array:
+        """`from_topic` on an Arrow binary array."""
+        return array
+
 
 class StringConverter(Converter):
     """UTF-8 text. Non-string values are rendered as text (structs, maps, arrays as JSON)."""
@@ -37,6 +50,10 @@ class StringConverter(Converter):
 
     def from_topic(self, column: Column) -> Column:
         return column.cast("string")
+
+    def from_topic_arrow(self, array: pa.Array) -> pa.Array:
+        # A view, not a cast: like Spark's cast, it does not reject invalid UTF-8 bytes.
+        return array.view(pa.string())
 
 
 class ByteArrayConverter(Converter):

@@ -6,12 +6,14 @@ engine does not depend on a bus backend.
 
 from __future__ import annotations
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.engine.converters import converter_for
+from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
 
@@ -19,13 +21,12 @@ _INT31 = 0x7FFFFFFF
 
 
 def route_column(key: Column) -> Column:
-    """Non-negative routing hash: the key's when there is one (one key stays in one queue), else the
-    source partition's (one file/table stays in order), else null: the topic writer then spreads
-    the record round-robin."""
+    """Non-negative routing hash: crc32 of the key bytes when there is a key (one key stays in one
+    queue; the fused path computes the same), else the source partition's hash (one file/table
+    stays in order), else null: the topic writer then spreads the record round-robin."""
     return (
-        F.when(key.isNotNull(), F.hash(key))
+        F.when(key.isNotNull(), F.crc32(key).bitwiseAND(F.lit(_INT31)).cast("int"))
         .otherwise(F.col("partition_hash"))
-        .bitwiseAND(F.lit(_INT31))
         .alias("route")
     )
 
@@ -49,6 +50,42 @@ def source_frame(spark: SparkSession, plan: SourcePlan, config: dict[str, str]) 
     )
 
 
+def fusable(config: dict[str, str], key_type: pa.DataType, value_type: pa.DataType) -> bool:
+    """True if a hop needs nothing from the JVM: no transforms, Arrow-trivial converters.
+
+    `pipeline.fused=false` forces the JVM path (records cross into Spark's rows and back).
+    """
+    if config.get("pipeline.fused", "true").strip().lower() == "false" or config.get("transforms"):
+        return False
+    key = converter_for(config, "key.converter")
+    value = converter_for(config, "value.converter")
+    return key.arrow_capable(key_type) and value.arrow_capable(value_type)
+
+
+def start_fused_query(
+    spark: SparkSession,
+    name: str,
+    reader: type[DataSource],
+    consumer: BatchConsumer,
+    *,
+    checkpoint: str,
+    trigger: dict[str, object],
+) -> StreamingQuery:
+    """Start a fused query: `reader` already hands records to `consumer`; commit its receipts."""
+    committer = receipt_committer(f"sluice-commit-{name}", consumer)
+    spark.dataSource.register(reader)
+    spark.dataSource.register(committer)
+    return (
+        spark.readStream.format(reader.name())
+        .load()
+        .writeStream.format(committer.name())
+        .queryName(name)
+        .option("checkpointLocation", checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
+
+
 def start_source_query(
     spark: SparkSession,
     plan: SourcePlan,
@@ -58,7 +95,7 @@ def start_source_query(
     checkpoint: str,
     trigger: dict[str, object],
 ) -> StreamingQuery:
-    """Start the query that moves a source connector's records into topics."""
+    """Start the query that moves a source connector's records into topics (JVM path)."""
     spark.dataSource.register(writer)
     return (
         source_frame(spark, plan, config)

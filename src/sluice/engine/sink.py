@@ -17,6 +17,8 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
+from sluice.engine.converters import converter_for
+from sluice.engine.direct import from_topic_frame, receipt_row
 from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
 
 
@@ -87,22 +89,27 @@ class _TaskResult(WriterCommitMessage):
     requests: list[dict[str, Any]]
 
 
-class _SinkWriter(DataSourceStreamArrowWriter):
-    def __init__(self, plan: SinkPlan) -> None:
-        self.plan = plan
+@dataclass(frozen=True)
+class SinkRunner:
+    """Runs a sink task over one Spark partition's batches and commits micro-batches (picklable).
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+    Used by the Spark stream writer below, and directly by a fused topic reader (engine.direct):
+    called with the batches a task read, it yields the task's receipt row.
+    """
+
+    plan: SinkPlan
+
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> _TaskResult:
         ctx = TaskContext.get()
-        task_id = ctx.partitionId() if ctx else 0
         number = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
         batch_id = BatchId(self.plan.run, number)
         task = self.plan.connector_class.task_class()
         task.context = SinkTaskContext(
-            connector_name=self.plan.name, task_id=task_id, batch_id=batch_id
+            connector_name=self.plan.name, task_id=partition_id, batch_id=batch_id
         )
-        task.start(self.plan.task_configs[task_id % len(self.plan.task_configs)])
+        task.start(self.plan.task_configs[partition_id % len(self.plan.task_configs)])
         try:
-            for batch in iterator:
+            for batch in batches:
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
                     task.put_batch(batch)
@@ -115,25 +122,47 @@ class _SinkWriter(DataSourceStreamArrowWriter):
             + [{"op": "pause", "partition": p} for p in c.paused]
             + [{"op": "resume", "partition": p} for p in c.resumed]
         )
-        return _TaskResult(task_id, payload, requests)
+        return _TaskResult(partition_id, payload, requests)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        pid = ctx.partitionId() if ctx else 0
+        key, value = (
+            converter_for(self.plan.config, k) for k in ("key.converter", "value.converter")
+        )
+        frames = (from_topic_frame(b, key, value) for b in batches)
+        yield receipt_row(pid, self.write(frames, pid))
 
     def _connector(self) -> SinkConnector:
         connector = self.plan.connector_class()
         connector.start(self.plan.config)
         return connector
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        results = sorted(
-            (m for m in messages if isinstance(m, _TaskResult)), key=lambda m: m.task_id
-        )
-        self._connector().commit(BatchId(self.plan.run, batchId), [r.payload for r in results])
+    def commit(self, receipts: list[_TaskResult], batch_id: int) -> None:
+        results = sorted(receipts, key=lambda r: r.task_id)
+        self._connector().commit(BatchId(self.plan.run, batch_id), [r.payload for r in results])
         requests = [req for r in results for req in r.requests]
         if requests and self.plan.control is not None:
             self.plan.control(requests)
 
+    def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
+        payloads = [r.payload if r is not None else None for r in receipts]
+        self._connector().abort(BatchId(self.plan.run, batch_id), payloads)
+
+
+class _SinkWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: SinkPlan) -> None:
+        self.runner = SinkRunner(plan)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+        ctx = TaskContext.get()
+        return self.runner.write(iterator, ctx.partitionId() if ctx else 0)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.runner.commit([m for m in messages if isinstance(m, _TaskResult)], batchId)
+
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        payloads = [m.payload if isinstance(m, _TaskResult) else None for m in messages]
-        self._connector().abort(BatchId(self.plan.run, batchId), payloads)
+        self.runner.abort([m if isinstance(m, _TaskResult) else None for m in messages], batchId)
 
 
 def _note_assignment(context: SinkTaskContext, batch: pa.RecordBatch) -> None:

@@ -12,6 +12,7 @@ an Arrow file numbered by a per-task sequence, and the offset is `{"s": {task: l
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,9 +20,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
+from sluice.engine.converters import converter_for
+from sluice.engine.direct import RECEIPT_DDL, BatchConsumer, receipt_row, to_topic_frame
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
     ConfigException,
@@ -56,7 +60,11 @@ class SourcePlan:
     topic: str | None
     limit: ReadLimit
     staging_dir: str
+    max_tasks: int = 1
     positions: PositionStore | None = field(default=None, compare=False)
+    #: Fused pipeline: the topic writer the read tasks hand their records to (see engine.direct).
+    direct: BatchConsumer | None = field(default=None, compare=False)
+    converters: tuple[str, str] = ("StringConverter", "StringConverter")
 
     @property
     def replayable(self) -> bool:
@@ -111,6 +119,7 @@ def plan_source(
         topic=config.get("connect.topicname"),
         limit=limit,
         staging_dir=staging_dir,
+        max_tasks=max_tasks,
         positions=positions,
     )
 
@@ -132,6 +141,8 @@ class _SourceDataSource(DataSource):
         return cls.plan.format_name
 
     def schema(self) -> str:
+        if self.plan.direct is not None:
+            return RECEIPT_DDL
         return source_frame_ddl(self.plan.key_schema, self.plan.value_schema)
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
@@ -202,6 +213,18 @@ class _Frame:
             yield self.from_records(pending)
 
 
+def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """What a read task outputs: its batches, or — fused — the topic writer's receipt for them."""
+    if plan.direct is None:
+        yield from batches
+        return
+    ctx = TaskContext.get()
+    pid = ctx.partitionId() if ctx else 0
+    key, value = (converter_for({"c": name}, "c") for name in plan.converters)
+    frames = (to_topic_frame(b, key, value) for b in batches)
+    yield receipt_row(pid, plan.direct.write(frames, pid))
+
+
 def _spark_limit(limit: Any, default: ReadLimit) -> ReadLimit:
     if isinstance(limit, ReadMaxRows):
         return ReadLimit(max_rows=limit.max_rows)
@@ -252,7 +275,7 @@ class _ReplayableReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = start.get("p", {}), end.get("p", {})
-        out = []
+        planned: list[tuple[int, list[tuple[RecordPartition, Any, Any]]]] = []
         for index, task in enumerate(self._all_tasks()):
             ranges = []
             for partition in task.partitions():
@@ -260,16 +283,34 @@ class _ReplayableReader(DataSourceStreamReader):
                 if key in stop and stop[key] != begin.get(key):
                     ranges.append((partition, begin.get(key), stop[key]))
             if ranges:
-                out.append(InputPartition((index, ranges)))
+                planned.append((index, ranges))
+        count = sum(len(ranges) for _, ranges in planned)
+        if count == 0 or count >= self.plan.max_tasks:
+            return [InputPartition(item) for item in planned]
+        # Fewer ranges than max.tasks allows: cut ranges so idle cores can read them in parallel.
+        # Sub-ranges stay in order (Spark partition order is commit order).
+        parts = self.plan.max_tasks // count
+        out = []
+        tasks = self._all_tasks()
+        for index, ranges in planned:
+            for partition, first, last in ranges:
+                cuts = tasks[index].split(partition, first, last, parts)[: parts - 1]
+                bounds = [first, *cuts, last]
+                for lo, hi in itertools.pairwise(bounds):
+                    out.append(InputPartition((index, [(partition, lo, hi)])))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         index, ranges = partition.value
         task = _new_task(self.plan, index)
         frame = _Frame(self.plan)
-        try:
+
+        def batches() -> Iterator[pa.RecordBatch]:
             for part, begin, stop in ranges:
                 yield from frame.batches(task.read(part, begin, stop), part)
+
+        try:
+            yield from _emit(self.plan, batches())
         finally:
             task.stop()
 
@@ -348,11 +389,15 @@ class _PollingReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         index, first, last = partition.value
         folder = os.path.join(self.plan.staging_dir, str(index))
-        for seq in range(first + 1, last + 1):
-            with pa.memory_map(os.path.join(folder, f"{seq:012d}.arrow")) as source:
-                reader = pa.ipc.open_file(source)
-                for i in range(reader.num_record_batches):
-                    yield reader.get_batch(i)
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for seq in range(first + 1, last + 1):
+                with pa.memory_map(os.path.join(folder, f"{seq:012d}.arrow")) as source:
+                    reader = pa.ipc.open_file(source)
+                    for i in range(reader.num_record_batches):
+                        yield reader.get_batch(i)
+
+        yield from _emit(self.plan, batches())
 
     def commit(self, end: dict) -> None:
         tasks = self._all_tasks()

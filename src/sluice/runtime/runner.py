@@ -11,15 +11,22 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.embedded import EmbeddedBus
-from sluice.engine.pipeline import start_sink_query, start_source_query
-from sluice.engine.sink import plan_sink
-from sluice.engine.source import plan_source
+from sluice.engine.direct import RECEIPT_DDL
+from sluice.engine.pipeline import (
+    fusable,
+    start_fused_query,
+    start_sink_query,
+    start_source_query,
+)
+from sluice.engine.sink import SinkRunner, plan_sink
+from sluice.engine.source import plan_source, source_data_source
 from sluice.runtime.plugins import resolve_connector
 from sluice.sdk import (
     ConfigDef,
@@ -117,27 +124,64 @@ class ConnectorRunner:
             )
             if plan.topic:
                 self.bus.create_topic(plan.topic)
-            writer = self.bus.topic_writer(writer_id=f"{name}/{run}")
-            query = start_source_query(
-                self.spark, plan, conf, writer, checkpoint=checkpoint, trigger=self.trigger
-            )
+            writer_id = f"{name}/{run}"
+            if fusable(conf, plan.key_schema.to_arrow(), plan.value_schema.to_arrow()):
+                plan = replace(
+                    plan,
+                    direct=self.bus.topic_appender(writer_id=writer_id),
+                    converters=(
+                        conf.get("key.converter", "StringConverter"),
+                        conf.get("value.converter", "StringConverter"),
+                    ),
+                )
+                query = start_fused_query(
+                    self.spark,
+                    f"source:{name}",
+                    source_data_source(plan),
+                    plan.direct,
+                    checkpoint=checkpoint,
+                    trigger=self.trigger,
+                )
+            else:
+                writer = self.bus.topic_writer(writer_id=writer_id)
+                query = start_source_query(
+                    self.spark, plan, conf, writer, checkpoint=checkpoint, trigger=self.trigger
+                )
             kind = "source"
         elif isinstance(connector, SinkConnector):
             topics = _SINK_KEYS.parse(conf)["connect.topicnames"]
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
-            reader, control = self.bus.topic_reader(
+            control_path = os.path.join(self._connector_dir(name), "control.json")
+            plan = plan_sink(
+                name, connector, conf, run=run, control=self.bus.reader_control(control_path).apply
+            )
+            fused = fusable(conf, pa.binary(), pa.binary())
+            runner = SinkRunner(plan)
+            reader = self.bus.topic_reader(
                 name=name,
                 topics=topics,
-                max_tasks=int(conf.get("max.tasks", "1")),
-                control_path=os.path.join(self._connector_dir(name), "control.json"),
+                max_tasks=len(plan.task_configs),
+                control_path=control_path,
                 positions=self.positions,
                 max_rows=int(conf["read.max.rows"]) if conf.get("read.max.rows") else None,
+                split_queues=connector.ordered_commit,
+                downstream=runner if fused else None,
+                downstream_ddl=RECEIPT_DDL if fused else None,
             )
-            plan = plan_sink(name, connector, conf, run=run, control=control.apply)
-            query = start_sink_query(
-                self.spark, plan, reader, checkpoint=checkpoint, trigger=self.trigger
-            )
+            if fused:
+                query = start_fused_query(
+                    self.spark,
+                    f"sink:{name}",
+                    reader,
+                    runner,
+                    checkpoint=checkpoint,
+                    trigger=self.trigger,
+                )
+            else:
+                query = start_sink_query(
+                    self.spark, plan, reader, checkpoint=checkpoint, trigger=self.trigger
+                )
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")

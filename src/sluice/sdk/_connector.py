@@ -172,6 +172,10 @@ class SourceConnector(Connector):
 class SinkConnector(Connector):
     """A connector that delivers records from topics to an external system."""
 
+    #: True when `commit` applies the tasks' results in task order (as the file sink does): the
+    #: runtime may then split one queue's range over several tasks without reordering it.
+    ordered_commit: ClassVar[bool] = False
+
     def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
         """Make a micro-batch's writes visible (driver, once all its tasks returned from `flush`).
 
@@ -220,6 +224,17 @@ class ReplayableSourceTask(ABC):
         Either `ConnectRecord`s, or — for speed — `pyarrow.RecordBatch`es with a `value` column
         (and optionally `key`, `timestamp`, `headers`, `topic`) typed as the connector's schemas.
         """
+
+    def split(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int
+    ) -> list[RecordOffset]:
+        """Optional (driver): up to `parts - 1` ascending offsets strictly inside `(start, end)`.
+
+        When `max.tasks` allows more Spark partitions than there are ranges to read, the runtime
+        reads the sub-ranges in parallel; their records still reach the topic in order, because
+        sub-ranges are committed in order and share the partition's queue. Default: no cuts.
+        """
+        return []
 
     def stop(self) -> None:
         """Release what `start` opened. Optional."""

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource
 
 from sluice.bus.embedded.log import EmbeddedLog, OffsetOutOfRange, QueueRange, TopicInfo
@@ -42,8 +43,16 @@ class EmbeddedBus:
     def describe(self, topic: str) -> TopicInfo:
         return self.log.describe(topic)
 
+    def topic_appender(self, *, writer_id: str) -> TopicWriterPlan:
+        """The topic writer as a plain object (for fused pipelines: `write` + `commit`)."""
+        return TopicWriterPlan(self.root, writer_id, self.default_queues)
+
     def topic_writer(self, *, writer_id: str) -> type[DataSource]:
-        return topic_writer(TopicWriterPlan(self.root, writer_id, self.default_queues))
+        return topic_writer(self.topic_appender(writer_id=writer_id))
+
+    def reader_control(self, path: str) -> ReaderControl:
+        """Where sink tasks' pause/resume/reset requests are kept for the reader."""
+        return ReaderControl(path)
 
     def topic_reader(
         self,
@@ -54,7 +63,10 @@ class EmbeddedBus:
         control_path: str,
         positions: Any,
         max_rows: int | None = None,
-    ) -> tuple[type[DataSource], ReaderControl]:
+        split_queues: bool = False,
+        downstream: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+        downstream_ddl: str | None = None,
+    ) -> type[DataSource]:
         control = ReaderControl(control_path)
         plan = TopicReaderPlan(
             name=name,
@@ -62,7 +74,10 @@ class EmbeddedBus:
             topics=tuple(topics),
             max_tasks=max(1, max_tasks),
             max_rows=max_rows,
+            split_queues=split_queues,
             control=control,
             positions=positions,
+            downstream=downstream,
+            downstream_ddl=downstream_ddl,
         )
-        return topic_reader(plan), control
+        return topic_reader(plan)

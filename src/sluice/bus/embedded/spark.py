@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,9 +62,19 @@ def queue_partition(topic: str, queue: int) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------- writer
+def _modulo(values: pa.Array, n: int) -> pa.Array:
+    # values are non-negative: integer division truncates, so this is the remainder
+    return pc.subtract(values, pc.multiply(pc.divide(values, n), n))
+
+
 @dataclass(frozen=True)
 class TopicWriterPlan:
-    """Where and as whom a source query writes topics."""
+    """Where and as whom a source query writes topics; also usable directly (fused pipelines).
+
+    `write` (executor) stages a task's rows — columns `topic, key, value, timestamp, headers,
+    route` — per (topic, queue) and returns the staged segments; `commit` (driver) publishes the
+    segments of all tasks of a micro-batch, in task order, once per (writer id, batch id).
+    """
 
     root: str
     writer_id: str
@@ -72,6 +83,68 @@ class TopicWriterPlan:
     @property
     def format_name(self) -> str:
         return f"sluice-topic-writer-{self.writer_id}"
+
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> list[StagedSegment]:
+        the_log = EmbeddedLog(self.root)
+        queues: dict[str, int] = {}
+        buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        sizes: dict[tuple[str, int], int] = {}
+        staged: list[StagedSegment] = []
+        rotation = partition_id
+
+        def stage(slot: tuple[str, int]) -> None:
+            parts = buffers.pop(slot, [])
+            sizes.pop(slot, None)
+            if parts:
+                staged.append(the_log.stage(slot[0], slot[1], pa.Table.from_batches(parts)))
+
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            topics = batch.column("topic")
+            distinct = topics.unique()
+            for topic in distinct.to_pylist():
+                if topic is None:
+                    raise ValueError("a record has no topic: set connect.topicname or its topic")
+                part = batch if len(distinct) == 1 else batch.filter(pc.equal(topics, topic))
+                if topic not in queues:
+                    queues[topic] = the_log.create_topic(topic, self.default_queues).queues
+                route = part.column("route")
+                if route.null_count:
+                    # no key, no source partition: round-robin, continuing across batches
+                    spread = pc.add(_arange(len(route)), pa.scalar(rotation, pa.int64()))
+                    rotation += len(route)
+                    route = pc.coalesce(route.cast(pa.int64()), spread)
+                target = _modulo(route, queues[topic])
+                stored = pa.RecordBatch.from_arrays(
+                    [part.column(f.name).cast(f.type) for f in STORED_SCHEMA], schema=STORED_SCHEMA
+                )
+                targets = target.unique()
+                for queue in targets.to_pylist():
+                    rows = stored if len(targets) == 1 else stored.filter(pc.equal(target, queue))
+                    slot = (topic, queue)
+                    buffers.setdefault(slot, []).append(rows)
+                    sizes[slot] = sizes.get(slot, 0) + rows.nbytes
+                    if sizes[slot] >= _STAGE_BYTES:
+                        stage(slot)
+        for slot in list(buffers):
+            stage(slot)
+        return staged
+
+    def commit(self, receipts: list[list[StagedSegment]], batch_id: int) -> None:
+        by_topic: dict[str, list[StagedSegment]] = {}
+        for segments in receipts:
+            for segment in segments:
+                by_topic.setdefault(segment.topic, []).append(segment)
+        the_log = EmbeddedLog(self.root)
+        for _topic, segments in sorted(by_topic.items()):
+            the_log.commit(self.writer_id, batch_id, segments)
+
+    def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
+        for segments in receipts:
+            for segment in segments or []:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(os.path.join(self.root, segment.topic, segment.path))
 
 
 @dataclass
@@ -100,11 +173,6 @@ class _WriterSource(DataSource):
         return _TopicWriter(self.plan)
 
 
-def _modulo(values: pa.Array, n: int) -> pa.Array:
-    # values are non-negative: integer division truncates, so this is the remainder
-    return pc.subtract(values, pc.multiply(pc.divide(values, n), n))
-
-
 class _TopicWriter(DataSourceStreamArrowWriter):
     def __init__(self, plan: TopicWriterPlan) -> None:
         self.plan = plan
@@ -113,70 +181,15 @@ class _TopicWriter(DataSourceStreamArrowWriter):
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        the_log = EmbeddedLog(self.plan.root)
-        queues: dict[str, int] = {}
-        buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
-        sizes: dict[tuple[str, int], int] = {}
-        staged: list[StagedSegment] = []
-        rotation = ctx.partitionId() if ctx else 0
-
-        def stage(slot: tuple[str, int]) -> None:
-            batches = buffers.pop(slot, [])
-            sizes.pop(slot, None)
-            if batches:
-                staged.append(the_log.stage(slot[0], slot[1], pa.Table.from_batches(batches)))
-
-        for batch in iterator:
-            if not batch.num_rows:
-                continue
-            topics = batch.column("topic")
-            for topic in topics.unique().to_pylist():
-                if topic is None:
-                    raise ValueError("a record has no topic: set connect.topicname or its topic")
-                part = batch if len(topics.unique()) == 1 else batch.filter(pc.equal(topics, topic))
-                if topic not in queues:
-                    queues[topic] = the_log.create_topic(topic, self.plan.default_queues).queues
-                route = part.column("route")
-                if route.null_count:
-                    # no key, no source partition: round-robin, continuing across batches
-                    spread = pc.add(_arange(len(route)), pa.scalar(rotation, pa.int64()))
-                    rotation += len(route)
-                    route = pc.coalesce(route.cast(pa.int64()), spread)
-                target = _modulo(route, queues[topic])
-                stored = pa.RecordBatch.from_arrays(
-                    [part.column(f.name).cast(f.type) for f in STORED_SCHEMA], schema=STORED_SCHEMA
-                )
-                for queue in target.unique().to_pylist():
-                    rows = (
-                        stored
-                        if len(target.unique()) == 1
-                        else stored.filter(pc.equal(target, queue))
-                    )
-                    slot = (topic, queue)
-                    buffers.setdefault(slot, []).append(rows)
-                    sizes[slot] = sizes.get(slot, 0) + rows.nbytes
-                    if sizes[slot] >= _STAGE_BYTES:
-                        stage(slot)
-        for slot in list(buffers):
-            stage(slot)
-        return _Staged(ctx.partitionId() if ctx else 0, staged)
+        partition_id = ctx.partitionId() if ctx else 0
+        return _Staged(partition_id, self.plan.write(iterator, partition_id))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ordered = sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
-        by_topic: dict[str, list[StagedSegment]] = {}
-        for message in ordered:
-            for segment in message.segments:
-                by_topic.setdefault(segment.topic, []).append(segment)
-        the_log = EmbeddedLog(self.plan.root)
-        for _topic, segments in sorted(by_topic.items()):
-            the_log.commit(self.plan.writer_id, batchId, segments)
+        self.plan.commit([m.segments for m in ordered], batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        for message in messages:
-            if isinstance(message, _Staged):
-                for segment in message.segments:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.remove(os.path.join(self.plan.root, segment.topic, segment.path))
+        self.plan.abort([m.segments if isinstance(m, _Staged) else None for m in messages], batchId)
 
 
 # ---------------------------------------------------------------------------------------- control
@@ -239,8 +252,16 @@ class TopicReaderPlan:
     topics: tuple[str, ...]
     max_tasks: int = 1
     max_rows: int | None = None
+    split_queues: bool = False
     control: ReaderControl | None = None
     positions: Any = field(default=None, compare=False)
+    #: Fused pipelines: consumes the rows a task read and yields what the query outputs instead
+    #: (e.g. a sink's commit receipt), so records never cross into the JVM. Output schema:
+    #: `downstream_ddl`.
+    downstream: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = field(
+        default=None, compare=False
+    )
+    downstream_ddl: str | None = None
 
     @property
     def format_name(self) -> str:
@@ -264,7 +285,7 @@ class _ReaderSource(DataSource):
         return cls.plan.format_name
 
     def schema(self) -> str:
-        return READ_DDL
+        return self.plan.downstream_ddl or READ_DDL
 
     def streamReader(self, schema: Any) -> _TopicReader:
         return _TopicReader(self.plan)
@@ -330,17 +351,33 @@ class _TopicReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop, explicit = start.get("q", {}), end.get("q", {}), end.get("r", {})
-        groups: dict[int, list[tuple[str, int, int, int]]] = {}
-        for index, key in enumerate(sorted(stop)):
+        ranges = []
+        for key in sorted(stop):
             first = explicit.get(key, begin.get(key, 0))
             if stop[key] > first:
                 topic, queue = _split(key)
-                groups.setdefault(index % self.plan.max_tasks, []).append(
-                    (topic, queue, first, stop[key])
+                ranges.append((topic, queue, first, stop[key]))
+        if self.plan.split_queues and 0 < len(ranges) < self.plan.max_tasks:
+            # The sink commits task results in task order: one queue may span several tasks.
+            parts = self.plan.max_tasks // len(ranges)
+            cut = []
+            for topic, queue, first, last in ranges:
+                bounds = sorted(
+                    {first + (last - first) * k // parts for k in range(parts)} | {last}
                 )
-        return [InputPartition(ranges) for _, ranges in sorted(groups.items())]
+                cut.extend((topic, queue, lo, hi) for lo, hi in itertools.pairwise(bounds))
+            return [InputPartition([r]) for r in cut]
+        groups: dict[int, list[tuple[str, int, int, int]]] = {}
+        for index, item in enumerate(ranges):
+            groups.setdefault(index % self.plan.max_tasks, []).append(item)
+        return [InputPartition(group) for _, group in sorted(groups.items())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.plan.downstream is not None:
+            return self.plan.downstream(self._rows(partition))
+        return self._rows(partition)
+
+    def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         the_log = EmbeddedLog(self.plan.root)
         for topic, queue, first, stop in partition.value:
             try:

@@ -126,6 +126,7 @@ class FileSinkConnector(SinkConnector):
     config_def = CONFIG
     task_class = FileSinkTask
     delivery = "exactly-once"
+    ordered_commit = True
 
     def validate(self, config: Mapping[str, str]) -> None:
         path = CONFIG.parse(config)["filename"]

@@ -1,0 +1,147 @@
+"""Fused pipelines: records stay in Python/Arrow, Spark carries only commit receipts.
+
+When nothing between a source and the topic (or the topic and a sink) needs the JVM — no transforms,
+converters that are trivial on Arrow — the reading task hands its batches straight to the consumer
+(the topic writer, or the sink task) and outputs one *receipt* row. The receipt committer, a Spark
+stream writer, passes the receipts of a micro-batch, in partition order, to the consumer's `commit`
+with Spark's batch id. Spark still owns offsets, checkpoints, retries and commit order, so the
+delivery guarantees are those of the unfused query; what is saved is two JVM↔Python crossings per
+record (measured in bench/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from sluice.engine.converters import Converter
+
+RECEIPT_DDL = "partition int, receipt binary"
+_RECEIPT_SCHEMA = pa.schema([pa.field("partition", pa.int32()), pa.field("receipt", pa.binary())])
+_INT31 = 0x7FFFFFFF
+
+
+class BatchConsumer(Protocol):
+    """Consumes a task's record batches on an executor, commits them on the driver. Picklable."""
+
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> Any: ...
+
+    def commit(self, receipts: list[Any], batch_id: int) -> None: ...
+
+    def abort(self, receipts: list[Any], batch_id: int) -> None: ...
+
+
+def receipt_row(partition_id: int, receipt: Any) -> pa.RecordBatch:
+    """The one row a fused task outputs."""
+    return pa.RecordBatch.from_arrays(
+        [pa.array([partition_id], pa.int32()), pa.array([pickle.dumps(receipt)], pa.binary())],
+        schema=_RECEIPT_SCHEMA,
+    )
+
+
+@dataclass
+class _Receipts(WriterCommitMessage):
+    rows: list[tuple[int, Any]]
+
+
+def receipt_committer(name: str, consumer: BatchConsumer) -> type[DataSource]:
+    """A DataSource class whose stream writer commits receipts through `consumer`."""
+    return type(
+        f"SluiceCommitter_{abs(hash(name))}",
+        (_CommitterSource,),
+        {"consumer": consumer, "format": name, "__module__": __name__},
+    )
+
+
+class _CommitterSource(DataSource):
+    consumer: BatchConsumer
+    format: str
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.format
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _Committer:
+        return _Committer(self.consumer)
+
+
+class _Committer(DataSourceStreamArrowWriter):
+    def __init__(self, consumer: BatchConsumer) -> None:
+        self.consumer = consumer
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Receipts:
+        rows = []
+        for batch in iterator:
+            for pid, blob in zip(
+                batch.column("partition").to_pylist(),
+                batch.column("receipt").to_pylist(),
+                strict=True,
+            ):
+                rows.append((pid, pickle.loads(blob)))
+        return _Receipts(rows)
+
+    def _ordered(self, messages: list[WriterCommitMessage | None]) -> list[Any]:
+        rows = [row for m in messages if isinstance(m, _Receipts) for row in m.rows]
+        return [receipt for _, receipt in sorted(rows, key=lambda row: row[0])]
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.consumer.commit(self._ordered(messages), batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.consumer.abort(self._ordered(messages), batchId)
+
+
+# -- source frame → topic frame, in Arrow ----------------------------------------------------------
+def _headers_json(headers: pa.Array) -> pa.Array:
+    if headers.null_count == len(headers):
+        return pa.nulls(len(headers), pa.string())
+    return pa.array(
+        [None if h is None else json.dumps(dict(h), sort_keys=True) for h in headers.to_pylist()],
+        pa.string(),
+    )
+
+
+def _route(key: pa.Array, partition_hash: pa.Array) -> pa.Array:
+    """Same routing as the JVM path: crc32 of the key bytes, else the source partition's hash."""
+    if key.null_count == len(key):
+        return partition_hash
+    hashes = partition_hash.to_pylist()
+    return pa.array(
+        [
+            h if k is None else zlib.crc32(k) & _INT31
+            for k, h in zip(key.to_pylist(), hashes, strict=True)
+        ],
+        pa.int32(),
+    )
+
+
+def to_topic_frame(batch: pa.RecordBatch, key: Converter, value: Converter) -> pa.RecordBatch:
+    """A source-frame batch as the topic writer expects it (what the JVM plan would produce)."""
+    key_bytes = key.to_topic_arrow(batch.column("key"))
+    return pa.RecordBatch.from_arrays(
+        [
+            batch.column("topic"),
+            key_bytes,
+            value.to_topic_arrow(batch.column("value")),
+            batch.column("timestamp"),
+            _headers_json(batch.column("headers")),
+            _route(key_bytes, batch.column("partition_hash")),
+        ],
+        names=["topic", "key", "value", "timestamp", "headers", "route"],
+    )
+
+
+def from_topic_frame(batch: pa.RecordBatch, key: Converter, value: Converter) -> pa.RecordBatch:
+    """A topic-reader batch with key and value decoded by the converters (the sink frame)."""
+    names = batch.schema.names
+    columns = [batch.column(n) for n in names]
+    columns[names.index("key")] = key.from_topic_arrow(batch.column("key"))
+    columns[names.index("value")] = value.from_topic_arrow(batch.column("value"))
+    return pa.RecordBatch.from_arrays(columns, names=names)
