@@ -95,12 +95,20 @@ def main() -> None:
     make_file(src, args.lines)
     size = os.path.getsize(src)
     spark = build_session(log_level="ERROR")
-    source = {"connector.class": "FileSourceConnector", "filename": src,
-              "connect.topicname": "bench", "max.tasks": args.tasks}
+    source = {
+        "connector.class": "FileSourceConnector",
+        "filename": src,
+        "connect.topicname": "bench",
+        "max.tasks": args.tasks,
+    }
 
     def sink(path: str) -> dict:
-        return {"connector.class": "FileSinkConnector", "filename": path,
-                "connect.topicnames": "bench", "max.tasks": args.tasks}
+        return {
+            "connector.class": "FileSinkConnector",
+            "filename": path,
+            "connect.topicnames": "bench",
+            "max.tasks": args.tasks,
+        }
 
     results: dict[str, float] = {}
     results["baseline"] = baseline(spark, src, out)
@@ -143,12 +151,17 @@ def main() -> None:
     assert filecmp.cmp(src, dst, shallow=False), "end-to-end output differs from the input"
 
     base = results["baseline"]
-    print(f"\n{args.lines:,} lines, {size / 1e6:.0f} MB; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {sys.version.split()[0]}, Spark {spark.version}")
-    print(f"{'step':<36}{'seconds':>9}{'lines/s':>14}{'MB/s':>9}{'× baseline':>12}")
+    cpu = platform.processor() or platform.machine()
+    print(
+        f"\n{args.lines:,} lines, {size / 1e6:.0f} MB; {cpu}, {os.cpu_count()} cores, "
+        f"Python {sys.version.split()[0]}, Spark {spark.version}"
+    )
+    print(f"{'step':<36}{'seconds':>9}{'lines/s':>14}{'MB/s':>9}{'x baseline':>12}")
     for name, seconds in results.items():
-        print(f"{name:<36}{seconds:>9.2f}{args.lines / seconds:>14,.0f}{size / 1e6 / seconds:>9.1f}"
-              f"{seconds / base:>12.2f}")
+        print(
+            f"{name:<36}{seconds:>9.2f}{args.lines / seconds:>14,.0f}{size / 1e6 / seconds:>9.1f}"
+            f"{seconds / base:>12.2f}"
+        )
     print("sink files byte-identical to the source: yes")
     spark.stop()
 
