@@ -131,7 +131,7 @@ def main() -> None:
     runner.start("dst", sink(dst))
     wait(lambda: failed(runner) or (os.path.exists(dst) and os.path.getsize(dst) >= size))
     results["hop 2: topic → file sink"] = time.perf_counter() - t
-    runner.stop_all()
+    runner.close()
     assert filecmp.cmp(src, dst, shallow=False), "hop 2 output differs from the input"
 
     # end to end, both queries at once
@@ -147,7 +147,7 @@ def main() -> None:
     runner.start("dst", sink(dst))
     wait(lambda: failed(runner) or (os.path.exists(dst) and os.path.getsize(dst) >= size))
     results["end to end: file → topic → file"] = time.perf_counter() - t
-    runner.stop_all()
+    runner.close()
     assert filecmp.cmp(src, dst, shallow=False), "end-to-end output differs from the input"
 
     base = results["baseline"]

@@ -44,4 +44,4 @@ def runner(spark: object, tmp_path: object) -> Iterator[object]:
 
     r = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=100)
     yield r
-    r.stop_all()
+    r.close()

@@ -79,7 +79,7 @@ def main() -> None:
     finally:
         stop.set()
         print("Stopping…", flush=True)
-        runner.stop_all()
+        runner.close()
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Child process for the crash tests: file source → topic → file sink until killed.
 
-Usage: python pipeline_child.py STORE_ROOT SOURCE_FILE SINK_FILE
+Usage: python pipeline_child.py STORE_ROOT SOURCE_FILE SINK_FILE [FUSED]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from sluice.runtime.runner import ConnectorRunner
 
 def main() -> None:
     root, source, sink = sys.argv[1:4]
+    fused = sys.argv[4] if len(sys.argv) > 4 else "true"
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
     )
@@ -25,6 +26,7 @@ def main() -> None:
             "filename": source,
             "connect.topicname": "crash",
             "read.max.rows": "100000",
+            "pipeline.fused": fused,
         },
     )
     runner.start(
@@ -34,6 +36,7 @@ def main() -> None:
             "filename": sink,
             "connect.topicnames": "crash",
             "read.max.rows": "70000",
+            "pipeline.fused": fused,
         },
     )
     print("RUNNING", flush=True)

@@ -20,12 +20,12 @@ CHILD = Path(__file__).with_name("pipeline_child.py")
 LINES = 1_000_000
 
 
-def _start(root: Path, src: Path, dst: Path, log: Path) -> subprocess.Popen:
+def _start(root: Path, src: Path, dst: Path, log: Path, fused: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
     return subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), str(src), str(dst)],
+        [sys.executable, str(CHILD), str(root), str(src), str(dst), fused],
         stdout=out,
         stderr=subprocess.STDOUT,
         env=env,
@@ -42,7 +42,10 @@ def _size(path: Path) -> int:
     return path.stat().st_size if path.exists() else 0
 
 
-def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("fused", "fill_kills"), [("true", 3), ("false", 2)])
+def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
+    tmp_path: Path, fused: str, fill_kills: int
+) -> None:
     src, dst, root, log = (
         tmp_path / "in.txt",
         tmp_path / "out.txt",
@@ -57,13 +60,12 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
     kills: list[str] = []
     # Kill at random sink fill levels (mid-batch, mid-commit, ...) and once at a random instant
     # soon after start-up, before anything may have reached the sink.
-    plans = [("time", rng.uniform(2.0, 12.0))] + [
-        ("fill", rng.uniform(0.05, 0.9)) for _ in range(3)
-    ]
-    rng.shuffle(plans)
+    fills = sorted(rng.uniform(0.05, 0.9) for _ in range(fill_kills))
+    plans: list[tuple[str, float]] = [("fill", f) for f in fills]
+    plans.insert(rng.randrange(len(plans) + 1), ("time", rng.uniform(2.0, 12.0)))
     for kind, amount in plans:
         before = _size(dst)
-        proc = _start(root, src, dst, log)
+        proc = _start(root, src, dst, log, fused)
         if kind == "time":
             deadline = time.monotonic() + amount
             wait_until(lambda d=deadline, p=proc: time.monotonic() >= d or p.poll() is not None, 60)
@@ -77,7 +79,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
         assert proc.poll() is None, f"child exited early:\n{log.read_text()[-3000:]}"
         _kill9(proc)
         kills.append(f"{kind}={amount:.2f} at sink={_size(dst)}/{total}")
-    proc = _start(root, src, dst, log)
+    proc = _start(root, src, dst, log, fused)
     try:
         wait_until(lambda: _size(dst) >= total or proc.poll() is not None, 600, "sink complete")
         assert proc.poll() is None, f"child failed:\n{log.read_text()[-3000:]}"

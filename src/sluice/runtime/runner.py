@@ -9,7 +9,9 @@ from its checkpoint, and `reset_run` starts a fresh one from the position store.
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import uuid
 from dataclasses import dataclass, replace
 
@@ -38,6 +40,8 @@ from sluice.sdk import (
 )
 from sluice.store.positions import SqlitePositionStore
 
+log = logging.getLogger(__name__)
+
 _SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
 
 
@@ -61,17 +65,44 @@ class ConnectorRunner:
         *,
         trigger_interval_ms: int = 500,
         default_queues: int = 8,
+        retention_ms: int | None = 7 * 24 * 3600 * 1000,
+        retention_bytes: int | None = None,
+        maintenance_interval_s: float = 60.0,
     ) -> None:
         self.spark = spark
         self.root = os.path.abspath(os.fspath(root))
         self.bus = EmbeddedBus(os.path.join(self.root, "bus"), default_queues=default_queues)
         self.positions = SqlitePositionStore(os.path.join(self.root, "positions.sqlite"))
+        self.positions.load("")  # create the database here, before Spark's processes open it
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}
             if trigger_interval_ms > 0
             else {"processingTime": "0 seconds"}
         )
         self.running: dict[str, RunningConnector] = {}
+        self.retention_ms = retention_ms
+        self.retention_bytes = retention_bytes
+        self._closed = threading.Event()
+        if maintenance_interval_s > 0:
+            threading.Thread(
+                target=self._maintain_loop,
+                args=(maintenance_interval_s,),
+                daemon=True,
+                name="sluice-bus-maintenance",
+            ).start()
+
+    def maintain(self) -> dict[str, int]:
+        """Apply topic retention (by age and size) and remove orphaned staged segments now."""
+        return self.bus.maintain(
+            retention_ms=self.retention_ms, retention_bytes=self.retention_bytes
+        )
+
+    def _maintain_loop(self, interval_s: float) -> None:
+        while not self._closed.wait(interval_s):
+            try:
+                self.maintain()
+            except Exception:  # the next round tries again; a query is never stopped for this
+                log.exception("bus maintenance failed")
 
     # -- runs -----------------------------------------------------------------------------------
     def _connector_dir(self, name: str) -> str:
@@ -201,3 +232,8 @@ class ConnectorRunner:
     def stop_all(self) -> None:
         for name in list(self.running):
             self.stop(name)
+
+    def close(self) -> None:
+        """Stop every connector and the maintenance thread."""
+        self._closed.set()
+        self.stop_all()

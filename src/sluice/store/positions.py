@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from sluice._sqlite import connect_shared
 from sluice.sdk import RecordOffset
 
 _SCHEMA = """
@@ -47,9 +48,7 @@ class SqlitePositionStore:
         conn = getattr(self._local, "conn", None)
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
+            conn = connect_shared(self.path)
             conn.execute(_SCHEMA)
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn

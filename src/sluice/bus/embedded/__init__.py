@@ -43,6 +43,26 @@ class EmbeddedBus:
     def describe(self, topic: str) -> TopicInfo:
         return self.log.describe(topic)
 
+    def maintain(
+        self,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        orphan_age_s: float = 3600.0,
+    ) -> dict[str, int]:
+        """Apply retention to every topic and delete segments staged by writers that died.
+
+        Returns `{"segments_expired": n, "orphans_removed": m}`.
+        """
+        expired = removed = 0
+        for topic in self.log.topics():
+            if retention_ms is not None or retention_bytes is not None:
+                expired += self.log.apply_retention(
+                    topic, max_age_ms=retention_ms, max_bytes=retention_bytes
+                )
+            removed += self.log.remove_orphans(topic, older_than_s=orphan_age_s)
+        return {"segments_expired": expired, "orphans_removed": removed}
+
     def topic_appender(self, *, writer_id: str) -> TopicWriterPlan:
         """The topic writer as a plain object (for fused pipelines: `write` + `commit`)."""
         return TopicWriterPlan(self.root, writer_id, self.default_queues)

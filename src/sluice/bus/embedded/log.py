@@ -68,6 +68,8 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from sluice._sqlite import connect_shared
+
 __all__ = [
     "EmbeddedLog",
     "OffsetOutOfRange",
@@ -79,7 +81,6 @@ __all__ = [
 
 _INDEX_NAME = "index.sqlite"
 _FORMAT_VERSION = 1
-_BUSY_TIMEOUT_S = 60.0
 _MAX_QUEUES = 4096
 _TOPIC_RE = re.compile(r"[A-Za-z0-9._%-]{1,127}")
 _SEGMENT_RE = re.compile(r"(\d+)/([0-9a-f]{32})\.arrow")
@@ -240,44 +241,7 @@ def _connect(index: Path, *, create: bool) -> sqlite3.Connection:
     # URI mode so that a plain lookup (mode=rw) never creates an index file for a missing
     # topic; quote() matters because '%' is legal in topic names.
     mode = "rwc" if create else "rw"
-    conn = sqlite3.connect(
-        f"file:{quote(str(index))}?mode={mode}",
-        uri=True,
-        timeout=_BUSY_TIMEOUT_S,
-        isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-        check_same_thread=False,
-    )
-    try:
-        conn.execute(f"PRAGMA busy_timeout={int(_BUSY_TIMEOUT_S * 1000)}")
-        _enable_wal(conn)
-        conn.execute("PRAGMA synchronous=FULL")
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _enable_wal(conn: sqlite3.Connection) -> None:
-    # Switching a fresh database to WAL takes an exclusive lock and SQLite reports SQLITE_BUSY
-    # at once instead of calling the busy handler when two processes race to create a topic,
-    # so retry here for as long as the busy timeout would have waited.
-    deadline = time.monotonic() + _BUSY_TIMEOUT_S
-    delay = 0.001
-    while True:
-        try:
-            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-        except sqlite3.OperationalError as e:
-            if "locked" not in str(e) and "busy" not in str(e):
-                raise
-            if time.monotonic() >= deadline:
-                raise
-        else:
-            if str(mode).lower() == "wal":
-                return
-            if time.monotonic() >= deadline:
-                raise sqlite3.OperationalError(f"could not enable WAL mode (got {mode!r})")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+    return connect_shared(f"file:{quote(str(index))}?mode={mode}", uri=True)
 
 
 @contextlib.contextmanager
