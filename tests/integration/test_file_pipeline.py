@@ -69,12 +69,18 @@ def test_100k_lines_arrive_byte_identical(runner, tmp_path: Path, fused: str) ->
     assert 0 < stored[key]["position"] <= _size(src)
 
 
-def test_lines_appended_while_running_reach_the_sink(runner, tmp_path: Path) -> None:
+def _pipeline_in_step(runner, tmp_path: Path, text: str) -> tuple[Path, Path]:
+    """Start file source + file sink over `text` and wait until the sink caught up."""
     src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
-    src.write_text("".join(f"first {i}\n" for i in range(1000)))
+    src.write_text(text)
     runner.start("src", _source(src))
     runner.start("dst", _sink(dst))
     _wait_identical(runner, src, dst)
+    return src, dst
+
+
+def test_lines_appended_while_running_reach_the_sink(runner, tmp_path: Path) -> None:
+    src, dst = _pipeline_in_step(runner, tmp_path, "".join(f"first {i}\n" for i in range(1000)))
     with open(src, "a") as f:
         f.write("".join(f"second {i}\n" for i in range(500)))
         f.write("half a line")  # no newline yet: must wait
@@ -121,11 +127,7 @@ def test_several_sources_and_a_sink_with_three_tasks(runner, tmp_path: Path) -> 
 
 
 def test_restarted_sink_does_not_duplicate(runner, tmp_path: Path) -> None:
-    src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
-    src.write_text("".join(f"row {i}\n" for i in range(2000)))
-    runner.start("src", _source(src))
-    runner.start("dst", _sink(dst))
-    _wait_identical(runner, src, dst)
+    src, dst = _pipeline_in_step(runner, tmp_path, "".join(f"row {i}\n" for i in range(2000)))
     runner.stop("dst")
     with open(src, "a") as f:
         f.write("".join(f"later {i}\n" for i in range(100)))

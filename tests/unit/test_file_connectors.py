@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sluice.connectors.file import FileSinkConnector, FileSinkTask, FileSourceTask
 from sluice.sdk import BatchId, ConnectException, ReadLimit, SinkTaskContext
@@ -130,3 +133,50 @@ def test_sink_config_errors_name_the_key(tmp_path: Path) -> None:
         FileSinkConnector().validate({"filename": str(tmp_path / "o")})
     with pytest.raises(ConfigException, match=r"filename: .* is a directory"):
         FileSinkConnector().validate({"filename": str(tmp_path), "connect.topicnames": "t"})
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lines=st.lists(st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=40)),
+    tail=st.text(alphabet=st.characters(blacklist_characters="\n"), max_size=10),
+    max_rows=st.one_of(st.none(), st.integers(1, 20)),
+    max_bytes=st.one_of(st.none(), st.integers(1, 200)),
+    parts=st.integers(1, 4),
+)
+def test_any_file_reads_back_exactly_under_any_limit(
+    tmp_path_factory, lines, tail, max_rows, max_bytes, parts
+) -> None:
+    path = tmp_path_factory.mktemp("prop") / "in.txt"
+    body = "".join(f"{line}\n" for line in lines).encode("utf-8")
+    path.write_bytes(body + tail.encode("utf-8"))  # an unfinished last line is never read
+    task = _task(path)
+    part = task.partitions()[0]
+    limit = ReadLimit(max_rows=max_rows, max_bytes=max_bytes)
+    start, out = None, []
+    for _ in range(len(lines) + 2):
+        end = task.latest(part, start, limit)
+        if end == start:
+            break
+        cuts = task.split(part, start, end, parts)
+        bounds = [start, *cuts, end]
+        pairs = list(itertools.pairwise(bounds))
+        assert all(a is None or a["position"] < b["position"] for a, b in pairs)
+        for lo, hi in pairs:
+            for batch in task.read(part, lo, hi):
+                out.extend(v.encode("utf-8") + b"\n" for v in batch.column("value").to_pylist())
+        start = end
+    assert b"".join(out) == body
+
+
+def test_offset_storage_reader_sees_committed_positions(tmp_path: Path) -> None:
+    from sluice.engine.positions import StoreOffsetReader
+    from sluice.sdk import partition_key
+    from sluice.store import SqlitePositionStore
+
+    store = SqlitePositionStore(tmp_path / "p.sqlite")
+    store.save("c", {partition_key({"filename": "/a"}): {"position": 42}})
+    reader = StoreOffsetReader(store, "c")
+    assert reader.offset({"filename": "/a"}) == {"position": 42}
+    assert reader.offsets([{"filename": "/b"}, {"filename": "/a"}]) == [None, {"position": 42}]
+    store.replace("c", {})
+    assert StoreOffsetReader(store, "c").offset({"filename": "/a"}) is None
