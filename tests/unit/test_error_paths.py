@@ -1,0 +1,152 @@
+"""Error paths of the engine, bus, runtime and file connectors that need no Spark job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from sluice.connectors.file import FileSourceTask
+from sluice.engine.converters import ByteArrayConverter, converter_for
+from sluice.runtime.plugins import resolve_connector
+from sluice.sdk import ConfigException, ConnectException, SourceConnector
+
+
+class NoTaskSource(SourceConnector):
+    """Plans no task at all (a broken plugin)."""
+
+    task_class = FileSourceTask
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return []
+
+
+def test_connector_class_errors_name_the_class() -> None:
+    with pytest.raises(ConfigException, match=r"connector.class: cannot load 'nowhere\.Thing'"):
+        resolve_connector("nowhere.Thing")
+    with pytest.raises(ConfigException, match=r"'pathlib\.Path' is not a SourceConnector"):
+        resolve_connector("pathlib.Path")
+    assert resolve_connector("org.apache.rocketmq.connect.file.FileSinkConnector").__name__ == (
+        "FileSinkConnector"
+    )
+    assert resolve_connector("tests.unit.test_error_paths:NoTaskSource") is NoTaskSource
+
+
+@pytest.mark.spark
+def test_converter_errors_name_the_key(spark) -> None:
+    with pytest.raises(ConfigException, match=r"value.converter: unknown converter 'Avro'"):
+        converter_for({"value.converter": "Avro"}, "value.converter")
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import IntegerType
+
+    with pytest.raises(ConfigException, match=r"ByteArrayConverter cannot convert int"):
+        ByteArrayConverter().to_topic(F.col("value"), IntegerType())
+    alias = "org.apache.rocketmq.connect.runtime.converter.record.StringConverter"
+    assert type(converter_for({"key.converter": alias}, "key.converter")).__name__ == (
+        "StringConverter"
+    )
+
+
+def test_planning_no_task_is_an_error(tmp_path: Path) -> None:
+    from sluice.engine.source import plan_source
+
+    with pytest.raises(ConfigException, match=r"max.tasks: connector 'x' planned no tasks"):
+        plan_source("x", NoTaskSource(), {}, run="r", staging_dir=str(tmp_path), positions=None)
+
+
+def test_sink_max_tasks_must_be_positive() -> None:
+    from sluice.connectors.file import FileSinkConnector
+    from sluice.engine.sink import plan_sink
+
+    config = {"filename": "/tmp/o.txt", "connect.topicnames": "t"}
+    with pytest.raises(ConfigException, match=r"max.tasks: must be at least 1, got 0"):
+        plan_sink("s", FileSinkConnector(), {**config, "max.tasks": "0"}, run="r")
+    with pytest.raises(ConfigException, match=r"max.tasks: expected an integer, got 'two'"):
+        plan_sink("s", FileSinkConnector(), {**config, "max.tasks": "two"}, run="r")
+
+
+def test_file_ranges_that_do_not_match_the_file_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"one\ntwo\n")
+    task = FileSourceTask()
+    task.start({"filename": str(path), "connect.topicname": "t"})
+    part = task.partitions()[0]
+    with pytest.raises(ConnectException, match=r"range ends mid-line at byte 6"):
+        list(task.read(part, None, {"position": 6}))
+    with pytest.raises(ConnectException, match=r"ended at byte 8, before 20"):
+        list(task.read(part, None, {"position": 20}))
+
+
+def test_topic_writer_rejects_records_without_a_topic(tmp_path: Path) -> None:
+    from sluice.bus.embedded import EmbeddedBus
+
+    appender = EmbeddedBus(tmp_path).topic_appender(writer_id="w")
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(1, pa.string()),
+            pa.nulls(1, pa.binary()),
+            pa.array([b"v"]),
+            pa.nulls(1, pa.timestamp("us", tz="UTC")),
+            pa.nulls(1, pa.string()),
+            pa.array([1], pa.int32()),
+        ],
+        names=["topic", "key", "value", "timestamp", "headers", "route"],
+    )
+    with pytest.raises(ValueError, match=r"a record has no topic: set connect.topicname"):
+        appender.write(iter([batch]), 0)
+
+
+def test_reader_continues_from_the_oldest_retained_offset(tmp_path: Path) -> None:
+    from sluice.bus.embedded import EmbeddedBus
+    from sluice.bus.embedded.spark import STORED_SCHEMA
+
+    bus = EmbeddedBus(tmp_path, default_queues=1)
+    bus.create_topic("t")
+    for n in range(3):
+        rows = pa.RecordBatch.from_arrays(
+            [
+                pa.nulls(10, pa.binary()),
+                pa.array([f"{n}-{i}".encode() for i in range(10)]),
+                pa.nulls(10, pa.timestamp("us", tz="UTC")),
+                pa.nulls(10, pa.string()),
+            ],
+            schema=STORED_SCHEMA,
+        )
+        segment = bus.log.stage("t", 0, rows)
+        bus.log.commit("w", n, [segment])
+    bus.maintain(retention_bytes=segment.bytes)  # keeps only the newest segment: 20..29
+    reader = bus.topic_reader(
+        name="c", topics=["t"], max_tasks=1, control_path=str(tmp_path / "c.json"), positions=None
+    )
+    stream = reader(options={}).streamReader(schema=None)
+    from pyspark.sql.datasource import InputPartition
+
+    batches = list(stream.read(InputPartition([("t", 0, 5, 30)])))
+    offsets = [o for b in batches for o in b.column("queue_offset").to_pylist()]
+    assert offsets == list(range(20, 30))
+
+
+@pytest.mark.spark
+def test_runner_refuses_double_start_and_reset_while_running(spark, tmp_path: Path) -> None:
+    from sluice.runtime.runner import ConnectorRunner
+
+    src = tmp_path / "in.txt"
+    src.write_text("a\n")
+    runner = ConnectorRunner(spark, tmp_path / "store", maintenance_interval_s=0)
+    try:
+        config = {
+            "connector.class": "FileSourceConnector",
+            "filename": str(src),
+            "connect.topicname": "t",
+        }
+        runner.start("src", config)
+        with pytest.raises(ConfigException, match=r"connector 'src' is already running"):
+            runner.start("src", config)
+        with pytest.raises(ConfigException, match=r"running; stop it before a reset"):
+            runner.reset_run("src")
+        first = runner.current_run("src")
+        runner.stop("src")
+        assert runner.reset_run("src") != first
+    finally:
+        runner.close()
