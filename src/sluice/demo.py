@@ -69,8 +69,9 @@ def main() -> None:
     try:
         while not stop.wait(2.0):
             for running in runner.running.values():
-                if running.query.exception() is not None:
-                    raise SystemExit(f"{running.name} failed: {running.query.exception()}")
+                failed = running.failure()
+                if failed is not None:
+                    raise SystemExit(f"{running.name} failed: {failed[0]}")
             status = ", ".join(
                 f"{r.name}={'RUNNING' if r.query.isActive else 'STOPPED'}"
                 for r in runner.running.values()

@@ -168,9 +168,12 @@ def test_non_utf8_line_fails_the_source_naming_line_and_offset(runner, tmp_path:
     runner.start("dst", _sink(dst))
     query = runner.running["src"].query
     wait_until(lambda: query.exception() is not None, 120, "the source to fail")
-    message = str(query.exception())
-    assert str(src) in message and "line 3" in message and "byte offset 14" in message
-    assert "not valid UTF-8" in message
+    cause, trace = runner.running["src"].failure()
+    assert cause == (
+        f"ConnectException: file {str(src)!r}: line 3 (byte offset 14) is not valid UTF-8 "
+        "(convert the file to UTF-8; the line was not delivered)"
+    )
+    assert cause.split(": ", 1)[1] in trace
     # the lines before it were delivered, nothing after it was skipped over
     wait_until(lambda: _size(dst) == 14, 60, "the two good lines")
     assert dst.read_bytes() == b"good 1\ngood 2\n"

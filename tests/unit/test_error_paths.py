@@ -150,3 +150,21 @@ def test_runner_refuses_double_start_and_reset_while_running(spark, tmp_path: Pa
         assert runner.reset_run("src") != first
     finally:
         runner.close()
+
+
+def test_failure_cause_picks_the_innermost_python_error() -> None:
+    from sluice.runtime.runner import failure_cause
+
+    trace = (
+        "[STREAM_FAILED] Query [id = 1] terminated with exception: Writing job failed.\n"
+        "org.apache.spark.SparkException: Job aborted\n"
+        '  File "x.py", line 3, in read\n'
+        "ValueError: outer\n"
+        "sluice.sdk._errors.RetriableException: database went away\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner\n"
+    )
+    assert failure_cause(trace) == "RetriableException: database went away"
+    assert failure_cause("org.apache.spark.SparkException: only JVM\nmore") == (
+        "org.apache.spark.SparkException: only JVM"
+    )
+    assert failure_cause("") == "unknown failure"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import uuid
 from dataclasses import dataclass, replace
@@ -45,6 +46,22 @@ log = logging.getLogger(__name__)
 _SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
 
 
+_CAUSE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Exception|Error)): (.+)$", re.MULTILINE)
+
+
+def failure_cause(trace: str) -> str:
+    """The innermost Python error line of a Spark failure ("ConnectException: file …").
+
+    Spark wraps a task's Python traceback in several layers of JVM exceptions; the last
+    `SomeError: message` line of the Python part names the real cause.
+    """
+    causes = [f"{kind}: {message.strip()}" for kind, message in _CAUSE.findall(trace)]
+    python = [c for c in causes if not c.startswith(("SparkException", "StreamingQueryException"))]
+    if python:
+        return python[-1]
+    return trace.strip().splitlines()[0] if trace.strip() else "unknown failure"
+
+
 @dataclass
 class RunningConnector:
     """A started connector: its query and what it is."""
@@ -53,6 +70,14 @@ class RunningConnector:
     kind: str  # "source" | "sink"
     run: str
     query: StreamingQuery
+
+    def failure(self) -> tuple[str, str] | None:
+        """`(cause, full trace)` if the query failed, else None."""
+        exc = self.query.exception()
+        if exc is None:
+            return None
+        trace = str(exc)
+        return failure_cause(trace), trace
 
 
 class ConnectorRunner:
