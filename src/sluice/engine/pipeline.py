@@ -16,6 +16,8 @@ from sluice.engine.converters import converter_for
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
+from sluice.engine.transforms import apply_transforms
+from sluice.sdk import Transform
 
 _INT31 = 0x7FFFFFFF
 
@@ -31,10 +33,12 @@ def route_column(key: Column) -> Column:
     )
 
 
-def source_frame(spark: SparkSession, plan: SourcePlan, config: dict[str, str]) -> DataFrame:
-    """The source's records, converted to topic bytes, with their routing hash."""
+def source_frame(
+    spark: SparkSession, plan: SourcePlan, config: dict[str, str], chain: list[Transform]
+) -> DataFrame:
+    """The source's records, transformed, converted to topic bytes, with their routing hash."""
     spark.dataSource.register(source_data_source(plan))
-    df = spark.readStream.format(plan.format_name).load()
+    df = apply_transforms(spark, spark.readStream.format(plan.format_name).load(), chain)
     key_type = df.schema["key"].dataType
     value_type = df.schema["value"].dataType
     key = converter_for(config, "key.converter").to_topic(F.col("key"), key_type)
@@ -94,11 +98,12 @@ def start_source_query(
     *,
     checkpoint: str,
     trigger: dict[str, object],
+    chain: list[Transform] | None = None,
 ) -> StreamingQuery:
     """Start the query that moves a source connector's records into topics (JVM path)."""
     spark.dataSource.register(writer)
     return (
-        source_frame(spark, plan, config)
+        source_frame(spark, plan, config, chain or [])
         .writeStream.format(writer.name())
         .queryName(f"source:{plan.name}")
         .option("checkpointLocation", checkpoint)
@@ -114,24 +119,29 @@ def start_sink_query(
     *,
     checkpoint: str,
     trigger: dict[str, object],
+    chain: list[Transform] | None = None,
 ) -> StreamingQuery:
-    """Start the query that delivers topic records to a sink connector."""
+    """Start the query that delivers topic records to a sink connector (JVM path)."""
     spark.dataSource.register(reader)
     spark.dataSource.register(sink_data_source(plan))
     df = spark.readStream.format(reader.name()).load()
     key = converter_for(plan.config, "key.converter").from_topic(F.col("key"))
     value = converter_for(plan.config, "value.converter").from_topic(F.col("value"))
+    df = df.select(
+        "topic",
+        "queue_id",
+        "queue_offset",
+        key.alias("key"),
+        value.alias("value"),
+        "timestamp",
+        "headers",
+    )
+    if chain:
+        # Transforms see headers as a map; sinks get them back as JSON text (cheap to hand over).
+        df = df.withColumn("headers", F.from_json("headers", "map<string,string>"))
+        df = apply_transforms(spark, df, chain).withColumn("headers", F.to_json("headers"))
     return (
-        df.select(
-            "topic",
-            "queue_id",
-            "queue_offset",
-            key.alias("key"),
-            value.alias("value"),
-            "timestamp",
-            "headers",
-        )
-        .writeStream.format(plan.format_name)
+        df.writeStream.format(plan.format_name)
         .queryName(f"sink:{plan.name}")
         .option("checkpointLocation", checkpoint)
         .trigger(**trigger)

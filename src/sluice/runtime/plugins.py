@@ -5,7 +5,8 @@ from __future__ import annotations
 import importlib
 
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
-from sluice.sdk import ConfigException, Connector
+from sluice.sdk import ConfigException, Connector, Transform
+from sluice.transforms import BUILTIN_TRANSFORMS
 
 BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSourceConnector": FileSourceConnector,
@@ -34,4 +35,22 @@ def resolve_connector(name: str) -> type[Connector]:
         raise ConfigException(
             "connector.class", f"{name!r} is not a SourceConnector or SinkConnector"
         )
+    return cls
+
+
+def resolve_transform(name: str) -> type[Transform]:
+    """The class named by `transforms.<n>.class`: a built-in name or alias, or `module.Class`."""
+    name = name.strip()
+    if name in BUILTIN_TRANSFORMS:
+        return BUILTIN_TRANSFORMS[name]
+    module_name, sep, attr = name.replace(":", ".").rpartition(".")
+    if not sep or "$" in name:
+        known = ", ".join(sorted(k for k in BUILTIN_TRANSFORMS if "." not in k))
+        raise ConfigException("transforms", f"unknown transform class {name!r}; built-ins: {known}")
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigException("transforms", f"cannot load transform {name!r}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Transform)):
+        raise ConfigException("transforms", f"{name!r} is not a Transform")
     return cls

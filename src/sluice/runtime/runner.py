@@ -30,7 +30,8 @@ from sluice.engine.pipeline import (
 )
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
-from sluice.runtime.plugins import resolve_connector
+from sluice.engine.transforms import parse_transforms
+from sluice.runtime.plugins import resolve_connector, resolve_transform
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -166,6 +167,7 @@ class ConnectorRunner:
         if not conf.get("connector.class"):
             raise ConfigException("connector.class", "required key is missing")
         connector = resolve_connector(conf["connector.class"])()
+        chain = parse_transforms(conf, resolve_transform)
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
         checkpoint = os.path.join(run_dir, "checkpoint")
@@ -201,7 +203,13 @@ class ConnectorRunner:
             else:
                 writer = self.bus.topic_writer(writer_id=writer_id)
                 query = start_source_query(
-                    self.spark, plan, conf, writer, checkpoint=checkpoint, trigger=self.trigger
+                    self.spark,
+                    plan,
+                    conf,
+                    writer,
+                    checkpoint=checkpoint,
+                    trigger=self.trigger,
+                    chain=chain,
                 )
             kind = "source"
         elif isinstance(connector, SinkConnector):
@@ -236,7 +244,12 @@ class ConnectorRunner:
                 )
             else:
                 query = start_sink_query(
-                    self.spark, plan, reader, checkpoint=checkpoint, trigger=self.trigger
+                    self.spark,
+                    plan,
+                    reader,
+                    checkpoint=checkpoint,
+                    trigger=self.trigger,
+                    chain=chain,
                 )
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two

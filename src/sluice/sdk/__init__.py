@@ -33,9 +33,19 @@ from sluice.sdk._connector import (
 from sluice.sdk._errors import ConfigException, ConnectException, RetriableException
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition, partition_key
 from sluice.sdk._schema import Field, FieldType, Logical, Schema
+from sluice.sdk._transform import (
+    RECORD_COLUMNS,
+    SqlStep,
+    Transform,
+    column_type,
+    literal,
+    quote,
+    struct_fields,
+)
 
 __all__ = [
     "HEADERS_TYPE",
+    "RECORD_COLUMNS",
     "TIMESTAMP_TYPE",
     "BatchId",
     "ConfigDef",
@@ -60,11 +70,17 @@ __all__ = [
     "SourceConnector",
     "SourceTask",
     "SourceTaskContext",
+    "SqlStep",
+    "Transform",
+    "column_type",
+    "literal",
     "normalize_config",
     "partition_hash",
     "partition_key",
+    "quote",
     "records_from_batch",
     "records_to_batch",
     "source_frame_ddl",
     "source_frame_schema",
+    "struct_fields",
 ]
