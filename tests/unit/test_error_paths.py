@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -168,3 +169,26 @@ def test_failure_cause_picks_the_innermost_python_error() -> None:
         "org.apache.spark.SparkException: only JVM"
     )
     assert failure_cause("") == "unknown failure"
+
+
+def test_retry_policy_config_and_exhaustion() -> None:
+    from sluice.engine.retry import RetryPolicy
+    from sluice.sdk import RetriableException
+
+    with pytest.raises(ConfigException, match=r"errors.retry.timeout: must be at least -1"):
+        RetryPolicy.from_config({"errors.retry.timeout": "-5"})
+    with pytest.raises(ConfigException, match=r"errors.retry.delay.max.ms: expected an integer"):
+        RetryPolicy.from_config({"errors.retry.delay.max.ms": "soon"})
+    calls: list[int] = []
+
+    def always() -> None:
+        calls.append(1)
+        raise RetriableException("down")
+
+    policy = RetryPolicy(timeout_ms=700, max_delay_ms=300)  # room for at least one backoff
+    with pytest.raises(ConnectException, match=r"op failed after \d+ retries .*: down") as err:
+        policy.call(always, "op")
+    retries = int(re.search(r"after (\d+) retries", str(err.value))[1])
+    assert retries >= 1 and len(calls) == retries + 1
+    with pytest.raises(ValueError, match="not retriable"):
+        policy.call(lambda: (_ for _ in ()).throw(ValueError("not retriable")), "op")

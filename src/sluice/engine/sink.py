@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark import TaskContext
@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from sluice.engine.converters import converter_for
 from sluice.engine.direct import from_topic_frame, receipt_row
+from sluice.engine.retry import RetryPolicy
 from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
 
 
@@ -32,10 +33,18 @@ class SinkPlan:
     config: dict[str, str]
     task_configs: tuple[dict[str, str], ...]
     control: Callable[[list[dict[str, Any]]], None] | None = field(default=None, compare=False)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    counters: Counters | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
         return f"sluice-sink-{self.name}"
+
+
+class Counters(Protocol):
+    """Where a sink's retry/error counts go when a micro-batch commits. Must pickle."""
+
+    def add(self, connector: str, increments: dict[str, int]) -> None: ...
 
 
 def plan_sink(
@@ -45,6 +54,7 @@ def plan_sink(
     *,
     run: str,
     control: Callable[[list[dict[str, Any]]], None] | None = None,
+    counters: Counters | None = None,
 ) -> SinkPlan:
     """Validate and start `connector` (driver) and fix its plan."""
     raw = config.get("max.tasks", "1")
@@ -59,7 +69,10 @@ def plan_sink(
     task_configs = tuple(dict(c) for c in connector.task_configs(max_tasks)[:max_tasks])
     if not task_configs:
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
-    return SinkPlan(name, run, type(connector), dict(config), task_configs, control)
+    retry = RetryPolicy.from_config(config)
+    return SinkPlan(
+        name, run, type(connector), dict(config), task_configs, control, retry, counters
+    )
 
 
 def sink_data_source(plan: SinkPlan) -> type[DataSource]:
@@ -87,6 +100,7 @@ class _TaskResult(WriterCommitMessage):
     task_id: int
     payload: Any
     requests: list[dict[str, Any]]
+    retries: int = 0
 
 
 @dataclass(frozen=True)
@@ -108,11 +122,13 @@ class SinkRunner:
             connector_name=self.plan.name, task_id=partition_id, batch_id=batch_id
         )
         task.start(self.plan.task_configs[partition_id % len(self.plan.task_configs)])
+        what = f"sink task {partition_id} of {self.plan.name}"
+        retries = 0
         try:
             for batch in batches:
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
-                    task.put_batch(batch)
+                    retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
             payload = task.flush(batch_id)
         finally:
             task.stop()
@@ -122,7 +138,7 @@ class SinkRunner:
             + [{"op": "pause", "partition": p} for p in c.paused]
             + [{"op": "resume", "partition": p} for p in c.resumed]
         )
-        return _TaskResult(partition_id, payload, requests)
+        return _TaskResult(partition_id, payload, requests, retries)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
@@ -144,6 +160,10 @@ class SinkRunner:
         requests = [req for r in results for req in r.requests]
         if requests and self.plan.control is not None:
             self.plan.control(requests)
+        if self.plan.counters is not None:
+            self.plan.counters.add(
+                self.plan.name, {"total-retries": sum(r.retries for r in results)}
+            )
 
     def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
         payloads = [r.payload if r is not None else None for r in receipts]

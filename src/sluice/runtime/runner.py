@@ -40,6 +40,7 @@ from sluice.sdk import (
     SourceConnector,
     normalize_config,
 )
+from sluice.store.counters import SqliteCounters
 from sluice.store.positions import SqlitePositionStore
 
 log = logging.getLogger(__name__)
@@ -100,6 +101,8 @@ class ConnectorRunner:
         self.bus = EmbeddedBus(os.path.join(self.root, "bus"), default_queues=default_queues)
         self.positions = SqlitePositionStore(os.path.join(self.root, "positions.sqlite"))
         self.positions.load("")  # create the database here, before Spark's processes open it
+        self.counters = SqliteCounters(os.path.join(self.root, "counters.sqlite"))
+        self.counters.get("")
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}
             if trigger_interval_ms > 0
@@ -218,7 +221,12 @@ class ConnectorRunner:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
             plan = plan_sink(
-                name, connector, conf, run=run, control=self.bus.reader_control(control_path).apply
+                name,
+                connector,
+                conf,
+                run=run,
+                control=self.bus.reader_control(control_path).apply,
+                counters=self.counters,
             )
             fused = fusable(conf, pa.binary(), pa.binary())
             runner = SinkRunner(plan)

@@ -1,0 +1,41 @@
+"""Sinks whose `put` fails on purpose (loaded by class path in the tests)."""
+
+from __future__ import annotations
+
+from sluice.sdk import (
+    ConfigDef,
+    ConfigKey,
+    ConnectRecord,
+    RetriableException,
+    SinkConnector,
+    SinkTask,
+)
+
+CONFIG = ConfigDef(
+    ConfigKey("path"),
+    ConfigKey("connect.topicnames", type="list"),
+    ConfigKey("failures", type="int", default=3),
+)
+
+
+class FlakyTask(SinkTask):
+    """Raises RetriableException on its first `failures` calls to put, then writes the values."""
+
+    def start(self, config):
+        options = CONFIG.parse(config)
+        self.path, self.left = options["path"], options["failures"]
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        if self.left != 0:
+            self.left -= 1
+            raise RetriableException("the target is briefly unavailable")
+        with open(self.path, "a") as f:
+            f.writelines(f"{r.value}\n" for r in records)
+
+
+class FlakySink(SinkConnector):
+    config_def = CONFIG
+    task_class = FlakyTask
+
+    def task_configs(self, max_tasks):
+        return [dict(self.config) for _ in range(max_tasks)]

@@ -1,0 +1,63 @@
+"""errors.retry.*: a sink's RetriableException is retried with backoff, then delivered once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.spark
+
+
+def _start(runner, tmp_path: Path, **extra: str) -> Path:
+    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("".join(f"r{i}\n" for i in range(50)))
+    runner.start(
+        "src",
+        {"connector.class": "FileSourceConnector", "filename": str(src), "connect.topicname": "t"},
+    )
+    wait_until(
+        lambda: (
+            runner.bus.log.topic_exists("t")
+            and sum(q.max_offset for q in runner.bus.log.offsets("t").values()) == 50
+        ),
+        60,
+        "50 in the topic",
+    )
+    runner.start(
+        "dst",
+        {
+            "connector.class": "tests.integration.flaky_sinks.FlakySink",
+            "path": str(out),
+            "connect.topicnames": "t",
+            **extra,
+        },
+    )
+    return out
+
+
+def test_three_retriable_failures_then_success_deliver_once(runner, tmp_path: Path) -> None:
+    out = _start(
+        runner, tmp_path, **{"errors.retry.timeout": "60000", "errors.retry.delay.max.ms": "1000"}
+    )
+
+    def delivered() -> list[str]:
+        assert runner.running["dst"].failure() is None, runner.running["dst"].failure()
+        return out.read_text().splitlines() if out.exists() else []
+
+    wait_until(lambda: len(delivered()) >= 50, 120, "50 delivered")
+    wait_until(lambda: runner.counters.get("dst").get("total-retries") == 3, 30, "retries counted")
+    assert delivered() == [f"r{i}" for i in range(50)]  # once each, in order
+
+
+def test_without_retry_budget_the_task_fails_naming_the_cause(runner, tmp_path: Path) -> None:
+    out = _start(
+        runner, tmp_path, failures="-1"
+    )  # always fails; errors.retry.timeout defaults to 0
+    wait_until(lambda: runner.running["dst"].failure() is not None, 120, "the sink to fail")
+    cause, _ = runner.running["dst"].failure()
+    assert "failed after 0 retries" in cause
+    assert "the target is briefly unavailable" in cause and "errors.retry.timeout=0" in cause
+    assert not out.exists()
