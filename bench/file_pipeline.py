@@ -71,12 +71,6 @@ def baseline(spark, src: str, out: str) -> float:
     return elapsed
 
 
-def topic_rows(runner: ConnectorRunner, topic: str) -> int:
-    if not runner.bus.log.topic_exists(topic):
-        return 0
-    return sum(r.max_offset - r.min_offset for r in runner.bus.log.offsets(topic).values())
-
-
 def failed(runner: ConnectorRunner) -> None:
     for r in runner.running.values():
         if r.query.exception() is not None:
@@ -119,7 +113,7 @@ def main() -> None:
     runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
     t = time.perf_counter()
     runner.start("src", source)
-    wait(lambda: failed(runner) or topic_rows(runner, "bench") >= args.lines)
+    wait(lambda: failed(runner) or runner.bus.count("bench") >= args.lines)
     results["hop 1: file source → topic"] = time.perf_counter() - t
     runner.stop("src")
     dst = os.path.join(out, "hop2.txt")

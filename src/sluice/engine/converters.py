@@ -79,9 +79,17 @@ for _cls in (StringConverter, ByteArrayConverter):
     CONVERTERS[f"org.apache.rocketmq.connect.runtime.converter.record.{_cls.__name__}"] = _cls
 
 
+CONVERTER_KEYS = ("key.converter", "value.converter")
+
+
 def converter_for(config: dict[str, str], key: str) -> Converter:
     """The converter named by `config[key]` (default StringConverter)."""
-    name = config.get(key, "StringConverter").strip()
+    return converter_named(config.get(key, "StringConverter"), key)
+
+
+def converter_named(name: str, key: str) -> Converter:
+    """The converter called `name`; errors name the config `key` it came from."""
+    name = name.strip()
     try:
         return CONVERTERS[name]()
     except KeyError:

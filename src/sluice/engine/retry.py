@@ -11,22 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sluice.sdk import ConfigException, ConnectException, RetriableException
+from sluice.engine.keys import RUNTIME_KEYS
+from sluice.sdk import ConnectException, RetriableException
 
 FIRST_DELAY_MS = 300
-
-
-def _int(config: Mapping[str, str], key: str, default: int, minimum: int) -> int:
-    raw = config.get(key, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigException(key, f"expected an integer (milliseconds), got {raw!r}") from None
-    if value < minimum:
-        raise ConfigException(key, f"must be at least {minimum}, got {value}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -38,10 +26,8 @@ class RetryPolicy:
 
     @staticmethod
     def from_config(config: Mapping[str, str]) -> RetryPolicy:
-        return RetryPolicy(
-            timeout_ms=_int(config, "errors.retry.timeout", 0, -1),
-            max_delay_ms=_int(config, "errors.retry.delay.max.ms", 60_000, 0),
-        )
+        keys = RUNTIME_KEYS.parse(config)
+        return RetryPolicy(keys["errors.retry.timeout"], keys["errors.retry.delay.max.ms"])
 
     def call(self, operation: Callable[[], None], what: str) -> int:
         """Run `operation`, retrying it as configured; return how many retries it took."""

@@ -19,6 +19,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from sluice.engine.converters import converter_for
 from sluice.engine.direct import from_topic_frame, receipt_row
+from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy
 from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
 
@@ -57,13 +58,7 @@ def plan_sink(
     counters: Counters | None = None,
 ) -> SinkPlan:
     """Validate and start `connector` (driver) and fix its plan."""
-    raw = config.get("max.tasks", "1")
-    try:
-        max_tasks = int(raw)
-    except ValueError:
-        raise ConfigException("max.tasks", f"expected an integer, got {raw!r}") from None
-    if max_tasks < 1:
-        raise ConfigException("max.tasks", f"must be at least 1, got {max_tasks}")
+    max_tasks = RUNTIME_KEYS.parse(config)["max.tasks"]
     connector.validate(config)
     connector.start(config)
     task_configs = tuple(dict(c) for c in connector.task_configs(max_tasks)[:max_tasks])

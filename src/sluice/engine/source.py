@@ -24,8 +24,9 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from sluice.engine.converters import converter_for
+from sluice.engine.converters import CONVERTER_KEYS, converter_named
 from sluice.engine.direct import RECEIPT_DDL, BatchConsumer, receipt_row, to_topic_frame
+from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
     ConfigException,
@@ -75,19 +76,6 @@ class SourcePlan:
         return f"sluice-source-{self.name}"
 
 
-def _int_key(config: dict[str, str], key: str, default: int | None) -> int | None:
-    raw = config.get(key)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigException(key, f"expected an integer, got {raw!r}") from None
-    if value < 1:
-        raise ConfigException(key, f"must be at least 1, got {value}")
-    return value
-
-
 def plan_source(
     name: str,
     connector: SourceConnector,
@@ -98,7 +86,8 @@ def plan_source(
     positions: PositionStore | None,
 ) -> SourcePlan:
     """Validate and start `connector` (driver) and fix its plan."""
-    max_tasks = _int_key(config, "max.tasks", 1) or 1
+    keys = RUNTIME_KEYS.parse(config)
+    max_tasks = keys["max.tasks"]
     connector.validate(config)
     connector.start(config)
     task_configs = connector.task_configs(max_tasks)[:max_tasks]
@@ -106,8 +95,10 @@ def plan_source(
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
     default = connector.default_read_limit()
     limit = ReadLimit(
-        max_rows=_int_key(config, "read.max.rows", default.max_rows),
-        max_bytes=_int_key(config, "read.max.bytes", default.max_bytes),
+        max_rows=keys["read.max.rows"] if keys["read.max.rows"] is not None else default.max_rows,
+        max_bytes=keys["read.max.bytes"]
+        if keys["read.max.bytes"] is not None
+        else default.max_bytes,
     )
     return SourcePlan(
         name=name,
@@ -220,7 +211,8 @@ def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
         return
     ctx = TaskContext.get()
     pid = ctx.partitionId() if ctx else 0
-    key, value = (converter_for({"c": name}, "c") for name in plan.converters)
+    pairs = zip(plan.converters, CONVERTER_KEYS, strict=True)
+    key, value = (converter_named(name, config_key) for name, config_key in pairs)
     frames = (to_topic_frame(b, key, value) for b in batches)
     yield receipt_row(pid, plan.direct.write(frames, pid))
 

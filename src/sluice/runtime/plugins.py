@@ -16,41 +16,38 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
 }
 
 
-def resolve_connector(name: str) -> type[Connector]:
-    """The class named by `connector.class`: a built-in name or alias, or `module.Class`."""
+def _resolve(
+    name: str, builtins: dict[str, type], base: type, key: str, kind: str, expected: str
+) -> type:
+    """A built-in (by name or alias) or `module.Class` / `module:Class` that subclasses `base`."""
     name = name.strip()
-    if name in BUILTIN_CONNECTORS:
-        return BUILTIN_CONNECTORS[name]
+    if name in builtins:
+        return builtins[name]
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
-    if not sep:
-        known = ", ".join(sorted(k for k in BUILTIN_CONNECTORS if "." not in k))
-        raise ConfigException(
-            "connector.class", f"unknown connector class {name!r}; built-ins: {known}"
-        )
+    if not sep or "$" in name:
+        known = ", ".join(sorted(k for k in builtins if "." not in k))
+        raise ConfigException(key, f"unknown {kind} class {name!r}; built-ins: {known}")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigException("connector.class", f"cannot load {name!r}: {exc}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Connector)):
-        raise ConfigException(
-            "connector.class", f"{name!r} is not a SourceConnector or SinkConnector"
-        )
+        raise ConfigException(key, f"cannot load {name!r}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, base)):
+        raise ConfigException(key, f"{name!r} is not {expected}")
     return cls
+
+
+def resolve_connector(name: str) -> type[Connector]:
+    """The class named by `connector.class`: a built-in name or alias, or `module.Class`."""
+    return _resolve(
+        name,
+        BUILTIN_CONNECTORS,
+        Connector,
+        "connector.class",
+        "connector",
+        "a SourceConnector or SinkConnector",
+    )
 
 
 def resolve_transform(name: str) -> type[Transform]:
     """The class named by `transforms.<n>.class`: a built-in name or alias, or `module.Class`."""
-    name = name.strip()
-    if name in BUILTIN_TRANSFORMS:
-        return BUILTIN_TRANSFORMS[name]
-    module_name, sep, attr = name.replace(":", ".").rpartition(".")
-    if not sep or "$" in name:
-        known = ", ".join(sorted(k for k in BUILTIN_TRANSFORMS if "." not in k))
-        raise ConfigException("transforms", f"unknown transform class {name!r}; built-ins: {known}")
-    try:
-        cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigException("transforms", f"cannot load transform {name!r}: {exc}") from None
-    if not (isinstance(cls, type) and issubclass(cls, Transform)):
-        raise ConfigException("transforms", f"{name!r} is not a Transform")
-    return cls
+    return _resolve(name, BUILTIN_TRANSFORMS, Transform, "transforms", "transform", "a Transform")

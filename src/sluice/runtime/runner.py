@@ -22,6 +22,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.direct import RECEIPT_DDL
+from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.pipeline import (
     fusable,
     start_fused_query,
@@ -236,7 +237,7 @@ class ConnectorRunner:
                 max_tasks=len(plan.task_configs),
                 control_path=control_path,
                 positions=self.positions,
-                max_rows=int(conf["read.max.rows"]) if conf.get("read.max.rows") else None,
+                max_rows=RUNTIME_KEYS.parse(conf)["read.max.rows"],
                 split_queues=connector.ordered_commit,
                 downstream=runner if fused else None,
                 downstream_ddl=RECEIPT_DDL if fused else None,

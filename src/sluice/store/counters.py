@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Mapping
 
-from sluice._sqlite import connect_shared
+from sluice.store._sqlite_file import SqliteFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS counters (
@@ -18,30 +16,10 @@ CREATE TABLE IF NOT EXISTS counters (
 """
 
 
-class SqliteCounters:
+class SqliteCounters(SqliteFile):
     """Monotonic counters keyed by (connector, name); picklable, safe across processes."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        self._local: threading.local | None = None
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path}
-
-    def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self._local = None
-
-    def _db(self):
-        if self._local is None:
-            self._local = threading.local()
-        conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            conn = connect_shared(self.path)
-            conn.execute(_SCHEMA)
-            self._local.conn, self._local.pid = conn, os.getpid()
-        return conn
+    SCHEMA = _SCHEMA
 
     def add(self, connector: str, increments: Mapping[str, int]) -> None:
         rows = [(connector, name, n) for name, n in increments.items() if n]

@@ -8,14 +8,11 @@ processes: Spark's reader and writer processes and the worker all open it.
 from __future__ import annotations
 
 import json
-import os
-import sqlite3
-import threading
 import time
 from collections.abc import Mapping
 
-from sluice._sqlite import connect_shared
 from sluice.sdk import RecordOffset
+from sluice.store._sqlite_file import SqliteFile
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS positions (
@@ -28,30 +25,10 @@ CREATE TABLE IF NOT EXISTS positions (
 """
 
 
-class SqlitePositionStore:
+class SqlitePositionStore(SqliteFile):
     """Positions keyed by (connector, partition key); picklable (connections open lazily)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
-        self._local: threading.local | None = None
-
-    def __getstate__(self) -> dict:
-        return {"path": self.path}
-
-    def __setstate__(self, state: dict) -> None:
-        self.path = state["path"]
-        self._local = None
-
-    def _db(self) -> sqlite3.Connection:
-        if self._local is None:
-            self._local = threading.local()
-        conn = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            conn = connect_shared(self.path)
-            conn.execute(_SCHEMA)
-            self._local.conn, self._local.pid = conn, os.getpid()
-        return conn
+    SCHEMA = _SCHEMA
 
     def load(self, connector: str) -> dict[str, RecordOffset]:
         rows = self._db().execute(

@@ -43,6 +43,12 @@ class EmbeddedBus:
     def describe(self, topic: str) -> TopicInfo:
         return self.log.describe(topic)
 
+    def count(self, topic: str) -> int:
+        """Records currently retained in `topic` (0 if it does not exist yet)."""
+        if not self.log.topic_exists(topic):
+            return 0
+        return sum(r.max_offset - r.min_offset for r in self.log.offsets(topic).values())
+
     def maintain(
         self,
         *,
