@@ -39,3 +39,15 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def activate(spark: SparkSession) -> None:
+    """Make `spark` the JVM's active session in the calling thread.
+
+    The JVM keeps the active session per thread, and Python data sources registered from a
+    thread without one are not found when a query starts ([DATA_SOURCE_NOT_FOUND]): a worker
+    starts queries from its REST threads.
+    """
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    jvm.SparkSession.setActiveSession(spark._jsparkSession)

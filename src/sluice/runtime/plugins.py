@@ -1,12 +1,27 @@
-"""Finds connector classes by name: built-ins, their RocketMQ Connect aliases, or a dotted path."""
+"""Finds plugin classes by name: built-ins and their aliases, entry points, modules under
+`pluginPaths`, or any importable `module.Class`.
+
+`PluginRegistry.reload()` rescans entry points and plugin folders, so a connector module dropped
+into a plugin folder is usable without restarting the worker (`/plugin/reload`).
+"""
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import inspect
+import logging
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType
 
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
-from sluice.sdk import ConfigException, Connector, Transform
+from sluice.sdk import ConfigException, Connector, SinkConnector, SourceConnector, Transform
 from sluice.transforms import BUILTIN_TRANSFORMS
+
+log = logging.getLogger(__name__)
 
 BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSourceConnector": FileSourceConnector,
@@ -15,18 +30,202 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "org.apache.rocketmq.connect.file.FileSinkConnector": FileSinkConnector,
 }
 
+ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}
+
+
+@dataclass(frozen=True)
+class PluginInfo:
+    """One plugin class as the REST API lists it."""
+
+    class_name: str
+    type: str  # source | sink | transform
+    version: str
+    aliases: tuple[str, ...] = ()
+    origin: str = "builtin"  # builtin | entry-point | plugin-path
+
+
+@dataclass
+class _Names:
+    connectors: dict[str, type[Connector]] = field(default_factory=dict)
+    transforms: dict[str, type[Transform]] = field(default_factory=dict)
+    origins: dict[type, str] = field(default_factory=dict)
+
+
+def _kind(cls: type) -> str:
+    if issubclass(cls, SourceConnector):
+        return "source"
+    if issubclass(cls, SinkConnector):
+        return "sink"
+    return "transform"
+
+
+def _full_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class PluginRegistry:
+    """Every connector and transform class a worker can run, by name."""
+
+    def __init__(self, plugin_paths: tuple[str, ...] | list[str] = ()) -> None:
+        self.plugin_paths = tuple(os.path.abspath(p) for p in plugin_paths)
+        self.errors: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._names = _Names()
+        self._loaded: dict[str, float] = {}  # module name -> file mtime when imported
+        self.reload()
+
+    # -- scanning -------------------------------------------------------------------------------
+    def reload(self) -> list[str]:
+        """Rescan entry points and plugin folders; returns the plugin class names now known."""
+        names = _Names(dict(BUILTIN_CONNECTORS), dict(BUILTIN_TRANSFORMS))
+        for cls in (*BUILTIN_CONNECTORS.values(), *BUILTIN_TRANSFORMS.values()):
+            names.origins[cls] = "builtin"
+        errors: dict[str, str] = {}
+        self._scan_entry_points(names, errors)
+        for folder in self.plugin_paths:
+            self._scan_folder(folder, names, errors)
+        with self._lock:
+            self._names = names
+            self.errors = errors
+        for where, message in errors.items():
+            log.warning("plugin %s could not be loaded: %s", where, message)
+        return sorted({_full_name(c) for c in names.origins})
+
+    def _scan_entry_points(self, names: _Names, errors: dict[str, str]) -> None:
+        for group in ENTRY_POINT_GROUPS.values():
+            for ep in importlib.metadata.entry_points(group=group):
+                try:
+                    cls = ep.load()
+                except Exception as exc:
+                    errors[f"entry point {group}:{ep.name}"] = f"{type(exc).__name__}: {exc}"
+                    continue
+                self._add(names, cls, "entry-point", errors, f"entry point {ep.name}", ep.name)
+
+    def _scan_folder(self, folder: str, names: _Names, errors: dict[str, str]) -> None:
+        if not os.path.isdir(folder):
+            errors[folder] = "plugin path is not a directory"
+            return
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        importlib.invalidate_caches()
+        for entry in sorted(os.listdir(folder)):
+            path = os.path.join(folder, entry)
+            if entry.endswith(".py") and not entry.startswith("_"):
+                module_name, marker = entry[:-3], path
+            elif os.path.isfile(os.path.join(path, "__init__.py")):
+                module_name, marker = entry, os.path.join(path, "__init__.py")
+            else:
+                continue
+            try:
+                module = self._import(module_name, marker)
+            except Exception as exc:
+                errors[path] = f"{type(exc).__name__}: {exc}"
+                continue
+            for _, cls in inspect.getmembers(module, inspect.isclass):
+                if cls.__module__ == module.__name__ or cls.__module__.startswith(
+                    module.__name__ + "."
+                ):
+                    self._add(names, cls, "plugin-path", errors, path)
+
+    def _import(self, module_name: str, marker: str) -> ModuleType:
+        mtime = os.stat(marker).st_mtime
+        module = sys.modules.get(module_name)
+        if module is not None and self._loaded.get(module_name) != mtime:
+            module = importlib.reload(module)
+        elif module is None:
+            module = importlib.import_module(module_name)
+        self._loaded[module_name] = mtime
+        return module
+
+    @staticmethod
+    def _add(
+        names: _Names, cls: object, origin: str, errors: dict[str, str], where: str, *aliases: str
+    ) -> None:
+        if not isinstance(cls, type) or inspect.isabstract(cls):
+            return
+        if issubclass(cls, (SourceConnector, SinkConnector)) and cls not in (
+            SourceConnector,
+            SinkConnector,
+        ):
+            table: dict = names.connectors
+        elif issubclass(cls, Transform) and cls is not Transform:
+            table = names.transforms
+        else:
+            return
+        for name in (_full_name(cls), cls.__name__, *aliases):
+            taken = table.get(name)
+            shadows = taken is not None and taken is not cls and name != _full_name(cls)
+            if shadows and names.origins.get(taken) == "builtin":
+                continue  # a plugin never shadows a built-in's short name
+            table[name] = cls
+        names.origins[cls] = origin
+
+    # -- lookups --------------------------------------------------------------------------------
+    def connector(self, name: str) -> type[Connector]:
+        """The class named by `connector.class`."""
+        with self._lock:
+            table = self._names.connectors
+        return _resolve(
+            name,
+            table,
+            Connector,
+            "connector.class",
+            "connector",
+            "a SourceConnector or SinkConnector",
+        )
+
+    def transform(self, name: str) -> type[Transform]:
+        """The class named by `transforms.<n>.class`."""
+        with self._lock:
+            table = self._names.transforms
+        return _resolve(name, table, Transform, "transforms", "transform", "a Transform")
+
+    def plugins(self) -> list[PluginInfo]:
+        """Every known plugin class once, with the other names it answers to."""
+        with self._lock:
+            names = self._names
+        by_class: dict[type, list[str]] = {}
+        for table in (names.connectors, names.transforms):
+            for name, cls in table.items():
+                by_class.setdefault(cls, []).append(name)
+        out = []
+        for cls, aliases in by_class.items():
+            full = _full_name(cls)
+            version = str(
+                getattr(cls, "version", "")
+                or getattr(sys.modules.get(cls.__module__), "__version__", "")
+                or _sluice_version()
+            )
+            out.append(
+                PluginInfo(
+                    full,
+                    _kind(cls),
+                    version,
+                    tuple(sorted(a for a in aliases if a != full)),
+                    names.origins.get(cls, "builtin"),
+                )
+            )
+        return sorted(out, key=lambda p: (p.type, p.class_name))
+
+
+def _sluice_version() -> str:
+    try:
+        return importlib.metadata.version("sluice")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - always installed
+        return "0"
+
 
 def _resolve(
-    name: str, builtins: dict[str, type], base: type, key: str, kind: str, expected: str
+    name: str, known: dict[str, type], base: type, key: str, kind: str, expected: str
 ) -> type:
-    """A built-in (by name or alias) or `module.Class` / `module:Class` that subclasses `base`."""
+    """A known name or alias, or `module.Class` / `module:Class` that subclasses `base`."""
     name = name.strip()
-    if name in builtins:
-        return builtins[name]
+    if name in known:
+        return known[name]
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
     if not sep or "$" in name:
-        known = ", ".join(sorted(k for k in builtins if "." not in k))
-        raise ConfigException(key, f"unknown {kind} class {name!r}; built-ins: {known}")
+        short = ", ".join(sorted(k for k in known if "." not in k and "$" not in k))
+        raise ConfigException(key, f"unknown {kind} class {name!r}; known: {short}")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
@@ -36,18 +235,22 @@ def _resolve(
     return cls
 
 
+_DEFAULT: PluginRegistry | None = None
+
+
+def default_registry() -> PluginRegistry:
+    """The registry of a process without plugin folders (built-ins + entry points)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = PluginRegistry()
+    return _DEFAULT
+
+
 def resolve_connector(name: str) -> type[Connector]:
     """The class named by `connector.class`: a built-in name or alias, or `module.Class`."""
-    return _resolve(
-        name,
-        BUILTIN_CONNECTORS,
-        Connector,
-        "connector.class",
-        "connector",
-        "a SourceConnector or SinkConnector",
-    )
+    return default_registry().connector(name)
 
 
 def resolve_transform(name: str) -> type[Transform]:
     """The class named by `transforms.<n>.class`: a built-in name or alias, or `module.Class`."""
-    return _resolve(name, BUILTIN_TRANSFORMS, Transform, "transforms", "transform", "a Transform")
+    return default_registry().transform(name)

@@ -20,7 +20,8 @@ import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.bus.embedded import EmbeddedBus
+from sluice.bus.embedded import EmbeddedBus, queue_partition
+from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.pipeline import (
@@ -29,17 +30,20 @@ from sluice.engine.pipeline import (
     start_sink_query,
     start_source_query,
 )
+from sluice.engine.session import activate
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
-from sluice.runtime.plugins import resolve_connector, resolve_transform
+from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
     ConfigKey,
+    RecordOffset,
     SinkConnector,
     SourceConnector,
     normalize_config,
+    partition_key,
 )
 from sluice.store.counters import SqliteCounters
 from sluice.store.positions import SqlitePositionStore
@@ -73,6 +77,8 @@ class RunningConnector:
     kind: str  # "source" | "sink"
     run: str
     query: StreamingQuery
+    task_configs: tuple[dict[str, str], ...] = ()
+    checkpoint: str = ""
 
     def failure(self) -> tuple[str, str] | None:
         """`(cause, full trace)` if the query failed, else None."""
@@ -96,8 +102,10 @@ class ConnectorRunner:
         retention_ms: int | None = 7 * 24 * 3600 * 1000,
         retention_bytes: int | None = None,
         maintenance_interval_s: float = 60.0,
+        plugins: PluginRegistry | None = None,
     ) -> None:
         self.spark = spark
+        self.plugins = plugins or default_registry()
         self.root = os.path.abspath(os.fspath(root))
         self.bus = EmbeddedBus(os.path.join(self.root, "bus"), default_queues=default_queues)
         self.positions = SqlitePositionStore(os.path.join(self.root, "positions.sqlite"))
@@ -167,11 +175,12 @@ class ConnectorRunner:
         """Start connector `name` with `config` (`connector.class` picks the plugin)."""
         if name in self.running:
             raise ConfigException("name", f"connector {name!r} is already running")
+        activate(self.spark)
         conf = normalize_config(config)
         if not conf.get("connector.class"):
             raise ConfigException("connector.class", "required key is missing")
-        connector = resolve_connector(conf["connector.class"])()
-        chain = parse_transforms(conf, resolve_transform)
+        connector = self.plugins.connector(conf["connector.class"])()
+        chain = parse_transforms(conf, self.plugins.transform)
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
         checkpoint = os.path.join(run_dir, "checkpoint")
@@ -263,7 +272,7 @@ class ConnectorRunner:
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
-        running = RunningConnector(name, kind, run, query)
+        running = RunningConnector(name, kind, run, query, plan.task_configs, checkpoint)
         self.running[name] = running
         return running
 
@@ -275,6 +284,35 @@ class ConnectorRunner:
         running.query.stop()
         if running.query.exception() is None:
             running.query.awaitTermination(timeout_s)
+        self._sync_positions(running)
+
+    def _sync_positions(self, running: RunningConnector) -> None:
+        """Copy the checkpoint's last committed end offsets into the position store (see
+        `engine.checkpoint`): the store then says exactly where the stopped query ended."""
+        positions = self._checkpoint_positions(running)
+        if positions:
+            self.positions.save(running.name, positions)
+
+    def _checkpoint_positions(self, running: RunningConnector) -> dict[str, RecordOffset]:
+        ends = last_committed_offsets(running.checkpoint) if running.checkpoint else None
+        positions: dict[str, RecordOffset] = {}
+        for end in ends or []:
+            positions.update(end.get("p") or {})  # a replayable source: partition key -> offset
+            for key, offset in (end.get("q") or {}).items():  # a topic reader: "topic/queue"
+                topic, _, queue = key.rpartition("/")
+                positions[partition_key(queue_partition(topic, int(queue)))] = {
+                    "queueOffset": offset
+                }
+        return positions
+
+    def committed_positions(self, name: str) -> dict[str, RecordOffset]:
+        """What connector `name` has committed: the position store, overlaid (while it runs) by
+        its checkpoint's last committed batch, which the store may trail by one batch."""
+        positions = self.positions.load(name)
+        running = self.running.get(name)
+        if running is not None:
+            positions.update(self._checkpoint_positions(running))
+        return positions
 
     def stop_all(self) -> None:
         for name in list(self.running):

@@ -54,6 +54,15 @@ class SqlitePositionStore(SqliteFile):
         if positions:
             self.save(connector, positions)
 
+    def remove(self, connector: str, partitions: list[str]) -> None:
+        """Forget these partitions' positions (they start from the beginning next time)."""
+        db = self._db()
+        with db:
+            db.executemany(
+                "DELETE FROM positions WHERE connector = ? AND partition = ?",
+                [(connector, p) for p in partitions],
+            )
+
     def delete(self, connector: str) -> None:
         db = self._db()
         with db:

@@ -1,0 +1,42 @@
+"""Builds the FastAPI application: both faces, their error bodies, OpenAPI at `/docs`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from sluice.rest import rocketmq, v1
+from sluice.runtime.herder import Herder, HerderError
+
+
+def error_response(request: Request, status: int, message: str) -> JSONResponse:
+    """An error in the shape of the face that was called (`/v1` or RocketMQ Connect's)."""
+    if request.url.path.startswith("/v1"):
+        return JSONResponse({"error_code": status, "message": message}, status_code=status)
+    return JSONResponse({"errorCode": status, "message": message}, status_code=status)
+
+
+def create_app(herder: Herder) -> FastAPI:
+    """The REST API of one worker; every route calls `herder` and nothing else."""
+    app = FastAPI(
+        title="sluice worker",
+        summary="RocketMQ Connect compatible REST API, plus a resource API under /v1",
+    )
+    app.state.herder = herder
+    app.include_router(rocketmq.router)
+    app.include_router(v1.router)
+
+    @app.exception_handler(HerderError)
+    async def _herder_error(request: Request, exc: HerderError) -> JSONResponse:
+        return error_response(request, exc.status, exc.message)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = []
+        for error in exc.errors():
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
+            problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
+        return error_response(request, 400, "invalid request: " + "; ".join(problems))
+
+    return app

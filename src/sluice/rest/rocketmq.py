@@ -1,0 +1,168 @@
+"""RocketMQ Connect's REST endpoints: same paths and methods (GET-style mutations included), the
+`{"status": 200, "body": …}` envelope on success, real HTTP status codes on errors."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
+from sluice.rest._common import herder_of, parse_json_object
+from sluice.runtime.herder import BadRequest
+
+router = APIRouter(tags=["RocketMQ Connect"])
+
+
+def ok(body: Any) -> dict[str, Any]:
+    return {"status": 200, "body": body}
+
+
+@router.get("/getClusterInfo")
+def cluster_info(request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).workers())
+
+
+@router.get("/connectors/list")
+def list_connectors(request: Request) -> dict[str, Any]:
+    herder = herder_of(request)
+    return ok(
+        {
+            name: {"status": herder.status(name), "info": herder.connector_info(name)}
+            for name in herder.connectors()
+        }
+    )
+
+
+@router.get("/allocated/connectors")
+def allocated_connectors(request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).allocated_connectors())
+
+
+@router.get("/allocated/tasks")
+def allocated_tasks(request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).allocated_tasks())
+
+
+def _all(request: Request, action: str, done: str) -> dict[str, Any]:
+    herder = herder_of(request)
+    names = herder.connectors()
+    if not names:
+        return ok(f"No connector needs to be {done}, please add connector first")
+    for name in names:
+        getattr(herder, action)(name)
+    return ok(f"{len(names)} connectors are {done}")
+
+
+@router.get("/connectors/stop/all")
+def stop_all(request: Request) -> dict[str, Any]:
+    return _all(request, "delete_connector", "deleted")
+
+
+@router.get("/connectors/pause/all")
+def pause_all(request: Request) -> dict[str, Any]:
+    return _all(request, "pause", "paused")
+
+
+@router.get("/connectors/resume/all")
+def resume_all(request: Request) -> dict[str, Any]:
+    return _all(request, "resume", "resumed")
+
+
+@router.get("/connectors/{name}/config")
+def connector_config(name: str, request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).connector_info(name))
+
+
+@router.get("/connectors/{name}/status")
+def connector_status(name: str, request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).status(name))
+
+
+@router.get("/connectors/{name}/tasks")
+def task_configs(name: str, request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).task_configs(name))
+
+
+@router.get("/connectors/{name}/tasks/{task}/status")
+def task_status(name: str, task: int, request: Request) -> dict[str, Any]:
+    return ok(herder_of(request).task_status(name, task))
+
+
+@router.get("/connectors/{name}/stop")
+def stop_connector(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).delete_connector(name)
+    return ok(f"Connector [{name}] deleted successfully")
+
+
+@router.get("/connectors/{name}/pause")
+def pause_connector(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).pause(name)
+    return ok(f"Connector [{name}] paused successfully")
+
+
+@router.get("/connectors/{name}/resume")
+def resume_connector(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).resume(name)
+    return ok(f"Connector [{name}] resumed successfully")
+
+
+@router.post("/connectors/{name}")
+async def create_connector(name: str, request: Request) -> dict[str, Any]:
+    """Create (or update) a connector from the JSON config map in the body."""
+    config = parse_json_object(await request.body(), "request body")
+    await run_in_threadpool(herder_of(request).put_connector, name, config)
+    return ok(config)
+
+
+@router.get("/connectors/{name}")
+def create_connector_by_get(name: str, request: Request, config: str = "") -> dict[str, Any]:
+    """Create (or update) a connector from `?config=<url-encoded JSON config map>`."""
+    parsed = parse_json_object(config, "query param 'config'")
+    herder_of(request).put_connector(name, parsed)
+    return ok(parsed)
+
+
+@router.get("/plugin/reload")
+def reload_plugins(request: Request) -> dict[str, Any]:
+    herder_of(request).reload_plugins()
+    return ok("Plugin reload succeeded")
+
+
+def _plugin_body(info: Any) -> dict[str, Any]:
+    data = asdict(info)
+    return {
+        "className": data["class_name"],
+        "type": data["type"].upper(),
+        "version": data["version"],
+        "aliases": list(data["aliases"]),
+    }
+
+
+@router.get("/plugin/list")
+def list_plugins(request: Request) -> dict[str, Any]:
+    return ok([_plugin_body(p) for p in herder_of(request).plugins()])
+
+
+@router.get("/plugin/list/connectors")
+def list_connector_plugins(request: Request) -> dict[str, Any]:
+    plugins = herder_of(request).plugins()
+    return ok([_plugin_body(p) for p in plugins if p.type in ("source", "sink")])
+
+
+@router.get("/plugin/config")
+def plugin_config(request: Request, plugin: str = "") -> dict[str, Any]:
+    """The config keys of `?plugin=<connector class>` (RocketMQ Connect leaves this empty)."""
+    if not plugin:
+        raise BadRequest("query param 'plugin' is required (a connector class name)")
+    return ok(herder_of(request).plugin_config(plugin))
+
+
+@router.get("/plugin/config/validate")
+def validate_config(request: Request, config: str = "") -> dict[str, Any]:
+    """Validate `?config=<JSON config map with connector.class>`."""
+    parsed = parse_json_object(config, "query param 'config'")
+    if not parsed.get("connector.class"):
+        raise BadRequest("connector.class: required key is missing")
+    return ok(herder_of(request).validate(parsed))

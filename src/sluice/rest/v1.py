@@ -1,0 +1,164 @@
+"""The `/v1` resource API: proper verbs and status codes, Kafka Connect's shapes where it has one.
+
+Errors are `{"error_code": <HTTP status>, "message": "…"}`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Request, Response
+from pydantic import BaseModel, Field
+
+from sluice.rest._common import herder_of
+from sluice.runtime.herder import BadRequest, NotFound
+
+router = APIRouter(prefix="/v1", tags=["v1"])
+
+#: A connector config map as the whole JSON body.
+ConfigBody = Annotated[dict[str, Any], Body()]
+
+
+class NewConnector(BaseModel):
+    """The body of `POST /v1/connectors`."""
+
+    name: str = Field(min_length=1)
+    config: dict[str, Any]
+
+
+class Offsets(BaseModel):
+    """`{"offsets": [{"partition": {…}, "offset": {…} | null}]}` as the offsets API shows it."""
+
+    offsets: list[dict[str, Any]]
+
+
+@router.get("/connectors")
+def list_connectors(request: Request, expand: str | None = None) -> Any:
+    herder = herder_of(request)
+    names = herder.connectors()
+    if expand is None:
+        return names
+    if expand not in ("status", "info"):
+        raise BadRequest(f"expand must be 'status' or 'info', got {expand!r}")
+    fetch = herder.status if expand == "status" else herder.connector_info
+    return {name: {expand: fetch(name)} for name in names}
+
+
+@router.post("/connectors", status_code=201)
+def create_connector(body: NewConnector, request: Request) -> dict[str, Any]:
+    info, _ = herder_of(request).put_connector(body.name, body.config, create_only=True)
+    return info
+
+
+@router.get("/connectors/{name}")
+def get_connector(name: str, request: Request) -> dict[str, Any]:
+    return herder_of(request).connector_info(name)
+
+
+@router.put("/connectors/{name}")
+@router.put("/connectors/{name}/config")
+def put_connector(
+    name: str, request: Request, response: Response, config: ConfigBody
+) -> dict[str, Any]:
+    info, created = herder_of(request).put_connector(name, config)
+    response.status_code = 201 if created else 200
+    return info
+
+
+@router.get("/connectors/{name}/config")
+def get_config(name: str, request: Request) -> dict[str, str]:
+    return herder_of(request).connector_config(name)
+
+
+@router.delete("/connectors/{name}", status_code=204)
+def delete_connector(name: str, request: Request) -> Response:
+    herder_of(request).delete_connector(name)
+    return Response(status_code=204)
+
+
+@router.get("/connectors/{name}/status")
+def status(name: str, request: Request) -> dict[str, Any]:
+    return herder_of(request).status(name)
+
+
+@router.get("/connectors/{name}/tasks")
+def tasks(name: str, request: Request) -> list[dict[str, Any]]:
+    return herder_of(request).task_configs(name)
+
+
+@router.get("/connectors/{name}/tasks/{task}/status")
+def task_status(name: str, task: int, request: Request) -> dict[str, Any]:
+    return herder_of(request).task_status(name, task)
+
+
+@router.put("/connectors/{name}/pause", status_code=202)
+def pause(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).pause(name)
+    return herder_of(request).status(name)
+
+
+@router.put("/connectors/{name}/resume", status_code=202)
+def resume(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).resume(name)
+    return herder_of(request).status(name)
+
+
+@router.put("/connectors/{name}/stop", status_code=202)
+def stop(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).stop(name)
+    return herder_of(request).status(name)
+
+
+@router.post("/connectors/{name}/restart", status_code=202)
+def restart(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).restart(name)
+    return herder_of(request).status(name)
+
+
+@router.post("/connectors/{name}/tasks/{task}/restart", status_code=202)
+def restart_task(name: str, task: int, request: Request) -> dict[str, Any]:
+    herder_of(request).restart(name, task)
+    return herder_of(request).status(name)
+
+
+@router.get("/connectors/{name}/offsets")
+def get_offsets(name: str, request: Request) -> dict[str, Any]:
+    return {"offsets": herder_of(request).offsets(name)}
+
+
+@router.patch("/connectors/{name}/offsets")
+def alter_offsets(name: str, body: Offsets, request: Request) -> dict[str, Any]:
+    herder_of(request).alter_offsets(name, body.offsets)
+    return {"message": f"The offsets of connector {name!r} have been altered"}
+
+
+@router.delete("/connectors/{name}/offsets")
+def reset_offsets(name: str, request: Request) -> dict[str, Any]:
+    herder_of(request).reset_offsets(name)
+    return {"message": f"The offsets of connector {name!r} have been reset"}
+
+
+@router.get("/connector-plugins")
+def plugins(request: Request) -> list[dict[str, Any]]:
+    return [
+        {"class": p.class_name, "type": p.type, "version": p.version, "aliases": list(p.aliases)}
+        for p in herder_of(request).plugins()
+    ]
+
+
+@router.put("/connector-plugins/{class_name}/config/validate")
+def validate(class_name: str, request: Request, config: ConfigBody) -> dict[str, Any]:
+    return herder_of(request).validate(config, class_name)
+
+
+@router.get("/topics")
+def topics(request: Request) -> list[dict[str, Any]]:
+    return herder_of(request).topics()
+
+
+@router.get("/topics/{name}")
+def topic(name: str, request: Request) -> dict[str, Any]:
+    for t in herder_of(request).topics():
+        if t["name"] == name:
+            return t
+    raise NotFound(f"topic {name!r} not found")

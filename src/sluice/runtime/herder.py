@@ -1,0 +1,129 @@
+"""The control-plane interface (Kafka Connect calls it the herder): all that the REST API calls.
+
+Standalone and distributed modes are two implementations of `Herder`; the worker picks one when it
+is wired together. Errors are typed by what went wrong, so each face of the REST API maps them to
+its own HTTP status and body.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from sluice.runtime.plugins import PluginInfo
+
+
+class HerderError(Exception):
+    """A request the herder refuses; `status` is the HTTP status it maps to."""
+
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadRequest(HerderError):
+    """Bad input: malformed or invalid config, unknown class… The message names the key."""
+
+    status = 400
+
+
+class NotFound(HerderError):
+    """No such connector, task or plugin."""
+
+    status = 404
+
+
+class Conflict(HerderError):
+    """The request does not fit the current state (exists already, must be stopped first…)."""
+
+    status = 409
+
+
+class Herder(ABC):
+    """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
+
+    Shapes follow RocketMQ Connect: INFO is `{"name", "config", "tasks": [{"connector", "task"}],
+    "type"}`, STATUS is `{"name", "connector": {"state", "trace", "workerId"}, "tasks": [{"id",
+    "state", "trace", "workerId"}], "type"}`.
+    """
+
+    worker_id: str
+
+    @abstractmethod
+    def workers(self) -> list[str]:
+        """Ids of the live workers."""
+
+    @abstractmethod
+    def connectors(self) -> list[str]: ...
+
+    @abstractmethod
+    def connector_info(self, name: str) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def connector_config(self, name: str) -> dict[str, str]: ...
+
+    @abstractmethod
+    def put_connector(
+        self, name: str, config: dict[str, Any], *, create_only: bool = False
+    ) -> tuple[dict[str, Any], bool]:
+        """Create or update; returns (INFO, created). An identical config is a no-op."""
+
+    @abstractmethod
+    def delete_connector(self, name: str) -> None: ...
+
+    @abstractmethod
+    def pause(self, name: str) -> None: ...
+
+    @abstractmethod
+    def resume(self, name: str) -> None: ...
+
+    @abstractmethod
+    def stop(self, name: str) -> None:
+        """Stop the connector's query but keep its config (target state STOPPED)."""
+
+    @abstractmethod
+    def restart(self, name: str, task: int | None = None) -> None: ...
+
+    @abstractmethod
+    def status(self, name: str) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def task_status(self, name: str, task: int) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def task_configs(self, name: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def offsets(self, name: str) -> list[dict[str, Any]]:
+        """`[{"partition": {…}, "offset": {…}}]` from the position store."""
+
+    @abstractmethod
+    def alter_offsets(self, name: str, offsets: list[dict[str, Any]]) -> None:
+        """Set (or, with `"offset": null`, remove) positions; the connector must be STOPPED."""
+
+    @abstractmethod
+    def reset_offsets(self, name: str) -> None: ...
+
+    @abstractmethod
+    def validate(self, config: dict[str, Any], class_name: str | None = None) -> dict[str, Any]:
+        """Kafka Connect's validation result: `{"name", "error_count", "configs": [...]}`."""
+
+    @abstractmethod
+    def plugins(self) -> list[PluginInfo]: ...
+
+    @abstractmethod
+    def reload_plugins(self) -> list[str]: ...
+
+    @abstractmethod
+    def plugin_config(self, class_name: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def topics(self) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def allocated_connectors(self) -> dict[str, dict[str, str]]: ...
+
+    @abstractmethod
+    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]: ...

@@ -1,0 +1,150 @@
+"""The worker's `key=value` config file (RocketMQ Connect's keys, plus `bus=` and `spark.*`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+
+log = logging.getLogger(__name__)
+
+WORKER_KEYS = ConfigDef(
+    ConfigKey("workerId", default="standalone-worker", doc="this worker's id in statuses"),
+    ConfigKey("httpHost", default="0.0.0.0", doc="address the REST API binds to"),
+    ConfigKey("httpPort", type="int", default=8082, min=0, doc="REST API port"),
+    ConfigKey(
+        "storePathRootDir",
+        default="~/storeRoot",
+        doc="root of the embedded stores, topics and checkpoints",
+    ),
+    ConfigKey("pluginPaths", type="list", default=(), doc="folders of Python connector modules"),
+    ConfigKey(
+        "offsetCommitIntervalMsConfig",
+        type="int",
+        default=500,
+        min=0,
+        doc="micro-batch trigger interval: positions are committed once per micro-batch",
+    ),
+    ConfigKey("bus", default="embedded", choices=("embedded", "rocketmq", "kafka")),
+    ConfigKey("bus.default.queues", type="int", default=8, min=1, doc="queues of a new topic"),
+    ConfigKey(
+        "bus.retention.ms",
+        type="int",
+        default=7 * 24 * 3600 * 1000,
+        min=-1,
+        doc="delete topic data older than this (-1: keep)",
+    ),
+    ConfigKey("bus.retention.bytes", type="int", default=-1, min=-1, doc="-1: no size limit"),
+    ConfigKey(
+        "status.poll.interval.ms",
+        type="int",
+        default=500,
+        min=10,
+        doc="how often the worker checks its queries for failures",
+    ),
+)
+
+# RocketMQ Connect keys that only matter for its other buses or modes: accepted, not used here.
+_KNOWN_UNUSED = {
+    "namesrvAddr",
+    "rmqProducerGroup",
+    "rmqConsumerGroup",
+    "operationTimeout",
+    "maxMessageSize",
+    "aclEnable",
+    "accessKey",
+    "secretKey",
+    "allocTaskStrategy",
+    "connectorStoreTopic",
+    "clusterStoreTopic",
+    "configStoreTopic",
+    "positionStoreTopic",
+    "offsetStoreTopic",
+    "connectStatusTopic",
+    "maxStartTimeoutMills",
+    "maxStopTimeoutMills",
+    "metricsConfigPath",
+    "openLogMetricReporter",
+}
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """A parsed worker config: typed RocketMQ Connect keys, `spark.*` pass-through."""
+
+    worker_id: str
+    http_host: str
+    http_port: int
+    store_root: str
+    plugin_paths: tuple[str, ...]
+    trigger_interval_ms: int
+    bus: str
+    default_queues: int
+    retention_ms: int | None
+    retention_bytes: int | None
+    status_poll_ms: int
+    spark: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
+        values = WORKER_KEYS.parse(props)
+        if values["bus"] != "embedded":
+            raise ConfigException(
+                "bus", f"{values['bus']!r} is not available yet; this worker runs bus=embedded"
+            )
+        for key in props:
+            if (
+                key not in WORKER_KEYS.keys
+                and key not in _KNOWN_UNUSED
+                and not key.startswith("spark.")
+            ):
+                log.warning("worker config: unknown key %r ignored", key)
+
+        def path(value: str) -> str:
+            return os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
+
+        return cls(
+            worker_id=values["workerId"],
+            http_host=values["httpHost"],
+            http_port=values["httpPort"],
+            store_root=path(values["storePathRootDir"]),
+            plugin_paths=tuple(path(p) for p in values["pluginPaths"]),
+            trigger_interval_ms=values["offsetCommitIntervalMsConfig"],
+            bus=values["bus"],
+            default_queues=values["bus.default.queues"],
+            retention_ms=None if values["bus.retention.ms"] < 0 else values["bus.retention.ms"],
+            retention_bytes=(
+                None if values["bus.retention.bytes"] < 0 else values["bus.retention.bytes"]
+            ),
+            status_poll_ms=values["status.poll.interval.ms"],
+            spark={k: v for k, v in props.items() if k.startswith("spark.")},
+            raw=dict(props),
+        )
+
+    @classmethod
+    def load(cls, path: str) -> WorkerConfig:
+        """Read a `key=value` file; relative paths in it are relative to the working directory
+        (as RocketMQ Connect's `connect-standalone.sh` resolves them)."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ConfigException("-c", f"cannot read worker config {path!r}: {exc}") from None
+        return cls.from_properties(parse_properties(text, path))
+
+
+def parse_properties(text: str, source: str = "config") -> dict[str, str]:
+    """`key=value` (or `key: value`) lines; `#`/`!` comments and blank lines skipped."""
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
+        if sep < 0:
+            raise ConfigException(f"{source}:{number}", f"expected key=value, got {line[:60]!r}")
+        props[line[:sep].strip()] = line[sep + 1 :].strip()
+    return props

@@ -1,0 +1,88 @@
+"""Connector and task statuses (state, trace, worker), in SQLite (the embedded status store)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sluice.store._sqlite_file import SqliteFile
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS statuses (
+    connector TEXT NOT NULL,
+    task INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    trace TEXT,
+    worker_id TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (connector, task)
+)
+"""
+
+#: The row that holds the connector's own state (tasks are numbered from 0).
+CONNECTOR_ROW = -1
+
+
+@dataclass(frozen=True)
+class Status:
+    """The state of a connector (`task` is None) or of one of its tasks."""
+
+    state: str
+    trace: str | None
+    worker_id: str
+    task: int | None = None
+
+
+class SqliteStatusStore(SqliteFile):
+    """Statuses keyed by (connector, task); the connector's own row has task -1."""
+
+    SCHEMA = _SCHEMA
+
+    def put(
+        self,
+        connector: str,
+        state: str,
+        worker_id: str,
+        *,
+        trace: str | None = None,
+        tasks: int = 0,
+        task_state: str | None = None,
+    ) -> None:
+        """Set the connector's state and, atomically, that of its `tasks` tasks (dropping others).
+
+        Spark runs a connector's tasks as one query, so they share its state unless
+        `task_state` says otherwise.
+        """
+        now = time.time()
+        rows = [(connector, CONNECTOR_ROW, state, trace, worker_id, now)]
+        rows += [(connector, i, task_state or state, trace, worker_id, now) for i in range(tasks)]
+        db = self._db()
+        with db:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("DELETE FROM statuses WHERE connector = ?", (connector,))
+            db.executemany("INSERT INTO statuses VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def get(self, connector: str) -> tuple[Status | None, list[Status]]:
+        """The connector's status (None if unknown) and its tasks' statuses in task order."""
+        rows = (
+            self._db()
+            .execute(
+                "SELECT task, state, trace, worker_id FROM statuses WHERE connector = ? "
+                "ORDER BY task",
+                (connector,),
+            )
+            .fetchall()
+        )
+        own = None
+        tasks = []
+        for task, state, trace, worker in rows:
+            if task == CONNECTOR_ROW:
+                own = Status(state, trace, worker)
+            else:
+                tasks.append(Status(state, trace, worker, task))
+        return own, tasks
+
+    def delete(self, connector: str) -> None:
+        db = self._db()
+        with db:
+            db.execute("DELETE FROM statuses WHERE connector = ?", (connector,))
