@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import threading
 
@@ -67,10 +68,18 @@ def run_worker(config_path: str) -> int:
             lifespan="off",
         )
     )
+    def _shutdown(signum: int, _frame: object) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        server.should_exit = True
+
+    # uvicorn handles these signals while it serves, then restores the handlers it found and
+    # raises the signal again: with ours in place that ends in the clean shutdown below.
+    signal.signal(signal.SIGTERM, _shutdown)
+    signal.signal(signal.SIGINT, _shutdown)
     try:
         herder.start()
         threading.Thread(target=_announce, args=(server, config), daemon=True).start()
-        server.run()  # returns on SIGTERM/SIGINT (uvicorn handles both)
+        server.run()
     except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
         log.error("REST API could not start on %s:%s", config.http_host, config.http_port)
         return int(exc.code or 1)

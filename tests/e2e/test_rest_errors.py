@@ -1,0 +1,224 @@
+"""Every error the REST API gives: its HTTP status and a message naming the problem."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.worker_process import WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+
+def _rocketmq_error(worker: WorkerProcess, method: str, path: str, status: int, **kw) -> str:
+    response = worker.request(method, path, **kw)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["errorCode"] == status
+    return body["message"]
+
+
+def _v1_error(worker: WorkerProcess, method: str, path: str, status: int, **kw) -> str:
+    response = worker.request(method, path, **kw)
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert body["error_code"] == status
+    return body["message"]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/connectors/ghost/status",
+        "/connectors/ghost/config",
+        "/connectors/ghost/tasks",
+        "/connectors/ghost/tasks/0/status",
+        "/connectors/ghost/pause",
+        "/connectors/ghost/resume",
+        "/connectors/ghost/stop",
+    ],
+)
+def test_unknown_connector_is_404_on_the_rocketmq_face(worker: WorkerProcess, path: str) -> None:
+    assert _rocketmq_error(worker, "GET", path, 404) == "connector 'ghost' not found"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/connectors/ghost"),
+        ("GET", "/v1/connectors/ghost/status"),
+        ("DELETE", "/v1/connectors/ghost"),
+        ("PUT", "/v1/connectors/ghost/pause"),
+        ("PUT", "/v1/connectors/ghost/stop"),
+        ("POST", "/v1/connectors/ghost/restart"),
+        ("GET", "/v1/connectors/ghost/offsets"),
+        ("DELETE", "/v1/connectors/ghost/offsets"),
+    ],
+)
+def test_unknown_connector_is_404_on_v1(worker: WorkerProcess, method: str, path: str) -> None:
+    assert _v1_error(worker, method, path, 404) == "connector 'ghost' not found"
+
+
+def test_create_errors_name_the_problem(worker: WorkerProcess, tmp_path: Path) -> None:
+    post = lambda body: _rocketmq_error(  # noqa: E731
+        worker, "POST", "/connectors/broken", 400, content=body
+    )
+    assert "malformed JSON" in post("{not json")
+    assert post("[1, 2]") == "request body must be a JSON object, got list"
+    assert post("") == "request body is required (a JSON object)"
+    assert post(json.dumps({"filename": "x"})) == "connector.class: required key is missing"
+    unknown = post(json.dumps({"connector.class": "NoSuchConnector"}))
+    assert unknown.startswith("connector.class: unknown connector class 'NoSuchConnector'")
+    assert "FileSourceConnector" in unknown  # the message lists what exists
+    assert post(json.dumps({"connector.class": "no.such.module.Thing"})).startswith(
+        "connector.class: cannot load 'no.such.module.Thing'"
+    )
+    sink = post(json.dumps({"connector.class": "FileSinkConnector", "filename": "x"}))
+    assert sink.startswith("connect.topicnames: required key is missing")
+    # Connector.validate: the file source needs a filename
+    invalid = post(json.dumps({"connector.class": "FileSourceConnector", "connect.topicname": "t"}))
+    assert invalid.startswith("filename: required key is missing")
+    assert post(json.dumps({"connector.class": "FileSourceConnector", "max.tasks": "zero"})) == (
+        "max.tasks: expected an integer, got 'zero'"
+    )
+    nested = post(json.dumps({"connector.class": "FileSourceConnector", "filename": {"a": 1}}))
+    assert nested.startswith("filename: value of type dict is not supported")
+
+    by_get = "/connectors/broken?config=" + urllib.parse.quote("{oops")
+    assert "query param 'config' is malformed JSON" in _rocketmq_error(worker, "GET", by_get, 400)
+    assert _rocketmq_error(worker, "GET", "/connectors/broken", 400) == (
+        "query param 'config' is required (a JSON object)"
+    )
+    assert worker.get("/connectors/broken/status").status_code == 404  # nothing was created
+
+
+def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("x\n")
+    config = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(src),
+        "connect.topicname": "v1errors",
+    }
+    created = worker.request("POST", "/v1/connectors", json={"name": "v1e", "config": config})
+    assert created.status_code == 201, created.text
+    try:
+        again = _v1_error(
+            worker, "POST", "/v1/connectors", 409, json={"name": "v1e", "config": config}
+        )
+        assert again == "connector 'v1e' already exists"
+        assert _v1_error(worker, "POST", "/v1/connectors", 400, content="{bad").startswith(
+            "invalid request:"
+        )
+        missing = _v1_error(worker, "POST", "/v1/connectors", 400, json={"config": config})
+        assert "name" in missing
+        assert (
+            _v1_error(
+                worker, "PUT", "/v1/connectors/v1e/config", 400, json={**config, "max.tasks": "0"}
+            )
+            == "max.tasks: must be at least 1, got 0"
+        )
+        assert _v1_error(worker, "GET", "/v1/connectors/v1e/tasks/7/status", 404) == (
+            "connector 'v1e' has no task 7 (it has 1)"
+        )
+        assert _v1_error(worker, "GET", "/v1/connectors?expand=everything", 400) == (
+            "expand must be 'status' or 'info', got 'everything'"
+        )
+        running = _v1_error(worker, "DELETE", "/v1/connectors/v1e/offsets", 409)
+        assert running.startswith("connector 'v1e' must be STOPPED before its offsets can be reset")
+        assert worker.request("PUT", "/v1/connectors/v1e/stop").status_code == 202
+        bad_entry = _v1_error(
+            worker,
+            "PATCH",
+            "/v1/connectors/v1e/offsets",
+            400,
+            json={"offsets": [{"offset": {"position": 0}}]},
+        )
+        assert bad_entry == "offsets[0]: needs a 'partition' object"
+        no_offset = _v1_error(
+            worker,
+            "PATCH",
+            "/v1/connectors/v1e/offsets",
+            400,
+            json={"offsets": [{"partition": {"filename": "x"}}]},
+        )
+        assert no_offset == "offsets[0]: needs an 'offset' object or null"
+        assert _v1_error(worker, "GET", "/v1/topics/no-such-topic", 404) == (
+            "topic 'no-such-topic' not found"
+        )
+        unknown = _v1_error(
+            worker, "PUT", "/v1/connector-plugins/Nope/config/validate", 404, json={}
+        )
+        assert unknown.startswith("connector.class: unknown connector class 'Nope'")
+    finally:
+        worker.request("DELETE", "/v1/connectors/v1e")
+
+
+def test_validate_reports_errors_per_key(worker: WorkerProcess) -> None:
+    result = worker.request(
+        "PUT", "/v1/connector-plugins/FileSinkConnector/config/validate", json={"filename": "/x"}
+    ).json()
+    assert result["error_count"] == 1
+    by_key = {c["value"]["name"]: c for c in result["configs"]}
+    [error] = by_key["connect.topicnames"]["value"]["errors"]
+    assert error.startswith("connect.topicnames: required key is missing")
+    assert by_key["filename"]["value"] == {"name": "filename", "value": "/x", "errors": []}
+    ok = worker.request(
+        "PUT",
+        "/v1/connector-plugins/org.apache.rocketmq.connect.file.FileSinkConnector/config/validate",
+        json={"filename": "/x", "connect.topicnames": "t"},
+    ).json()
+    assert ok["error_count"] == 0
+
+    rocket = worker.body(
+        "/plugin/config/validate?config="
+        + urllib.parse.quote(json.dumps({"connector.class": "FileSinkConnector"}))
+    )
+    assert rocket["error_count"] >= 1
+    assert _rocketmq_error(worker, "GET", "/plugin/config/validate?config=%7B%7D", 400) == (
+        "connector.class: required key is missing"
+    )
+    keys = {k["name"] for k in worker.body("/plugin/config?plugin=FileSourceConnector")}
+    assert {"filename", "connect.topicname", "max.tasks"} <= keys
+    assert _rocketmq_error(worker, "GET", "/plugin/config", 400).startswith(
+        "query param 'plugin' is required"
+    )
+
+
+def test_a_connector_that_fails_to_start_is_failed_not_fatal(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    plugin_dir = worker.plugin_dir
+    assert plugin_dir is not None
+    (plugin_dir / "broken_start.py").write_text(
+        "from sluice.connectors.file import FileSourceConnector\n\n\n"
+        "class BrokenStart(FileSourceConnector):\n"
+        '    """Fails in start, as a connector that cannot reach its system does."""\n\n'
+        "    def start(self, config):\n"
+        "        raise ConnectionRefusedError('database at 10.0.0.1:5432 refused the connection')\n"
+    )
+    worker.body("/plugin/reload")
+    (tmp_path / "f").write_text("")
+    response = worker.request(
+        "POST",
+        "/connectors/brokenStart",
+        content=json.dumps(
+            {
+                "connector.class": "BrokenStart",
+                "filename": str(tmp_path / "f"),
+                "connect.topicname": "t",
+            }
+        ),
+    )
+    assert response.status_code == 200, response.text
+    wait_until(lambda: worker.state("brokenStart") == "FAILED", what="the FAILED status")
+    trace = worker.get("/v1/connectors/brokenStart/status").json()["connector"]["trace"]
+    assert trace.splitlines()[0] == (
+        "ConnectionRefusedError: database at 10.0.0.1:5432 refused the connection"
+    )
+    assert worker.get("/getClusterInfo").status_code == 200  # the worker is fine
+    worker.body("/connectors/brokenStart/stop")

@@ -1,0 +1,124 @@
+"""A real `sluice worker` process for end-to-end tests, driven over HTTP like a user would."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import wait_until
+
+REPO = Path(__file__).parents[2]
+BOOT = "The standalone worker boot success."
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorkerProcess:
+    """One worker process with its own store, config file and log."""
+
+    tmp: Path
+    port: int = field(default_factory=free_port)
+    plugin_dir: Path | None = None
+    proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def conf(self) -> Path:
+        return self.tmp / "connect-standalone.conf"
+
+    @property
+    def log(self) -> Path:
+        return self.tmp / "worker.log"
+
+    def write_conf(self) -> None:
+        lines = [
+            "workerId=e2e-worker",
+            "httpHost=127.0.0.1",
+            f"httpPort={self.port}",
+            f"storePathRootDir={self.tmp / 'store'}",
+            "offsetCommitIntervalMsConfig=200",
+            "status.poll.interval.ms=100",
+            "spark.master=local[2]",
+            "spark.driver.memory=1g",
+        ]
+        if self.plugin_dir is not None:
+            lines.append(f"pluginPaths={self.plugin_dir}")
+        self.conf.write_text("\n".join(lines) + "\n")
+
+    def start(self) -> WorkerProcess:
+        """Start the process and wait for the boot message in its log."""
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        if not self.conf.exists():
+            self.write_conf()
+        boots = self.log.read_text().count(BOOT) if self.log.exists() else 0
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
+        # A session of its own, so kill -9 of the group takes the JVM down with it.
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=self.tmp,
+            start_new_session=True,
+        )
+        wait_until(
+            lambda: self.proc.poll() is not None or self.log.read_text().count(BOOT) > boots,
+            timeout=180,
+            what="the worker to boot",
+        )
+        assert self.proc.poll() is None, f"worker exited:\n{self.log.read_text()[-3000:]}"
+        return self
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def terminate(self, timeout: float = 120) -> int:
+        """SIGTERM, as a service manager would; returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is None:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:  # the JVM child must not outlive the worker
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+
+    # -- HTTP -------------------------------------------------------------------------------------
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        return httpx.request(method, self.url + path, timeout=120, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> httpx.Response:
+        return self.request("GET", path, **kwargs)
+
+    def body(self, path: str, **kwargs: Any) -> Any:
+        """The `body` of a successful RocketMQ Connect style GET."""
+        response = self.get(path, **kwargs)
+        assert response.status_code == 200, response.text
+        envelope = response.json()
+        assert envelope["status"] == 200
+        return envelope["body"]
+
+    def state(self, name: str) -> str:
+        return self.request("GET", f"/v1/connectors/{name}/status").json()["connector"]["state"]
