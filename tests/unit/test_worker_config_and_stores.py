@@ -1,0 +1,128 @@
+"""Worker config parsing, the config/status stores and the plugin registry (no Spark)."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.worker_config import WorkerConfig, parse_properties
+from sluice.sdk import ConfigException
+from sluice.store.configs import SqliteConfigStore
+from sluice.store.statuses import SqliteStatusStore
+
+
+def test_properties_parse_comments_separators_and_blank_lines() -> None:
+    text = "# comment\n! also a comment\n\nworkerId = w1\nhttpPort:9000\nspark.master=local[2]\n"
+    assert parse_properties(text) == {
+        "workerId": "w1",
+        "httpPort": "9000",
+        "spark.master": "local[2]",
+    }
+
+
+def test_properties_without_separator_name_the_line() -> None:
+    with pytest.raises(ConfigException, match=r"^w.conf:2: expected key=value, got 'oops'"):
+        parse_properties("a=1\noops\n", "w.conf")
+
+
+def test_worker_config_defaults_paths_and_spark_pass_through(tmp_path: Path) -> None:
+    conf = WorkerConfig.from_properties(
+        {"storePathRootDir": "store", "pluginPaths": "p1, p2", "spark.master": "local[1]"},
+        base_dir=str(tmp_path),
+    )
+    assert conf.http_port == 8082 and conf.worker_id == "standalone-worker"
+    assert conf.store_root == str(tmp_path / "store")
+    assert conf.plugin_paths == (str(tmp_path / "p1"), str(tmp_path / "p2"))
+    assert conf.spark == {"spark.master": "local[1]"}
+    assert conf.retention_bytes is None and conf.trigger_interval_ms == 500
+
+
+@pytest.mark.parametrize(
+    ("props", "message"),
+    [
+        ({"httpPort": "eighty"}, "httpPort: expected an integer, got 'eighty'"),
+        ({"bus": "pulsar"}, "bus: must be one of embedded, rocketmq, kafka, got 'pulsar'"),
+        ({"bus": "kafka"}, "bus: 'kafka' is not available yet; this worker runs bus=embedded"),
+        ({"offsetCommitIntervalMsConfig": "-5"}, "offsetCommitIntervalMsConfig: must be at least"),
+    ],
+)
+def test_worker_config_errors_name_the_key(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigException) as info:
+        WorkerConfig.from_properties(props)
+    assert str(info.value).startswith(message)
+
+
+def test_unreadable_worker_config_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigException, match="cannot read worker config"):
+        WorkerConfig.load(str(tmp_path / "missing.conf"))
+
+
+def test_config_store_round_trip_and_target_states(tmp_path: Path) -> None:
+    store = SqliteConfigStore(tmp_path / "configs.sqlite")
+    store.put("b", {"connector.class": "X"})
+    store.put("a", {"connector.class": "Y", "k": "v"}, "PAUSED")
+    store.set_task_configs("a", [{"task": "0"}])
+    assert store.names() == ["a", "b"]
+    a = store.get("a")
+    assert a is not None and a.target_state == "PAUSED" and a.task_configs == [{"task": "0"}]
+    store.put("a", {"connector.class": "Y", "k": "w"}, "STARTED")  # a new config: tasks re-planned
+    again = SqliteConfigStore(tmp_path / "configs.sqlite").get("a")  # a fresh process sees it
+    assert again is not None and again.config["k"] == "w" and again.task_configs == []
+    store.delete("a")
+    assert store.get("a") is None
+    with pytest.raises(ValueError, match="target state 'RUNNING' is not one of"):
+        store.set_target_state("b", "RUNNING")
+
+
+def test_status_store_replaces_task_rows(tmp_path: Path) -> None:
+    store = SqliteStatusStore(tmp_path / "statuses.sqlite")
+    store.put("c", "RUNNING", "w1", tasks=3)
+    own, tasks = store.get("c")
+    assert own is not None and own.state == "RUNNING" and [t.task for t in tasks] == [0, 1, 2]
+    store.put("c", "FAILED", "w1", trace="Boom: it broke", tasks=1)
+    own, tasks = store.get("c")
+    assert own is not None and own.trace == "Boom: it broke"
+    assert [(t.task, t.state) for t in tasks] == [(0, "FAILED")]
+    store.delete("c")
+    assert store.get("c") == (None, [])
+
+
+PLUGIN = textwrap.dedent(
+    '''
+    from sluice.connectors.file import FileSinkConnector
+
+
+    class FileSinkConnector(FileSinkConnector):
+        """Same short name as a built-in: must not shadow it."""
+
+
+    class ExtraSink(FileSinkConnector):
+        """A plugin sink."""
+    '''
+)
+
+
+def test_plugin_folder_scan_reload_and_no_shadowing(tmp_path: Path) -> None:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    registry = PluginRegistry([str(folder)])
+    with pytest.raises(ConfigException, match="unknown connector class 'ExtraSink'"):
+        registry.connector("ExtraSink")
+    (folder / "unit_extra_plugin.py").write_text(PLUGIN)
+    (folder / "unit_broken_plugin.py").write_text("import does_not_exist\n")
+    registry.reload()
+    assert registry.connector("ExtraSink").__module__ == "unit_extra_plugin"
+    assert registry.connector("unit_extra_plugin.ExtraSink") is registry.connector("ExtraSink")
+    assert registry.connector("FileSinkConnector").__module__ == "sluice.connectors.file.sink"
+    assert "ModuleNotFoundError" in registry.errors[str(folder / "unit_broken_plugin.py")]
+    kinds = {p.class_name: p.type for p in registry.plugins()}
+    assert kinds["unit_extra_plugin.ExtraSink"] == "sink"
+    assert kinds["sluice.transforms.sql.Sql"] == "transform"
+
+
+def test_missing_plugin_folder_is_reported(tmp_path: Path) -> None:
+    registry = PluginRegistry([str(tmp_path / "nope")])
+    assert registry.errors == {str(tmp_path / "nope"): "plugin path is not a directory"}
