@@ -68,6 +68,7 @@ def run_worker(config_path: str) -> int:
             lifespan="off",
         )
     )
+
     def _shutdown(signum: int, _frame: object) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
         server.should_exit = True
