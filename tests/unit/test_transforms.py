@@ -916,3 +916,115 @@ def test_renames_that_collide_are_rejected(spark: Any) -> None:
         },
     )
     assert error.key == "transforms.e.to" and "'userId'" in str(error)
+
+
+# --- Kafka's top-level predicates --------------------------------------------------------------
+
+
+def _predicate_frame(spark: Any) -> Any:
+    return frame(
+        spark,
+        "string",
+        "string",
+        [
+            ("orders", "1", "a", T0, None),
+            ("logs-a", "2", "b", T0, {"skip": "1"}),
+            ("logs-b", "3", None, T0, {}),
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("negate", "kept"),
+    [("false", ["1"]), ("true", ["2", "3"])],
+)
+def test_filter_with_a_top_level_predicate(spark: Any, negate: str, kept: list[str]) -> None:
+    config = {
+        "transforms": "dropLogs",
+        "transforms.dropLogs.type": "org.apache.kafka.connect.transforms.Filter",
+        "transforms.dropLogs.predicate": "isLogs",
+        "transforms.dropLogs.negate": negate,
+        "predicates": "isLogs",
+        "predicates.isLogs.type": "org.apache.kafka.connect.transforms.predicates.TopicNameMatches",
+        "predicates.isLogs.pattern": "logs-.*",
+    }
+    assert keys(run(spark, _predicate_frame(spark), config)) == kept
+
+
+def test_a_predicate_gates_a_column_transform(spark: Any) -> None:
+    config = {
+        "transforms": "mark",
+        "transforms.mark.class": "InsertHeader",
+        "transforms.mark.header": "seen",
+        "transforms.mark.value.literal": "yes",
+        "transforms.mark.predicate": "hasSkip",
+        "predicates": "hasSkip,tomb",
+        "predicates.hasSkip.type": "HasHeaderKey",
+        "predicates.hasSkip.name": "skip",
+        "predicates.tomb.type": "RecordIsTombstone",
+    }
+    rows = run(spark, _predicate_frame(spark), config)
+    assert [r.headers for r in rows] == [None, {"skip": "1", "seen": "yes"}, {}]
+
+
+def test_filter_alone_drops_everything(spark: Any) -> None:
+    config = {"transforms": "f", "transforms.f.class": "Filter"}
+    assert run(spark, _predicate_frame(spark), config) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "key", "message"),
+    [
+        ({"transforms.f.predicate": "nope"}, "transforms.f.predicate", "not in predicates="),
+        (
+            {"transforms.f.predicate": "p", "predicates": "p"},
+            "predicates.p.class",
+            "required key is missing",
+        ),
+        (
+            {"transforms.f.predicate": "p", "predicates": "p", "predicates.p.type": "Filter"},
+            "predicates.p.type",
+            "is a transform, not a predicate",
+        ),
+        (
+            {
+                "transforms.f.predicate": "p",
+                "predicates": "p",
+                "predicates.p.type": "TopicNameMatches",
+            },
+            "predicates.p.pattern",
+            "required key is missing",
+        ),
+        (
+            {
+                "transforms.f.predicate": "p",
+                "transforms.f.negate": "maybe",
+                "predicates": "p",
+                "predicates.p.type": "RecordIsTombstone",
+            },
+            "transforms.f.negate",
+            "expected true or false",
+        ),
+        ({"predicates": "p,p"}, "predicates", "names a predicate twice"),
+    ],
+)
+def test_predicate_config_errors_name_the_key(
+    extra: dict[str, str], key: str, message: str
+) -> None:
+    config = {"transforms": "f", "transforms.f.class": "Filter", **extra}
+    with pytest.raises(ConfigException) as info:
+        parse_transforms(config, resolve_transform)
+    assert info.value.key == key and message in str(info.value)
+
+
+def test_a_predicate_on_a_sql_transform_is_refused(spark: Any) -> None:
+    config = {
+        "transforms": "s",
+        "transforms.s.class": "sql",
+        "transforms.s.query": "SELECT * FROM records",
+        "transforms.s.predicate": "p",
+        "predicates": "p",
+        "predicates.p.type": "RecordIsTombstone",
+    }
+    with pytest.raises(ConfigException, match="predicates apply to transforms that compile"):
+        run(spark, _predicate_frame(spark), config)

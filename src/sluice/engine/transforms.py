@@ -20,6 +20,8 @@ from sluice.sdk import (
     RECORD_COLUMNS,
     ConfigException,
     ConnectRecord,
+    Predicate,
+    SqlStep,
     Transform,
     normalize_config,
     quote,
@@ -30,29 +32,73 @@ _RECORDS = re.compile(r"\brecords\b", re.IGNORECASE)
 
 
 def parse_transforms(config: dict[str, str], resolve: TransformResolver) -> list[Transform]:
-    """The configured chain, each transform configured with its own options."""
+    """The configured chain, each transform configured with its own options.
+
+    A transform's `predicate` option names a predicate of the top-level `predicates=` list (Kafka
+    Connect's syntax); the transform then applies only where it holds (`negate=true`: where it
+    does not). The gate is kept on the transform as `gate` (SQL text, resolved at planning).
+    """
     conf = normalize_config(config)
-    names = [n.strip() for n in conf.get("transforms", "").split(",") if n.strip()]
-    if len(set(names)) != len(names):
-        raise ConfigException("transforms", f"names a transform twice: {conf['transforms']!r}")
-    chain = []
-    for name in names:
+    predicates = _parse_predicates(conf, resolve)
+    names = _names(conf, "transforms", "transform")
+    chain = [_configured(conf, f"transforms.{name}.", resolve) for name in names]
+    for transform, name in zip(chain, names, strict=True):
         prefix = f"transforms.{name}."
-        class_key = prefix + "class" if prefix + "class" in conf else prefix + "type"
-        if not conf.get(class_key):
-            raise ConfigException(prefix + "class", "required key is missing")
-        options = {
-            k[len(prefix) :]: v
-            for k, v in conf.items()
-            if k.startswith(prefix) and k not in (prefix + "class", prefix + "type")
-        }
-        transform = resolve(conf[class_key])()
-        try:
-            transform.configure(options, name=name)
-        except ConfigException as exc:  # name the key as the user wrote it
-            raise ConfigException(prefix + exc.key, exc.message.split(": ", 1)[-1]) from None
-        chain.append(transform)
+        predicate = conf.get(prefix + "predicate", "").strip()
+        if not predicate:
+            transform.gate = None  # type: ignore[attr-defined]
+            continue
+        if predicate not in predicates:
+            known = ", ".join(predicates) or "none"
+            raise ConfigException(
+                prefix + "predicate",
+                f"names {predicate!r}, which is not in predicates= (defined: {known})",
+            )
+        negate = conf.get(prefix + "negate", "false").strip().lower()
+        if negate not in ("true", "false"):
+            raise ConfigException(prefix + "negate", f"expected true or false, got {negate!r}")
+        transform.gate = (predicates[predicate], negate == "true")  # type: ignore[attr-defined]
     return chain
+
+
+def _names(conf: dict[str, str], key: str, what: str) -> list[str]:
+    names = [n.strip() for n in conf.get(key, "").split(",") if n.strip()]
+    if len(set(names)) != len(names):
+        raise ConfigException(key, f"names a {what} twice: {conf[key]!r}")
+    return names
+
+
+def _configured(conf: dict[str, str], prefix: str, resolve: TransformResolver) -> Transform:
+    """The class named by `<prefix>class` (or Kafka's `<prefix>type`), configured with the other
+    keys under `prefix`; errors name the key as the user wrote it."""
+    class_key = prefix + "class" if prefix + "class" in conf else prefix + "type"
+    if not conf.get(class_key):
+        raise ConfigException(prefix + "class", "required key is missing")
+    reserved = {prefix + "class", prefix + "type"}
+    if prefix.startswith("transforms.") and conf.get(prefix + "predicate", "").strip():
+        reserved |= {prefix + "predicate", prefix + "negate"}  # the gate's, not the transform's
+    options = {
+        k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix) and k not in reserved
+    }
+    transform = resolve(conf[class_key])()
+    try:
+        transform.configure(options, name=prefix.rstrip(".").split(".", 1)[1])
+    except ConfigException as exc:
+        raise ConfigException(prefix + exc.key, exc.message.split(": ", 1)[-1]) from None
+    return transform
+
+
+def _parse_predicates(conf: dict[str, str], resolve: TransformResolver) -> dict[str, Predicate]:
+    out: dict[str, Predicate] = {}
+    for name in _names(conf, "predicates", "predicate"):
+        prefix = f"predicates.{name}."
+        predicate = _configured(conf, prefix, resolve)
+        if not isinstance(predicate, Predicate):
+            raise ConfigException(
+                prefix + "type", f"{type(predicate).__name__} is a transform, not a predicate"
+            )
+        out[name] = predicate
+    return out
 
 
 def record_schema(df: DataFrame) -> dict:
@@ -73,8 +119,30 @@ def apply_transforms(spark: SparkSession, df: DataFrame, chain: list[Transform])
     return df
 
 
+def _gated(transform: Transform, step: SqlStep | None, schema: dict) -> SqlStep | None:
+    """`step` applied only to the records its predicate gate selects."""
+    gate = getattr(transform, "gate", None)
+    if gate is None:
+        return step
+    predicate, negate = gate
+    if step is None or step.query is not None:
+        raise ConfigException(
+            f"transforms.{transform.name}.predicate",
+            "predicates apply to transforms that compile to column expressions, "
+            f"not to {type(transform).__name__}",
+        )
+    holds = f"coalesce({predicate.condition(schema)}, false)"
+    when = f"(NOT {holds})" if negate else holds
+    columns = {
+        c: f"CASE WHEN {when} THEN ({e}) ELSE {quote(c)} END" for c, e in step.columns.items()
+    }
+    where = f"(NOT {when}) OR ({step.where})" if step.where else None
+    return SqlStep(columns=columns, where=where)
+
+
 def _apply_one(spark: SparkSession, df: DataFrame, transform: Transform) -> DataFrame:
-    step = transform.to_sql(record_schema(df))
+    schema = record_schema(df)
+    step = _gated(transform, transform.to_sql(schema), schema)
     if step is None:
         return df.mapInArrow(_per_record(transform), df.schema)
     extras = [c for c in df.columns if c not in RECORD_COLUMNS]

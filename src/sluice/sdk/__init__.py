@@ -35,6 +35,7 @@ from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition, par
 from sluice.sdk._schema import Field, FieldType, Logical, Schema
 from sluice.sdk._transform import (
     RECORD_COLUMNS,
+    Predicate,
     SqlStep,
     Transform,
     column_type,
@@ -58,6 +59,7 @@ __all__ = [
     "FieldType",
     "Logical",
     "OffsetStorageReader",
+    "Predicate",
     "ReadLimit",
     "RecordOffset",
     "RecordPartition",

@@ -65,6 +65,22 @@ class Transform:
         raise ConnectException(f"transform {self.name} neither compiles to SQL nor applies records")
 
 
+class Predicate(Transform):
+    """A condition on records (Kafka Connect's predicates), compiled to a SQL boolean.
+
+    Named in `predicates=p`, `predicates.p.type=…` (options under `predicates.p.`) and referenced by
+    a transform's `predicate` option (plus `negate`): the transform then applies only to the
+    records for which the predicate holds. Used as a transform itself, it keeps those records.
+    """
+
+    def condition(self, schema: dict[str, Any]) -> str:
+        """SQL that is true for the records the predicate holds for (NULL counts as false)."""
+        raise NotImplementedError
+
+    def to_sql(self, schema: dict[str, Any]) -> SqlStep:
+        return SqlStep(where=f"coalesce({self.condition(schema)}, false)")
+
+
 def column_type(schema: dict[str, Any], column: str) -> Any:
     """The Spark JSON type of one record column in a `to_sql` schema (e.g. the value's struct)."""
     for f in schema.get("fields", []):

@@ -29,7 +29,12 @@ from sluice.transforms.fields import (
     TimestampConverterKey,
     TimestampConverterValue,
 )
-from sluice.transforms.filters import Filter, PatternFilterKey, PatternFilterValue
+from sluice.transforms.filters import (
+    PREDICATES,
+    Filter,
+    PatternFilterKey,
+    PatternFilterValue,
+)
 from sluice.transforms.headers import DropHeaders, InsertHeader
 from sluice.transforms.records import (
     ExtractFieldKey,
@@ -134,3 +139,6 @@ __all__ = [
     "ValueToKey",
     "register",
 ]
+
+for _predicate in PREDICATES.values():
+    register(_predicate, f"org.apache.kafka.connect.transforms.predicates.{_predicate.__name__}")

@@ -9,6 +9,7 @@ from sluice.sdk import (
     ConfigDef,
     ConfigException,
     ConfigKey,
+    Predicate,
     SqlStep,
     Transform,
     column_type,
@@ -23,7 +24,6 @@ from sluice.transforms.records import (
     type_label,
 )
 
-PREDICATES = ("TopicNameMatches", "HasHeaderKey", "RecordIsTombstone")
 _KAFKA_PREDICATES = "org.apache.kafka.connect.transforms.predicates."
 
 
@@ -33,18 +33,48 @@ def whole_match(expression: str, pattern: str) -> str:
     return f"{expression} RLIKE {literal(anchored)}"
 
 
-class Filter(Transform):
-    """Drops the records for which a predicate holds (Kafka's `Filter` with a predicate).
+class TopicNameMatches(Predicate):
+    """Holds for records whose topic matches all of the Java regex `pattern` (Kafka's predicate)."""
 
-    Options: `predicate.class`, one of `TopicNameMatches` (with `predicate.pattern`, a Java regex
-    the whole topic must match), `HasHeaderKey` (with `predicate.name`), `RecordIsTombstone` (the
-    value is NULL); Kafka's `org.apache.kafka.connect.transforms.predicates.…` names work too.
-    `negate` (default false) drops the records for which it does not hold. Compiles to SQL (a
-    `WHERE`).
+    config_def = ConfigDef(ConfigKey("pattern", doc="Java regex the whole topic must match"))
+
+    def condition(self, schema: dict[str, Any]) -> str:
+        return whole_match(quote("topic"), self.options["pattern"])
+
+
+class HasHeaderKey(Predicate):
+    """Holds for records with a header called `name` (Kafka's predicate)."""
+
+    config_def = ConfigDef(ConfigKey("name", doc="header name"))
+
+    def condition(self, schema: dict[str, Any]) -> str:
+        return f"array_contains(map_keys({quote('headers')}), {literal(self.options['name'])})"
+
+
+class RecordIsTombstone(Predicate):
+    """Holds for records whose value is NULL (Kafka's predicate)."""
+
+    def condition(self, schema: dict[str, Any]) -> str:
+        return f"{quote('value')} IS NULL"
+
+
+PREDICATES: dict[str, type[Predicate]] = {
+    cls.__name__: cls for cls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone)
+}
+
+
+class Filter(Transform):
+    """Drops records: all of them alone, or with a predicate those for which it holds.
+
+    Kafka's way: `transforms.f.predicate=p` naming a top-level `predicates.p.type=…` (the runtime
+    applies the gate; `negate=true` drops the records for which it does not hold). Or inline:
+    `predicate.class`, one of `TopicNameMatches` (with `predicate.pattern`), `HasHeaderKey` (with
+    `predicate.name`), `RecordIsTombstone`; Kafka's `org.apache.kafka.connect.transforms.
+    predicates.…` names work too, and `negate` applies. Compiles to SQL (a `WHERE`).
     """
 
     config_def = ConfigDef(
-        ConfigKey("predicate.class", doc=f"one of {', '.join(PREDICATES)}"),
+        ConfigKey("predicate.class", default=None, doc=f"one of {', '.join(PREDICATES)}"),
         ConfigKey("predicate.pattern", default=None, doc="regex for TopicNameMatches"),
         ConfigKey("predicate.name", default=None, doc="header name for HasHeaderKey"),
         ConfigKey("negate", type="bool", default=False, doc="drop records that do NOT match"),
@@ -52,26 +82,30 @@ class Filter(Transform):
 
     def configure(self, config: Mapping[str, str], *, name: str | None = None) -> None:
         super().configure(config, name=name)
-        predicate = self.options["predicate.class"].strip().removeprefix(_KAFKA_PREDICATES)
-        if predicate not in PREDICATES:
+        self.inline: Predicate | None = None
+        if self.options["predicate.class"] is None:
+            return
+        kind = self.options["predicate.class"].strip().removeprefix(_KAFKA_PREDICATES)
+        if kind not in PREDICATES:
             raise ConfigException(
-                "predicate.class", f"must be one of {', '.join(PREDICATES)}, got {predicate!r}"
+                "predicate.class", f"must be one of {', '.join(PREDICATES)}, got {kind!r}"
             )
-        self.predicate = predicate
-        needs = {"TopicNameMatches": "predicate.pattern", "HasHeaderKey": "predicate.name"}
-        if predicate in needs and self.options[needs[predicate]] is None:
-            raise ConfigException(needs[predicate], f"required by {predicate}")
+        inline = PREDICATES[kind]()
+        options = {
+            k.removeprefix("predicate."): v
+            for k, v in config.items()
+            if k.startswith("predicate.") and v is not None
+        }
+        try:
+            inline.configure(options, name=name)
+        except ConfigException as exc:
+            raise ConfigException(f"predicate.{exc.key}", f"required by {kind}") from None
+        self.inline = inline
 
     def to_sql(self, schema: dict[str, Any]) -> SqlStep:
-        if self.predicate == "TopicNameMatches":
-            holds = whole_match(quote("topic"), self.options["predicate.pattern"])
-        elif self.predicate == "HasHeaderKey":
-            name = literal(self.options["predicate.name"])
-            holds = f"array_contains(map_keys({quote('headers')}), {name})"
-        else:
-            holds = f"{quote('value')} IS NULL"
-        # A NULL topic or headers means the predicate does not hold.
-        holds = f"coalesce({holds}, false)"
+        if self.inline is None:
+            return SqlStep(where="false")  # Kafka's Filter alone drops every record
+        holds = f"coalesce({self.inline.condition(schema)}, false)"
         return SqlStep(where=holds if self.options["negate"] else f"NOT {holds}")
 
 
