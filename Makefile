@@ -4,7 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench venv
+.PHONY: demo test test-rocketmq lint bench venv
+# The loopback RocketMQ 4.9.4 of ../shared/tools/rocketmq (release folder under /tmp/rocketmq).
+ROCKETMQ_TOOLS ?= $(abspath ../shared/tools/rocketmq)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +25,12 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(VENV)/bin/pytest
+
+# The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local
+# one that $(ROCKETMQ_TOOLS)/up.sh starts (idempotent; it explains what is missing if it cannot).
+test-rocketmq: $(STAMP)
+	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then $(ROCKETMQ_TOOLS)/up.sh; fi
+	SLUICE_ROCKETMQ_NAMESRV=$${SLUICE_ROCKETMQ_NAMESRV:-127.0.0.1:9876} $(VENV)/bin/pytest -m rocketmq
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

@@ -45,7 +45,7 @@ def test_worker_config_defaults_paths_and_spark_pass_through(tmp_path: Path) -> 
     [
         ({"httpPort": "eighty"}, "httpPort: expected an integer, got 'eighty'"),
         ({"bus": "pulsar"}, "bus: must be one of embedded, rocketmq, kafka, got 'pulsar'"),
-        ({"bus": "kafka"}, "bus: 'kafka' is not available yet; this worker runs bus=embedded"),
+        ({"bus": "kafka"}, "bootstrap.servers: required key is missing (bus=kafka)"),
         ({"offsetCommitIntervalMsConfig": "-5"}, "offsetCommitIntervalMsConfig: must be at least"),
     ],
 )

@@ -6,6 +6,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ WORKER_KEYS = ConfigDef(
         min=0,
         doc="micro-batch trigger interval: positions are committed once per micro-batch",
     ),
-    ConfigKey("bus", default="embedded", choices=("embedded", "rocketmq", "kafka")),
+    ConfigKey("bus", default="embedded", choices=BUS_KINDS),
     ConfigKey("bus.default.queues", type="int", default=8, min=1, doc="queues of a new topic"),
     ConfigKey(
         "bus.retention.ms",
@@ -91,26 +92,26 @@ class WorkerConfig:
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
         values = WORKER_KEYS.parse(props)
-        if values["bus"] != "embedded":
-            raise ConfigException(
-                "bus", f"{values['bus']!r} is not available yet; this worker runs bus=embedded"
-            )
         for key in props:
             if (
                 key not in WORKER_KEYS.keys
                 and key not in _KNOWN_UNUSED
                 and not key.startswith("spark.")
+                and not is_bus_key(key)
             ):
                 log.warning("worker config: unknown key %r ignored", key)
 
         def path(value: str) -> str:
             return os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
 
+        store_root = path(values["storePathRootDir"])
+        # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
+        create_bus(values["bus"], props, os.path.join(store_root, "bus"))
         return cls(
             worker_id=values["workerId"],
             http_host=values["httpHost"],
             http_port=values["httpPort"],
-            store_root=path(values["storePathRootDir"]),
+            store_root=store_root,
             plugin_paths=tuple(path(p) for p in values["pluginPaths"]),
             trigger_interval_ms=values["offsetCommitIntervalMsConfig"],
             bus=values["bus"],
@@ -122,6 +123,16 @@ class WorkerConfig:
             status_poll_ms=values["status.poll.interval.ms"],
             spark={k: v for k, v in props.items() if k.startswith("spark.")},
             raw=dict(props),
+        )
+
+    def create_bus(self) -> Bus:
+        """The topic backend named by `bus=` (embedded: the log under `<store root>/bus`;
+        kafka/rocketmq: their staged rows and commit journal there)."""
+        return create_bus(
+            self.bus,
+            self.raw,
+            os.path.join(self.store_root, "bus"),
+            default_queues=self.default_queues,
         )
 
     @classmethod

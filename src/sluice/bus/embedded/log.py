@@ -61,7 +61,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -69,6 +68,14 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from sluice._sqlite import connect_shared
+from sluice.bus.base import (
+    OffsetOutOfRange,
+    QueueRange,
+    StagedSegment,
+    TopicInfo,
+    TopicLog,
+    UnknownTopic,
+)
 
 __all__ = [
     "EmbeddedLog",
@@ -120,83 +127,6 @@ CREATE TABLE IF NOT EXISTS commits (
 # Connections that belonged to a parent process before fork().  SQLite must not use (or close)
 # them in the child, so they are parked here forever instead of being garbage collected.
 _ABANDONED: list[Any] = []
-
-
-@dataclass(frozen=True)
-class StagedSegment:
-    """A segment file written by :meth:`EmbeddedLog.stage` but not yet published.
-
-    It is a small picklable descriptor, meant to be shipped from the process that wrote the data
-    (e.g. a Spark executor) to the one that commits (e.g. the driver).  ``path`` is relative to
-    the topic directory.  Until :meth:`EmbeddedLog.commit` publishes it the data is invisible to
-    readers.
-    """
-
-    topic: str
-    queue: int
-    path: str
-    rows: int
-    bytes: int
-
-
-@dataclass(frozen=True)
-class QueueRange:
-    """Retained offsets of one queue: ``min_offset <= offset < max_offset``.
-
-    ``max_offset`` is the offset the next record will get (exclusive end, like RocketMQ's
-    maxOffset); ``min_offset`` is the first record still retained.  They are equal when the
-    queue holds no records.
-    """
-
-    queue: int
-    min_offset: int
-    max_offset: int
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic's name, queue count and the current offset range of each queue (by queue id)."""
-
-    name: str
-    queues: int
-    ranges: list[QueueRange]
-
-
-class OffsetOutOfRange(Exception):
-    """A read asked for offsets that are not (or no longer) in the queue.
-
-    Raised when ``offset < min_offset`` (removed by retention) or ``offset > max_offset``.
-    """
-
-    def __init__(
-        self, topic: str, queue: int, offset: int, min_offset: int, max_offset: int
-    ) -> None:
-        self.topic = topic
-        self.queue = queue
-        self.offset = offset
-        self.min_offset = min_offset
-        self.max_offset = max_offset
-        # Keep the constructor arguments as args so the exception survives pickling (e.g. when
-        # it travels back from a Spark worker).
-        super().__init__(topic, queue, offset, min_offset, max_offset)
-
-    def __str__(self) -> str:
-        return (
-            f"offset {self.offset} out of range for topic {self.topic!r} queue {self.queue}: "
-            f"retained offsets are [{self.min_offset}, {self.max_offset})"
-        )
-
-
-class UnknownTopic(KeyError):
-    """The named topic does not exist (or was deleted)."""
-
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        super().__init__(topic)
-
-    def __str__(self) -> str:
-        # KeyError would repr() the args; give a readable message that names the topic.
-        return f"unknown topic {self.topic!r}"
 
 
 class _Handle:
@@ -255,7 +185,7 @@ def _transaction(conn: sqlite3.Connection, mode: str = "IMMEDIATE") -> Iterator[
     conn.execute("COMMIT")
 
 
-class EmbeddedLog:
+class EmbeddedLog(TopicLog):
     """A durable, partitioned, append-only log rooted at a local directory.
 
     Guarantees (see the module docstring for the argument):
@@ -271,6 +201,8 @@ class EmbeddedLog:
     Instances are cheap to create and to pickle: they hold only the root path, and open SQLite
     connections lazily, once per (process, topic).
     """
+
+    broker_name = "embedded"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         """Use ``root`` as the log directory (created on first :meth:`create_topic`)."""
@@ -682,6 +614,11 @@ class EmbeddedLog:
         for path in to_delete:
             _unlink_quiet(path)
         return result
+
+    def discard(self, segments: Sequence[StagedSegment]) -> None:
+        """Delete staged, never-to-be-committed segment files (an aborted micro-batch)."""
+        for seg in segments:
+            _unlink_quiet(self._topic_dir(seg.topic) / seg.path)
 
     def is_committed(self, writer_id: str, batch_id: int, topic: str) -> bool:
         """Whether ``(writer_id, batch_id)`` has been committed to ``topic``."""

@@ -1,0 +1,146 @@
+"""Benchmark: file source → topic → file sink on each bus backend, in one run.
+
+For every bus named on the command line (`embedded`, `rocketmq`, `kafka`) it starts both file
+connectors together on a fresh store and a fresh topic, and times:
+  hop 1       connector start → the topic holds every line (file source → topic);
+  end to end  connector start → the sink file holds every byte (then checks it byte-identical).
+Prints lines/s for each, after an untimed warm-up run of 100k lines on every bus.
+
+RocketMQ needs a broker (`--namesrv`, default $SLUICE_ROCKETMQ_NAMESRV or 127.0.0.1:9876, e.g.
+../shared/tools/rocketmq/up.sh). Kafka runs on librdkafka's mock cluster in this process: it keeps
+only ~5 MiB per partition and one file goes to one partition, so keep `--lines` small for it.
+
+Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq]
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import platform
+import shutil
+import sys
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.file_pipeline import failed, make_file
+
+from sluice.engine.session import build_session
+from sluice.runtime.runner import ConnectorRunner
+
+
+def make_bus(kind: str, state: str, namesrv: str, kafka: Any) -> Any:
+    if kind == "embedded":
+        from sluice.bus.embedded import EmbeddedBus
+
+        return EmbeddedBus(state, default_queues=8)
+    if kind == "rocketmq":
+        from sluice.bus.rocketmq import RocketMQBus
+
+        return RocketMQBus(state, namesrv_addr=namesrv, default_queues=8)
+    from sluice.bus.kafka import KafkaBus
+
+    return KafkaBus(state, bootstrap_servers=kafka.bootstraps, default_queues=8)
+
+
+def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Namespace) -> dict:
+    root = os.path.join(out, f"store-{kind}")
+    shutil.rmtree(root, ignore_errors=True)
+    dst = os.path.join(out, f"out-{kind}.txt")
+    if os.path.exists(dst):
+        os.remove(dst)
+    bus = make_bus(kind, os.path.join(root, "bus"), args.namesrv, args.kafka)
+    topic = f"bench-{uuid.uuid4().hex[:8]}"
+    if kind == "kafka":
+        args.kafka.create_topic(topic, 8)
+    else:
+        bus.create_topic(topic, 8)
+    runner = ConnectorRunner(spark, root, trigger_interval_ms=0, maintenance_interval_s=0, bus=bus)
+    size = os.path.getsize(src)
+    try:
+        start = time.perf_counter()
+        runner.start(
+            "src",
+            {
+                "connector.class": "FileSourceConnector",
+                "filename": src,
+                "connect.topicname": topic,
+                "max.tasks": str(args.tasks),
+            },
+        )
+        runner.start(
+            "dst",
+            {
+                "connector.class": "FileSinkConnector",
+                "filename": dst,
+                "connect.topicnames": topic,
+                "max.tasks": str(args.tasks),
+            },
+        )
+        hop1 = None
+        while True:
+            failed(runner)
+            now = time.perf_counter()
+            if hop1 is None and bus.count(topic) >= lines:
+                hop1 = now - start
+            if os.path.exists(dst) and os.path.getsize(dst) >= size:
+                end = now - start
+                break
+            time.sleep(0.05)
+        if hop1 is None:
+            hop1 = end
+    finally:
+        runner.close()
+        bus.close()
+    identical = filecmp.cmp(src, dst, shallow=False)
+    return {"bus": kind, "hop1": hop1, "end": end, "identical": identical}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=5_000_000)
+    parser.add_argument("--bus", action="append", choices=("embedded", "rocketmq", "kafka"))
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument(
+        "--namesrv", default=os.environ.get("SLUICE_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
+    )
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"))
+    args = parser.parse_args()
+    buses = args.bus or ["embedded", "rocketmq"]
+    os.makedirs(args.out, exist_ok=True)
+    src = os.path.join(args.out, f"input-{args.lines}.txt")
+    make_file(src, args.lines)
+    args.kafka = None
+    if "kafka" in buses:
+        from tests.integration.bus_helpers import MockKafkaCluster
+
+        args.kafka = MockKafkaCluster(brokers=1)
+    spark = build_session({"spark.driver.memory": "4g"}, log_level="ERROR")
+    # The first queries of a session pay for JVM warm-up (~10 s here): run a small file first.
+    warm = os.path.join(args.out, "input-warmup.txt")
+    make_file(warm, 100_000)
+    for kind in dict.fromkeys(buses):
+        run(spark, kind, warm, args.out, 100_000, args)
+    results = [run(spark, kind, src, args.out, args.lines, args) for kind in buses]
+    spark.stop()
+    mb = os.path.getsize(src) / 1e6
+    print(
+        f"\n{args.lines:,} lines ({mb:.0f} MB), max.tasks={args.tasks}, "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    print(f"{'bus':<10} {'hop 1 s':>8} {'hop 1 lines/s':>14} {'end s':>8} {'lines/s':>12}  same")
+    for r in results:
+        print(
+            f"{r['bus']:<10} {r['hop1']:>8.2f} {args.lines / r['hop1']:>14,.0f} "
+            f"{r['end']:>8.2f} {args.lines / r['end']:>12,.0f}  {r['identical']}"
+        )
+    if not all(r["identical"] for r in results):
+        raise SystemExit("a sink file differs from its input")
+
+
+if __name__ == "__main__":
+    main()

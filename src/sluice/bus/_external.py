@@ -1,0 +1,348 @@
+"""Exactly-once appends to a broker without broker transactions: staging plus a commit journal.
+
+Used by the Kafka and RocketMQ backends (:class:`ExternalLog`). Neither broker offers what the
+embedded log has — one atomic, idempotent "publish these rows" — in a form we can rely on (the
+librdkafka mock cluster has no transactions; RocketMQ's transactional messages are not in its
+remoting client). So a micro-batch is published in three steps:
+
+1. **Stage** (executor, ``stage_for``): a task's rows for one queue are written to an Arrow file
+   under ``<state>/staging/`` (a backend may store them already encoded as messages). The broker
+   has not seen them: a staged but uncommitted batch is invisible.
+2. **Journal** (driver, ``commit``): before anything is sent, one SQLite row keyed by
+   ``(writer_id, batch_id, topic)`` records ``pending`` and, for each queue the batch writes, the
+   queue's end offset *before* the batch (``starts``).
+3. **Send, then mark done**: each queue's rows are sent in order (per queue, one ordered stream:
+   Kafka's idempotent producer with the gapless guarantee, RocketMQ batch sends one after the
+   other), every message tagged with a header/user property ``sluice.writer = <digest of the writer
+   id>``; when the broker has acknowledged all of them *and they are readable*, the row becomes
+   ``done``.
+
+Replaying a micro-batch (Spark re-runs it after a crash) therefore finds one of three states:
+
+* no row — nothing was sent: publish as above;
+* ``done`` — everything was sent: publish nothing (the staged rows are deleted);
+* ``pending`` — the previous attempt died while sending. Because a queue's messages of one batch
+  are sent in order and the broker keeps that order without gaps, what reached queue *q* is a
+  *prefix* of what was meant for it. Counting this writer's messages from ``starts[q]`` on gives
+  that prefix's length *n*; only rows ``n…`` are sent. All of them belong to this batch: a writer
+  (one connector run) commits one batch at a time, Spark commits batch *B+1* only after *B*, and
+  every earlier batch was readable below ``starts[q]`` before this one began. Messages of other
+  writers in between are not counted (they have other tags). The tag names only the writer, so
+  executors can encode complete messages before the batch id is known.
+
+So every record is appended exactly once, provided the replay produces the same rows per queue
+(Spark's offset log makes the batch's input range identical; sources and routing are
+deterministic). Unlike the embedded log, a batch whose commit was interrupted is *partly* visible
+until its replay completes it; it is never rolled back, only rolled forward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from abc import abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from sluice._sqlite import connect_shared
+from sluice.bus.base import STORED_SCHEMA, StagedSegment, TopicLog, retry_outage
+
+log = logging.getLogger(__name__)
+
+#: The header (Kafka) / user property (RocketMQ) that tags each message with its writer.
+WRITER_TAG = "sluice.writer"
+_JOURNAL_KEEP_S = 24 * 3600  # done rows older than this go (the newest per writer always stays)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS writes (
+    writer_id TEXT NOT NULL,
+    batch_id INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    state TEXT NOT NULL,
+    starts TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (writer_id, batch_id, topic)
+)
+"""
+
+
+def writer_tag(writer_id: str) -> str:
+    """The tag every message of ``writer_id`` carries (short: it is on every message)."""
+    return hashlib.sha1(writer_id.encode()).hexdigest()[:16]
+
+
+class CommitJournal:
+    """The ``pending``/``done`` rows of step 2 (SQLite, safe for several processes)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._conn: Any = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def _db(self) -> Any:
+        if self._conn is None or self._pid != os.getpid():
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            conn = connect_shared(self.path)
+            conn.execute(_SCHEMA)
+            self._conn, self._pid = conn, os.getpid()
+        return self._conn
+
+    def get(self, writer_id: str, batch_id: int, topic: str) -> tuple[str, dict[int, int]] | None:
+        with self._lock:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT state, starts FROM writes "
+                    "WHERE writer_id = ? AND batch_id = ? AND topic = ?",
+                    (writer_id, batch_id, topic),
+                )
+                .fetchone()
+            )
+        if row is None:
+            return None
+        return row[0], {int(q): int(o) for q, o in json.loads(row[1]).items()}
+
+    def put(
+        self, writer_id: str, batch_id: int, topic: str, state: str, starts: Mapping[int, int]
+    ) -> None:
+        with self._lock:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.execute(
+                    "INSERT INTO writes (writer_id, batch_id, topic, state, starts, updated_at) "
+                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (writer_id, batch_id, topic) DO UPDATE "
+                    "SET state = excluded.state, updated_at = excluded.updated_at",
+                    (writer_id, batch_id, topic, state, json.dumps(dict(starts)), time.time()),
+                )
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
+
+    def prune(self, older_than_s: float = _JOURNAL_KEEP_S) -> int:
+        """Forget old ``done`` rows (a replay only ever concerns a writer's latest batches)."""
+        cutoff = time.time() - older_than_s
+        with self._lock:
+            cur = self._db().execute(
+                "DELETE FROM writes WHERE state = 'done' AND updated_at < ? AND batch_id < "
+                "(SELECT MAX(batch_id) FROM writes w WHERE w.writer_id = writes.writer_id)",
+                (cutoff,),
+            )
+            return cur.rowcount
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+
+class ExternalLog(TopicLog):
+    """A :class:`TopicLog` on a broker: staging and commit journal here, sending in subclasses.
+
+    ``state_dir`` is a local (or, in a cluster, shared) directory for staged rows and the journal.
+    Subclasses implement admin, ``read`` and the three broker steps of a commit:
+    :meth:`_end_offsets`, :meth:`_count_tagged` and :meth:`_send`.
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], *, outage_s: float = 300.0) -> None:
+        self.state_dir = os.path.abspath(os.fspath(state_dir))
+        self.outage_s = outage_s
+        self._journal = CommitJournal(os.path.join(self.state_dir, "writes.sqlite"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Clients and connections belong to a process: ship only what reopens them.
+        state = self.__dict__.copy()
+        state["_journal"] = None
+        state["_clients"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._journal = CommitJournal(os.path.join(self.state_dir, "writes.sqlite"))
+
+    # -- staging ---------------------------------------------------------------------------------
+    def _staging(self) -> Path:
+        return Path(self.state_dir) / "staging"
+
+    def stage(self, topic: str, queue: int, data: pa.RecordBatch | pa.Table) -> StagedSegment:
+        """Stage rows with no writer tag; use :meth:`stage_for` (the topic writer does)."""
+        return self.stage_for("", topic, queue, data)
+
+    def stage_for(
+        self, writer_id: str, topic: str, queue: int, data: pa.RecordBatch | pa.Table
+    ) -> StagedSegment:
+        table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
+        if table.num_rows:
+            table = table.select(STORED_SCHEMA.names).cast(STORED_SCHEMA)
+        return self._write_staged(writer_id, topic, queue, table)
+
+    def _write_staged(
+        self, writer_id: str, topic: str, queue: int, table: pa.Table
+    ) -> StagedSegment:
+        """Keep ``table`` (whatever this backend stages) in a staging file."""
+        rel = f"{uuid.uuid4().hex}.arrow"
+        if table.num_rows == 0:
+            return StagedSegment(topic, queue, rel, 0, 0, writer_id)
+        folder = self._staging()
+        folder.mkdir(parents=True, exist_ok=True)
+        # No fsync: if the machine dies before the commit, Spark replays the batch and stages it
+        # again; if the commit finds the file gone it fails and the replay re-stages.
+        with pa.OSFile(str(folder / rel), "wb") as sink:
+            with pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            size = sink.tell()
+        return StagedSegment(topic, queue, rel, table.num_rows, size, writer_id)
+
+    def _load(self, seg: StagedSegment) -> pa.Table:
+        if "/" in seg.path or seg.path.startswith("."):
+            raise ValueError(f"malformed staged segment {seg!r}")
+        try:
+            with pa.memory_map(str(self._staging() / seg.path), "r") as source:
+                return pa.ipc.open_file(source).read_all()
+        except FileNotFoundError:
+            raise ValueError(
+                f"staged rows {seg.path!r} of topic {seg.topic!r} no longer exist "
+                "(removed as an orphan?)"
+            ) from None
+
+    def discard(self, segments: Sequence[StagedSegment]) -> None:
+        for seg in segments:
+            if seg.rows:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self._staging() / seg.path)
+
+    def remove_orphans(self, older_than_s: float = 3600.0) -> int:
+        """Delete staged files no commit took (their writer died); return how many."""
+        cutoff = time.time() - older_than_s
+        removed = 0
+        try:
+            entries = list(os.scandir(self._staging()))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            with contextlib.suppress(FileNotFoundError):
+                if entry.stat().st_mtime <= cutoff:
+                    os.remove(entry.path)
+                    removed += 1
+        return removed
+
+    def prune_journal(self) -> int:
+        return self._journal.prune()
+
+    # -- commit ----------------------------------------------------------------------------------
+    def commit(self, writer_id: str, batch_id: int, segments: Sequence[StagedSegment]) -> bool:
+        segs = list(segments)
+        if not segs:
+            return True
+        if not isinstance(writer_id, str) or not writer_id:
+            raise ValueError(f"writer_id must be a non-empty string, got {writer_id!r}")
+        if isinstance(batch_id, bool) or not isinstance(batch_id, int):
+            raise ValueError(f"batch_id must be an int, got {batch_id!r}")
+        topic = segs[0].topic
+        for seg in segs:
+            if not isinstance(seg, StagedSegment):
+                raise TypeError(f"commit() needs StagedSegment objects, got {type(seg).__name__}")
+            if seg.topic != topic:
+                raise ValueError(
+                    f"all segments of one commit must belong to one topic: "
+                    f"got {topic!r} and {seg.topic!r}"
+                )
+            if seg.rows and seg.writer != writer_id:
+                # its messages carry another writer's tag: a replay could not count them
+                raise ValueError(
+                    f"segment staged for writer {seg.writer!r} committed as {writer_id!r}"
+                )
+        # Through a broker outage the commit is simply tried again: an attempt that sent part of
+        # the batch left it `pending`, so the next one counts what arrived and sends the rest.
+        return retry_outage(
+            f"commit of {writer_id} batch {batch_id} to topic {topic!r}",
+            lambda: self._commit(writer_id, batch_id, topic, segs),
+            self.outage_s,
+            sleep=self._pause,
+        )
+
+    def _pause(self, seconds: float) -> None:
+        """Wait between attempts through an outage (a seam for tests)."""
+        time.sleep(seconds)
+
+    def _commit(self, writer_id: str, batch_id: int, topic: str, segs: list[StagedSegment]) -> bool:
+        entry = self._journal.get(writer_id, batch_id, topic)
+        if entry is not None and entry[0] == "done":
+            self.discard(segs)
+            return False
+        per_queue: dict[int, list[pa.Table]] = {}
+        for seg in segs:
+            if seg.rows:
+                per_queue.setdefault(seg.queue, []).append(self._load(seg))
+        tables = {q: pa.concat_tables(parts) for q, parts in per_queue.items()}
+        tag = writer_tag(writer_id)
+        if entry is None:
+            starts = self._end_offsets(topic, sorted(tables)) if tables else {}
+            self._journal.put(writer_id, batch_id, topic, "pending", starts)
+            done = dict.fromkeys(tables, 0)
+        else:
+            # An earlier attempt died while sending: count what of this batch each queue has.
+            self._before_recount(topic)
+            starts = entry[1]
+            done = {
+                q: self._count_tagged(topic, q, starts[q], tag) if q in starts else 0
+                for q in tables
+            }
+            log.info(
+                "replaying commit of %s batch %s to %r: %s of %s rows per queue already there",
+                writer_id,
+                batch_id,
+                topic,
+                done,
+                {q: t.num_rows for q, t in tables.items()},
+            )
+        todo = {q: t.slice(done[q]) for q, t in tables.items() if done[q] < t.num_rows}
+        if todo:
+            self._send(topic, todo, tag)
+        self._journal.put(writer_id, batch_id, topic, "done", starts)
+        self.discard(segs)
+        return True
+
+    def is_committed(self, writer_id: str, batch_id: int, topic: str) -> bool:
+        """Whether ``(writer_id, batch_id)`` was completely published to ``topic``."""
+        entry = self._journal.get(writer_id, batch_id, topic)
+        return entry is not None and entry[0] == "done"
+
+    def _before_recount(self, topic: str) -> None:
+        """Hook: wait until everything an earlier attempt sent to ``topic`` is countable (sends
+        still in flight, or stored but not yet readable, would otherwise be sent twice)."""
+
+    @abstractmethod
+    def _end_offsets(self, topic: str, queues: list[int]) -> dict[int, int]:
+        """The current end offset (next offset to be written) of each of ``queues``."""
+
+    @abstractmethod
+    def _count_tagged(self, topic: str, queue: int, start: int, tag: str) -> int:
+        """How many messages from ``start`` to the end of the queue carry ``tag``."""
+
+    @abstractmethod
+    def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
+        """Send each queue's staged rows in order, tagged ``tag``; return once the broker
+        acknowledged all of them and they are readable; raise (without having skipped any row of
+        a queue) otherwise."""
+
+    def close(self) -> None:
+        self._journal.close()
+
+
+def headers_without_tag(pairs: Iterator[tuple[str, str]] | list[tuple[str, str]]) -> str | None:
+    """A record's headers as JSON object text (what the reader outputs), minus the writer tag."""
+    headers = {k: v for k, v in pairs if k != WRITER_TAG}
+    return json.dumps(headers, sort_keys=True) if headers else None

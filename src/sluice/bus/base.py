@@ -1,0 +1,443 @@
+"""The bus interface: what the runtime needs from a topic backend (embedded, Kafka, RocketMQ).
+
+A backend provides two objects:
+
+* a :class:`TopicLog` — topic admin (create, list, per-queue offset ranges) and the three data-plane
+  primitives the Spark adapters are built on:
+
+  - ``stage`` (executor, once per task and queue): put a task's rows somewhere durable but
+    *invisible* to readers, and return a small picklable :class:`StagedSegment`;
+  - ``commit`` (driver, once per micro-batch and topic): make the staged rows of a micro-batch
+    visible, **at most once per** ``(writer_id, batch_id)``, so a replayed batch is not appended
+    twice;
+  - ``read`` (executor): exactly the offsets ``[start, end)`` of one queue, so a replayed
+    micro-batch reads the same records.
+
+  A log is picklable (Spark ships it to executors) and opens its clients lazily, once per process.
+* a :class:`Bus` — what the runtime holds: the log, the topic writer and topic reader as Spark data
+  sources built on it (:mod:`sluice.bus.spark`), the reader control through which sink tasks pause,
+  resume and reset queues, and maintenance.
+
+Positions of a queue are RocketMQ-shaped: ``{"topic", "brokerName", "queueId"}`` →
+``{"queueOffset": next offset to read}``, whatever the backend.
+
+Errors::
+
+    BusError                       root of what a bus raises on purpose
+    ├── OffsetOutOfRange           a read asked for offsets not (or no longer) in the queue
+    ├── UnknownTopic (KeyError)    the topic does not exist
+    └── BusUnavailable             the broker cannot be reached or refused a request; retriable
+                                   (also a sluice.sdk.RetriableException)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
+
+from sluice.sdk import TIMESTAMP_TYPE, RetriableException
+
+if TYPE_CHECKING:  # the Spark adapters import this module: only their types are needed here
+    from pyspark.sql.datasource import DataSource
+
+    from sluice.bus.spark import ReaderControl, TopicWriterPlan
+
+__all__ = [
+    "STORED_SCHEMA",
+    "Bus",
+    "BusError",
+    "BusUnavailable",
+    "OffsetOutOfRange",
+    "QueueRange",
+    "StagedSegment",
+    "TopicInfo",
+    "TopicLog",
+    "UnknownTopic",
+]
+
+#: The columns a topic stores per record, whatever the backend: key and value bytes, the record's
+#: timestamp, and its extensions (headers / user properties) as the text of a JSON object — Spark
+#: hands nested types (maps) to Python ~100x slower than strings.
+STORED_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", pa.string()),
+    ]
+)
+
+
+# ---------------------------------------------------------------------------------------- types
+@dataclass(frozen=True)
+class StagedSegment:
+    """Rows staged by :meth:`TopicLog.stage` but not yet published.
+
+    A small picklable descriptor, shipped from the process that staged the rows (a Spark executor)
+    to the one that commits them (the driver). ``path`` is relative to the log's own staging place.
+    Until :meth:`TopicLog.commit` publishes it the data is invisible to readers.
+    """
+
+    topic: str
+    queue: int
+    path: str
+    rows: int
+    bytes: int
+    #: The writer the rows were staged for (broker backends tag messages with it at staging).
+    writer: str = ""
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    """Retained offsets of one queue: ``min_offset <= offset < max_offset``.
+
+    ``max_offset`` is the offset the next record will get (exclusive end, like RocketMQ's
+    maxOffset and Kafka's high watermark); ``min_offset`` is the first record still retained.
+    They are equal when the queue holds no records.
+    """
+
+    queue: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic's name, queue count and the current offset range of each queue (by queue id)."""
+
+    name: str
+    queues: int
+    ranges: list[QueueRange]
+
+
+# --------------------------------------------------------------------------------------- errors
+class BusError(Exception):
+    """Root of the errors a bus backend raises on purpose."""
+
+
+class OffsetOutOfRange(BusError):
+    """A read asked for offsets that are not (or no longer) in the queue.
+
+    Raised when ``offset < min_offset`` (removed by retention) or ``offset > max_offset``.
+    """
+
+    def __init__(
+        self, topic: str, queue: int, offset: int, min_offset: int, max_offset: int
+    ) -> None:
+        self.topic = topic
+        self.queue = queue
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        # Keep the constructor arguments as args so the exception survives pickling (e.g. when
+        # it travels back from a Spark worker).
+        super().__init__(topic, queue, offset, min_offset, max_offset)
+
+    def __str__(self) -> str:
+        return (
+            f"offset {self.offset} out of range for topic {self.topic!r} queue {self.queue}: "
+            f"retained offsets are [{self.min_offset}, {self.max_offset})"
+        )
+
+
+class UnknownTopic(BusError, KeyError):
+    """The named topic does not exist (or was deleted)."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        super().__init__(topic)
+
+    def __str__(self) -> str:
+        # KeyError would repr() the args; give a readable message that names the topic.
+        return f"unknown topic {self.topic!r}"
+
+
+class BusUnavailable(BusError, RetriableException):
+    """The broker could not be reached, or failed a request; doing it again later may work.
+
+    The message names the backend and the address (e.g. ``kafka bootstrap.servers=…``).
+    """
+
+    code = "bus.unavailable"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,), {"suggestion": self.suggestion})
+
+
+# ------------------------------------------------------------------------------------ TopicLog
+class TopicLog(ABC):
+    """One backend's topics: admin, plus the stage/commit/read primitives (see module docstring).
+
+    Picklable and cheap to copy; clients are opened lazily in each process that uses them.
+    Offsets of a queue are contiguous for records sluice wrote; ``read`` tolerates gaps (a
+    compacted or transactional Kafka topic) by reporting each record's real offset.
+    """
+
+    #: ``brokerName`` in this backend's queue positions.
+    broker_name: ClassVar[str] = ""
+    #: How long reads and commits keep retrying through :class:`BusUnavailable` (a broker
+    #: outage) before they fail; 0: not at all (a local log has no outages).
+    outage_s: float = 0.0
+
+    # -- admin ---------------------------------------------------------------------------------
+    @abstractmethod
+    def topics(self) -> list[str]:
+        """Names of all (user) topics, sorted."""
+
+    @abstractmethod
+    def topic_exists(self, topic: str) -> bool:
+        """Whether ``topic`` exists."""
+
+    @abstractmethod
+    def queue_count(self, topic: str) -> int:
+        """Number of queues of ``topic``; :class:`UnknownTopic` if it does not exist."""
+
+    @abstractmethod
+    def create_topic(self, topic: str, queues: int = 8, *, exist_ok: bool = True) -> TopicInfo:
+        """Create ``topic`` with ``queues`` queues (an existing topic is returned unchanged)."""
+
+    @abstractmethod
+    def offsets(self, topic: str) -> dict[int, QueueRange]:
+        """The current :class:`QueueRange` of every queue of ``topic``, keyed by queue id."""
+
+    def describe(self, topic: str) -> TopicInfo:
+        """Name, queue count and per-queue offset ranges of ``topic``."""
+        ranges = self.offsets(topic)
+        return TopicInfo(topic, len(ranges), [ranges[q] for q in sorted(ranges)])
+
+    def queue_partition(self, topic: str, queue: int) -> dict[str, str]:
+        """The RocketMQ-shaped position partition of one queue."""
+        return {"topic": topic, "brokerName": self.broker_name, "queueId": str(queue)}
+
+    # -- data plane ----------------------------------------------------------------------------
+    @abstractmethod
+    def stage(self, topic: str, queue: int, data: pa.RecordBatch | pa.Table) -> StagedSegment:
+        """Executor: keep ``data`` (columns of :data:`STORED_SCHEMA`) for ``topic``/``queue``,
+        invisible to readers until :meth:`commit` publishes the returned descriptor."""
+
+    def stage_for(
+        self, writer_id: str, topic: str, queue: int, data: pa.RecordBatch | pa.Table
+    ) -> StagedSegment:
+        """Executor: :meth:`stage` on behalf of ``writer_id`` (the topic writer calls this; a
+        backend that encodes messages at staging time tags them with the writer)."""
+        return self.stage(topic, queue, data)
+
+    @abstractmethod
+    def commit(self, writer_id: str, batch_id: int, segments: Sequence[StagedSegment]) -> bool:
+        """Driver: publish ``segments`` (all of one topic, in list order per queue) at most once
+        per ``(writer_id, batch_id)``. Returns False if that pair was already published (the
+        segments are then discarded), True otherwise. After a crash in the middle of a commit,
+        committing the same batch again publishes exactly what is missing."""
+
+    @abstractmethod
+    def read(
+        self, topic: str, queue: int, start: int, end: int
+    ) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """Executor: ``(offset of first row, batch)`` over the records with ``start <= offset <
+        min(end, max_offset)``, in order. Batches have the :data:`STORED_SCHEMA` columns, plus an
+        int64 ``offset`` column when the offsets are not contiguous. Raises
+        :class:`OffsetOutOfRange` if ``start < min_offset`` or ``start > max_offset``."""
+
+    def discard(self, segments: Sequence[StagedSegment]) -> None:
+        """Forget staged segments that will never be committed (an aborted micro-batch)."""
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Driver: record a consumer's next offsets per ``(topic, queue)`` under consumer group
+        ``group`` where the broker's own tools show them (lag monitoring). Only informative:
+        sluice reads its positions from Spark's checkpoint and the position store."""
+
+    def close(self) -> None:
+        """Close this process's clients (they reopen on demand)."""
+
+
+# ----------------------------------------------------------------------------------------- Bus
+class Bus(ABC):
+    """A topic backend as the runtime uses it: a :class:`TopicLog` plus Spark adapters on it.
+
+    Subclasses set ``log`` and ``default_queues`` and implement :meth:`maintain`; the topic
+    writer, topic reader and reader control are the shared ones of :mod:`sluice.bus.spark`, so
+    every backend has the same delivery guarantees and the same pause/resume/reset behaviour.
+    """
+
+    #: The worker config's ``bus=`` value for this backend.
+    kind: ClassVar[str] = ""
+    log: TopicLog
+    default_queues: int
+
+    # -- admin ---------------------------------------------------------------------------------
+    def create_topic(self, topic: str, queues: int | None = None) -> TopicInfo:
+        """Create ``topic`` (default queue count if ``queues`` is None); existing ones are kept."""
+        return self.log.create_topic(topic, queues or self.default_queues)
+
+    def describe(self, topic: str) -> TopicInfo:
+        """Name, queue count and per-queue offset ranges of ``topic``."""
+        return self.log.describe(topic)
+
+    def count(self, topic: str) -> int:
+        """Records currently retained in `topic` (0 if it does not exist yet)."""
+        if not self.log.topic_exists(topic):
+            return 0
+        return sum(r.max_offset - r.min_offset for r in self.log.offsets(topic).values())
+
+    def queue_partition(self, topic: str, queue: int) -> dict[str, str]:
+        """The position partition of one queue (what the offsets API shows)."""
+        return self.log.queue_partition(topic, queue)
+
+    @abstractmethod
+    def maintain(
+        self,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        orphan_age_s: float = 3600.0,
+    ) -> dict[str, int]:
+        """Apply retention where sluice owns it and clean up after writers that died.
+
+        Returns ``{"segments_expired": n, "orphans_removed": m}``. Called every minute by the
+        runner; never raises for a transient broker problem (the next round tries again).
+        """
+
+    def close(self) -> None:
+        """Release clients held by this process."""
+        self.log.close()
+
+    # -- Spark adapters ------------------------------------------------------------------------
+    def topic_appender(self, *, writer_id: str) -> TopicWriterPlan:
+        """The topic writer as a plain object (for fused pipelines: `write` + `commit`)."""
+        from sluice.bus.spark import TopicWriterPlan
+
+        return TopicWriterPlan(self.log, writer_id, self.default_queues)
+
+    def topic_writer(self, *, writer_id: str) -> type[DataSource]:
+        """A Spark data source class whose stream writer appends to topics exactly once."""
+        from sluice.bus.spark import topic_writer
+
+        return topic_writer(self.topic_appender(writer_id=writer_id))
+
+    def reader_control(self, path: str) -> ReaderControl:
+        """Where sink tasks' pause/resume/reset requests are kept for the reader."""
+        from sluice.bus.spark import ReaderControl
+
+        return ReaderControl(path)
+
+    def reader_health(self, control_path: str) -> dict[str, Any]:
+        """How a sink's topic reader fares with the broker: ``{"failures": n, "error": text,
+        "at": epoch s}``; ``n > 0`` while it rides out an outage (for its status to show)."""
+        return self.reader_control(control_path).health()
+
+    def topic_reader(
+        self,
+        *,
+        name: str,
+        topics: Sequence[str],
+        max_tasks: int,
+        control_path: str,
+        positions: Any,
+        max_rows: int | None = None,
+        split_queues: bool = False,
+        downstream: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = None,
+        downstream_ddl: str | None = None,
+        group: str | None = None,
+        consume_from: str = "first",
+    ) -> type[DataSource]:
+        """A Spark data source class that reads ``topics`` in exact, replayable queue ranges.
+
+        ``positions`` (a position store) gives a new query its start; queues without a stored
+        position start at their first offset, or at their end with ``consume_from="last"``
+        (RocketMQ's ``consume.from.where`` values ``CONSUME_FROM_FIRST_OFFSET`` /
+        ``CONSUME_FROM_LAST_OFFSET`` are accepted too). ``group`` (default ``connect-<name>``)
+        is the consumer group the committed offsets are shown under.
+        """
+        from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
+        from sluice.sdk import ConfigException
+
+        where = {
+            "first": "first",
+            "last": "last",
+            "CONSUME_FROM_FIRST_OFFSET": "first",
+            "CONSUME_FROM_LAST_OFFSET": "last",
+        }.get(consume_from)
+        if where is None:
+            raise ConfigException(
+                "consume.from.where",
+                "expected CONSUME_FROM_FIRST_OFFSET or CONSUME_FROM_LAST_OFFSET, "
+                f"got {consume_from!r}",
+            )
+
+        plan = TopicReaderPlan(
+            name=name,
+            log=self.log,
+            topics=tuple(topics),
+            max_tasks=max(1, max_tasks),
+            max_rows=max_rows,
+            split_queues=split_queues,
+            control=ReaderControl(control_path),
+            positions=positions,
+            downstream=downstream,
+            downstream_ddl=downstream_ddl,
+            group=group or f"connect-{name}",
+            consume_from=where,
+        )
+        return topic_reader(plan)
+
+
+#: Consecutive failures after which a retry loop pauses longer (RocketMQ Connect's sink task
+#: backs off the same way after 16 consecutive pull errors).
+BACKOFF_AFTER = 16
+BACKOFF_S = 10.0
+
+
+def retry_outage(
+    what: str, call: Callable[[], Any], outage_s: float, *, sleep: Callable[[float], None]
+) -> Any:
+    """``call()``, retried through :class:`BusUnavailable` for up to ``outage_s`` seconds: after
+    0.3 s, doubling up to 2 s, and 10 s after every 16 consecutive failures. Each failure is
+    logged as a warning naming ``what``; the last one is raised."""
+    import logging
+    import time
+
+    logger = logging.getLogger("sluice.bus")
+    deadline = time.monotonic() + outage_s
+    failures, delay = 0, 0.3
+    while True:
+        try:
+            return call()
+        except BusUnavailable as exc:
+            failures += 1
+            pause = BACKOFF_S if failures % BACKOFF_AFTER == 0 else delay
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning(
+                "%s failed (%d in a row), retrying in %.1fs: %s", what, failures, pause, exc
+            )
+            sleep(pause)
+            delay = min(delay * 2, 2.0)
+
+
+OUTAGE_KEY = "bus.outage.timeout.ms"
+
+
+def outage_seconds(props: Mapping[str, str]) -> float:
+    """The worker key ``bus.outage.timeout.ms`` (default 300000) in seconds, validated."""
+    from sluice.sdk import ConfigException
+
+    raw = str(props.get(OUTAGE_KEY, "300000")).strip()
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigException(OUTAGE_KEY, f"expected an integer, got {raw!r}") from None
+    if value < 0:
+        raise ConfigException(OUTAGE_KEY, f"must be at least 0, got {value}")
+    return value / 1000.0
+
+
+def remove_quietly(path: str | os.PathLike[str]) -> None:
+    """Delete a file that may already be gone."""
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)

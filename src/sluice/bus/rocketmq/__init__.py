@@ -1,0 +1,124 @@
+"""`bus=rocketmq`: topics on Apache RocketMQ 4.x, over its remoting protocol.
+
+Worker keys (RocketMQ Connect's names)::
+
+    bus=rocketmq
+    namesrvAddr=127.0.0.1:9876            # required; several: a:9876;b:9876
+    rmqProducerGroup=sluice-producer      # producer group of topic writes
+    rmqConsumerGroup=sluice-reader        # group the reader pulls as (sinks' offsets are
+                                          # committed under their own group, connect-<name>)
+    operationTimeout=10000                # ms, per request
+    maxMessageSize=4194304                # a record value larger than this fails its task
+    rocketmq.cluster=DefaultCluster       # where new topics are created (default: the only one)
+    bus.outage.timeout.ms=300000          # how long to ride out a broker outage
+
+Delivery: topic writes are exactly-once per micro-batch (staging, a commit journal and per-queue
+ordered batch sends tagged `sluice.writer`, see `sluice.bus._external`); reads are exact offset
+ranges. A sink's committed offsets are also committed to its consumer group, so `mqadmin
+consumerProgress -g connect-<name>` shows its lag. Retention is the broker's
+(`fileReservedTime`). ACL (`aclEnable=true`) is not supported yet and is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from sluice.bus.base import Bus, outage_seconds
+from sluice.bus.rocketmq._log import RocketMQLog
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+
+__all__ = ["WORKER_KEYS", "RocketMQBus", "RocketMQLog"]
+
+WORKER_KEYS = ConfigDef(
+    ConfigKey("namesrvAddr", default="", doc="name server address(es), host:port;host:port"),
+    ConfigKey("rmqProducerGroup", default="sluice-producer", doc="producer group of topic writes"),
+    ConfigKey("rmqConsumerGroup", default="sluice-reader", doc="group the topic reader pulls as"),
+    ConfigKey("operationTimeout", type="int", default=10_000, min=100, doc="ms per request"),
+    ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
+    ConfigKey("aclEnable", type="bool", default=False, doc="RocketMQ ACL (not supported yet)"),
+    ConfigKey("accessKey", default="", doc="ACL access key"),
+    ConfigKey("secretKey", default="", doc="ACL secret key"),
+    ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
+)
+
+
+class RocketMQBus(Bus):
+    """Topics on RocketMQ: a :class:`RocketMQLog` plus the shared Spark adapters.
+
+    ``state_dir`` holds staged rows and the commit journal (under the worker's store root).
+    """
+
+    kind = "rocketmq"
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        namesrv_addr: str,
+        producer_group: str = "sluice-producer",
+        consumer_group: str = "sluice-reader",
+        cluster: str | None = None,
+        default_queues: int = 8,
+        timeout_s: float = 10.0,
+        max_message_size: int = 4 << 20,
+        outage_s: float = 300.0,
+    ) -> None:
+        self.default_queues = default_queues
+        self.log: RocketMQLog = RocketMQLog(
+            state_dir,
+            namesrv_addr=namesrv_addr,
+            producer_group=producer_group,
+            consumer_group=consumer_group,
+            cluster=cluster,
+            timeout_s=timeout_s,
+            max_message_size=max_message_size,
+            outage_s=outage_s,
+        )
+
+    @classmethod
+    def from_config(
+        cls, props: Mapping[str, str], state_dir: str | os.PathLike[str], *, default_queues: int = 8
+    ) -> RocketMQBus:
+        """Build from worker keys (see the module docstring); a bad one raises
+        :class:`ConfigException` naming it."""
+        values = WORKER_KEYS.parse({k: v for k, v in props.items() if k in WORKER_KEYS.keys})
+        address = (values["namesrvAddr"] or "").strip()
+        if not address:
+            raise ConfigException("namesrvAddr", "required key is missing (bus=rocketmq)")
+        for part in address.split(";"):
+            host, _, port = part.strip().rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigException("namesrvAddr", f"expected host:port, got {part.strip()!r}")
+        if values["aclEnable"]:
+            raise ConfigException(
+                "aclEnable", "RocketMQ ACL is not supported yet by bus=rocketmq; set it to false"
+            )
+        return cls(
+            state_dir,
+            namesrv_addr=address,
+            producer_group=values["rmqProducerGroup"],
+            consumer_group=values["rmqConsumerGroup"],
+            cluster=values["rocketmq.cluster"] or None,
+            default_queues=default_queues,
+            timeout_s=values["operationTimeout"] / 1000.0,
+            max_message_size=values["maxMessageSize"],
+            outage_s=outage_seconds(props),
+        )
+
+    def check(self) -> None:
+        """Raise `BusUnavailable` (naming namesrvAddr) unless the name server answers."""
+        self.log.check()
+
+    def maintain(
+        self,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        orphan_age_s: float = 3600.0,
+    ) -> dict[str, int]:
+        """Remove staged rows of writers that died and old journal rows. Retention is the
+        broker's (`fileReservedTime`), not sluice's."""
+        removed = self.log.remove_orphans(orphan_age_s)
+        self.log.prune_journal()
+        return {"segments_expired": 0, "orphans_removed": removed}

@@ -1,0 +1,549 @@
+"""The topic writer and topic reader, as Spark Python data sources, for every bus backend.
+
+Both are built on a :class:`~sluice.bus.base.TopicLog`, so the embedded log, Kafka and RocketMQ
+share one implementation of the delivery guarantees.
+
+Writer: each Spark task stages its rows per (topic, queue) with ``TopicLog.stage`` (invisible to
+readers); the driver-side ``commit(messages, batchId)`` publishes them with
+``TopicLog.commit(writer_id, batchId, …)``, which ignores a batch it has already published — a
+replayed micro-batch is not appended twice. Segments of one Spark task are published in the order
+they were written, so a queue keeps its records' order.
+
+Queue selection: a record with a key goes to ``crc32(key) % queues`` (one key stays ordered), one
+without a key but with a source partition to that partition's hash (one file stays ordered), others
+round-robin (the ``route`` column computed by the engine says which).
+
+Reader: the Spark offset is ``{"q": {"topic/queue": next_offset}, "r": {…}, "rid": [...]}``: the
+next offset per queue, plus the explicit start of queues that are new or were reset in this batch
+("r") and the ids of the reset requests applied ("rid"), so a replayed batch reads the same ranges.
+Queues that appear in a topic while the query runs are picked up at their first retained offset.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+from sluice.bus.base import (
+    BACKOFF_AFTER,
+    BACKOFF_S,
+    STORED_SCHEMA,
+    BusUnavailable,
+    OffsetOutOfRange,
+    StagedSegment,
+    TopicLog,
+    retry_outage,
+)
+from sluice.sdk import RecordOffset, partition_key
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "READ_DDL",
+    "STORED_SCHEMA",
+    "ReaderControl",
+    "TopicReaderPlan",
+    "TopicWriterPlan",
+    "topic_reader",
+    "topic_writer",
+]
+
+READ_DDL = (
+    "topic string, queue_id int, queue_offset bigint, key binary, value binary, "
+    "timestamp timestamp, headers string"
+)
+_STAGE_BYTES = 64 << 20  # stage a queue's buffer once it holds this much: bounded memory
+
+
+# ---------------------------------------------------------------------------------------- writer
+def _modulo(values: pa.Array, n: int) -> pa.Array:
+    # values are non-negative: integer division truncates, so this is the remainder
+    return pc.subtract(values, pc.multiply(pc.divide(values, n), n))
+
+
+@dataclass(frozen=True)
+class TopicWriterPlan:
+    """Where and as whom a source query writes topics; also usable directly (fused pipelines).
+
+    `write` (executor) stages a task's rows — columns `topic, key, value, timestamp, headers,
+    route` — per (topic, queue) and returns the staged segments; `commit` (driver) publishes the
+    segments of all tasks of a micro-batch, in task order, once per (writer id, batch id).
+    """
+
+    log: TopicLog
+    writer_id: str
+    default_queues: int = 8
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-topic-writer-{self.writer_id}"
+
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> list[StagedSegment]:
+        the_log = self.log
+        queues: dict[str, int] = {}
+        buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        sizes: dict[tuple[str, int], int] = {}
+        staged: list[StagedSegment] = []
+        rotation = partition_id
+
+        def stage(slot: tuple[str, int]) -> None:
+            parts = buffers.pop(slot, [])
+            sizes.pop(slot, None)
+            if parts:
+                table = pa.Table.from_batches(parts)
+                staged.append(the_log.stage_for(self.writer_id, slot[0], slot[1], table))
+
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            topics = batch.column("topic")
+            distinct = topics.unique()
+            for topic in distinct.to_pylist():
+                if topic is None:
+                    raise ValueError("a record has no topic: set connect.topicname or its topic")
+                part = batch if len(distinct) == 1 else batch.filter(pc.equal(topics, topic))
+                if topic not in queues:
+                    queues[topic] = retry_outage(
+                        f"topic {topic!r}",
+                        lambda t=topic: the_log.create_topic(t, self.default_queues).queues,
+                        the_log.outage_s,
+                        sleep=time.sleep,
+                    )
+                route = part.column("route")
+                if route.null_count:
+                    # no key, no source partition: round-robin, continuing across batches
+                    spread = pc.add(_arange(len(route)), pa.scalar(rotation, pa.int64()))
+                    rotation += len(route)
+                    route = pc.coalesce(route.cast(pa.int64()), spread)
+                target = _modulo(route, queues[topic])
+                stored = pa.RecordBatch.from_arrays(
+                    [part.column(f.name).cast(f.type) for f in STORED_SCHEMA], schema=STORED_SCHEMA
+                )
+                targets = target.unique()
+                for queue in targets.to_pylist():
+                    rows = stored if len(targets) == 1 else stored.filter(pc.equal(target, queue))
+                    slot = (topic, queue)
+                    buffers.setdefault(slot, []).append(rows)
+                    sizes[slot] = sizes.get(slot, 0) + rows.nbytes
+                    if sizes[slot] >= _STAGE_BYTES:
+                        stage(slot)
+        for slot in list(buffers):
+            stage(slot)
+        return staged
+
+    def commit(self, receipts: list[list[StagedSegment]], batch_id: int) -> None:
+        by_topic: dict[str, list[StagedSegment]] = {}
+        for segments in receipts:
+            for segment in segments:
+                by_topic.setdefault(segment.topic, []).append(segment)
+        for _topic, segments in sorted(by_topic.items()):
+            self.log.commit(self.writer_id, batch_id, segments)
+
+    def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
+        self.log.discard([segment for segments in receipts for segment in segments or []])
+
+
+@dataclass
+class _Staged(WriterCommitMessage):
+    partition: int
+    segments: list[StagedSegment]
+
+
+def topic_writer(plan: TopicWriterPlan) -> type[DataSource]:
+    """A DataSource class (bound to `plan`) whose stream writer appends to topics."""
+    return type(
+        f"SluiceTopicWriter_{abs(hash(plan.format_name))}",
+        (_WriterSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _WriterSource(DataSource):
+    plan: TopicWriterPlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> _TopicWriter:
+        return _TopicWriter(self.plan)
+
+
+class _TopicWriter(DataSourceStreamArrowWriter):
+    def __init__(self, plan: TopicWriterPlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Staged:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition_id = ctx.partitionId() if ctx else 0
+        return _Staged(partition_id, self.plan.write(iterator, partition_id))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        ordered = sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
+        self.plan.commit([m.segments for m in ordered], batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.plan.abort([m.segments if isinstance(m, _Staged) else None for m in messages], batchId)
+
+
+# ---------------------------------------------------------------------------------------- control
+@dataclass(frozen=True)
+class ReaderControl:
+    """Pause/resume/reset requests from sink tasks, kept in a small JSON file for the reader."""
+
+    path: str
+
+    def _update(self, change: Any) -> dict:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        with open(self.path + ".lock", "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = self.load()
+            change(state)
+            tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            return state
+
+    def load(self) -> dict:
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"paused": [], "resets": {}}
+
+    def apply(self, requests: list[dict[str, Any]]) -> None:
+        """Record requests from `SinkTaskContext` (called by the sink's commit)."""
+
+        def change(state: dict) -> None:
+            for req in requests:
+                part = req["partition"]
+                key = f"{part['topic']}/{int(part['queueId'])}"
+                if req["op"] == "pause" and key not in state["paused"]:
+                    state["paused"].append(key)
+                elif req["op"] == "resume" and key in state["paused"]:
+                    state["paused"].remove(key)
+                elif req["op"] == "reset":
+                    state["resets"][uuid.uuid4().hex] = [key, int(req["offset"]["queueOffset"])]
+
+        self._update(change)
+
+    def acknowledge(self, reset_ids: list[str]) -> None:
+        """Forget resets that a committed micro-batch applied."""
+        if reset_ids:
+            self._update(lambda state: [state["resets"].pop(i, None) for i in reset_ids])
+
+    # The reader's view of the broker, for a status to show (``<path>.health``).
+    def report(self, failures: int, error: str | None) -> None:
+        """Record the reader's consecutive broker failures (0 and None: healthy again)."""
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"failures": failures, "error": error, "at": time.time()}, f)
+        os.replace(tmp, self.path + ".health")
+
+    def health(self) -> dict[str, Any]:
+        """``{"failures": n, "error": text | None, "at": epoch s}`` (n = 0: the broker answers)."""
+        try:
+            with open(self.path + ".health") as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"failures": 0, "error": None, "at": None}
+
+
+# ---------------------------------------------------------------------------------------- reader
+@dataclass(frozen=True)
+class TopicReaderPlan:
+    """What a sink query reads: topics of a log, grouped into at most `max_tasks` partitions."""
+
+    name: str
+    log: TopicLog
+    topics: tuple[str, ...]
+    max_tasks: int = 1
+    max_rows: int | None = None
+    split_queues: bool = False
+    control: ReaderControl | None = None
+    positions: Any = field(default=None, compare=False)
+    #: Fused pipelines: consumes the rows a task read and yields what the query outputs instead
+    #: (e.g. a sink's commit receipt), so records never cross into the JVM. Output schema:
+    #: `downstream_ddl`.
+    downstream: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]] | None = field(
+        default=None, compare=False
+    )
+    downstream_ddl: str | None = None
+    #: Consumer group under which committed offsets are shown by the broker's tools.
+    group: str | None = None
+    #: Where a queue with no stored position starts when the query starts: its first retained
+    #: offset ("first") or its current end ("last", RocketMQ's CONSUME_FROM_LAST_OFFSET).
+    #: Queues that appear later always start at their first offset.
+    consume_from: str = "first"
+
+    @property
+    def format_name(self) -> str:
+        return f"sluice-topic-reader-{self.name}"
+
+
+def topic_reader(plan: TopicReaderPlan) -> type[DataSource]:
+    """A DataSource class (bound to `plan`) whose stream reader reads topics."""
+    return type(
+        f"SluiceTopicReader_{abs(hash(plan.format_name))}",
+        (_ReaderSource,),
+        {"plan": plan, "__module__": __name__},
+    )
+
+
+class _ReaderSource(DataSource):
+    plan: TopicReaderPlan
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.plan.format_name
+
+    def schema(self) -> str:
+        return self.plan.downstream_ddl or READ_DDL
+
+    def streamReader(self, schema: Any) -> _TopicReader:
+        return _TopicReader(self.plan)
+
+
+def _split(key: str) -> tuple[str, int]:
+    topic, queue = key.rsplit("/", 1)
+    return topic, int(queue)
+
+
+class _TopicReader(DataSourceStreamReader):
+    def __init__(self, plan: TopicReaderPlan) -> None:
+        self.plan = plan
+        self.log = plan.log
+        self._initial: dict | None = None
+        self._group_offsets: dict[str, int] = {}
+        self._failures = 0
+
+    def initialOffset(self) -> dict:
+        # Spark asks again when it plans batch 0: answer the same both times.
+        if self._initial is None:
+            self._initial = self._stored_start()
+        return self._initial
+
+    def _stored_start(self) -> dict:
+        stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
+        start: dict[str, int] = {}
+        for topic in self.plan.topics:
+            if not self.log.topic_exists(topic):
+                continue
+            ends = self.log.offsets(topic) if self.plan.consume_from == "last" else {}
+            for queue in range(self.log.queue_count(topic)):
+                offset = stored.get(partition_key(self.log.queue_partition(topic, queue)))
+                if offset is not None:
+                    start[f"{topic}/{queue}"] = int(offset["queueOffset"])
+                elif queue in ends:
+                    start[f"{topic}/{queue}"] = ends[queue].max_offset
+        return {"q": start}
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.plan.max_rows:
+            return ReadMaxRows(self.plan.max_rows)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: Any) -> dict:
+        try:
+            end = self._latest(start, limit)
+        except BusUnavailable as exc:
+            # A broker outage is not the query's failure: plan nothing now and ask again next
+            # trigger; after 16 failures in a row, pause 10 s. The control file's health record
+            # says what is going on, for a status to show.
+            self._failures += 1
+            log.warning(
+                "%s: topic offsets unavailable (%d in a row): %s",
+                self.plan.name,
+                self._failures,
+                exc,
+            )
+            if self.plan.control is not None:
+                self.plan.control.report(self._failures, f"{type(exc).__name__}: {exc}")
+            if self._failures % BACKOFF_AFTER == 0:
+                log.warning(
+                    "%s: backing off %.0fs after %d failures",
+                    self.plan.name,
+                    BACKOFF_S,
+                    self._failures,
+                )
+                time.sleep(BACKOFF_S)
+            return start
+        if self._failures:
+            log.info(
+                "%s: the broker answers again after %d failures", self.plan.name, self._failures
+            )
+            self._failures = 0
+            if self.plan.control is not None:
+                self.plan.control.report(0, None)
+        return end
+
+    def _latest(self, start: dict, limit: Any) -> dict:
+        begin: dict[str, int] = start.get("q", {})
+        # Spark plans a batch once the previous one is done: `start` is what the sink has taken.
+        # Spark calls commit() only when there is a next batch, so an idle query shows its lag
+        # on the broker through this.
+        self._commit_group(begin)
+        control = self.plan.control.load() if self.plan.control else {"paused": [], "resets": {}}
+        done = set(start.get("rid", []))
+        resets = {rid: kv for rid, kv in control["resets"].items() if rid not in done}
+        reset_at = {key: offset for key, offset in resets.values()}
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        end: dict[str, int] = {}
+        explicit: dict[str, int] = {}
+        for topic in self.plan.topics:
+            if not self.log.topic_exists(topic):
+                continue
+            for queue, rng in self.log.offsets(topic).items():
+                key = f"{topic}/{queue}"
+                if key in reset_at:
+                    first = explicit[key] = max(rng.min_offset, min(reset_at[key], rng.max_offset))
+                elif key in begin:
+                    first = begin[key]
+                else:
+                    first = explicit[key] = rng.min_offset
+                last = first if key in control["paused"] else rng.max_offset
+                if max_rows is not None:
+                    last = min(last, first + max_rows)
+                end[key] = max(first, last)
+        # A queue the broker does not show right now (its topic's route is missing while a
+        # broker restarts) keeps its position: it must not come back as a "new" queue read from
+        # its first offset.
+        for key, offset in begin.items():
+            end.setdefault(key, offset)
+        return {"q": end, "r": explicit, "rid": sorted(resets)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        begin, stop, explicit = start.get("q", {}), end.get("q", {}), end.get("r", {})
+        ranges = []
+        for key in sorted(stop):
+            first = explicit.get(key, begin.get(key, 0))
+            if stop[key] > first:
+                topic, queue = _split(key)
+                ranges.append((topic, queue, first, stop[key]))
+        if self.plan.split_queues and 0 < len(ranges) < self.plan.max_tasks:
+            # The sink commits task results in task order: one queue may span several tasks.
+            parts = self.plan.max_tasks // len(ranges)
+            cut = []
+            for topic, queue, first, last in ranges:
+                bounds = sorted(
+                    {first + (last - first) * k // parts for k in range(parts)} | {last}
+                )
+                cut.extend((topic, queue, lo, hi) for lo, hi in itertools.pairwise(bounds))
+            return [InputPartition([r]) for r in cut]
+        groups: dict[int, list[tuple[str, int, int, int]]] = {}
+        for index, item in enumerate(ranges):
+            groups.setdefault(index % self.plan.max_tasks, []).append(item)
+        return [InputPartition(group) for _, group in sorted(groups.items())]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if self.plan.downstream is not None:
+            return self.plan.downstream(self._rows(partition))
+        return self._rows(partition)
+
+    def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        the_log = self.plan.log
+
+        def read(topic: str, queue: int, first: int, stop: int) -> list[pa.RecordBatch]:
+            # An exact range reads the same records again: through an outage, just retry.
+            return retry_outage(
+                f"read of {topic}/{queue} [{first}, {stop})",
+                lambda: list(read_range(the_log, topic, queue, first, stop)),
+                the_log.outage_s,
+                sleep=time.sleep,
+            )
+
+        for topic, queue, first, stop in partition.value:
+            try:
+                chunks = read(topic, queue, first, stop)
+            except OffsetOutOfRange as exc:
+                # Retention removed the start of the range: deliver what is left, say so.
+                log.warning("%s: reading from %s instead (retention)", exc, exc.min_offset)
+                chunks = read(topic, queue, exc.min_offset, stop)
+            yield from chunks
+
+    def commit(self, end: dict) -> None:
+        if end.get("q"):
+            if self.plan.positions is not None:
+                positions: dict[str, RecordOffset] = {
+                    partition_key(self.log.queue_partition(*_split(key))): {"queueOffset": offset}
+                    for key, offset in end["q"].items()
+                }
+                self.plan.positions.save(self.plan.name, positions)
+            self._commit_group(end["q"])
+        if self.plan.control is not None:
+            self.plan.control.acknowledge(end.get("rid", []))
+
+    def _commit_group(self, offsets: dict[str, int]) -> None:
+        """Show ``offsets`` under the plan's consumer group on the broker (monitoring only)."""
+        if not self.plan.group or not offsets or offsets == self._group_offsets:
+            return
+        try:
+            self.log.commit_group_offsets(
+                self.plan.group, {_split(key): offset for key, offset in offsets.items()}
+            )
+        except Exception as exc:  # monitoring only: never fail a committed batch for it
+            log.warning("%s: consumer-group offsets not committed: %s", self.plan.name, exc)
+        else:
+            self._group_offsets = dict(offsets)
+
+
+_OFFSETS_CACHE: dict[str, pa.Array] = {}
+
+
+def _arange(n: int) -> pa.Array:
+    cached = _OFFSETS_CACHE.get("a")
+    if cached is None or len(cached) < n:
+        cached = pa.array(range(max(n, 1 << 20)), pa.int64())
+        _OFFSETS_CACHE["a"] = cached
+    return cached.slice(0, n)
+
+
+def read_range(
+    the_log: TopicLog, topic: str, queue: int, first: int, stop: int
+) -> Iterator[pa.RecordBatch]:
+    """Offsets ``[first, stop)`` of one queue as reader rows (``READ_DDL`` columns)."""
+    topic_col = pa.scalar(topic, pa.string())
+    queue_col = pa.scalar(queue, pa.int32())
+    for base, batch in the_log.read(topic, queue, first, stop):
+        n = batch.num_rows
+        if "offset" in batch.schema.names:
+            offsets = batch.column("offset").cast(pa.int64())
+        else:
+            offsets = pc.add(_arange(n), pa.scalar(base, pa.int64()))
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(topic_col, n),
+                pa.repeat(queue_col, n),
+                offsets,
+                batch.column("key"),
+                batch.column("value"),
+                batch.column("timestamp"),
+                batch.column("headers"),
+            ],
+            names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
+        )

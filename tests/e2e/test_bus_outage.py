@@ -1,0 +1,81 @@
+"""RocketMQ down mid-run (name server and broker stopped, then started again, ~20 s): the running
+file → topic → file pipeline rides it out — the sink's reader records the outage where a status can
+show it — and then finishes with the sink file byte-identical."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.test_bus_crash import _size, _start
+from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, unique
+
+TOOLS = Path(
+    os.environ.get(
+        "SLUICE_ROCKETMQ_TOOLS", Path(__file__).parents[3] / "shared" / "tools" / "rocketmq"
+    )
+)
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.rocketmq,
+    pytest.mark.skipif(
+        ROCKETMQ_NAMESRV != "127.0.0.1:9876" or not (TOOLS / "up.sh").exists(),
+        reason="needs the local broker of ../shared/tools/rocketmq (up.sh/down.sh) to restart",
+    ),
+]
+
+
+def _lines(start: int, stop: int) -> str:
+    return "".join(f"{i:07d} outage test line\n" for i in range(start, stop))
+
+
+def test_pipeline_rides_out_a_broker_restart(tmp_path: Path) -> None:
+    from sluice.bus.rocketmq import RocketMQBus
+
+    topic = unique("outage")
+    probe = RocketMQBus(tmp_path / "probe", namesrv_addr=ROCKETMQ_NAMESRV)
+    probe.create_topic(topic, 4)
+    src, dst, root, log = (
+        tmp_path / "in.txt",
+        tmp_path / "out.txt",
+        tmp_path / "store",
+        tmp_path / "child.log",
+    )
+    src.write_text(_lines(0, 50_000))
+    props = {"bus": "rocketmq", "namesrvAddr": ROCKETMQ_NAMESRV}
+    proc = _start(props, root, src, dst, topic, log)
+    health = root / "connectors" / "dst" / "control.json.health"
+    try:
+        wait_until(lambda: _size(dst) == _size(src) or proc.poll() is not None, 300, "part 1")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        down = subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True)
+        assert down.returncode == 0, down.stdout + down.stderr
+        try:
+            with open(src, "a") as f:  # written while the broker is down
+                f.write(_lines(50_000, 100_000))
+            wait_until(
+                lambda: health.exists() and json.loads(health.read_text())["failures"] > 0,
+                60,
+                "the reader to notice the outage",
+            )
+            outage = json.loads(health.read_text())
+            assert "BusUnavailable: rocketmq namesrvAddr=127.0.0.1:9876" in outage["error"]
+            assert proc.poll() is None, log.read_text()[-3000:]
+        finally:
+            up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True)
+            assert up.returncode == 0, up.stdout + up.stderr
+        wait_until(lambda: _size(dst) >= _size(src) or proc.poll() is not None, 300, "part 2")
+        assert proc.poll() is None, log.read_text()[-3000:]
+        wait_until(lambda: json.loads(health.read_text())["failures"] == 0, 60, "healthy again")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert dst.read_bytes() == src.read_bytes()
+    assert probe.count(topic) == 100_000

@@ -1,0 +1,266 @@
+"""The Kafka bus on librdkafka's mock cluster: configuration errors, an unreachable or failing
+cluster, consumer-group offsets, and topic creation without the admin API."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluice.bus._external import writer_tag
+from sluice.bus.base import BusUnavailable
+from sluice.bus.kafka import KafkaBus
+from sluice.sdk import ConfigException, RetriableException
+from tests.conftest import wait_until
+from tests.integration import bus_helpers
+from tests.integration.bus_helpers import (
+    KafkaHarness,
+    MockKafkaCluster,
+    read_all,
+    topic_frame,
+    unique,
+)
+
+kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: one mock cluster
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_config_requires_bootstrap_servers(tmp_path: Path) -> None:
+    with pytest.raises(ConfigException, match=r"^bootstrap.servers: required key is missing"):
+        KafkaBus.from_config({"bus": "kafka"}, tmp_path)
+
+
+def test_config_names_an_unknown_pass_through_key(tmp_path: Path) -> None:
+    props = {"bootstrap.servers": "127.0.0.1:9092", "kafka.no.such.property": "1"}
+    with pytest.raises(ConfigException, match=r"^kafka.no.such.property: No such configuration"):
+        KafkaBus.from_config(props, tmp_path)
+    props = {"bootstrap.servers": "127.0.0.1:9092", "kafka.bootstrap.servers": "x:1"}
+    with pytest.raises(ConfigException, match=r"^kafka.bootstrap.servers: cannot be set here"):
+        KafkaBus.from_config(props, tmp_path)
+
+
+def test_config_passes_client_options_through(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster
+) -> None:
+    props = {
+        "bootstrap.servers": kafka_cluster.bootstraps,
+        "kafka.client.id": "sluice-test",
+        "kafka.socket.timeout.ms": "5000",
+        "spark.master": "local[1]",
+    }
+    bus = KafkaBus.from_config(props, tmp_path, default_queues=3)
+    assert bus.log.client_config == {"client.id": "sluice-test", "socket.timeout.ms": "5000"}
+    assert bus.default_queues == 3
+    bus.check()
+
+
+def test_unreachable_cluster_is_a_retriable_error_naming_the_servers(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{_closed_port()}"
+    bus = KafkaBus(tmp_path, bootstrap_servers=address, timeout_s=2)
+    started = time.monotonic()
+    with pytest.raises(BusUnavailable, match=rf"kafka bootstrap.servers={address}: ") as exc:
+        bus.check()
+    assert time.monotonic() - started < 15
+    assert isinstance(exc.value, RetriableException)
+    assert "is the Kafka cluster up and reachable?" in str(exc.value)
+    with pytest.raises(BusUnavailable):
+        bus.log.offsets("t")
+
+
+def test_topic_created_without_admin_api_gets_the_brokers_default(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    bus = KafkaBus(tmp_path, bootstrap_servers=kafka_cluster.bootstraps, timeout_s=20)
+    topic = unique()
+    with caplog.at_level(logging.WARNING, logger="sluice.bus.kafka"):
+        info = bus.create_topic(topic, 6)
+    assert info.queues == 4  # the mock cluster's default partition count
+    assert "has 4 partitions (the broker's default), not 6" in caplog.text
+    assert bus.create_topic(topic, 6).queues == 4  # existing: unchanged
+    with pytest.raises(FileExistsError):
+        bus.log.create_topic(topic, 6, exist_ok=False)
+
+
+def test_reader_commits_consumer_group_offsets(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster
+) -> None:
+    harness = KafkaHarness(kafka_cluster)
+    bus = harness.make_bus(tmp_path)
+    topic = harness.new_topic(bus, 2)
+    appender = bus.topic_appender(writer_id="w")
+    frame = topic_frame(topic, [b"a", b"b", b"c"], route=[0, 0, 1])
+    appender.commit([appender.write(iter([frame]), 0)], 0)
+    reader = bus.topic_reader(
+        name="snk",
+        topics=[topic],
+        max_tasks=1,
+        control_path=str(tmp_path / "c.json"),
+        positions=None,
+    )(options={}).streamReader(schema=None)
+    end = reader.latestOffset(reader.initialOffset(), None)
+    assert bus.log.group_offsets("connect-snk", topic) == {0: -1001, 1: -1001}  # nothing yet
+    reader.commit(end)
+    assert bus.log.group_offsets("connect-snk", topic) == {0: 2, 1: 1}
+
+
+def test_headers_keys_and_timestamps_round_trip(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster
+) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    harness = KafkaHarness(kafka_cluster)
+    bus = harness.make_bus(tmp_path)
+    topic = harness.new_topic(bus, 1)
+    appender = bus.topic_appender(writer_id="w")
+    frame = topic_frame(
+        topic,
+        [b"\x00binary\xff"],
+        keys=[b"k1"],
+        headers=['{"a": "1", "b": "x y"}'],
+        route=[0],
+        timestamps=[1_700_000_000_123_000],
+    )
+    appender.commit([appender.write(iter([frame]), 0)], 0)
+    # what any Kafka consumer sees
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_cluster.bootstraps,
+            "group.id": "probe",
+            "auto.offset.reset": "error",
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        msg = None
+        deadline = time.monotonic() + 20
+        while msg is None and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+    finally:
+        consumer.close()
+    assert msg is not None and msg.error() is None
+    assert (msg.key(), msg.value()) == (b"k1", b"\x00binary\xff")
+    assert msg.timestamp()[1] == 1_700_000_000_123
+    headers = dict(msg.headers())
+    assert headers["a"] == b"1" and headers["b"] == b"x y"
+    assert headers["sluice.writer"] == writer_tag("w").encode()  # for a crash recount
+    # and what sluice's reader gives a sink (the batch tag is not a record header)
+    (row,) = read_all(bus, topic, 0, 0, 1)
+    assert row["headers"] == '{"a": "1", "b": "x y"}' and row["value"] == b"\x00binary\xff"
+
+
+def _outage_bus(cluster: MockKafkaCluster, tmp_path: Path, outage_s: float) -> KafkaBus:
+    # short timeouts: the outage is detected quickly and a replay waits little for requests of
+    # the failed attempt that could still be in flight
+    return KafkaBus(
+        tmp_path,
+        bootstrap_servers=cluster.bootstraps,
+        client_config={"request.timeout.ms": "2000", "message.timeout.ms": "4000"},
+        timeout_s=3,
+        outage_s=outage_s,
+    )
+
+
+def _down_after_journal(monkeypatch: pytest.MonkeyPatch, bus: KafkaBus, cluster: Any) -> None:
+    """The cluster goes down right after the journal noted where the batch starts (once)."""
+    real = type(bus.log)._end_offsets
+    calls: list[str] = []
+
+    def then_outage(self: Any, topic: str, queues: list[int]) -> dict[int, int]:
+        ends = real(self, topic, queues)
+        if not calls:
+            calls.append(topic)
+            cluster.set_down()
+        return ends
+
+    monkeypatch.setattr(type(bus.log), "_end_offsets", then_outage)
+
+
+def test_outage_longer_than_the_limit_fails_the_commit_and_the_replay_completes_it(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=0)
+    topic = KafkaHarness(kafka_cluster).new_topic(bus, 2)
+    rows = [f"o{i}".encode() for i in range(200)]
+    frame = topic_frame(topic, rows, route=[i % 2 for i in range(200)])
+    appender = bus.topic_appender(writer_id="w")
+    staged = appender.write(iter([frame]), 0)
+    _down_after_journal(monkeypatch, bus, kafka_cluster)
+    try:
+        with pytest.raises(BusUnavailable, match=r"kafka bootstrap.servers=.*writing topic"):
+            appender.commit([staged], 0)
+    finally:
+        kafka_cluster.set_up()
+        monkeypatch.undo()
+    # Spark replays batch 0 once the cluster answers again
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            appender.commit([appender.write(iter([frame]), 0)], 0)
+            break
+        except BusUnavailable:
+            assert time.monotonic() < deadline, "the mock cluster never came back"
+    got = [v for q in (0, 1) for v in (r["value"] for r in read_all(bus, topic, q, 0, 1_000))]
+    assert sorted(got) == sorted(rows) and len(got) == 200
+
+
+def test_a_short_outage_is_ridden_out_by_the_commit(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=120)
+    topic = KafkaHarness(kafka_cluster).new_topic(bus, 2)
+    rows = [f"s{i}".encode() for i in range(300)]
+    frame = topic_frame(topic, rows, route=[i % 2 for i in range(300)])
+    appender = bus.topic_appender(writer_id="w")
+    staged = appender.write(iter([frame]), 0)
+    _down_after_journal(monkeypatch, bus, kafka_cluster)
+    pauses: list[float] = []
+
+    def pause(self: Any, seconds: float) -> None:
+        pauses.append(seconds)
+        if len(pauses) == 2:  # the outage ends after two failed attempts
+            kafka_cluster.set_up()
+
+    monkeypatch.setattr(type(bus.log), "_pause", pause)
+    try:
+        appender.commit([staged], 0)  # no error: it retried until the cluster was back
+    finally:
+        kafka_cluster.set_up()
+        monkeypatch.undo()
+    assert len(pauses) >= 2 and pauses[:2] == [0.3, 0.6]
+    got = [v for q in (0, 1) for v in (r["value"] for r in read_all(bus, topic, q, 0, 1_000))]
+    assert sorted(got) == sorted(rows) and len(got) == 300
+
+
+def test_reader_plans_nothing_during_an_outage_and_says_so(
+    tmp_path: Path, kafka_cluster: MockKafkaCluster
+) -> None:
+    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=60)
+    topic = KafkaHarness(kafka_cluster).new_topic(bus, 1)
+    appender = bus.topic_appender(writer_id="w")
+    appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
+    control = str(tmp_path / "control.json")
+    reader = bus.topic_reader(
+        name="snk", topics=[topic], max_tasks=1, control_path=control, positions=None
+    )(options={}).streamReader(schema=None)
+    start = reader.initialOffset()
+    kafka_cluster.set_down()
+    try:
+        assert reader.latestOffset(start, None) == start  # nothing planned, no failure
+        health = bus.reader_health(control)
+        assert health["failures"] == 1
+        assert "BusUnavailable: kafka bootstrap.servers=" in health["error"]
+    finally:
+        kafka_cluster.set_up()
+    wait_until(
+        lambda: reader.latestOffset(start, None)["q"] == {f"{topic}/0": 1}, 60, "a plan again"
+    )
+    assert bus.reader_health(control)["failures"] == 0
