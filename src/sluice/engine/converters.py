@@ -1,45 +1,590 @@
-"""Converters between a record's key/value columns and the bytes stored in a topic.
+"""The Spark face of converters (`sluice.converters`): columns, `mapInArrow` steps, fused batches.
 
-They work on Spark columns (vectorised in the JVM). `key.converter` / `value.converter` pick one by
-name; `StringConverter` is the default.
+Source side, `plan_encoders` builds the key/value `Encoder`s of a connector and `encode_frame` turns
+a source frame into what the topic writer takes: each side as Spark SQL when its encoder has a SQL
+form, else as a `mapInArrow` step running the encoder's Arrow form. Sink side, `plan_decoders`
+looks the topics' schemas up in the registry and `decode_frame` decodes a topic frame the same way,
+adding the error columns described in `sluice.converters` (`error`, `raw_key`, `raw_value`).
+What happens to a record with an error (today: `errors.tolerance=none`):
+
+* no transforms: the columns reach the sink writer, whose `check_errors` fails the task with
+  `ConnectException(<error>)` before the sink task sees the batch;
+* transforms: `fail_on_errors` makes every record column raise the record's error in the JVM
+  (`raise_error`), so no transform can filter a bad record away first.
+
+Fused hops (no transforms, both sides' Arrow forms preferred: `StringConverter`,
+`ByteArrayConverter` and the number converters, which are vectorised, and `AvroConverter`, which
+has no SQL form) use `encode_batch` / `decode_batch` on Arrow batches and never enter the JVM.
+Sources register the schemas they write (`register_schemas`, `SchemaRegistration`).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
 import pyarrow as pa
-from pyspark.sql import Column
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import BinaryType, DataType, StringType
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 
-from sluice.sdk import ConfigException
+from sluice import converters
+from sluice.converters import (
+    Converter,
+    Decoder,
+    Encoder,
+    RecordError,
+    SchemaRegistry,
+    canonical,
+    converter_class,
+    converter_from_config,
+    describe,
+    from_connect,
+    record_error,
+    subject,
+)
+from sluice.sdk import ConfigException, ConnectException, Field, FieldType, Logical, Schema
+
+CONVERTER_KEYS = ("key.converter", "value.converter")
+ERROR_COLUMNS = ("error", "raw_key", "raw_value")
+RECORD_COLUMNS = ("topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers")
+_TMP = "__sluice_"
 
 
-class Converter:
-    """Turns a typed column into topic bytes (`to_topic`) and topic bytes back (`from_topic`)."""
+# -- configuration ---------------------------------------------------------------------------------
+def converter_for(
+    config: dict[str, str], key: str, registry: SchemaRegistry | None = None
+) -> Converter:
+    """The converter configured under `key` ("key.converter" / "value.converter")."""
+    return converter_from_config(config, key.split(".", 1)[0], registry)
+
+
+def converter_named(name: str, key: str) -> Converter:
+    """The converter called `name`, with no options; errors name the config `key`."""
+    converter = converter_class(name, key)()
+    converter.configure({}, role=key.split(".", 1)[0])
+    return converter
+
+
+@dataclass(frozen=True)
+class SourceCodecs:
+    """A source's key and value encoders, and the schemas it registers for every topic it writes
+    (`(role, canonical schema)` pairs)."""
+
+    key: Encoder
+    value: Encoder
+    registered: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def fusable(self) -> bool:
+        return self.key.prefers_arrow and self.value.prefers_arrow
+
+
+@dataclass(frozen=True)
+class SinkCodecs:
+    """A sink's key and value decoders."""
+
+    key: Decoder
+    value: Decoder
+
+    @property
+    def fusable(self) -> bool:
+        return self.key.prefers_arrow and self.value.prefers_arrow
+
+    @property
+    def can_fail(self) -> bool:
+        return not all(isinstance(d, _NEVER_FAIL) for d in (self.key, self.value))
+
+
+def plan_encoders(
+    config: dict[str, str],
+    key_schema: Schema,
+    value_schema: Schema,
+    registry: SchemaRegistry | None,
+) -> SourceCodecs:
+    """Encoders for a source's keys and values (driver, when its query is planned)."""
+    encoders = []
+    registered = []
+    for role, schema in (("key", key_schema), ("value", value_schema)):
+        converter = converter_from_config(config, role, registry)
+        encoders.append(converter.encoder(schema))
+        if converter.uses_registry:
+            registered.append((role, canonical(schema)))
+    return SourceCodecs(encoders[0], encoders[1], tuple(registered))
+
+
+def register_schemas(registry: SchemaRegistry, topic: str, codecs: SourceCodecs) -> None:
+    """Make the source's schemas the latest versions of `topic`'s subjects (idempotent)."""
+    for role, text in codecs.registered:
+        name = subject(topic, role)
+        latest = registry.latest(name)
+        if latest is None or latest.schema != text:
+            registry.register(name, text)
+
+
+def plan_decoders(
+    config: dict[str, str], topics: Sequence[str], registry: SchemaRegistry | None
+) -> SinkCodecs:
+    """Decoders for a sink reading `topics`, with their registered schemas (driver)."""
+    decoders = []
+    for role in ("key", "value"):
+        converter = converter_from_config(config, role, registry)
+        schema = None
+        if converter.uses_registry:
+            schema = _topics_schema(converter, topics, registry)
+            if schema is None and converter.needs_schema():
+                raise ConfigException(
+                    converter.key,
+                    f"{converter.name} needs the {role} schema of topic(s) "
+                    f"{', '.join(topics)}, and none is registered",
+                    suggestion="start the source connector that writes them first; it "
+                    "registers its schemas when it starts",
+                )
+        decoders.append(converter.decoder(schema))
+    return SinkCodecs(decoders[0], decoders[1])
+
+
+def _topics_schema(
+    converter: Converter, topics: Sequence[str], registry: SchemaRegistry | None
+) -> Schema | None:
+    if registry is None:
+        raise ConfigException(converter.key, f"{converter.name} needs a schema registry")
+    found = {t: registry.latest(subject(t, converter.role)) for t in topics}
+    known = {t: r for t, r in found.items() if r is not None}
+    if not known:
+        return None
+    missing = sorted(t for t, r in found.items() if r is None)
+    if missing:
+        raise ConfigException(
+            converter.key,
+            f"topic(s) {', '.join(missing)} have no registered {converter.role} schema, but "
+            f"{', '.join(sorted(known))} do; a sink's topics must share one schema",
+        )
+    texts = {r.schema for r in known.values()}
+    if len(texts) > 1:
+        shapes = "; ".join(
+            f"{t}: {describe(from_connect(json.loads(r.schema)))}" for t, r in sorted(known.items())
+        )
+        raise ConfigException(
+            converter.key,
+            f"the topics have different {converter.role} schemas ({shapes}); "
+            "a sink's topics must share one schema",
+        )
+    return from_connect(json.loads(texts.pop()))
+
+
+# -- Spark types → schemas -------------------------------------------------------------------------
+_SPARK_PRIMITIVES = {
+    "string": FieldType.STRING,
+    "binary": FieldType.BYTES,
+    "boolean": FieldType.BOOLEAN,
+    "byte": FieldType.INT8,
+    "short": FieldType.INT16,
+    "integer": FieldType.INT32,
+    "long": FieldType.INT64,
+    "float": FieldType.FLOAT32,
+    "double": FieldType.FLOAT64,
+}
+
+
+def schema_of(
+    type_: DataType, hint: Schema | None = None, *, key: str = "value.converter"
+) -> Schema:
+    """The schema of a Spark column type. `hint` (the connector's schema) restores what Spark
+    types do not say: a Time is an int, struct names. Errors name the converter `key`."""
+    return _schema_of(type_.jsonValue(), hint, None, key)
+
+
+def _schema_of(t: Any, hint: Schema | None, nullable: bool | None, key: str) -> Schema:
+    optional = nullable if nullable is not None else (hint.optional if hint else True)
+    if isinstance(t, str):
+        if t in ("timestamp", "timestamp_ntz"):
+            return Schema.timestamp(optional=optional)
+        if t == "date":
+            return Schema.date(optional=optional)
+        if t.startswith("decimal("):
+            precision, scale = (int(x) for x in t[len("decimal(") : -1].split(","))
+            return Schema.decimal(precision, scale, optional=optional)
+        if t == "integer" and hint is not None and hint.logical is Logical.TIME:
+            return Schema.time(optional=optional)
+        if t in _SPARK_PRIMITIVES:
+            name = hint.name if hint is not None and hint.logical is None else None
+            return Schema(_SPARK_PRIMITIVES[t], optional=optional, name=name)
+        raise ConfigException(key, f"no converter supports the Spark type {t}")
+    kind = t.get("type")
+    if kind == "struct":
+        hints = {f.name: f.schema for f in hint.fields} if hint and hint.fields else {}
+        fields = [
+            Field(f["name"], _schema_of(f["type"], hints.get(f["name"]), f["nullable"], key))
+            for f in t["fields"]
+        ]
+        name = hint.name if hint is not None and hint.type is FieldType.STRUCT else None
+        return Schema.struct(*fields, optional=optional, name=name)
+    if kind == "array":
+        item_hint = hint.value_schema if hint is not None else None
+        items = _schema_of(t["elementType"], item_hint, t["containsNull"], key)
+        return Schema.array(items, optional=optional)
+    if kind == "map":
+        k_hint = hint.key_schema if hint is not None else None
+        v_hint = hint.value_schema if hint is not None else None
+        keys = _schema_of(t["keyType"], k_hint, None, key)  # never null: the hint says optional
+        values = _schema_of(t["valueType"], v_hint, t["valueContainsNull"], key)
+        return Schema.map_(keys, values, optional=optional)
+    raise ConfigException(key, f"no converter supports the Spark type {json.dumps(t)}")
+
+
+def spark_ddl(schema: Schema) -> str:
+    """Spark DDL of a decoded column: like `Schema.to_spark_ddl`, every field nullable."""
+    if schema.logical is not None:
+        return schema.to_spark_ddl()
+    if schema.type is FieldType.STRUCT:
+        inner = ",".join(
+            f"`{f.name.replace('`', '``')}`:{spark_ddl(f.schema)}" for f in schema.fields
+        )
+        return f"struct<{inner}>"
+    if schema.type is FieldType.ARRAY and schema.value_schema is not None:
+        return f"array<{spark_ddl(schema.value_schema)}>"
+    if schema.type is FieldType.MAP and schema.key_schema and schema.value_schema:
+        return f"map<{spark_ddl(schema.key_schema)},{spark_ddl(schema.value_schema)}>"
+    return schema.to_spark_ddl()
+
+
+def spark_arrow_type(schema: Schema) -> pa.DataType:
+    """The Arrow type Spark exchanges for `spark_ddl(schema)`: Times as int32 milliseconds."""
+    if schema.logical is Logical.TIME:
+        return pa.int32()
+    if schema.type is FieldType.STRUCT:
+        return pa.struct([pa.field(f.name, spark_arrow_type(f.schema)) for f in schema.fields])
+    if schema.type is FieldType.ARRAY and schema.value_schema is not None:
+        return pa.list_(spark_arrow_type(schema.value_schema))
+    if schema.type is FieldType.MAP and schema.key_schema and schema.value_schema:
+        return pa.map_(spark_arrow_type(schema.key_schema), spark_arrow_type(schema.value_schema))
+    return converters.arrow_type(schema)
+
+
+def spark_frame_schema(schema: pa.Schema) -> pa.Schema:
+    """`schema` with every Time (time32) as int32: what Spark accepts for an `int` column."""
+    return pa.schema([pa.field(f.name, _no_time(f.type), f.nullable) for f in schema])
+
+
+def _no_time(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_time32(t):
+        return pa.int32()
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _no_time(f.type), f.nullable) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(
+            pa.field(t.value_field.name, _no_time(t.value_type), t.value_field.nullable)
+        )
+    if pa.types.is_map(t):
+        return pa.map_(_no_time(t.key_type), _no_time(t.item_type))
+    return t
+
+
+# -- source side -----------------------------------------------------------------------------------
+def encode_frame(df: DataFrame, codecs: SourceCodecs) -> DataFrame:
+    """A source frame (`topic, key, value, timestamp, headers, partition_hash`) with key and value
+    as topic bytes and headers as JSON text (Spark hands maps to Python ~100x slower)."""
+    out = df.select(
+        "topic",
+        "key",
+        "value",
+        "timestamp",
+        F.to_json("headers").alias("headers"),
+        "partition_hash",
+    )
+    sql_sides = [(c, e) for c, e in (("key", codecs.key), ("value", codecs.value)) if e.has_sql]
+    if sql_sides:
+        columns = {c: _encode_sql(e, c) for c, e in sql_sides}
+        out = out.select(*[columns.get(c, F.col(c)).alias(c) for c in out.columns])
+    arrow_sides = tuple(
+        c for c, e in (("key", codecs.key), ("value", codecs.value)) if not e.has_sql
+    )
+    if arrow_sides:
+        schema = StructType.fromDDL(
+            "topic string, key binary, value binary, timestamp timestamp, headers string, "
+            "partition_hash int"
+        )
+        out = out.mapInArrow(_EncodeBatches(codecs, arrow_sides), schema)
+    return out
+
+
+def _encode_sql(encoder: Encoder, column: str) -> Column:
+    target = f"`{column}`"
+    expr = F.expr(encoder.sql(target) or target)
+    error = encoder.sql_error(target)
+    if error is None:
+        return expr
+    message = F.concat(
+        F.lit(f"{encoder.converter}: a record for topic "),
+        F.col("topic"),
+        F.lit(": "),
+        F.expr(error),
+    )
+    return F.when(F.expr(error).isNull(), expr).otherwise(F.raise_error(message))
+
+
+def _encode_side(encoder: Encoder, array: pa.Array, topics: pa.Array) -> pa.Array:
+    try:
+        return encoder.arrow(array)
+    except RecordError as exc:
+        topic = topics[exc.index].as_py()
+        raise ConnectException(
+            f"{encoder.converter}: a record for topic {topic}: {exc.reason}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class _EncodeBatches:
+    """The `mapInArrow` function of `encode_frame` (encodes the sides that have no SQL form)."""
+
+    codecs: SourceCodecs
+    sides: tuple[str, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield encode_batch(batch, self.codecs, self.sides)
+
+
+def encode_batch(
+    batch: pa.RecordBatch, codecs: SourceCodecs, sides: Sequence[str] = ("key", "value")
+) -> pa.RecordBatch:
+    """An Arrow batch with its `key`/`value` columns (those in `sides`) encoded to bytes."""
+    names = batch.schema.names
+    columns = list(batch.columns)
+    for side in sides:
+        encoder = codecs.key if side == "key" else codecs.value
+        i = names.index(side)
+        columns[i] = _encode_side(encoder, columns[i], batch.column("topic"))
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+# -- sink side -------------------------------------------------------------------------------------
+def decode_frame(df: DataFrame, codecs: SinkCodecs) -> DataFrame:
+    """A topic frame with key and value decoded, plus — when a converter can fail — the error
+    columns (`error`, `raw_key`, `raw_value`; see `sluice.converters`)."""
+    sides = (("key", codecs.key), ("value", codecs.value))
+    if not codecs.can_fail and codecs.key.has_sql and codecs.value.has_sql:
+        # String / bytes: nothing can fail, one projection.
+        exprs = {c: F.expr(d.sql(f"`{c}`", "").value) for c, d in sides}  # type: ignore[union-attr]
+        return df.select(*[exprs[c].alias(c) if c in exprs else F.col(c) for c in RECORD_COLUMNS])
+    sql = {c: d.sql(f"`{_TMP}raw_{c}`", f"`{_TMP}parse_{c}`") for c, d in sides if d.has_sql}
+    base = [F.col(c) for c in ("topic", "queue_id", "queue_offset", "timestamp", "headers")]
+    raw = [F.col(c).alias(f"{_TMP}raw_{c}") for c in ("key", "value")]
+    parses = [F.expr(s.parse).alias(f"{_TMP}parse_{c}") for c, s in sql.items() if s and s.parse]
+    out = df.select(*base, *raw, *parses)
+    decoded: list[Column] = []
+    for c, decoder in sides:
+        spec = sql.get(c)
+        if spec is not None:
+            decoded.append(F.expr(spec.value).alias(c))
+            reason = F.expr(spec.error) if spec.error else F.lit(None).cast("string")
+        else:
+            decoded.append(F.lit(None).cast(spark_ddl(decoder.schema)).alias(c))
+            reason = F.lit(None).cast("string")
+        decoded.append(reason.alias(f"{_TMP}reason_{c}"))
+    out = out.select(*base, *[F.col(f"{_TMP}raw_{c}") for c in ("key", "value")], *decoded)
+    arrow_sides = tuple(c for c, d in sides if not d.has_sql)
+    if arrow_sides:
+        out = out.mapInArrow(_DecodeBatches(codecs, arrow_sides), out.schema)
+    frame = _with_errors(out, codecs)
+    return frame if codecs.can_fail else frame.drop(*ERROR_COLUMNS)
+
+
+def _with_errors(df: DataFrame, codecs: SinkCodecs) -> DataFrame:
+    def full(side: str, decoder: Decoder) -> Column:
+        reason = F.col(f"{_TMP}reason_{side}")
+        return F.when(
+            reason.isNotNull(),
+            F.concat(
+                F.lit(f"{decoder.converter}: record "),
+                F.col("topic"),
+                F.lit("/"),
+                F.col("queue_id").cast("string"),
+                F.lit("@"),
+                F.col("queue_offset").cast("string"),
+                F.lit(": "),
+                reason,
+            ),
+        )
+
+    error = F.coalesce(full("key", codecs.key), full("value", codecs.value))
+    staged = df.withColumn("error", error)
+    ok = F.col("error").isNull()
+    return staged.select(
+        "topic",
+        "queue_id",
+        "queue_offset",
+        F.when(ok, F.col("key")).alias("key"),
+        F.when(ok, F.col("value")).alias("value"),
+        "timestamp",
+        "headers",
+        "error",
+        F.when(~ok, F.col(f"{_TMP}raw_key")).alias("raw_key"),
+        F.when(~ok, F.col(f"{_TMP}raw_value")).alias("raw_value"),
+    )
+
+
+@dataclass(frozen=True)
+class _DecodeBatches:
+    """The `mapInArrow` function of `decode_frame`: decodes the sides that have no SQL form into
+    the placeholder columns and fills their reason columns."""
+
+    codecs: SinkCodecs
+    sides: tuple[str, ...]
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            names = batch.schema.names
+            columns = list(batch.columns)
+            for side in self.sides:
+                decoder = self.codecs.key if side == "key" else self.codecs.value
+                result = decoder.arrow(batch.column(f"{_TMP}raw_{side}"))
+                columns[names.index(side)] = result.values.cast(spark_arrow_type(decoder.schema))
+                if result.errors is not None:
+                    columns[names.index(f"{_TMP}reason_{side}")] = result.errors
+            yield pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def decode_batch(batch: pa.RecordBatch, codecs: SinkCodecs) -> pa.RecordBatch:
+    """A topic-reader Arrow batch decoded (fused sinks): the sink frame plus, when a converter can
+    fail, the error columns — the same contract as `decode_frame`."""
+    names = batch.schema.names
+    columns = {n: batch.column(n) for n in names}
+    reasons: list[tuple[str, pa.Array]] = []
+    for side, decoder in (("key", codecs.key), ("value", codecs.value)):
+        result = decoder.arrow(columns[side])
+        columns[side] = result.values.cast(spark_arrow_type(decoder.schema))
+        if result.errors is not None:
+            reasons.append((decoder.converter, result.errors))
+    if not codecs.can_fail:
+        return pa.RecordBatch.from_arrays(list(columns.values()), names=names)
+    n = batch.num_rows
+    errors: list[str | None] = [None] * n
+    if reasons:
+        topics = batch.column("topic").to_pylist()
+        queues = batch.column("queue_id").to_pylist()
+        offsets = batch.column("queue_offset").to_pylist()
+        for converter, column in reasons:
+            for i, reason in enumerate(column.to_pylist()):
+                if reason is not None and errors[i] is None:
+                    errors[i] = record_error(converter, topics[i], queues[i], offsets[i], reason)
+    error = pa.array(errors, pa.string())
+    bad = pc.is_valid(error)
+    for side in ("key", "value"):
+        columns[f"raw_{side}"] = pc.if_else(bad, batch.column(side), pa.scalar(None, pa.binary()))
+        columns[side] = pc.if_else(bad, pa.scalar(None, columns[side].type), columns[side])
+    columns["error"] = error
+    order = [*names, *ERROR_COLUMNS]
+    return pa.RecordBatch.from_arrays([columns[c] for c in order], names=order)
+
+
+def fail_on_errors(df: DataFrame) -> DataFrame:
+    """`errors.tolerance=none` on the JVM path: every record column raises the record's error,
+    so a bad record fails the query whatever the transforms after this do; drops the error
+    columns."""
+    bad = F.raise_error(F.col("error"))
+    guarded = [
+        F.when(F.col("error").isNull(), F.col(c)).otherwise(bad).alias(c) for c in RECORD_COLUMNS
+    ]
+    return df.select(*guarded)
+
+
+def check_errors(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`errors.tolerance=none` in Python: raise the first record error of a decoded batch as a
+    `ConnectException`; return the batch without the error columns."""
+    if "error" not in batch.schema.names:
+        return batch
+    error = batch.column("error")
+    if error.null_count != len(error):
+        first = pc.index(pc.is_valid(error), True).as_py()
+        raise ConnectException(error[first].as_py())
+    keep = [n for n in batch.schema.names if n not in ERROR_COLUMNS]
+    return batch.select(keep)
+
+
+# -- schema registration of the topics a source writes ---------------------------------------------
+@dataclass(frozen=True)
+class SchemaRegistration:
+    """Registers a source's schemas for every topic it writes, before a micro-batch is published.
+
+    Wraps a `BatchConsumer` (fused pipelines: `write`/`commit`/`abort`); `writer` wraps a Spark
+    stream writer data source the same way. Topics named by `connect.topicname` are registered
+    when the query is planned; this catches the others (e.g. chosen by `RegexRouter`).
+    """
+
+    registry: SchemaRegistry
+    codecs: SourceCodecs
+    inner: Any = field(default=None, compare=False)
+
+    def topics_of(self, batches: Iterator[pa.RecordBatch], seen: set[str]) -> Iterator[Any]:
+        for batch in batches:
+            if batch.num_rows and "topic" in batch.schema.names:
+                seen.update(t for t in batch.column("topic").unique().to_pylist() if t)
+            yield batch
+
+    def register(self, topics: Sequence[str]) -> None:
+        for topic in sorted(set(topics)):
+            register_schemas(self.registry, topic, self.codecs)
+
+    # BatchConsumer (fused)
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> Any:
+        seen: set[str] = set()
+        receipt = self.inner.write(self.topics_of(batches, seen), partition_id)
+        return (receipt, sorted(seen))
+
+    def commit(self, receipts: list[Any], batch_id: int) -> None:
+        self.register([t for _, topics in receipts for t in topics])
+        self.inner.commit([r for r, _ in receipts], batch_id)
+
+    def abort(self, receipts: list[Any], batch_id: int) -> None:
+        self.inner.abort([r[0] if r is not None else None for r in receipts], batch_id)
+
+    def writer(self, source: type[DataSource]) -> type[DataSource]:
+        """`source` (a stream writer data source) registering schemas before each commit."""
+        registration = self
+
+        def stream_writer(self: DataSource, schema: Any, overwrite: bool) -> _RegisteringWriter:
+            return _RegisteringWriter(source.streamWriter(self, schema, overwrite), registration)
+
+        return type(source.__name__, (source,), {"streamWriter": stream_writer})
+
+
+@dataclass
+class _Tagged(WriterCommitMessage):
+    inner: Any
+    topics: list[str]
+
+
+class _RegisteringWriter(DataSourceStreamArrowWriter):
+    def __init__(self, inner: Any, registration: SchemaRegistration) -> None:
+        self.inner = inner
+        self.registration = registration
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Tagged:
+        seen: set[str] = set()
+        message = self.inner.write(self.registration.topics_of(iterator, seen))
+        return _Tagged(message, sorted(seen))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        tagged = [m for m in messages if isinstance(m, _Tagged)]
+        self.registration.register([t for m in tagged for t in m.topics])
+        self.inner.commit([m.inner if isinstance(m, _Tagged) else m for m in messages], batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        self.inner.abort([m.inner if isinstance(m, _Tagged) else m for m in messages], batchId)
+
+
+# -- the pre-package API (Spark columns on a converter), kept for existing callers -----------------
+class StringConverter(converters.StringConverter):
+    """`sluice.converters.StringConverter` with the Spark-column methods of the first API."""
 
     def to_topic(self, column: Column, type_: DataType) -> Column:
-        raise NotImplementedError
-
-    def from_topic(self, column: Column) -> Column:
-        raise NotImplementedError
-
-    def arrow_capable(self, type_: pa.DataType) -> bool:
-        """True if `to_topic_arrow`/`from_topic_arrow` handle this type (fused pipelines)."""
-        return pa.types.is_string(type_) or pa.types.is_binary(type_)
-
-    def to_topic_arrow(self, array: pa.Array) -> pa.Array:
-        """`to_topic` on an Arrow array (STRING or BYTES): zero-copy to binary."""
-        return array.view(pa.binary()) if pa.types.is_string(array.type) else array
-
-    def from_topic_arrow(self, array: pa.Array) -> pa.Array:
-        """`from_topic` on an Arrow binary array."""
-        return array
-
-
-class StringConverter(Converter):
-    """UTF-8 text. Non-string values are rendered as text (structs, maps, arrays as JSON)."""
-
-    def to_topic(self, column: Column, type_: DataType) -> Column:
+        self.encoder(schema_of(type_, key=self.key))  # same type checks as the encoder
         if isinstance(type_, BinaryType):
             return column
         if isinstance(type_, StringType):
@@ -51,47 +596,19 @@ class StringConverter(Converter):
     def from_topic(self, column: Column) -> Column:
         return column.cast("string")
 
-    def from_topic_arrow(self, array: pa.Array) -> pa.Array:
-        # A view, not a cast: like Spark's cast, it does not reject invalid UTF-8 bytes.
-        return array.view(pa.string())
 
-
-class ByteArrayConverter(Converter):
-    """Raw bytes in, raw bytes out."""
+class ByteArrayConverter(converters.ByteArrayConverter):
+    """`sluice.converters.ByteArrayConverter` with the Spark-column methods of the first API."""
 
     def to_topic(self, column: Column, type_: DataType) -> Column:
-        if isinstance(type_, BinaryType):
-            return column
-        if isinstance(type_, StringType):
-            return column.cast("binary")
-        raise ConfigException(
-            "value.converter", f"ByteArrayConverter cannot convert {type_.simpleString()}"
-        )
+        self.encoder(schema_of(type_, key=self.key))  # raises for anything but bytes/text
+        return column if isinstance(type_, BinaryType) else column.cast("binary")
 
     def from_topic(self, column: Column) -> Column:
         return column
 
 
-CONVERTERS: dict[str, type[Converter]] = {}
-for _cls in (StringConverter, ByteArrayConverter):
-    CONVERTERS[_cls.__name__] = _cls
-    CONVERTERS[f"sluice.engine.converters.{_cls.__name__}"] = _cls
-    CONVERTERS[f"org.apache.rocketmq.connect.runtime.converter.record.{_cls.__name__}"] = _cls
-
-
-CONVERTER_KEYS = ("key.converter", "value.converter")
-
-
-def converter_for(config: dict[str, str], key: str) -> Converter:
-    """The converter named by `config[key]` (default StringConverter)."""
-    return converter_named(config.get(key, "StringConverter"), key)
-
-
-def converter_named(name: str, key: str) -> Converter:
-    """The converter called `name`; errors name the config `key` it came from."""
-    name = name.strip()
-    try:
-        return CONVERTERS[name]()
-    except KeyError:
-        known = ", ".join(sorted(k for k in CONVERTERS if "." not in k))
-        raise ConfigException(key, f"unknown converter {name!r}; known: {known}") from None
+_NEVER_FAIL = (
+    converters.StringConverter().decoder(None).__class__,
+    converters.ByteArrayConverter().decoder(None).__class__,
+)

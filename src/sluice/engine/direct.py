@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from sluice.engine.converters import Converter
+from sluice.engine.converters import SinkCodecs, SourceCodecs, decode_batch, encode_batch
 
 RECEIPT_DDL = "partition int, receipt binary"
 _RECEIPT_SCHEMA = pa.schema([pa.field("partition", pa.int32()), pa.field("receipt", pa.binary())])
@@ -122,14 +122,15 @@ def _route(key: pa.Array, partition_hash: pa.Array) -> pa.Array:
     )
 
 
-def to_topic_frame(batch: pa.RecordBatch, key: Converter, value: Converter) -> pa.RecordBatch:
+def to_topic_frame(batch: pa.RecordBatch, codecs: SourceCodecs) -> pa.RecordBatch:
     """A source-frame batch as the topic writer expects it (what the JVM plan would produce)."""
-    key_bytes = key.to_topic_arrow(batch.column("key"))
+    encoded = encode_batch(batch.select(["topic", "key", "value"]), codecs)
+    key_bytes = encoded.column("key")
     return pa.RecordBatch.from_arrays(
         [
             batch.column("topic"),
             key_bytes,
-            value.to_topic_arrow(batch.column("value")),
+            encoded.column("value"),
             batch.column("timestamp"),
             _headers_json(batch.column("headers")),
             _route(key_bytes, batch.column("partition_hash")),
@@ -138,10 +139,7 @@ def to_topic_frame(batch: pa.RecordBatch, key: Converter, value: Converter) -> p
     )
 
 
-def from_topic_frame(batch: pa.RecordBatch, key: Converter, value: Converter) -> pa.RecordBatch:
-    """A topic-reader batch with key and value decoded by the converters (the sink frame)."""
-    names = batch.schema.names
-    columns = [batch.column(n) for n in names]
-    columns[names.index("key")] = key.from_topic_arrow(batch.column("key"))
-    columns[names.index("value")] = value.from_topic_arrow(batch.column("value"))
-    return pa.RecordBatch.from_arrays(columns, names=names)
+def from_topic_frame(batch: pa.RecordBatch, codecs: SinkCodecs) -> pa.RecordBatch:
+    """A topic-reader batch with key and value decoded (the sink frame), plus the error columns
+    when a converter can fail (see `sluice.engine.converters.decode_batch`)."""
+    return decode_batch(batch, codecs)

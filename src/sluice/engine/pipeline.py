@@ -6,13 +6,23 @@ engine does not depend on a bus backend.
 
 from __future__ import annotations
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.engine.converters import converter_for
+from sluice.converters import SchemaRegistry
+from sluice.engine.converters import (
+    SchemaRegistration,
+    SinkCodecs,
+    SourceCodecs,
+    decode_frame,
+    encode_frame,
+    fail_on_errors,
+    plan_encoders,
+    register_schemas,
+    schema_of,
+)
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
@@ -34,36 +44,40 @@ def route_column(key: Column) -> Column:
 
 
 def source_frame(
-    spark: SparkSession, plan: SourcePlan, config: dict[str, str], chain: list[Transform]
-) -> DataFrame:
-    """The source's records, transformed, converted to topic bytes, with their routing hash."""
+    spark: SparkSession,
+    plan: SourcePlan,
+    config: dict[str, str],
+    chain: list[Transform],
+    registry: SchemaRegistry | None = None,
+) -> tuple[DataFrame, SourceCodecs]:
+    """The source's records, transformed, converted to topic bytes, with their routing hash; and
+    the encoders used (planned from the transformed columns' types)."""
     spark.dataSource.register(source_data_source(plan))
     df = apply_transforms(spark, spark.readStream.format(plan.format_name).load(), chain)
-    key_type = df.schema["key"].dataType
-    value_type = df.schema["value"].dataType
-    key = converter_for(config, "key.converter").to_topic(F.col("key"), key_type)
-    value = converter_for(config, "value.converter").to_topic(F.col("value"), value_type)
-    return df.select(
-        "topic",
-        key.alias("key"),
-        value.alias("value"),
-        "timestamp",
-        # as JSON text: Spark hands nested types to Python writers ~100x slower than strings
-        F.to_json("headers").alias("headers"),
-        route_column(key),
-    )
+    if chain:
+        key_schema = schema_of(df.schema["key"].dataType, plan.key_schema, key="key.converter")
+        value_schema = schema_of(df.schema["value"].dataType, plan.value_schema)
+    else:
+        key_schema, value_schema = plan.key_schema, plan.value_schema
+    codecs = plan_encoders(config, key_schema, value_schema, registry)
+    if registry is not None and plan.topic:
+        register_schemas(registry, plan.topic, codecs)
+    encoded = encode_frame(df, codecs)
+    return encoded.select(*RECORD_FRAME, route_column(F.col("key"))), codecs
 
 
-def fusable(config: dict[str, str], key_type: pa.DataType, value_type: pa.DataType) -> bool:
-    """True if a hop needs nothing from the JVM: no transforms, Arrow-trivial converters.
+RECORD_FRAME = ("topic", "key", "value", "timestamp", "headers")
+
+
+def fusable(config: dict[str, str], codecs: SourceCodecs | SinkCodecs) -> bool:
+    """True if a hop needs nothing from the JVM: no transforms, converters whose Arrow form is
+    preferred (vectorised, or the only one).
 
     `pipeline.fused=false` forces the JVM path (records cross into Spark's rows and back).
     """
     if config.get("pipeline.fused", "true").strip().lower() == "false" or config.get("transforms"):
         return False
-    key = converter_for(config, "key.converter")
-    value = converter_for(config, "value.converter")
-    return key.arrow_capable(key_type) and value.arrow_capable(value_type)
+    return codecs.fusable
 
 
 def start_fused_query(
@@ -99,12 +113,15 @@ def start_source_query(
     checkpoint: str,
     trigger: dict[str, object],
     chain: list[Transform] | None = None,
+    registry: SchemaRegistry | None = None,
 ) -> StreamingQuery:
     """Start the query that moves a source connector's records into topics (JVM path)."""
+    frame, codecs = source_frame(spark, plan, config, chain or [], registry)
+    if registry is not None and codecs.registered:
+        writer = SchemaRegistration(registry, codecs).writer(writer)
     spark.dataSource.register(writer)
     return (
-        source_frame(spark, plan, config, chain or [])
-        .writeStream.format(writer.name())
+        frame.writeStream.format(writer.name())
         .queryName(f"source:{plan.name}")
         .option("checkpointLocation", checkpoint)
         .trigger(**trigger)
@@ -121,22 +138,21 @@ def start_sink_query(
     trigger: dict[str, object],
     chain: list[Transform] | None = None,
 ) -> StreamingQuery:
-    """Start the query that delivers topic records to a sink connector (JVM path)."""
+    """Start the query that delivers topic records to a sink connector (JVM path).
+
+    Records that do not decode carry an `error` (see `sluice.engine.converters`): without
+    transforms it reaches the sink writer, which fails the task with it; with transforms the
+    query fails in the JVM before any transform runs.
+    """
     spark.dataSource.register(reader)
     spark.dataSource.register(sink_data_source(plan))
-    df = spark.readStream.format(reader.name()).load()
-    key = converter_for(plan.config, "key.converter").from_topic(F.col("key"))
-    value = converter_for(plan.config, "value.converter").from_topic(F.col("value"))
-    df = df.select(
-        "topic",
-        "queue_id",
-        "queue_offset",
-        key.alias("key"),
-        value.alias("value"),
-        "timestamp",
-        "headers",
-    )
+    codecs = plan.codecs
+    if codecs is None:
+        raise ValueError(f"sink {plan.name}: its plan has no decoders")
+    df = decode_frame(spark.readStream.format(reader.name()).load(), codecs)
     if chain:
+        if codecs.can_fail:
+            df = fail_on_errors(df)
         # Transforms see headers as a map; sinks get them back as JSON text (cheap to hand over).
         df = df.withColumn("headers", F.from_json("headers", "map<string,string>"))
         df = apply_transforms(spark, df, chain).withColumn("headers", F.to_json("headers"))

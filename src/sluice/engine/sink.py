@@ -17,7 +17,8 @@ import pyarrow as pa
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from sluice.engine.converters import converter_for
+from sluice.converters import SchemaRegistry
+from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders
 from sluice.engine.direct import from_topic_frame, receipt_row
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy
@@ -36,6 +37,8 @@ class SinkPlan:
     control: Callable[[list[dict[str, Any]]], None] | None = field(default=None, compare=False)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     counters: Counters | None = field(default=None, compare=False)
+    #: The key/value decoders, with the schemas registered for the topics when the sink started.
+    codecs: SinkCodecs | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -56,8 +59,11 @@ def plan_sink(
     run: str,
     control: Callable[[list[dict[str, Any]]], None] | None = None,
     counters: Counters | None = None,
+    topics: tuple[str, ...] = (),
+    registry: SchemaRegistry | None = None,
 ) -> SinkPlan:
-    """Validate and start `connector` (driver) and fix its plan."""
+    """Validate and start `connector` (driver) and fix its plan, with the decoders of `topics`
+    (their schemas looked up in `registry`)."""
     max_tasks = RUNTIME_KEYS.parse(config)["max.tasks"]
     connector.validate(config)
     connector.start(config)
@@ -65,8 +71,9 @@ def plan_sink(
     if not task_configs:
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
     retry = RetryPolicy.from_config(config)
+    codecs = plan_decoders(config, topics, registry)
     return SinkPlan(
-        name, run, type(connector), dict(config), task_configs, control, retry, counters
+        name, run, type(connector), dict(config), task_configs, control, retry, counters, codecs
     )
 
 
@@ -120,7 +127,9 @@ class SinkRunner:
         what = f"sink task {partition_id} of {self.plan.name}"
         retries = 0
         try:
-            for batch in batches:
+            for decoded in batches:
+                # errors.tolerance=none: a record that did not decode fails the task here.
+                batch = check_errors(decoded)
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
                     retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
@@ -138,10 +147,8 @@ class SinkRunner:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
         pid = ctx.partitionId() if ctx else 0
-        key, value = (
-            converter_for(self.plan.config, k) for k in ("key.converter", "value.converter")
-        )
-        frames = (from_topic_frame(b, key, value) for b in batches)
+        codecs = self.plan.codecs or plan_decoders(self.plan.config, (), None)
+        frames = (from_topic_frame(b, codecs) for b in batches)
         yield receipt_row(pid, self.write(frames, pid))
 
     def _connector(self) -> SinkConnector:

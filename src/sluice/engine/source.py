@@ -24,12 +24,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from sluice.engine.converters import CONVERTER_KEYS, converter_named
+from sluice.engine.converters import SourceCodecs, spark_frame_schema
 from sluice.engine.direct import RECEIPT_DDL, BatchConsumer, receipt_row, to_topic_frame
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
     ConfigException,
+    ConnectException,
     ConnectRecord,
     ReadLimit,
     RecordPartition,
@@ -63,9 +64,10 @@ class SourcePlan:
     staging_dir: str
     max_tasks: int = 1
     positions: PositionStore | None = field(default=None, compare=False)
-    #: Fused pipeline: the topic writer the read tasks hand their records to (see engine.direct).
+    #: Fused pipeline: the topic writer the read tasks hand their records to (see engine.direct),
+    #: and the encoders the tasks apply first.
     direct: BatchConsumer | None = field(default=None, compare=False)
-    converters: tuple[str, str] = ("StringConverter", "StringConverter")
+    codecs: SourceCodecs | None = field(default=None, compare=False)
 
     @property
     def replayable(self) -> bool:
@@ -158,14 +160,17 @@ class _Frame:
 
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
-        self.schema = source_frame_schema(plan.key_schema, plan.value_schema)
+        self.logical = source_frame_schema(plan.key_schema, plan.value_schema)
+        # What Spark accepts for the DDL it was promised: Times travel as int32 milliseconds.
+        self.schema = spark_frame_schema(self.logical)
 
     def from_records(self, records: list[ConnectRecord]) -> pa.RecordBatch:
         now = datetime.now(UTC)
         for r in records:
             if r.timestamp is None:
                 r.timestamp = now
-        return records_to_batch(records, self.schema, self.plan.topic)
+        batch = records_to_batch(records, self.logical, self.plan.topic)
+        return batch if self.schema == self.logical else batch.cast(self.schema)
 
     def complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
         n = batch.num_rows
@@ -211,9 +216,10 @@ def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
         return
     ctx = TaskContext.get()
     pid = ctx.partitionId() if ctx else 0
-    pairs = zip(plan.converters, CONVERTER_KEYS, strict=True)
-    key, value = (converter_named(name, config_key) for name, config_key in pairs)
-    frames = (to_topic_frame(b, key, value) for b in batches)
+    codecs = plan.codecs
+    if codecs is None:
+        raise ConnectException(f"source {plan.name}: a fused plan needs its encoders")
+    frames = (to_topic_frame(b, codecs) for b in batches)
     yield receipt_row(pid, plan.direct.write(frames, pid))
 
 

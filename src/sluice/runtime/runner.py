@@ -16,12 +16,13 @@ import threading
 import uuid
 from dataclasses import dataclass, replace
 
-import pyarrow as pa
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.bus.embedded import EmbeddedBus, queue_partition
+from sluice.bus.base import Bus
+from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.checkpoint import last_committed_offsets
+from sluice.engine.converters import SchemaRegistration, plan_encoders, register_schemas
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.pipeline import (
@@ -47,6 +48,7 @@ from sluice.sdk import (
 )
 from sluice.store.counters import SqliteCounters
 from sluice.store.positions import SqlitePositionStore
+from sluice.store.schemas import SqliteSchemaRegistry
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +105,16 @@ class ConnectorRunner:
         retention_bytes: int | None = None,
         maintenance_interval_s: float = 60.0,
         plugins: PluginRegistry | None = None,
+        bus: Bus | None = None,
     ) -> None:
         self.spark = spark
         self.plugins = plugins or default_registry()
         self.root = os.path.abspath(os.fspath(root))
-        self.bus = EmbeddedBus(os.path.join(self.root, "bus"), default_queues=default_queues)
+        # `bus` picks the topic backend (see sluice.bus); the embedded log under the root is the
+        # default.
+        self.bus: Bus = bus or EmbeddedBus(
+            os.path.join(self.root, "bus"), default_queues=default_queues
+        )
         self.positions = SqlitePositionStore(os.path.join(self.root, "positions.sqlite"))
         self.positions.load("")  # create the database here, before Spark's processes open it
         self.counters = SqliteCounters(os.path.join(self.root, "counters.sqlite"))
@@ -184,6 +191,7 @@ class ConnectorRunner:
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
         checkpoint = os.path.join(run_dir, "checkpoint")
+        registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
         if isinstance(connector, SourceConnector):
             plan = plan_source(
                 name,
@@ -196,20 +204,19 @@ class ConnectorRunner:
             if plan.topic:
                 self.bus.create_topic(plan.topic)
             writer_id = f"{name}/{run}"
-            if fusable(conf, plan.key_schema.to_arrow(), plan.value_schema.to_arrow()):
-                plan = replace(
-                    plan,
-                    direct=self.bus.topic_appender(writer_id=writer_id),
-                    converters=(
-                        conf.get("key.converter", "StringConverter"),
-                        conf.get("value.converter", "StringConverter"),
-                    ),
-                )
+            codecs = plan_encoders(conf, plan.key_schema, plan.value_schema, registry)
+            if fusable(conf, codecs):
+                if plan.topic:
+                    register_schemas(registry, plan.topic, codecs)
+                direct = self.bus.topic_appender(writer_id=writer_id)
+                if codecs.registered:  # register the schemas of every topic it writes
+                    direct = SchemaRegistration(registry, codecs, direct)
+                plan = replace(plan, direct=direct, codecs=codecs)
                 query = start_fused_query(
                     self.spark,
                     f"source:{name}",
                     source_data_source(plan),
-                    plan.direct,
+                    direct,
                     checkpoint=checkpoint,
                     trigger=self.trigger,
                 )
@@ -223,6 +230,7 @@ class ConnectorRunner:
                     checkpoint=checkpoint,
                     trigger=self.trigger,
                     chain=chain,
+                    registry=registry,
                 )
             kind = "source"
         elif isinstance(connector, SinkConnector):
@@ -237,8 +245,10 @@ class ConnectorRunner:
                 run=run,
                 control=self.bus.reader_control(control_path).apply,
                 counters=self.counters,
+                topics=tuple(topics),
+                registry=registry,
             )
-            fused = fusable(conf, pa.binary(), pa.binary())
+            fused = plan.codecs is not None and fusable(conf, plan.codecs)
             runner = SinkRunner(plan)
             reader = self.bus.topic_reader(
                 name=name,
@@ -300,7 +310,7 @@ class ConnectorRunner:
             positions.update(end.get("p") or {})  # a replayable source: partition key -> offset
             for key, offset in (end.get("q") or {}).items():  # a topic reader: "topic/queue"
                 topic, _, queue = key.rpartition("/")
-                positions[partition_key(queue_partition(topic, int(queue)))] = {
+                positions[partition_key(self.bus.queue_partition(topic, int(queue)))] = {
                     "queueOffset": offset
                 }
         return positions

@@ -1,0 +1,954 @@
+"""Converters: round trips over every schema type (hypothesis), Arrow level and through Spark SQL,
+the error contract, the schema registry, and every configuration error."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.converters import (
+    AvroConverter,
+    Converter,
+    JsonConverter,
+    RecordError,
+    SchemaFormatError,
+    arrow_type,
+    avro_schema,
+    canonical,
+    converter_class,
+    converter_from_config,
+    from_connect,
+    physical_type,
+    register,
+    to_connect,
+)
+from sluice.converters._json import MAX_MILLIS, decimal_of
+from sluice.converters._schemas import from_physical, to_physical
+from sluice.sdk import ConfigException, ConnectException, Field, FieldType, Schema
+from sluice.store.schemas import SqliteSchemaRegistry
+
+# -- strategies ------------------------------------------------------------------------------------
+INT_RANGES = {
+    FieldType.INT8: (-(2**7), 2**7 - 1),
+    FieldType.INT16: (-(2**15), 2**15 - 1),
+    FieldType.INT32: (-(2**31), 2**31 - 1),
+    FieldType.INT64: (-(2**63), 2**63 - 1),
+}
+# Text without lone surrogates (Arrow strings are UTF-8), emoji included.
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["😀👍🏽", "naïve", "", '"quoted" \\ back', "line\nbreak", "\x00nul"]
+)
+NAMES = st.text(
+    st.characters(exclude_categories=("Cs",)), min_size=1, max_size=6
+) | st.sampled_from(["id", "a b", "1st", "x.y", "`tick`", "ünï"])
+
+
+@st.composite
+def decimals(draw: Any, optional: bool) -> Schema:
+    precision = draw(st.integers(1, 38))
+    return Schema.decimal(precision, draw(st.integers(0, precision)), optional=optional)
+
+
+def leaves(optional: st.SearchStrategy[bool]) -> st.SearchStrategy[Schema]:
+    types = [*INT_RANGES, FieldType.FLOAT32, FieldType.FLOAT64, FieldType.BOOLEAN]
+    types += [FieldType.STRING, FieldType.BYTES]
+    primitive = st.builds(lambda t, o: Schema.of(t, optional=o), st.sampled_from(types), optional)
+    logical = st.builds(
+        lambda f, o: f(optional=o),
+        st.sampled_from([Schema.date, Schema.time, Schema.timestamp]),
+        optional,
+    )
+    return primitive | logical | optional.flatmap(decimals)
+
+
+def schemas(*, string_keys_only: bool = False, max_leaves: int = 8) -> st.SearchStrategy[Schema]:
+    optional = st.booleans()
+    keys = st.sampled_from([Schema.string(optional=False)])
+    if not string_keys_only:
+        keys = keys | st.sampled_from(
+            [Schema.of(FieldType.INT32, optional=False), Schema.date(optional=False)]
+        )
+
+    def extend(children: st.SearchStrategy[Schema]) -> st.SearchStrategy[Schema]:
+        struct = st.lists(
+            st.tuples(NAMES, children), min_size=1, max_size=4, unique_by=lambda p: p[0]
+        ).flatmap(
+            lambda fields: optional.map(
+                lambda o: Schema.struct(*[Field(n, s) for n, s in fields], optional=o)
+            )
+        )
+        array = st.builds(lambda c, o: Schema.array(c, optional=o), children, optional)
+        map_ = st.builds(lambda k, c, o: Schema.map_(k, c, optional=o), keys, children, optional)
+        return struct | array | map_
+
+    return st.recursive(leaves(optional), extend, max_leaves=max_leaves)
+
+
+def values(schema: Schema, *, top: bool = False) -> st.SearchStrategy[Any]:
+    """Physical Python values of `schema` (ints for dates, times and µs timestamps)."""
+    s = schema
+    if s.logical is not None:
+        if s.logical.value == "Date":
+            base = st.integers(-(2**31), 2**31 - 1)
+        elif s.logical.value == "Time":
+            base = st.integers(0, 86_399_999)
+        elif s.logical.value == "Timestamp":
+            # The JSON form carries epoch milliseconds: ±292,471 years (Spark's own bounds).
+            base = st.integers(-MAX_MILLIS * 1000, MAX_MILLIS * 1000)
+        else:
+            bound = 10**s.precision - 1
+            base = st.integers(-bound, bound).map(lambda u, sc=s.scale: decimal_of(u, sc))
+    elif s.type in INT_RANGES:
+        base = st.integers(*INT_RANGES[s.type])
+    elif s.type is FieldType.FLOAT32:
+        base = st.floats(width=32)
+    elif s.type is FieldType.FLOAT64:
+        base = st.floats()
+    elif s.type is FieldType.BOOLEAN:
+        base = st.booleans()
+    elif s.type is FieldType.STRING:
+        base = TEXT
+    elif s.type is FieldType.BYTES:
+        base = st.binary(max_size=12)
+    elif s.type is FieldType.STRUCT:
+        base = st.fixed_dictionaries({f.name: values(f.schema) for f in s.fields})
+    elif s.type is FieldType.ARRAY:
+        base = st.lists(values(s.value_schema), max_size=3)
+    else:
+        base = st.lists(
+            st.tuples(values(s.key_schema), values(s.value_schema)),
+            max_size=3,
+            unique_by=lambda p: p[0],
+        )
+    return st.none() | base if (s.optional or top) else base
+
+
+@st.composite
+def schema_and_rows(draw: Any, **kwargs: Any) -> tuple[Schema, list[Any]]:
+    schema = draw(schemas(**kwargs))
+    rows = draw(st.lists(values(schema, top=True), min_size=1, max_size=6))
+    return schema, rows
+
+
+def normal(value: Any) -> Any:
+    """Comparable form: NaN equal to itself, maps and structs as lists/dicts."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, dict):
+        return {k: normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [normal(v) for v in value]
+    return value
+
+
+def millis(schema: Schema, value: Any) -> Any:
+    """What the JSON form keeps of a physical value: timestamps floored to milliseconds."""
+    if value is None:
+        return None
+    s = schema
+    if s.logical is not None and s.logical.value == "Timestamp":
+        return (value // 1000) * 1000
+    if s.type is FieldType.STRUCT:
+        return {f.name: millis(f.schema, value[f.name]) for f in s.fields}
+    if s.type is FieldType.ARRAY:
+        return [millis(s.value_schema, v) for v in value]
+    if s.type is FieldType.MAP:
+        return [(millis(s.key_schema, k), millis(s.value_schema, v)) for k, v in value]
+    return value
+
+
+def decoded_rows(array: pa.Array, schema: Schema) -> list[Any]:
+    return normal(to_physical(array, schema).to_pylist())
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> SqliteSchemaRegistry:
+    return SqliteSchemaRegistry(tmp_path / "schemas.sqlite")
+
+
+def _converter(name: str, registry: Any = None, **options: str) -> Converter:
+    config = {"value.converter": name, **{f"value.converter.{k}": v for k, v in options.items()}}
+    return converter_from_config(config, "value", registry)
+
+
+ROUND_TRIP = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
+JSON_OPTIONS = [
+    {},
+    {"decimal.format": "NUMERIC"},
+    {"schemas.enable": "false"},
+    {"schemas.enable": "false", "decimal.format": "numeric"},
+]
+
+
+# -- Arrow-level round trips -----------------------------------------------------------------------
+@pytest.mark.parametrize("options", JSON_OPTIONS, ids=lambda o: ",".join(o.values()) or "default")
+@ROUND_TRIP
+@given(data=schema_and_rows())
+def test_json_round_trip_arrow(options: dict[str, str], data: tuple[Schema, list[Any]]) -> None:
+    schema, rows = data
+    converter = _converter("JsonConverter", **options)
+    array = from_physical(rows, schema)
+    topic = converter.encoder(schema).arrow(array)
+    assert topic.type == pa.binary()
+    assert [v is None for v in topic.to_pylist()] == [r is None for r in rows]
+    for raw in topic.to_pylist():
+        if raw is not None:
+            json.loads(raw)  # real JSON
+    result = converter.decoder(schema).arrow(topic)
+    assert result.errors is None
+    assert result.values.type == arrow_type(schema)
+    assert decoded_rows(result.values, schema) == normal([millis(schema, r) for r in rows])
+
+
+@ROUND_TRIP
+@given(data=schema_and_rows())
+def test_avro_round_trip_arrow_is_exact(data: tuple[Schema, list[Any]], tmp_path_factory) -> None:
+    registry = SqliteSchemaRegistry(tmp_path_factory.mktemp("avro") / "schemas.sqlite")
+    schema, rows = data
+    converter = _converter("AvroConverter", registry)
+    array = from_physical(rows, schema)
+    topic = converter.encoder(schema).arrow(array)
+    schema_id = registry.schema_id(canonical(schema))
+    for raw in topic.to_pylist():
+        if raw is not None:
+            assert raw[:5] == b"\x00" + schema_id.to_bytes(4, "big")
+    result = converter.decoder(schema).arrow(topic)
+    assert result.errors is None
+    assert decoded_rows(result.values, schema) == normal(rows)
+
+
+NUMBERS = [
+    ("DoubleConverter", FieldType.FLOAT64, st.floats(), 8),
+    ("FloatConverter", FieldType.FLOAT32, st.floats(width=32), 4),
+    ("LongConverter", FieldType.INT64, st.integers(*INT_RANGES[FieldType.INT64]), 8),
+    ("IntegerConverter", FieldType.INT32, st.integers(*INT_RANGES[FieldType.INT32]), 4),
+    ("ShortConverter", FieldType.INT16, st.integers(*INT_RANGES[FieldType.INT16]), 2),
+]
+
+
+@pytest.mark.parametrize(("name", "type_", "strategy", "width"), NUMBERS, ids=lambda x: str(x))
+@ROUND_TRIP
+@given(data=st.data())
+def test_number_round_trip_arrow(
+    name: str, type_: FieldType, strategy: Any, width: int, data: Any
+) -> None:
+    rows = data.draw(st.lists(st.none() | strategy, max_size=20))
+    schema = Schema.of(type_)
+    converter = _converter(name)
+    topic = converter.encoder(schema).arrow(pa.array(rows, schema.to_arrow()))
+    assert [None if b is None else len(b) for b in topic.to_pylist()] == [
+        None if r is None else width for r in rows
+    ]
+    result = converter.decoder(None).arrow(topic)
+    assert result.errors is None
+    assert normal(result.values.to_pylist()) == normal(rows)
+
+
+def test_numbers_are_big_endian_like_kafka() -> None:
+    def encode(name: str, type_: FieldType, value: Any) -> bytes:
+        schema = Schema.of(type_)
+        return (
+            _converter(name).encoder(schema).arrow(pa.array([value], schema.to_arrow()))[0].as_py()
+        )
+
+    assert encode("LongConverter", FieldType.INT64, 1) == b"\0\0\0\0\0\0\0\x01"
+    assert encode("IntegerConverter", FieldType.INT32, -2) == b"\xff\xff\xff\xfe"
+    assert encode("ShortConverter", FieldType.INT16, 258) == b"\x01\x02"
+    assert encode("DoubleConverter", FieldType.FLOAT64, 1.0) == b"\x3f\xf0" + b"\0" * 6
+    assert encode("FloatConverter", FieldType.FLOAT32, -2.0) == b"\xc0\0\0\0"
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.none() | TEXT, max_size=10))
+def test_string_and_bytes_round_trip_arrow(rows: list[str | None]) -> None:
+    string = _converter("StringConverter")
+    topic = string.encoder(Schema.string()).arrow(pa.array(rows, pa.string()))
+    assert topic.to_pylist() == [None if r is None else r.encode() for r in rows]
+    assert string.decoder(None).arrow(topic).values.to_pylist() == rows
+    raw = [None if r is None else r.encode() for r in rows]
+    blob = _converter("ByteArrayConverter")
+    topic = blob.encoder(Schema.bytes_()).arrow(pa.array(raw, pa.binary()))
+    assert blob.decoder(None).arrow(topic).values.to_pylist() == raw
+
+
+def test_json_writes_kafka_connect_shapes() -> None:
+    schema = Schema.struct(
+        ("price", Schema.decimal(10, 2)),
+        ("day", Schema.date()),
+        ("at", Schema.time()),
+        ("ts", Schema.timestamp()),
+        ("blob", Schema.bytes_()),
+        ("ids", Schema.map_(Schema.of(FieldType.INT32, optional=False), Schema.string())),
+        ("nan", Schema.of(FieldType.FLOAT64)),
+        ("n", Schema.of(FieldType.INT8, optional=False)),
+    )
+    row = {
+        "price": decimal_of(-12345, 2),
+        "day": 1,
+        "at": 1000,
+        "ts": 1_500_999,
+        "blob": b"\x01\x02",
+        "ids": [(7, "seven")],
+        "nan": math.nan,
+        "n": -1,
+    }
+    raw = _converter("JsonConverter").encoder(schema).arrow(from_physical([row], schema))[0]
+    doc = json.loads(raw.as_py())
+    assert doc["payload"] == {
+        "price": "z8c=",  # -12345 as two's complement bytes 0xCF 0xC7, like BigInteger
+        "day": 1,
+        "at": 1000,
+        "ts": 1500,
+        "blob": "AQI=",
+        "ids": [[7, "seven"]],
+        "nan": "NaN",
+        "n": -1,
+    }
+    fields = {f["field"]: f for f in doc["schema"]["fields"]}
+    assert doc["schema"]["type"] == "struct"
+    assert fields["price"]["name"] == "org.apache.kafka.connect.data.Decimal"
+    assert fields["price"]["parameters"]["scale"] == "2"
+    assert fields["day"]["name"] == "org.apache.kafka.connect.data.Date"
+    assert fields["ts"] == {
+        "field": "ts",
+        "name": "org.apache.kafka.connect.data.Timestamp",
+        "optional": True,
+        "type": "int64",
+        "version": 1,
+    }
+    assert fields["n"] == {"field": "n", "optional": False, "type": "int8"}
+    numeric = _converter(
+        "JsonConverter", **{"decimal.format": "NUMERIC", "schemas.enable": "false"}
+    )
+    raw = numeric.encoder(schema).arrow(from_physical([row], schema))[0].as_py()
+    assert raw.startswith(b'{"price":-123.45,"day":1,')
+
+
+def test_kafka_written_json_reads_back() -> None:
+    """A payload as Kafka's JsonConverter writes it (with its own schema text) decodes."""
+    schema = Schema.struct(
+        ("id", Schema.of(FieldType.INT32, optional=False)), ("d", Schema.decimal(5, 2))
+    )
+    raw = json.dumps(
+        {
+            "schema": {
+                "type": "struct",
+                "fields": [{"type": "int32", "optional": False, "field": "id"}],
+            },
+            "payload": {"id": 42, "d": "MDk="},
+        }
+    ).encode()
+    result = _converter("JsonConverter").decoder(schema).arrow(pa.array([raw, None], pa.binary()))
+    assert result.errors is None
+    assert result.values.to_pylist() == [{"id": 42, "d": decimal_of(12345, 2)}, None]
+
+
+# -- decoding errors (Arrow forms) -----------------------------------------------------------------
+STRUCT = Schema.struct(
+    ("a", Schema.of(FieldType.INT32, optional=False)),
+    ("b", Schema.bytes_()),
+    ("t", Schema.time()),
+    ("d", Schema.decimal(4, 1)),
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b'{"a": 1', "value is not valid JSON: Expecting ',' delimiter"),
+        (b"\xff\xfe", "value is not valid UTF-8"),
+        (b'{"a": 1}', 'value has no "schema" and "payload" fields (schemas.enable=true)'),
+        (
+            b'{"schema": {}, "payload": {"b": "AA=="}}',
+            "value.a is null, but its schema is not optional",
+        ),
+        (b'{"schema": {}, "payload": {"a": "1"}}', "value.a: expected int32, got a string"),
+        (b'{"schema": {}, "payload": {"a": 1.5}}', "value.a: expected int32, got the number 1.5"),
+        (b'{"schema": {}, "payload": {"a": 3000000000}}', "value.a: 3000000000 is out of range"),
+        (b'{"schema": {}, "payload": {"a": 1, "b": "!!"}}', "value.b is not valid base64"),
+        (
+            b'{"schema": {}, "payload": {"a": 1, "t": 86400000}}',
+            "value.t: 86400000 is out of range",
+        ),
+        (
+            b'{"schema": {}, "payload": {"a": 1, "d": "JxA="}}',
+            "value.d: 1000.0 does not fit decimal(4,1)",
+        ),
+        (b'{"schema": {}, "payload": [1]}', "value: expected an object, got an array"),
+        (b'{"schema": {}, "payload": null}', "value is null, but its schema is not optional"),
+    ],
+)
+def test_json_decode_errors_name_the_field(raw: bytes, reason: str) -> None:
+    schema = Schema.struct(*STRUCT.fields, optional=False)
+    good = b'{"schema": {}, "payload": {"a": 7}}'
+    result = _converter("JsonConverter").decoder(schema).arrow(pa.array([good, raw], pa.binary()))
+    assert result.errors is not None
+    assert result.errors[0].as_py() is None
+    assert result.errors[1].as_py().startswith(reason), result.errors[1].as_py()
+    assert result.values.to_pylist()[1] is None
+    assert result.values.to_pylist()[0]["a"] == 7
+
+
+def test_schemaless_json_without_schema_is_checked_text() -> None:
+    converter = _converter("JsonConverter", **{"schemas.enable": "false"})
+    assert not converter.needs_schema()
+    decoder = converter.decoder(None)
+    result = decoder.arrow(pa.array([b'{"x": [1, 2]}', b"nope", None], pa.binary()))
+    assert result.values.to_pylist() == ['{"x": [1, 2]}', None, None]
+    assert result.errors.to_pylist()[1].startswith("value is not valid JSON")
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "reason"),
+    [
+        ("LongConverter", b"\x01\x02\x03", "value has 3 bytes, expected 8"),
+        ("IntegerConverter", b"", "value has 0 bytes, expected 4"),
+        ("ShortConverter", b"\x00\x01\x02", "value has 3 bytes, expected 2"),
+        ("DoubleConverter", b"\x00" * 9, "value has 9 bytes, expected 8"),
+        ("FloatConverter", b"\x00", "value has 1 bytes, expected 4"),
+    ],
+)
+def test_numbers_reject_wrong_lengths(name: str, raw: bytes, reason: str) -> None:
+    good = b"\x00" * {"Long": 8, "Doub": 8, "Inte": 4, "Floa": 4, "Shor": 2}[name[:4]]
+    result = _converter(name).decoder(None).arrow(pa.array([good, raw, None], pa.binary()))
+    assert result.errors.to_pylist() == [None, reason, None]
+    assert result.values.to_pylist() == [0, None, None]
+
+
+def test_avro_decode_errors(registry: SqliteSchemaRegistry) -> None:
+    schema = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)))
+    converter = _converter("AvroConverter", registry)
+    good = converter.encoder(schema).arrow(pa.array([{"a": 5}], arrow_type(schema)))[0].as_py()
+    decoder = converter.decoder(schema)
+    raws = [good, b"{}", b"\x00\x00\x00\x03\xe7\x02", good[:5], good + b"\x00", b"\x01" + good[1:]]
+    result = decoder.arrow(pa.array(raws, pa.binary()))
+    errors = result.errors.to_pylist()
+    assert errors[0] is None and result.values[0].as_py() == {"a": 5}
+    assert errors[1].startswith("value is not Avro with a schema id (expected byte 0x00")
+    assert errors[2] == "value names Avro schema id 999, which the registry lacks"
+    assert errors[3].startswith("value is not valid Avro for schema id")
+    assert errors[4] == "value has 1 bytes after its Avro value"
+    assert errors[5].startswith("value is not Avro with a schema id")
+
+
+def test_avro_encode_rejects_null_required_fields(registry: SqliteSchemaRegistry) -> None:
+    schema = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)))
+    encoder = _converter("AvroConverter", registry).encoder(schema)
+    with pytest.raises(
+        RecordError, match=r"record 1: value.a is null, but its schema is not optional"
+    ):
+        encoder.arrow(pa.array([{"a": 1}, {"a": None}], arrow_type(schema)))
+    with pytest.raises(RecordError, match=r"record 0: value\.a is null"):
+        _converter("JsonConverter").encoder(schema).arrow(
+            pa.array([{"a": None}], arrow_type(schema))
+        )
+
+
+def test_avro_reads_older_versions_by_their_id(registry: SqliteSchemaRegistry) -> None:
+    """A topic whose schema gained an optional field: old records decode with the new schema."""
+    v1 = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)), name="com.x.R")
+    v2 = Schema.struct(
+        ("a", Schema.of(FieldType.INT32, optional=False)), ("b", Schema.string()), name="com.x.R"
+    )
+    old = (
+        _converter("AvroConverter", registry)
+        .encoder(v1)
+        .arrow(pa.array([{"a": 1}], arrow_type(v1)))
+    )
+    new = (
+        _converter("AvroConverter", registry)
+        .encoder(v2)
+        .arrow(pa.array([{"a": 2, "b": "x"}], arrow_type(v2)))
+    )
+    result = _converter("AvroConverter", registry).decoder(v2).arrow(pa.concat_arrays([old, new]))
+    assert result.errors is None
+    assert result.values.to_pylist() == [{"a": 1, "b": None}, {"a": 2, "b": "x"}]
+
+
+def test_avro_schema_mapping() -> None:
+    schema = Schema.struct(
+        ("1st field", Schema.of(FieldType.INT8, optional=False)),
+        ("ts", Schema.timestamp()),
+        ("m", Schema.map_(Schema.of(FieldType.INT64, optional=False), Schema.decimal(9, 3))),
+        name="com.example.Row",
+    )
+    avro = avro_schema(schema)
+    assert avro["type"] == "record" and avro["name"] == "Row"
+    first, ts, m = avro["fields"]
+    assert first == {"name": "_1st_field", "type": {"type": "int", "connect.type": "int8"}}
+    assert ts == {
+        "name": "ts",
+        "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
+        "default": None,
+    }
+    entry = m["type"][1]["items"]
+    assert entry["type"] == "record"
+    assert entry["fields"][1]["type"][1] == {
+        "type": "bytes",
+        "logicalType": "decimal",
+        "precision": 9,
+        "scale": 3,
+    }
+
+
+# -- schemas in Kafka Connect's JSON form ----------------------------------------------------------
+@settings(max_examples=150, deadline=None)
+@given(schema=schemas())
+def test_connect_json_schema_round_trip(schema: Schema) -> None:
+    assert from_connect(json.loads(canonical(schema))) == schema
+    assert from_connect(to_connect(schema)) == schema
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "schema: expected an object, got list"),
+        ({"type": "int128"}, "schema.type: unknown type 'int128'"),
+        ({"type": "int32", "optional": "yes"}, "schema.optional: expected true or false"),
+        ({"type": "int64", "name": "org.apache.kafka.connect.data.Date"}, "must have type int32"),
+        (
+            {"type": "struct", "fields": [{"type": "int8"}]},
+            "schema.fields[0]: needs a string 'field'",
+        ),
+        ({"type": "array"}, "schema.items: expected an object, got NoneType"),
+        (
+            {
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "parameters": {"scale": "x"},
+            },
+            "scale and precision must be integers",
+        ),
+    ],
+)
+def test_bad_connect_schemas_are_reported(data: Any, message: str) -> None:
+    with pytest.raises(SchemaFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        from_connect(data)
+
+
+def test_kafka_decimal_without_precision_reads_as_38() -> None:
+    data = {
+        "type": "bytes",
+        "optional": False,
+        "name": "org.apache.kafka.connect.data.Decimal",
+        "version": 1,
+        "parameters": {"scale": "2"},
+    }
+    assert from_connect(data) == Schema.decimal(38, 2, optional=False)
+
+
+# -- registry --------------------------------------------------------------------------------------
+def test_registry_versions_subjects_and_ids(registry: SqliteSchemaRegistry) -> None:
+    one, two = canonical(Schema.string()), canonical(Schema.of(FieldType.INT64))
+    first = registry.register("t-value", one)
+    assert (first.version, registry.register("t-value", one).version) == (1, 1)
+    second = registry.register("t-value", two)
+    assert second.version == 2 and second.id != first.id
+    assert registry.register("u-value", one).id == first.id  # ids are global per schema text
+    assert registry.latest("t-value") == second
+    assert [v.version for v in registry.versions("t-value")] == [1, 2]
+    assert registry.subjects() == ["t-value", "u-value"]
+    assert registry.by_id(first.id) == one and registry.by_id(999) is None
+    assert registry.latest("nope-value") is None
+    import pickle
+
+    again = pickle.loads(pickle.dumps(registry))
+    assert again.latest("t-value") == second
+
+
+# -- configuration errors --------------------------------------------------------------------------
+def test_converter_names_aliases_and_errors() -> None:
+    assert converter_class("org.apache.kafka.connect.json.JsonConverter", "k") is JsonConverter
+    assert (
+        converter_class(
+            "org.apache.rocketmq.connect.runtime.converter.record.json.JsonConverter", "k"
+        )
+        is JsonConverter
+    )
+    assert converter_class("io.confluent.connect.avro.AvroConverter", "k") is AvroConverter
+    for name in ("Double", "Float", "Integer", "Long", "Short", "ByteArray", "String"):
+        rocket = f"org.apache.rocketmq.connect.runtime.converter.record.{name}Converter"
+        assert converter_class(rocket, "k").__name__ == f"{name}Converter"
+    assert converter_class("org.apache.kafka.connect.converters.LongConverter", "k").__name__ == (
+        "LongConverter"
+    )
+    assert converter_class("org.apache.kafka.connect.storage.StringConverter", "k").__name__ == (
+        "StringConverter"
+    )
+    with pytest.raises(ConfigException, match=r"key.converter: unknown converter 'Nope'; known: "):
+        converter_class("Nope", "key.converter")
+    with pytest.raises(
+        ConfigException, match=r"value.converter: cannot load converter 'no.such.C'"
+    ):
+        converter_class("no.such.C", "value.converter")
+    with pytest.raises(
+        ConfigException, match=r"value.converter: 'pathlib.Path' is not a Converter"
+    ):
+        converter_class("pathlib.Path", "value.converter")
+
+
+class UpperConverter(JsonConverter):
+    """A plugin converter (found by dotted path or after `register`)."""
+
+
+def test_plugin_converters_by_path_and_register() -> None:
+    assert converter_class("tests.unit.test_converters.UpperConverter", "k") is UpperConverter
+    register(UpperConverter, "com.example.Upper")
+    assert converter_class("com.example.Upper", "k") is UpperConverter
+
+
+def test_entry_point_converters(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sluice.converters as module
+
+    class EntryPoint:
+        def __init__(self, name: str, target: Any) -> None:
+            self.name, self.target = name, target
+
+        def load(self) -> Any:
+            if isinstance(self.target, Exception):
+                raise self.target
+            return self.target
+
+    points = [EntryPoint("upper", UpperConverter), EntryPoint("broken", ImportError("no module x"))]
+    monkeypatch.setattr(
+        module, "entry_points", lambda group: points if group == "sluice.converters" else []
+    )
+    assert converter_class("upper", "value.converter") is UpperConverter
+    with pytest.raises(
+        ConfigException, match=r"cannot load converter plugin 'broken': no module x"
+    ):
+        converter_class("broken", "value.converter")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"schemas.enable": "maybe"}, r"value.converter.schemas.enable: expected a boolean"),
+        (
+            {"decimal.format": "hex"},
+            r"value.converter.decimal.format: must be one of BASE64, NUMERIC",
+        ),
+        ({"schemas.cache.size": "-1"}, r"value.converter.schemas.cache.size: must be at least 0"),
+    ],
+)
+def test_bad_options_name_the_full_key(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigException, match=message):
+        _converter("JsonConverter", **options)
+
+
+def test_encoders_reject_schemas_they_cannot_write() -> None:
+    with pytest.raises(
+        ConfigException, match=r"value.converter: LongConverter cannot convert string"
+    ):
+        _converter("LongConverter").encoder(Schema.string())
+    with pytest.raises(ConfigException, match=r"ByteArrayConverter cannot convert struct<`a`:int>"):
+        _converter("ByteArrayConverter").encoder(Schema.struct(("a", Schema.of(FieldType.INT32))))
+    with pytest.raises(
+        ConfigException, match=r"value.converter: AvroConverter needs the runtime's"
+    ):
+        _converter("AvroConverter").encoder(Schema.string())
+
+
+def test_missing_and_conflicting_topic_schemas(registry: SqliteSchemaRegistry) -> None:
+    from sluice.engine.converters import plan_decoders
+
+    config = {"value.converter": "JsonConverter"}
+    with pytest.raises(
+        ConfigException,
+        match=r"value.converter: JsonConverter needs the value "
+        r"schema of topic\(s\) a, b, and none is registered",
+    ):
+        plan_decoders(config, ["a", "b"], registry)
+    registry.register("a-value", canonical(Schema.string()))
+    with pytest.raises(
+        ConfigException, match=r"topic\(s\) b have no registered value schema, but a do"
+    ):
+        plan_decoders(config, ["a", "b"], registry)
+    registry.register("b-value", canonical(Schema.of(FieldType.INT64)))
+    with pytest.raises(ConfigException, match=r"different value schemas \(a: string; b: int64\)"):
+        plan_decoders(config, ["a", "b"], registry)
+    registry.register("b-value", canonical(Schema.string()))
+    assert plan_decoders(config, ["a", "b"], registry).value.schema == Schema.string()
+    # schemaless JSON with no registered schema: the JSON text, as a STRING
+    plain = {"value.converter": "JsonConverter", "value.converter.schemas.enable": "false"}
+    assert plan_decoders(plain, ["c"], registry).value.schema == Schema.string()
+    with pytest.raises(
+        ConfigException, match=r"AvroConverter needs the value schema of topic\(s\) c"
+    ):
+        plan_decoders({"value.converter": "AvroConverter"}, ["c"], registry)
+
+
+def test_check_errors_raises_the_first_record_error() -> None:
+    from sluice.engine.converters import check_errors
+
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "key": [None, None],
+            "value": ["ok", None],
+            "error": [None, "JsonConverter: record t/3@17: value is not valid JSON: …"],
+            "raw_key": pa.array([None, None], pa.binary()),
+            "raw_value": pa.array([None, b"{"], pa.binary()),
+        }
+    )
+    with pytest.raises(ConnectException, match=r"^JsonConverter: record t/3@17: value is not"):
+        check_errors(batch)
+    assert check_errors(batch.slice(0, 1)).schema.names == ["key", "value"]
+
+
+def test_schema_of_spark_types_keeps_hints(spark: Any) -> None:
+    from pyspark.sql.types import StructType
+
+    from sluice.engine.converters import schema_of
+
+    hint = Schema.struct(("t", Schema.time()), ("n", Schema.string()), name="com.x.Y")
+    spark_type = StructType.fromDDL("t int, n string, extra timestamp")
+    got = schema_of(spark_type, hint)
+    assert got.name == "com.x.Y"
+    assert [f.schema for f in got.fields] == [Schema.time(), Schema.string(), Schema.timestamp()]
+    with pytest.raises(ConfigException, match=r"value.converter: no converter supports the Spark"):
+        schema_of(StructType.fromDDL("i interval day"))
+
+
+def test_physical_types() -> None:
+    schema = Schema.struct(("d", Schema.date()), ("l", Schema.array(Schema.timestamp())))
+    assert physical_type(schema) == pa.struct([("d", pa.int32()), ("l", pa.list_(pa.int64()))])
+
+
+# -- through Spark SQL and the engine adapter ------------------------------------------------------
+def _source_frame(spark: Any, key: pa.Array, value: pa.Array) -> Any:
+    n = len(value)
+    table = pa.table(
+        {
+            "topic": pa.array(["t"] * n, pa.string()),
+            "key": key,
+            "value": value,
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            "headers": pa.nulls(n, pa.map_(pa.string(), pa.string())),
+            "partition_hash": pa.nulls(n, pa.int32()),
+        }
+    )
+    # A shuffle, so that Spark runs the converters' SQL compiled, as in a pipeline (it would
+    # evaluate them once, interpreted, on a local table).
+    return spark.createDataFrame(table).repartition(1)
+
+
+def _topic_frame(spark: Any, key: pa.Array, value: pa.Array) -> Any:
+    n = len(value)
+    table = pa.table(
+        {
+            "topic": pa.array(["t"] * n, pa.string()),
+            "queue_id": pa.array([3] * n, pa.int32()),
+            "queue_offset": pa.array(range(n), pa.int64()),
+            "key": key.cast(pa.binary()),
+            "value": value.cast(pa.binary()),
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            "headers": pa.nulls(n, pa.string()),
+        }
+    )
+    return spark.createDataFrame(table).repartition(1)
+
+
+def _spark_value(rows: list[Any], schema: Schema) -> pa.Array:
+    from sluice.engine.converters import spark_arrow_type
+
+    return from_physical(rows, schema).cast(spark_arrow_type(schema))
+
+
+SPARK_TRIPS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("options", JSON_OPTIONS, ids=lambda o: ",".join(o.values()) or "default")
+@SPARK_TRIPS
+@given(data=schema_and_rows(string_keys_only=True, max_leaves=6))
+def test_json_round_trip_through_spark_sql(
+    spark: Any, tmp_path_factory: Any, options: dict[str, str], data: tuple[Schema, list[Any]]
+) -> None:
+    """SQL writes what the Python form reads and the reverse; decode_frame returns the values."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    schema, rows = data
+    registry = SqliteSchemaRegistry(tmp_path_factory.mktemp("json") / "schemas.sqlite")
+    config = {"value.converter": "JsonConverter"}
+    config.update({f"value.converter.{k}": v for k, v in options.items()})
+    codecs = plan_encoders(config, Schema.string(), schema, registry)
+    assert codecs.value.has_sql and not codecs.fusable
+    register_schemas(registry, "t", codecs)
+    n = len(rows)
+    keys = pa.nulls(n, pa.string())
+    sql_bytes = (
+        encode_frame(_source_frame(spark, keys, _spark_value(rows, schema)), codecs)
+        .toArrow()
+        .column("value")
+        .combine_chunks()
+    )
+    expected = normal([millis(schema, r) for r in rows])
+    decoders = plan_decoders(config, ["t"], registry)
+    python = decoders.value.arrow(sql_bytes)  # the Python form reads what SQL wrote
+    assert python.errors is None
+    assert decoded_rows(python.values, schema) == expected
+    python_bytes = codecs.value.arrow(from_physical(rows, schema))
+    for topic_bytes in (sql_bytes, python_bytes):  # SQL reads what either wrote
+        frame = decode_frame(
+            _topic_frame(spark, keys, topic_bytes), SinkCodecs(decoders.key, decoders.value)
+        )
+        out = frame.toArrow()
+        assert out.column("error").null_count == n, out.column("error").to_pylist()
+        assert decoded_rows(out.column("value").combine_chunks(), schema) == expected
+
+
+@pytest.mark.spark
+def test_base64_decimals_in_sql_at_the_edges(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """Spark has no function for a decimal's two's-complement bytes: check the SQL against
+    Python (Java's BigInteger.toByteArray) at the 1-, 8-, 16-byte edges and at ±(10^38-1)."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    edges = [
+        0,
+        1,
+        -1,
+        127,
+        128,
+        -128,
+        -129,
+        255,
+        256,
+        2**63 - 1,
+        2**63,
+        -(2**63),
+        -(2**63) - 1,
+        2**64 - 1,
+        2**64,
+        -(2**64),
+        2**127 - 1 if 2**127 - 1 < 10**38 else 10**38 - 1,
+        10**38 - 1,
+        -(10**38 - 1),
+        12345678901234567890123456789012345678,
+    ]
+    for scale in (0, 10, 38):
+        schema = Schema.decimal(38, scale)
+        config = {"value.converter": "JsonConverter", "value.converter.schemas.enable": "false"}
+        codecs = plan_encoders(config, Schema.string(), schema, registry)
+        register_schemas(registry, f"d{scale}", codecs)
+        rows = [decimal_of(u, scale) for u in edges] + [None]
+        keys = pa.nulls(len(rows), pa.string())
+        sql_bytes = (
+            encode_frame(_source_frame(spark, keys, from_physical(rows, schema)), codecs)
+            .toArrow()
+            .column("value")
+            .combine_chunks()
+        )
+        assert sql_bytes.to_pylist() == codecs.value.arrow(from_physical(rows, schema)).to_pylist()
+        decoders = plan_decoders(config, [f"d{scale}"], registry)
+        out = decode_frame(
+            _topic_frame(spark, keys, sql_bytes), SinkCodecs(decoders.key, decoders.value)
+        ).toArrow()
+        assert out.column("value").to_pylist() == rows
+
+
+@pytest.mark.spark
+def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """Avro and the number converters run as mapInArrow steps on the JVM path."""
+    from sluice.engine.converters import (
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    schema = Schema.struct(
+        ("t", Schema.time()),
+        ("ts", Schema.timestamp()),
+        ("d", Schema.decimal(38, 5)),
+        ("m", Schema.map_(Schema.of(FieldType.INT32, optional=False), Schema.string())),
+    )
+    rows = [{"t": 5, "ts": -1, "d": decimal_of(-(10**38) + 1, 5), "m": [(1, "é😀")]}, None]
+    config = {"key.converter": "LongConverter", "value.converter": "AvroConverter"}
+    codecs = plan_encoders(config, Schema.of(FieldType.INT64), schema, registry)
+    assert codecs.fusable and not codecs.value.has_sql
+    register_schemas(registry, "t", codecs)
+    keys = pa.array([-(2**63), None], pa.int64())
+    encoded = encode_frame(_source_frame(spark, keys, _spark_value(rows, schema)), codecs).toArrow()
+    decoders = plan_decoders(config, ["t"], registry)
+    out = decode_frame(
+        _topic_frame(
+            spark, encoded.column("key").combine_chunks(), encoded.column("value").combine_chunks()
+        ),
+        decoders,
+    ).toArrow()
+    assert out.column("error").to_pylist() == [None, None]
+    assert out.column("key").to_pylist() == [-(2**63), None]
+    assert decoded_rows(out.column("value").combine_chunks(), schema) == normal(rows)
+
+
+@pytest.mark.spark
+def test_decode_errors_become_the_error_column(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    from sluice.engine.converters import decode_frame, fail_on_errors, plan_decoders
+
+    registry.register("t-value", canonical(Schema.struct(("a", Schema.of(FieldType.INT32)))))
+    good, bad = b'{"schema":{},"payload":{"a":1}}', b'{"schema":{},"payload":{"a":"x"}}'
+    config = {"key.converter": "LongConverter", "value.converter": "JsonConverter"}
+    decoders = plan_decoders(config, ["t"], registry)
+    keys = pa.array([b"\0" * 8, b"\0" * 8, b"\x01"], pa.binary())
+    frame = decode_frame(
+        _topic_frame(spark, keys, pa.array([good, bad, good], pa.binary())), decoders
+    )
+    out = frame.toArrow().to_pylist()
+    assert [r["error"] for r in out] == [
+        None,
+        "JsonConverter: record t/3@1: value is not valid JSON for struct<a:int32>: "
+        '{"schema":{},"payload":{"a":"x"}}',
+        "LongConverter: record t/3@2: key has 1 bytes, expected 8",
+    ]
+    assert [(r["key"], r["value"]) for r in out] == [(0, {"a": 1}), (None, None), (None, None)]
+    assert [(r["raw_key"], r["raw_value"]) for r in out] == [
+        (None, None),
+        (b"\0" * 8, bad),
+        (b"\x01", good),
+    ]
+    with pytest.raises(Exception, match=r"JsonConverter: record t/3@1: value is not valid JSON"):
+        fail_on_errors(frame).where("topic = 'nothing'").collect()
+
+
+def test_text_after_an_envelope_is_ignored_but_not_after_a_bare_value() -> None:
+    schema = Schema.of(FieldType.INT32)
+    raw = pa.array([b' {"schema": {}, "payload": 5} trailing', b"5 trailing"], pa.binary())
+    assert _converter("JsonConverter").decoder(schema).arrow(
+        raw.slice(0, 1)
+    ).values.to_pylist() == [5]
+    bare = _converter("JsonConverter", **{"schemas.enable": "false"}).decoder(schema)
+    assert bare.arrow(raw.slice(1)).errors.to_pylist()[0].startswith("value is not valid JSON")
+
+
+@pytest.mark.spark
+def test_sql_encoding_fails_on_a_null_required_field(spark: Any) -> None:
+    from sluice.engine.converters import encode_frame, plan_encoders
+
+    schema = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)))
+    codecs = plan_encoders({"value.converter": "JsonConverter"}, Schema.string(), schema, None)
+    rows = pa.array([{"a": 1}, {"a": None}], arrow_type(schema))
+    frame = encode_frame(_source_frame(spark, pa.nulls(2, pa.string()), rows), codecs)
+    with pytest.raises(Exception, match=r"JsonConverter: a record for topic t: value\.a is null"):
+        frame.collect()
