@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
+from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.sdk import ConfigException, Connector, SinkConnector, SourceConnector, Transform
 from sluice.transforms import BUILTIN_TRANSFORMS
 
@@ -28,6 +29,15 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSinkConnector": FileSinkConnector,
     "org.apache.rocketmq.connect.file.FileSourceConnector": FileSourceConnector,
     "org.apache.rocketmq.connect.file.FileSinkConnector": FileSinkConnector,
+    "JdbcSourceConnector": JdbcSourceConnector,
+    "JdbcSinkConnector": JdbcSinkConnector,
+    "org.apache.rocketmq.connect.jdbc.source.JdbcSourceConnector": JdbcSourceConnector,
+    "org.apache.rocketmq.connect.jdbc.sink.JdbcSinkConnector": JdbcSinkConnector,
+    "org.apache.rocketmq.connect.jdbc.connector.JdbcSourceConnector": JdbcSourceConnector,
+    "org.apache.rocketmq.connect.jdbc.connector.JdbcSinkConnector": JdbcSinkConnector,
+    "org.apache.rocketmq.connect.jdbc.mysql.source.JdbcSourceConnector": JdbcSourceConnector,
+    "io.confluent.connect.jdbc.JdbcSourceConnector": JdbcSourceConnector,
+    "io.confluent.connect.jdbc.JdbcSinkConnector": JdbcSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

@@ -1,0 +1,358 @@
+"""Configuration of the JDBC connectors: keys, typed settings, and connection URLs.
+
+Options arrive as strings; `SourceSettings.parse` / `SinkSettings.parse` turn them into typed
+settings and raise `ConfigException` naming the key. Connection URLs may be JDBC URLs
+(`jdbc:mysql://host:3306/db`, `jdbc:mariadb://…`, `jdbc:postgresql://host:5432/db?user=u`) or
+SQLAlchemy URLs (`postgresql://…`, `mysql+pymysql://…`); both become a SQLAlchemy URL on the one
+driver sluice ships for each database (psycopg 3, PyMySQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+
+MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
+INSERT_MODES = ("insert", "upsert", "update")
+PK_MODES = ("none", "record_key", "record_value")
+
+_CONNECTION_KEYS = (
+    ConfigKey("connection.url", doc="jdbc:mysql://host:3306/db, jdbc:postgresql://host/db, …"),
+    ConfigKey("connection.user", default="", doc="database user (overrides the URL's)"),
+    ConfigKey("connection.password", default="", doc="database password (overrides the URL's)"),
+    ConfigKey(
+        "connection.attempts", type="int", default=3, min=1, doc="tries to open a connection"
+    ),
+    ConfigKey(
+        "connection.backoff.ms", type="int", default=10_000, min=0, doc="wait between tries (ms)"
+    ),
+)
+
+SOURCE_CONFIG = ConfigDef(
+    *_CONNECTION_KEYS,
+    ConfigKey("mode", doc="bulk, incrementing, timestamp or timestamp+incrementing"),
+    ConfigKey("incrementing.column.name", default="", doc="strictly increasing column"),
+    ConfigKey("timestamp.column.name", type="list", default=[], doc="last-modified column(s)"),
+    ConfigKey("table.whitelist", type="list", default=[], doc="tables to copy: db.table,…"),
+    ConfigKey("table.blacklist", type="list", default=[], doc="tables to skip"),
+    ConfigKey("query", default="", doc="a SELECT to copy instead of tables"),
+    ConfigKey(
+        "poll.interval.ms", type="int", default=5000, min=0, doc="idle look-ups; bulk reloads"
+    ),
+    ConfigKey("batch.max.rows", type="int", default=10_000, min=1, doc="rows per fetch"),
+    ConfigKey("topic.prefix", default="", doc="topic = prefix + table name"),
+    ConfigKey("connect.topicname", default="", doc="one topic for every table"),
+    ConfigKey("timestamp.delay.interval.ms", type="int", default=0, min=0, doc="settle time"),
+    ConfigKey("timestamp.initial", type="int", default=None, doc="epoch ms to start at; -1 = now"),
+    ConfigKey("validate.non.null", type="bool", default=True, doc="require NOT NULL cursors"),
+)
+
+SINK_CONFIG = ConfigDef(
+    *_CONNECTION_KEYS,
+    ConfigKey("insert.mode", default="insert", doc="insert, upsert or update"),
+    ConfigKey("pk.mode", default="none", doc="none, record_key or record_value"),
+    ConfigKey("pk.fields", type="list", default=[], doc="primary key field names"),
+    ConfigKey("delete.enabled", type="bool", default=False, doc="tombstone → DELETE"),
+    ConfigKey("auto.create", type="bool", default=False, doc="CREATE TABLE when missing"),
+    ConfigKey("auto.evolve", type="bool", default=False, doc="ALTER TABLE ADD missing columns"),
+    ConfigKey("table.name.format", default="${topic}", doc="target table; ${topic} is replaced"),
+    ConfigKey("batch.size", type="int", default=3000, min=1, doc="rows per statement"),
+    ConfigKey("fields.whitelist", type="list", default=[], doc="value fields to write"),
+    ConfigKey("max.retries", type="int", default=10, min=0, doc="retries of a failed write"),
+    ConfigKey("retry.backoff.ms", type="int", default=3000, min=0, doc="wait between retries"),
+    ConfigKey("errors.retry.timeout", type="int", default=0, min=-1, doc="ms; -1 = forever"),
+    ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
+)
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where and how to connect: a SQLAlchemy URL split into picklable parts."""
+
+    dialect: str  # "postgresql" | "mysql"
+    host: str
+    port: int | None
+    database: str
+    user: str
+    password: str
+    options: tuple[tuple[str, str], ...] = ()
+    attempts: int = 3
+    backoff_ms: int = 10_000
+
+    @property
+    def driver(self) -> str:
+        return "postgresql+psycopg" if self.dialect == "postgresql" else "mysql+pymysql"
+
+    def describe(self) -> str:
+        """The URL without its password, for messages."""
+        user = f"{self.user}@" if self.user else ""
+        port = f":{self.port}" if self.port else ""
+        return f"{self.dialect}://{user}{self.host}{port}/{self.database}"
+
+    def sqlalchemy_url(self) -> Any:
+        from sqlalchemy.engine import URL
+
+        # libpq `options` are merged with sluice's own session options when connecting
+        query = {k: v for k, v in self.options if k != "options"}
+        if self.dialect == "mysql":
+            query.setdefault("charset", "utf8mb4")
+        return URL.create(
+            self.driver,
+            username=self.user or None,
+            password=self.password or None,
+            host=self.host or None,
+            port=self.port,
+            database=self.database or None,
+            query=query,
+        )
+
+
+_SCHEMES = {
+    "postgresql": "postgresql",
+    "postgres": "postgresql",
+    "postgresql+psycopg": "postgresql",
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "mysql+pymysql": "mysql",
+    "mariadb+pymysql": "mysql",
+}
+# JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)
+# concerns the Java driver only and is ignored.
+_JDBC_PG_OPTIONS = {"currentSchema", "sslmode", "connectTimeout"}
+
+
+def parse_connection(config: Mapping[str, Any]) -> Connection:
+    """The connection described by `connection.url` (+ user, password, attempts, backoff)."""
+    keys = ConfigDef(*_CONNECTION_KEYS).parse(config)
+    raw = keys["connection.url"].strip()
+    url = raw[5:] if raw.lower().startswith("jdbc:") else raw
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigException("connection.url", f"cannot parse {_redact(raw)!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in _SCHEMES:
+        raise ConfigException(
+            "connection.url",
+            f"unsupported database or driver {parts.scheme!r} in {_redact(raw)!r}",
+            suggestion="use jdbc:mysql://, jdbc:mariadb://, jdbc:postgresql:// or a "
+            "postgresql+psycopg:// / mysql+pymysql:// SQLAlchemy URL",
+        )
+    dialect = _SCHEMES[scheme]
+    if "," in parts.netloc:
+        raise ConfigException("connection.url", "several hosts (failover URLs) are not supported")
+    if not parts.hostname:
+        raise ConfigException("connection.url", f"no host in {_redact(raw)!r}")
+    params = dict(parse_qsl(parts.query, keep_blank_values=True))
+    user = keys["connection.user"] or params.pop("user", "") or unquote(parts.username or "")
+    password = (
+        keys["connection.password"] or params.pop("password", "") or unquote(parts.password or "")
+    )
+    params.pop("user", None)
+    params.pop("password", None)
+    options: list[tuple[str, str]] = []
+    if dialect == "postgresql":
+        for name, value in params.items():
+            if name == "currentSchema":
+                options.append(("options", f"-c search_path={value}"))
+            elif name == "connectTimeout":
+                options.append(("connect_timeout", value))
+            elif name in _JDBC_PG_OPTIONS or not raw.lower().startswith("jdbc:"):
+                options.append((name, value))
+    elif not raw.lower().startswith("jdbc:"):
+        options.extend((k, v) for k, v in params.items() if k != "charset")
+    return Connection(
+        dialect=dialect,
+        host=parts.hostname,
+        port=port,
+        database=unquote(parts.path.lstrip("/")),
+        user=user,
+        password=password,
+        options=tuple(options),
+        attempts=keys["connection.attempts"],
+        backoff_ms=keys["connection.backoff.ms"],
+    )
+
+
+def _redact(url: str) -> str:
+    """`url` with any password (in the authority or a `password=` parameter) masked."""
+    try:
+        parts = urlsplit(url[5:] if url.lower().startswith("jdbc:") else url)
+    except ValueError:
+        return "<unparsable URL>"
+    out = url
+    if parts.password:
+        out = out.replace(f":{parts.password}@", ":***@")
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "password" and value:
+            out = out.replace(f"password={value}", "password=***")
+    return out
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table as `schema.table` (MySQL: `database.table`); `schema` empty = the default one."""
+
+    schema: str
+    name: str
+
+    @staticmethod
+    def parse(text: str) -> TableName:
+        # The first dot separates the schema: table names may contain dots, schema names not.
+        schema, dot, name = text.strip().partition(".")
+        if not dot:
+            return TableName("", text.strip())
+        return TableName(schema, name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """The typed JDBC source configuration."""
+
+    connection: Connection
+    mode: str
+    incrementing_column: str
+    timestamp_columns: tuple[str, ...]
+    whitelist: tuple[TableName, ...]
+    blacklist: tuple[TableName, ...]
+    query: str
+    poll_interval_ms: int
+    batch_max_rows: int
+    topic_prefix: str
+    topic: str
+    delay_ms: int
+    timestamp_initial: int | None
+    validate_non_null: bool
+
+    @staticmethod
+    def parse(config: Mapping[str, Any]) -> SourceSettings:
+        keys = SOURCE_CONFIG.parse(config)
+        mode = keys["mode"].strip().lower()
+        if mode not in MODES:
+            raise ConfigException("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+        inc = keys["incrementing.column.name"].strip()
+        ts = tuple(keys["timestamp.column.name"])
+        if "timestamp" in mode and not ts:
+            raise ConfigException(
+                "timestamp.column.name", f"required key is missing (mode={mode} needs it)"
+            )
+        query = keys["query"].strip()
+        white = tuple(TableName.parse(t) for t in keys["table.whitelist"])
+        black = tuple(TableName.parse(t) for t in keys["table.blacklist"])
+        if query and (white or black):
+            raise ConfigException(
+                "query", "cannot be combined with table.whitelist or table.blacklist"
+            )
+        if white and black:
+            raise ConfigException("table.blacklist", "cannot be combined with table.whitelist")
+        topic = keys["connect.topicname"].strip()
+        if query and not (topic or keys["topic.prefix"]):
+            raise ConfigException(
+                "connect.topicname",
+                "required key is missing (a query needs a topic)",
+                suggestion="set connect.topicname, or topic.prefix (the whole topic name "
+                "in query mode)",
+            )
+        initial = keys["timestamp.initial"]
+        if initial is not None and initial < -1:
+            raise ConfigException(
+                "timestamp.initial", f"must be -1 (now) or epoch milliseconds, got {initial}"
+            )
+        return SourceSettings(
+            connection=parse_connection(config),
+            mode=mode,
+            incrementing_column=inc,
+            timestamp_columns=ts,
+            whitelist=white,
+            blacklist=black,
+            query=query,
+            poll_interval_ms=keys["poll.interval.ms"],
+            batch_max_rows=keys["batch.max.rows"],
+            topic_prefix=keys["topic.prefix"],
+            topic=topic,
+            delay_ms=keys["timestamp.delay.interval.ms"],
+            timestamp_initial=initial,
+            validate_non_null=keys["validate.non.null"],
+        )
+
+    @property
+    def uses_incrementing(self) -> bool:
+        return "incrementing" in self.mode
+
+    @property
+    def uses_timestamp(self) -> bool:
+        return "timestamp" in self.mode
+
+
+@dataclass(frozen=True)
+class SinkSettings:
+    """The typed JDBC sink configuration."""
+
+    connection: Connection
+    insert_mode: str
+    pk_mode: str
+    pk_fields: tuple[str, ...]
+    delete_enabled: bool
+    auto_create: bool
+    auto_evolve: bool
+    table_format: str
+    batch_size: int
+    fields_whitelist: tuple[str, ...]
+    max_retries: int
+    retry_backoff_ms: int
+    retry_timeout_ms: int
+    retry_delay_max_ms: int
+
+    @staticmethod
+    def parse(config: Mapping[str, Any]) -> SinkSettings:
+        keys = SINK_CONFIG.parse(config)
+        insert_mode = keys["insert.mode"].strip().lower()
+        if insert_mode not in INSERT_MODES:
+            raise ConfigException(
+                "insert.mode", f"must be one of {', '.join(INSERT_MODES)}, got {insert_mode!r}"
+            )
+        pk_mode = keys["pk.mode"].strip().lower()
+        if pk_mode not in PK_MODES:
+            raise ConfigException(
+                "pk.mode", f"must be one of {', '.join(PK_MODES)}, got {pk_mode!r}"
+            )
+        if insert_mode in ("upsert", "update") and pk_mode == "none":
+            raise ConfigException(
+                "pk.mode",
+                f"insert.mode={insert_mode} needs a primary key",
+                suggestion="set pk.mode=record_value (with pk.fields) or record_key",
+            )
+        if keys["delete.enabled"] and pk_mode != "record_key":
+            raise ConfigException(
+                "delete.enabled",
+                "needs pk.mode=record_key (a tombstone has only its key)",
+            )
+        table_format = keys["table.name.format"].strip()
+        return SinkSettings(
+            connection=parse_connection(config),
+            insert_mode=insert_mode,
+            pk_mode=pk_mode,
+            pk_fields=tuple(keys["pk.fields"]),
+            delete_enabled=keys["delete.enabled"],
+            auto_create=keys["auto.create"],
+            auto_evolve=keys["auto.evolve"],
+            table_format=table_format,
+            batch_size=keys["batch.size"],
+            fields_whitelist=tuple(keys["fields.whitelist"]),
+            max_retries=keys["max.retries"],
+            retry_backoff_ms=keys["retry.backoff.ms"],
+            retry_timeout_ms=keys["errors.retry.timeout"],
+            retry_delay_max_ms=keys["errors.retry.delay.max.ms"],
+        )
+
+    def table_for(self, topic: str) -> TableName:
+        """The target table of a record from `topic` (`table.name.format`)."""
+        return TableName.parse(self.table_format.replace("${topic}", topic))

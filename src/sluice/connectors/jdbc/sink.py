@@ -1,0 +1,1001 @@
+"""JdbcSinkConnector: writes records into MySQL/MariaDB or PostgreSQL tables.
+
+Delivery: a sink task writes its share of a micro-batch in **one transaction**, with set-based
+statements: PostgreSQL gets `COPY` (straight into the table for `insert`, into a temporary staging
+table followed by one `INSERT … ON CONFLICT DO UPDATE` / `UPDATE … FROM` / `DELETE … USING` for the
+other modes); MySQL/MariaDB gets multi-row `INSERT … VALUES (…), (…)` (with `ON DUPLICATE KEY
+UPDATE` for upserts), `UPDATE … JOIN` a staging table, and `DELETE … WHERE (pk) IN (…)`, at most
+`batch.size` rows per statement. `upsert` and `update` are idempotent, so a replayed micro-batch
+changes nothing: exactly-once effect. `insert` is at-least-once (a replay after a crash between the
+database commit and Spark's commit inserts the rows again, or fails on a unique key).
+Unit of parallelism: one task per group of queues (`max.tasks`); one table's records come from one
+queue when the source keeps them in order (the JDBC source does).
+
+Records: the value must be a struct (typed: `auto.create`/`auto.evolve` use its field types) or a
+JSON object (text). Within a micro-batch, later records for the same key win (`upsert`, `update`,
+deletes); `insert` keeps every record in order. A tombstone (null value) deletes the row with the
+record key when `delete.enabled=true`, and fails the task otherwise (it is never dropped silently).
+
+Identifiers (tables from `table.name.format`, columns from record fields) are always quoted and
+values always bound, so names taken from records cannot inject SQL. A transient failure (lost
+connection, server restarting, deadlock) rolls the transaction back and retries it with backoff:
+`errors.retry.timeout` / `errors.retry.delay.max.ms` when set, else RocketMQ's `max.retries` /
+`retry.backoff.ms`. Nothing is skipped while the database is away; the micro-batch waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from sluice.connectors.jdbc._config import SINK_CONFIG, SinkSettings, TableName
+from sluice.sdk import (
+    BatchId,
+    ConnectException,
+    ConnectRecord,
+    RetriableException,
+    SinkConnector,
+    SinkTask,
+)
+
+log = logging.getLogger(__name__)
+
+# Columns the columnar path adds beside the record fields (NUL: no field name can clash).
+_DELETE, _TOPIC, _QUEUE, _OFFSET, _POS = "\0delete", "\0topic", "\0queue", "\0offset", "\0pos"
+_META = {_DELETE, _TOPIC, _QUEUE, _OFFSET, _POS}
+
+#: Rows of one multi-row statement are also capped by their approximate size (MySQL's
+#: max_allowed_packet is 16 MiB by default).
+MAX_STATEMENT_BYTES = 4 << 20
+
+
+@dataclass
+class _Op:
+    """One record, normalised: a write (fields + values) or a delete (pk values)."""
+
+    delete: bool
+    fields: tuple[str, ...]
+    values: tuple[Any, ...]
+    pk: tuple[Any, ...]
+
+
+@dataclass
+class _Table:
+    """The records of a micro-batch for one target table, in order."""
+
+    name: TableName
+    ops: list[_Op] = field(default_factory=list)  # per-record path (JSON values, `put`)
+    #: columnar path (struct values): the fields to write, a tombstone flag, coordinates
+    segments: list[pa.Table] = field(default_factory=list)
+    pk: list[str] = field(default_factory=list)  # pk field names of the columnar path
+    types: dict[str, pa.Field] = field(default_factory=dict)  # from typed (struct) values
+    where: set[str] = field(default_factory=set)  # topic/queue coordinates, for messages
+    time_columns: set[str] = field(default_factory=set)  # target columns of type TIME
+
+
+def _json_value(value: Any) -> Any:
+    # Nested JSON travels as JSON text (for JSON/JSONB/TEXT columns).
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, ensure_ascii=False)
+    return value
+
+
+def _parse_json(raw: Any, what: str) -> Any:
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        raw = bytes(raw).decode("utf-8")
+    try:
+        return json.loads(raw, parse_float=Decimal)
+    except (ValueError, TypeError) as exc:
+        raise ConnectException(f"{what}: the value is not JSON: {exc}") from None
+
+
+class JdbcSinkTask(SinkTask):
+    """Buffers its share of a micro-batch, then writes it in one transaction at `flush`."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        self.settings = SinkSettings.parse(config)
+        self.db = Database(self.settings.connection)
+        self._tables: dict[TableName, _Table] = {}
+        self._count = 0
+        self._format_cache: dict[str, TableName] = {}
+
+    # -- collecting ---------------------------------------------------------------------------
+    def _table(self, topic: str | None) -> _Table:
+        name = self._format_cache.get(topic or "")
+        if name is None:
+            name = self.settings.table_for(topic or "")
+            if not name.name:
+                raise ConnectException(
+                    f"table.name.format {self.settings.table_format!r} gives an empty table "
+                    f"name for topic {topic!r}"
+                )
+            self._format_cache[topic or ""] = name
+        table = self._tables.get(name)
+        if table is None:
+            table = self._tables[name] = _Table(name)
+        return table
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        for record in records:
+            where = _where(record.topic, record.partition, record.offset)
+            value = record.value
+            if isinstance(value, (str, bytes)):
+                value = _parse_json(value, where)
+            key = record.key
+            if isinstance(key, (str, bytes)) and self.settings.pk_mode == "record_key":
+                text = key.decode("utf-8") if isinstance(key, bytes) else key
+                key = _parse_json(text, where) if text.lstrip().startswith("{") else text
+            self._add(self._table(record.topic), value, key, where, {})
+
+    def put_batch(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        if self._columnar(batch):
+            self._put_columnar(batch)
+            return
+        names = batch.schema.names
+        topics = batch.column("topic").to_pylist() if "topic" in names else [None] * n
+        queues = batch.column("queue_id").to_pylist() if "queue_id" in names else None
+        offsets = batch.column("queue_offset").to_pylist() if "queue_offset" in names else None
+        value = batch.column("value")
+        values, types = self._decode(value, "value")
+        keys: list[Any] = [None] * n
+        if self.settings.pk_mode == "record_key" and "key" in names:
+            keys, _ = self._decode(batch.column("key"), "key", json_objects_only=True)
+        for i in range(n):
+            where = _where(
+                topics[i],
+                {"queueId": queues[i]} if queues is not None else None,
+                {"queueOffset": offsets[i]} if offsets is not None else None,
+            )
+            row = values[i]
+            if isinstance(row, _Raw):
+                row = _parse_json(row.text, where)
+            key = keys[i]
+            if isinstance(key, _Raw):
+                key = _parse_json(key.text, where)
+            self._add(self._table(topics[i]), row, key, where, types)
+
+    def _columnar(self, batch: pa.RecordBatch) -> bool:
+        """True if the batch can stay in Arrow: flat struct values (and struct or non-text keys
+        when the key is the primary key)."""
+        value = batch.column("value").type
+        if not pa.types.is_struct(value) or any(_nested(f.type) for f in value):
+            return False
+        if self.settings.pk_mode != "record_key":
+            return True
+        key = batch.column("key").type if "key" in batch.schema.names else pa.null()
+        if pa.types.is_struct(key):
+            return not any(_nested(f.type) for f in key)
+        return not (_texty(key) or pa.types.is_null(key) or _nested(key))
+
+    def _put_columnar(self, batch: pa.RecordBatch) -> None:
+        s = self.settings
+        n = batch.num_rows
+        names = batch.schema.names
+        value = batch.column("value")
+        topic = batch.column("topic") if "topic" in names else pa.nulls(n, pa.string())
+        queue = batch.column("queue_id") if "queue_id" in names else pa.nulls(n, pa.int32())
+        offset = (
+            batch.column("queue_offset") if "queue_offset" in names else pa.nulls(n, pa.int64())
+        )
+
+        def where(i: int) -> str:
+            return _where(
+                topic[i].as_py(), {"queueId": queue[i].as_py()}, {"queueOffset": offset[i].as_py()}
+            )
+
+        deleted = pc.invert(value.is_valid())
+        if _count(deleted) and not s.delete_enabled:
+            raise ConnectException(
+                f"{where(_first(deleted))}: the record has a null value (a tombstone) but "
+                "delete.enabled=false",
+                suggestion="set delete.enabled=true (with pk.mode=record_key) to delete rows",
+            )
+        children = dict(zip([f.name for f in value.type], value.flatten(), strict=True))
+        types = {f.name: f for f in value.type}
+        cols: dict[str, pa.Array] = {}
+        if s.pk_mode == "record_key":
+            key = batch.column("key")
+            if key.null_count:
+                bad = _first(key.is_null())
+                raise ConnectException(
+                    f"{where(bad)}: pk.mode=record_key but the record has no key"
+                )
+            if pa.types.is_struct(key.type):
+                kids = dict(zip([f.name for f in key.type], key.flatten(), strict=True))
+                missing = [f for f in s.pk_fields if f not in kids]
+                if missing:
+                    raise ConnectException(f"{where(0)}: the key has no field(s) {missing}")
+                for f in key.type:
+                    if f.name in (s.pk_fields or kids):
+                        cols[f.name], types[f.name] = kids[f.name], f
+            else:
+                if len(s.pk_fields) != 1:
+                    raise ConnectException(
+                        f"{where(0)}: the key is a {key.type}, so pk.fields must name exactly "
+                        f"one column, got {list(s.pk_fields)}"
+                    )
+                cols[s.pk_fields[0]] = key
+                types[s.pk_fields[0]] = pa.field(s.pk_fields[0], key.type, nullable=False)
+        elif s.pk_mode == "record_value":
+            pk = s.pk_fields or tuple(children)
+            missing = [f for f in pk if f not in children]
+            if missing:
+                raise ConnectException(f"{where(0)}: the value has no pk field(s) {missing}")
+            cols.update({f: children[f] for f in pk})
+        pk_names = list(cols)
+        white = s.fields_whitelist
+        for name, array in children.items():
+            if name not in cols and (not white or name in white):
+                cols[name] = array
+        cols.update({_DELETE: deleted, _TOPIC: topic, _QUEUE: queue, _OFFSET: offset})
+        data = pa.table(cols)
+        topics = pc.unique(topic)
+        for t in topics.to_pylist():
+            part = data if len(topics) == 1 else data.filter(pc.equal(topic, t))
+            table = self._table(t)
+            table.segments.append(part)
+            table.pk = pk_names
+            for name, f in types.items():
+                table.types.setdefault(name, f)
+            table.where.add(_where(t, None, None))
+        self._count += n
+
+    def _decode(
+        self, column: pa.Array, what: str, *, json_objects_only: bool = False
+    ) -> tuple[list[Any], dict[str, pa.Field]]:
+        """Python values of a key/value column: dicts for structs, `_Raw` for JSON text."""
+        type_ = column.type
+        if pa.types.is_struct(type_):
+            valid = column.is_valid().to_pylist()
+            children = column.flatten()
+            fields = [type_.field(i) for i in range(type_.num_fields)]
+            lists = [_pylist(child, self.db.dialect.name) for child in children]
+            names = [f.name for f in fields]
+            rows = (
+                [
+                    dict(zip(names, vals, strict=True)) if ok else None
+                    for ok, vals in zip(valid, zip(*lists, strict=True), strict=True)
+                ]
+                if lists
+                else [{} if ok else None for ok in valid]
+            )
+            return rows, {f.name: f for f in fields}
+        if (
+            pa.types.is_string(type_)
+            or pa.types.is_large_string(type_)
+            or pa.types.is_binary(type_)
+            or pa.types.is_large_binary(type_)
+        ):
+            out: list[Any] = []
+            for raw in column.to_pylist():
+                if raw is None:
+                    out.append(None)
+                    continue
+                text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+                if json_objects_only and not text.lstrip().startswith("{"):
+                    out.append(text)  # a plain string key
+                else:
+                    out.append(_Raw(raw))
+            return out, {}
+        if pa.types.is_null(type_):
+            return [None] * len(column), {}
+        return _pylist(column, self.db.dialect.name), {}
+
+    def _add(
+        self, table: _Table, value: Any, key: Any, where: str, types: dict[str, pa.Field]
+    ) -> None:
+        s = self.settings
+        table.where.add(where.rsplit(" offset ", 1)[0])
+        if types and not table.types:
+            table.types = dict(types)
+        key_fields: dict[str, Any] = {}
+        if s.pk_mode == "record_key":
+            if key is None:
+                raise ConnectException(f"{where}: pk.mode=record_key but the record has no key")
+            if isinstance(key, dict):
+                names = s.pk_fields or tuple(key)
+                missing = [n for n in names if n not in key]
+                if missing:
+                    raise ConnectException(f"{where}: the key has no field(s) {missing}")
+                key_fields = {n: key[n] for n in names}
+            else:
+                if len(s.pk_fields) != 1:
+                    raise ConnectException(
+                        f"{where}: the key is a {type(key).__name__}, so pk.fields must name "
+                        f"exactly one column, got {list(s.pk_fields)}"
+                    )
+                key_fields = {s.pk_fields[0]: key}
+        if value is None:
+            if not s.delete_enabled:
+                raise ConnectException(
+                    f"{where}: the record has a null value (a tombstone) but delete.enabled=false",
+                    suggestion="set delete.enabled=true (with pk.mode=record_key) to delete rows",
+                )
+            pk_names = tuple(key_fields)
+            table.ops.append(_Op(True, pk_names, (), tuple(key_fields[n] for n in pk_names)))
+            return
+        if not isinstance(value, dict):
+            raise ConnectException(
+                f"{where}: the value is a {type(value).__name__}; the JDBC sink needs a struct "
+                "or a JSON object"
+            )
+        if s.pk_mode == "record_value":
+            names = s.pk_fields or tuple(value)
+            missing = [n for n in names if n not in value]
+            if missing:
+                raise ConnectException(f"{where}: the value has no pk field(s) {missing}")
+            key_fields = {n: value[n] for n in names}
+        row = dict(key_fields)
+        white = s.fields_whitelist
+        for name, v in value.items():
+            if name in row or (white and name not in white):
+                continue
+            row[name] = _json_value(v)
+        fields = tuple(row)
+        table.ops.append(_Op(False, fields, tuple(row.values()), tuple(row[n] for n in key_fields)))
+        self._count += 1
+
+    # -- writing ------------------------------------------------------------------------------
+    def flush(self, batch_id: BatchId) -> Any:
+        tables = [t for t in self._tables.values() if t.ops or t.segments]
+        if not tables:
+            return None
+        for table in tables:
+            if table.ops and table.segments:
+                _segments_to_ops(table)  # a table fed both ways: one (per-record) path
+        rows = sum(len(t.ops) + sum(seg.num_rows for seg in t.segments) for t in tables)
+        writer = _Writer(self.db, self.settings)
+        started = time.monotonic()
+        _with_retries(self.settings, lambda: writer.write(tables), f"writing {rows} records")
+        self._tables.clear()
+        return {
+            "rows": rows,
+            "tables": [str(t.name) for t in tables],
+            "seconds": round(time.monotonic() - started, 3),
+        }
+
+    def stop(self) -> None:
+        self._tables = {}
+
+
+def _nested(type_: pa.DataType) -> bool:
+    return pa.types.is_nested(type_)
+
+
+def _texty(type_: pa.DataType) -> bool:
+    return (
+        pa.types.is_string(type_)
+        or pa.types.is_large_string(type_)
+        or pa.types.is_binary(type_)
+        or pa.types.is_large_binary(type_)
+    )
+
+
+def _count(mask: pa.Array | pa.ChunkedArray) -> int:
+    """How many values of a boolean column are true."""
+    return int(pc.sum(mask).as_py() or 0)
+
+
+def _first(mask: pa.Array) -> int:
+    """Index of the first true value of a boolean array."""
+    return int(pc.index(mask, True).as_py())
+
+
+def _segments_to_ops(table: _Table) -> None:
+    """Move a table's columnar records into its per-record list, before the others (they came
+    in the same micro-batch; the columnar ones are kept in their order)."""
+    ops: list[_Op] = []
+    for seg in table.segments:
+        fields = [c for c in seg.column_names if c not in _META]
+        columns = [seg.column(f).to_pylist() for f in fields]
+        deleted = seg.column(_DELETE).to_pylist()
+        npk = len(table.pk)
+        for i, values in enumerate(zip(*columns, strict=True)):
+            if deleted[i]:
+                ops.append(_Op(True, tuple(fields[:npk]), (), tuple(values[:npk])))
+            else:
+                ops.append(_Op(False, tuple(fields), tuple(values), tuple(values[:npk])))
+    table.ops[:0] = ops
+    table.segments = []
+
+
+@dataclass
+class _Raw:
+    """A JSON text not parsed yet (parsed per record, so that errors name the record)."""
+
+    text: Any
+
+
+def _where(topic: Any, partition: Any, offset: Any) -> str:
+    out = f"record of topic {topic!r}"
+    if partition and "queueId" in partition:
+        out += f" queue {partition['queueId']}"
+    if offset and "queueOffset" in offset:
+        # queueOffset in a sink record is the position after it; show the record's own offset
+        out += f" offset {offset['queueOffset']}"
+    return out
+
+
+def _pylist(array: pa.Array, dialect: str) -> list[Any]:
+    type_ = array.type
+    if pa.types.is_timestamp(type_) and dialect == "mysql" and type_.tz is not None:
+        # MySQL takes naive values; sessions run in UTC.
+        array = array.cast(pa.timestamp(type_.unit))
+    if pa.types.is_timestamp(type_) and dialect == "postgresql" and type_.tz is None:
+        return [None if v is None else v.replace(tzinfo=UTC) for v in array.to_pylist()]
+    return array.to_pylist()
+
+
+def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
+    """Run `work`, retrying transient database failures as configured (see the module doc)."""
+    from sluice.connectors.jdbc._db import error_text
+
+    started = time.monotonic()
+    delay_ms = 300
+    attempt = 0
+    while True:
+        try:
+            work()
+            return
+        except Exception as exc:
+            if isinstance(exc, ConnectException) and not isinstance(exc, RetriableException):
+                raise
+            retriable = isinstance(exc, RetriableException) or _transient(settings, exc)
+            message = exc.message if isinstance(exc, ConnectException) else error_text(exc)
+            if not retriable:
+                raise ConnectException(f"{what}: {message}") from None
+            attempt += 1
+            spent_ms = (time.monotonic() - started) * 1000
+            timeout = settings.retry_timeout_ms
+            if timeout != 0:
+                wait_ms = min(delay_ms, settings.retry_delay_max_ms)
+                delay_ms *= 2
+                if timeout != -1 and spent_ms + wait_ms > timeout:
+                    raise ConnectException(
+                        f"{what} failed after {attempt - 1} retries in {spent_ms:.0f} ms "
+                        f"(errors.retry.timeout={timeout}): {message}",
+                        suggestion="raise errors.retry.timeout to wait longer for the database",
+                    ) from None
+            else:
+                wait_ms = settings.retry_backoff_ms
+                if attempt > settings.max_retries:
+                    raise ConnectException(
+                        f"{what} failed after {settings.max_retries} retries: {message}",
+                        suggestion="raise max.retries or set errors.retry.timeout",
+                    ) from None
+            log.warning("%s failed (%s); retry %d in %d ms", what, message, attempt, wait_ms)
+            time.sleep(wait_ms / 1000)
+
+
+def _transient(settings: SinkSettings, exc: BaseException) -> bool:
+    from sluice.connectors.jdbc._dialect import dialect_for
+
+    return dialect_for(settings.connection.dialect).is_transient(exc)
+
+
+class _Writer:
+    """Writes the collected records of all tables in one transaction."""
+
+    def __init__(self, db: Any, settings: SinkSettings) -> None:
+        self.db = db
+        self.settings = settings
+        self.d = db.dialect
+        self.pg = db.dialect.name == "postgresql"
+
+    def write(self, tables: list[_Table]) -> None:
+        from sluice.connectors.jdbc._db import error_text
+
+        with self.db.connect(attempts=1) as conn:
+            # DDL first, committed on its own: MySQL commits implicitly around DDL anyway.
+            columns = {t.name: self._prepare(conn, t) for t in tables}
+            conn.commit()
+            trans = conn.begin()
+            current = ""
+            try:
+                for table in tables:
+                    current = f"table {str(table.name)!r} ({', '.join(sorted(table.where))})"
+                    self._write_table(conn, table, columns[table.name])
+                trans.commit()
+            except Exception as exc:
+                with contextlib.suppress(Exception):  # the connection may be gone
+                    trans.rollback()
+                if isinstance(exc, ConnectException) or self.d.is_transient(exc):
+                    raise
+                raise ConnectException(f"writing to {current}: {error_text(exc)}") from None
+
+    # -- tables and columns -------------------------------------------------------------------
+    def _fields(self, table: _Table) -> tuple[list[str], bool]:
+        """The record fields to write (in order) and whether there is anything but deletes."""
+        fields: list[str] = []
+        writes = False
+        for seg in table.segments:
+            fields += [c for c in seg.column_names if c not in _META and c not in fields]
+            writes = writes or _count(pc.invert(seg.column(_DELETE))) > 0
+        for op in table.ops:
+            fields += [name for name in op.fields if name not in fields]
+            writes = writes or not op.delete
+        return fields, writes
+
+    def _prepare(self, conn: Any, table: _Table) -> dict[str, str]:
+        """Create/evolve the table as configured; the record field → column name map."""
+        fields, writes = self._fields(table)
+        existing = self.db.columns(conn, table.name)
+        if existing is None:
+            if not writes:
+                return {}  # only deletes, and nothing to delete from
+            if not self.settings.auto_create:
+                raise ConnectException(
+                    f"table {str(table.name)!r} does not exist in {self.db.describe()}",
+                    suggestion="create it, or set auto.create=true",
+                )
+            self._create(conn, table, fields)
+            existing = self.db.columns(conn, table.name) or []
+        names = {c.name: c.name for c in existing}
+        if not self.pg:
+            names.update({c.name.lower(): c.name for c in existing})
+        missing = [f for f in fields if f not in names and (self.pg or f.lower() not in names)]
+        if missing:
+            if not self.settings.auto_evolve:
+                raise ConnectException(
+                    f"table {str(table.name)!r} has no column(s) {missing}",
+                    suggestion="add them, or set auto.evolve=true",
+                )
+            for name in missing:
+                self._add_column(conn, table, name)
+            return self._prepare(conn, table)
+        mapping = {f: names.get(f) or names[f.lower()] for f in fields}
+        # Spark has no TIME type: a Time field reaches a sink as int32 milliseconds of the day
+        # (see sluice.sdk Schema.to_spark_ddl). Give TIME columns a time again.
+        table.time_columns = {c.name for c in existing if c.type_name == "time"}
+        if self.settings.insert_mode == "upsert" and writes:
+            pk = {mapping[n] for n in self._pk_names(table)}
+            if pk and pk not in self.db.unique_keys(conn, table.name):
+                raise ConnectException(
+                    f"table {str(table.name)!r} has no primary key or unique index on exactly "
+                    f"({', '.join(sorted(pk))}): an upsert could not find the rows it replaces",
+                    suggestion="add the key, or set pk.fields to the table's key columns",
+                )
+        return mapping
+
+    def _field_sql(self, table: _Table, name: str, pk: bool) -> str:
+        f = table.types.get(name)
+        if f is None:
+            raise ConnectException(
+                f"table {str(table.name)!r}: cannot create column {name!r} without a type; "
+                "auto.create and auto.evolve need record values with a schema (a struct)",
+                suggestion="use a schema-carrying converter, or create the table yourself",
+            )
+        return sql_type(f.type, self.pg, pk=pk, where=f"table {str(table.name)!r}: field {name!r}")
+
+    def _pk_names(self, table: _Table) -> list[str]:
+        if self.settings.pk_mode == "none":
+            return []
+        if table.segments:
+            return list(table.pk)
+        for op in table.ops:
+            return list(op.fields[: len(op.pk)]) if not op.delete else list(op.fields)
+        return []
+
+    def _create(self, conn: Any, table: _Table, fields: list[str]) -> None:
+        pk = self._pk_names(table)
+        lines = []
+        for name in fields:
+            f = table.types.get(name)
+            null = "NOT NULL" if name in pk or (f is not None and not f.nullable) else "NULL"
+            lines.append(f"{self.d.quote(name)} {self._field_sql(table, name, name in pk)} {null}")
+        if pk:
+            lines.append("PRIMARY KEY (" + ", ".join(self.d.quote(n) for n in pk) + ")")
+        options = "" if self.pg else " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        sql = (
+            f"CREATE TABLE IF NOT EXISTS {self.d.table(table.name)} (\n  "
+            + ",\n  ".join(lines)
+            + f"\n){options}"
+        )
+        log.info("auto.create: %s", sql)
+        conn.exec_driver_sql(sql)
+
+    def _add_column(self, conn: Any, table: _Table, name: str) -> None:
+        from sqlalchemy.exc import DBAPIError
+
+        sql = (
+            f"ALTER TABLE {self.d.table(table.name)} ADD COLUMN "
+            f"{self.d.quote(name)} {self._field_sql(table, name, False)} NULL"
+        )
+        log.info("auto.evolve: %s", sql)
+        try:
+            conn.exec_driver_sql(sql)
+        except DBAPIError as exc:
+            # Another task added it first (PostgreSQL 42701, MySQL 1060): that is fine.
+            code = getattr(exc.orig, "sqlstate", None) or (exc.orig.args or [None])[0]
+            if code not in ("42701", 1060):
+                raise
+            conn.rollback()
+
+    # -- statements ---------------------------------------------------------------------------
+    def _write_table(self, conn: Any, table: _Table, columns: dict[str, str]) -> None:
+        if not columns:
+            return
+        if table.segments:
+            self._write_columnar(conn, table, columns)
+            return
+        mode = self.settings.insert_mode
+        if mode == "insert":
+            for delete, fields, ops in _runs(table.ops):
+                self._statement(conn, table, columns, "delete" if delete else "insert", fields, ops)
+            return
+        # upsert / update: the last record per key wins, so deletes and writes are disjoint
+        last: dict[tuple, _Op] = {}
+        for op in table.ops:
+            last.pop(op.pk, None)
+            last[op.pk] = op
+        deletes = [op for op in last.values() if op.delete]
+        if deletes:
+            self._statement(conn, table, columns, "delete", deletes[0].fields, deletes)
+        groups: dict[tuple[str, ...], list[_Op]] = {}
+        for op in last.values():
+            if not op.delete:
+                groups.setdefault(op.fields, []).append(op)
+        for fields, ops in groups.items():
+            self._statement(conn, table, columns, mode, fields, ops)
+
+    def _write_columnar(self, conn: Any, table: _Table, columns: dict[str, str]) -> None:
+        """The columnar path: the same semantics as the per-record one, in Arrow."""
+        try:
+            data = pa.concat_tables(table.segments)
+        except pa.ArrowInvalid:  # batches of different shapes: take the per-record path
+            _segments_to_ops(table)
+            self._write_table(conn, table, columns)
+            return
+        fields = [c for c in data.column_names if c not in _META]
+        pk = list(table.pk)
+        deleted = data.column(_DELETE)
+        if self.settings.insert_mode == "insert":
+            flags = deleted.to_pylist() if _count(deleted) else [False] * data.num_rows
+            start = 0
+            for i in range(1, len(flags) + 1):
+                if i == len(flags) or flags[i] != flags[start]:
+                    part = data.slice(start, i - start)
+                    kind = "delete" if flags[start] else "insert"
+                    self._emit(
+                        conn,
+                        table,
+                        columns,
+                        kind,
+                        part.select(pk if flags[start] else fields),
+                        len(pk),
+                    )
+                    start = i
+            return
+        # upsert / update: the last record per key wins
+        data = data.append_column(_POS, pa.array(range(data.num_rows), pa.int64()))
+        if pk:
+            data = data.take(_last_per_key(data, pk))
+        deleted = data.column(_DELETE)
+        if _count(deleted):
+            self._emit(conn, table, columns, "delete", data.filter(deleted).select(pk), len(pk))
+        writes = data.filter(pc.invert(deleted)) if _count(deleted) else data
+        if writes.num_rows:
+            self._emit(
+                conn, table, columns, self.settings.insert_mode, writes.select(fields), len(pk)
+            )
+
+    def _emit(
+        self, conn: Any, table: _Table, columns: dict[str, str], kind: str, data: pa.Table, npk: int
+    ) -> None:
+        cols = [columns[f] for f in data.column_names]
+        pk = cols if kind == "delete" else cols[:npk]
+        data = _arrow_times(data, [i for i, c in enumerate(cols) if c in table.time_columns])
+        if self.pg:
+            self._pg(conn, table.name, kind, cols, pk, data)
+        else:
+            lists = [_pylist(column.combine_chunks(), "mysql") for column in data.columns]
+            self._mysql(conn, table.name, kind, cols, pk, list(zip(*lists, strict=True)))
+
+    def _statement(
+        self,
+        conn: Any,
+        table: _Table,
+        columns: dict[str, str],
+        kind: str,
+        fields: tuple[str, ...],
+        ops: list[_Op],
+    ) -> None:
+        cols = [columns[f] for f in fields]
+        npk = len(ops[0].pk)
+        pk = cols[:npk] if kind != "delete" else cols
+        rows = [op.pk for op in ops] if kind == "delete" else [op.values for op in ops]
+        times = [i for i, c in enumerate(cols) if c in table.time_columns]
+        if times:
+            rows = [_times(row, times) for row in rows]
+        if self.pg:
+            self._pg(conn, table.name, kind, cols, pk, rows)
+        else:
+            self._mysql(conn, table.name, kind, cols, pk, rows)
+
+    def _pg(
+        self,
+        conn: Any,
+        name: TableName,
+        kind: str,
+        cols: list[str],
+        pk: list[str],
+        rows: list | pa.Table,
+    ) -> None:
+        q = self.d.quote
+        target = self.d.table(name)
+        col_list = ", ".join(q(c) for c in cols)
+        raw_cols = ", ".join(self.d.quote_raw(c) for c in cols)
+        cursor = conn.connection.driver_connection.cursor()
+        try:
+            if kind == "insert":
+                _copy(cursor, f"COPY {self.d.table(name, raw=True)} ({raw_cols}) FROM STDIN", rows)
+                return
+            stage = "sluice_stage"
+            cursor.execute(f"DROP TABLE IF EXISTS {q(stage)}", ())
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE {q(stage)} ON COMMIT DROP AS "
+                f"SELECT {col_list} FROM {target} WITH NO DATA",
+                (),
+            )
+            _copy(cursor, f"COPY {self.d.quote_raw(stage)} ({raw_cols}) FROM STDIN", rows)
+            on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in pk)
+            rest = [c for c in cols if c not in pk]
+            if kind == "delete":
+                sql = f"DELETE FROM {target} AS t USING {q(stage)} AS s WHERE {on}"
+            elif kind == "update":
+                if not rest:
+                    return
+                sets = ", ".join(f"{q(c)} = s.{q(c)}" for c in rest)
+                sql = f"UPDATE {target} AS t SET {sets} FROM {q(stage)} AS s WHERE {on}"
+            else:
+                conflict = ", ".join(q(c) for c in pk)
+                action = (
+                    "DO UPDATE SET " + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in rest)
+                    if rest
+                    else "DO NOTHING"
+                )
+                sql = (
+                    f"INSERT INTO {target} AS t ({col_list}) SELECT {col_list} FROM {q(stage)} "
+                    f"ON CONFLICT ({conflict}) {action}"
+                )
+            cursor.execute(sql, ())
+            cursor.execute(f"DROP TABLE {q(stage)}", ())
+        finally:
+            cursor.close()
+
+    def _mysql(
+        self, conn: Any, name: TableName, kind: str, cols: list[str], pk: list[str], rows: list
+    ) -> None:
+        q = self.d.quote
+        target = self.d.table(name)
+        col_list = ", ".join(q(c) for c in cols)
+        one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+        if kind == "delete":
+            key = "(" + ", ".join(q(c) for c in pk) + ")" if len(pk) > 1 else q(pk[0])
+            for chunk in self._chunks(rows):
+                marks = ", ".join(one if len(pk) > 1 else "%s" for _ in chunk)
+                params = [v for row in chunk for v in row]
+                conn.exec_driver_sql(
+                    f"DELETE FROM {target} WHERE {key} IN ({marks})", tuple(params)
+                )
+            return
+        if kind == "update":
+            stage = q("sluice_stage")
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+            conn.exec_driver_sql(
+                f"CREATE TEMPORARY TABLE {stage} AS SELECT {col_list} FROM {target} LIMIT 0"
+            )
+            self._mysql_insert(conn, stage, col_list, one, rows, "")
+            rest = [c for c in cols if c not in pk]
+            if rest:
+                on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in pk)
+                sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in rest)
+                conn.exec_driver_sql(f"UPDATE {target} AS t JOIN {stage} AS s ON {on} SET {sets}")
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE {stage}")
+            return
+        suffix = ""
+        if kind == "upsert":
+            rest = [c for c in cols if c not in pk] or pk[:1]
+            suffix = " ON DUPLICATE KEY UPDATE " + ", ".join(
+                f"{q(c)} = VALUES({q(c)})" for c in rest
+            )
+        self._mysql_insert(conn, target, col_list, one, rows, suffix)
+
+    def _mysql_insert(
+        self, conn: Any, target: str, col_list: str, one: str, rows: list, suffix: str
+    ) -> None:
+        for chunk in self._chunks(rows):
+            marks = ", ".join([one] * len(chunk))
+            params = tuple(v for row in chunk for v in row)
+            conn.exec_driver_sql(
+                f"INSERT INTO {target} ({col_list}) VALUES {marks}{suffix}", params
+            )
+
+    def _chunks(self, rows: list) -> Iterable[list]:
+        limit = self.settings.batch_size
+        chunk: list = []
+        size = 0
+        for row in rows:
+            row_size = sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+            if chunk and (len(chunk) >= limit or size + row_size > MAX_STATEMENT_BYTES):
+                yield chunk
+                chunk, size = [], 0
+            chunk.append(row)
+            size += row_size
+        if chunk:
+            yield chunk
+
+
+def _times(row: tuple, positions: list[int]) -> tuple:
+    """`row` with int milliseconds-of-day at `positions` as `datetime.time`."""
+    values = list(row)
+    for i in positions:
+        v = values[i]
+        if isinstance(v, int) and not isinstance(v, bool):
+            if not 0 <= v < 86_400_000:
+                raise ConnectException(f"{v} ms is not a time of day (0 to 86399999)")
+            values[i] = (datetime.min + timedelta(milliseconds=v)).time()
+    return tuple(values)
+
+
+def _runs(ops: list[_Op]) -> Iterable[tuple[bool, tuple[str, ...], list[_Op]]]:
+    """Consecutive records of the same kind and fields (insert mode keeps record order)."""
+    run: list[_Op] = []
+    for op in ops:
+        if run and (op.delete != run[0].delete or op.fields != run[0].fields):
+            yield run[0].delete, run[0].fields, run
+            run = []
+        run.append(op)
+    if run:
+        yield run[0].delete, run[0].fields, run
+
+
+def _copy(cursor: Any, statement: str, rows: list | pa.Table) -> None:
+    """COPY rows (Python tuples, text format) or an Arrow table (CSV written by Arrow: no
+    Python object per value)."""
+    if not isinstance(rows, pa.Table):
+        with cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+        return
+    data = _csv_ready(rows)
+    options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
+    with cursor.copy(statement + " WITH (FORMAT csv)") as copy:
+        for batch in data.to_batches(max_chunksize=65_536):
+            out = pa.BufferOutputStream()
+            pacsv.write_csv(batch, out, options)
+            copy.write(out.getvalue())
+
+
+def _csv_ready(data: pa.Table) -> pa.Table:
+    """`data` with what CSV cannot carry for PostgreSQL made text: bytes as `\\x…` hex."""
+    for i, f in enumerate(data.schema):
+        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            values = data.column(i).to_pylist()
+            hexed = pa.array([None if v is None else "\\x" + v.hex() for v in values], pa.string())
+            data = data.set_column(i, f.name, hexed)
+        elif pa.types.is_nested(f.type):
+            raise ConnectException(f"field {f.name!r}: {f.type} values cannot be written")
+    return data
+
+
+def _last_per_key(data: pa.Table, pk: list[str]) -> pa.Array:
+    """Row indices (ascending) of the last row of each key (`_POS` numbers the rows)."""
+    try:
+        last = data.group_by(pk, use_threads=False).aggregate([(_POS, "max")])
+        positions = last.column(f"{_POS}_max").combine_chunks()
+        return pc.take(positions, pc.sort_indices(positions))
+    except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        # key types Arrow cannot group by: do it in Python
+        columns = [data.column(k).to_pylist() for k in pk]
+        keys = [
+            tuple(json.dumps(v, sort_keys=True, default=str) for v in key)
+            for key in zip(*columns, strict=True)
+        ]
+        latest = {key: i for i, key in enumerate(keys)}
+        return pa.array(sorted(latest.values()), pa.int64())
+
+
+def _arrow_times(data: pa.Table, positions: list[int]) -> pa.Table:
+    """`data` with int milliseconds-of-day at `positions` as time32[ms] (see `_times`)."""
+    for i in positions:
+        column = data.column(i)
+        if pa.types.is_integer(column.type):
+            low, high = pc.min(column).as_py(), pc.max(column).as_py()
+            if (low is not None and low < 0) or (high is not None and high >= 86_400_000):
+                bad = low if low is not None and low < 0 else high
+                raise ConnectException(f"{bad} ms is not a time of day (0 to 86399999)")
+            data = data.set_column(
+                i, data.schema.field(i).name, column.cast(pa.int32()).cast(pa.time32("ms"))
+            )
+    return data
+
+
+_PG_TYPES = {
+    "int8": "SMALLINT",
+    "int16": "SMALLINT",
+    "int32": "INTEGER",
+    "int64": "BIGINT",
+    "float": "REAL",
+    "double": "DOUBLE PRECISION",
+    "bool": "BOOLEAN",
+    "string": "TEXT",
+    "large_string": "TEXT",
+    "binary": "BYTEA",
+    "large_binary": "BYTEA",
+    "date32[day]": "DATE",
+}
+_MYSQL_TYPES = {
+    "int8": "TINYINT",
+    "int16": "SMALLINT",
+    "int32": "INT",
+    "int64": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "bool": "BOOLEAN",
+    "string": "LONGTEXT",
+    "large_string": "LONGTEXT",
+    "binary": "LONGBLOB",
+    "large_binary": "LONGBLOB",
+    "date32[day]": "DATE",
+}
+
+
+def sql_type(type_: pa.DataType, pg: bool, *, pk: bool, where: str) -> str:
+    """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
+    if pa.types.is_decimal(type_):
+        return f"{'NUMERIC' if pg else 'DECIMAL'}({type_.precision},{type_.scale})"
+    if pa.types.is_time(type_):
+        digits = {"s": 0, "ms": 3, "us": 6, "ns": 6}[type_.unit]
+        return f"TIME({digits})"
+    if pa.types.is_timestamp(type_):
+        if pg:
+            return "TIMESTAMP(6) WITH TIME ZONE" if type_.tz else "TIMESTAMP(6)"
+        return "DATETIME(6)"
+    if not pg and pk and (pa.types.is_string(type_) or pa.types.is_binary(type_)):
+        # MySQL cannot index a TEXT/BLOB column without a prefix length
+        return "VARCHAR(255)" if pa.types.is_string(type_) else "VARBINARY(255)"
+    table = _PG_TYPES if pg else _MYSQL_TYPES
+    name = str(type_)
+    if name not in table:
+        raise ConnectException(f"{where}: sluice has no column type for {type_}")
+    return table[name]
+
+
+class JdbcSinkConnector(SinkConnector):
+    """Writes records into MySQL/MariaDB or PostgreSQL tables (insert, upsert or update)."""
+
+    config_def = SINK_CONFIG
+    task_class = JdbcSinkTask
+    #: With insert.mode=upsert or update (idempotent writes); insert.mode=insert is at-least-once.
+    delivery = "exactly-once"
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        settings = SinkSettings.parse(config)
+        Database(settings.connection).check()
+
+    def start(self, config: Mapping[str, str]) -> None:
+        # Cheap on purpose: the runtime starts a connector on the driver for every commit.
+        super().start(config)
+        self.settings = SinkSettings.parse(config)
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.config) for _ in range(max_tasks)]

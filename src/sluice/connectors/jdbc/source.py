@@ -1,0 +1,917 @@
+"""JdbcSourceConnector: copies tables (or a query) of MySQL/MariaDB or PostgreSQL into topics.
+
+Delivery: exactly-once into the topic. Every micro-batch reads a range of rows between two
+positions, ordered by the mode's cursor columns, and a replayed batch reads the same range again.
+Unit of parallelism: one table per task (tables are spread over `max.tasks` tasks); when there are
+fewer tables than `max.tasks`, a large range (the first load of a big table) is cut into key ranges
+that are read in parallel and still reach the topic in order.
+
+Positions, one per table: `{"table": "db.orders"}` (or `{"query": "query"}`) →
+
+* incrementing: `{"incrementing": 1041}` — rows with id > 1041 come next;
+* timestamp: `{"timestamp": "2024-05-01T10:00:00.250000"}` — rows modified after it;
+* timestamp+incrementing: both; rows after (timestamp, id) in that order;
+* bulk: `{"load": 3, "after": [5000] | null, "done": false, "started": <epoch ms>}` — the third
+  full read of the table, continuing after primary key 5000; a new load starts
+  `poll.interval.ms` after the previous one started.
+
+Each offset is the position *after* the last row of a range: resuming never re-reads that row.
+Timestamps in positions are UTC wall-clock values. Incrementing mode sees new rows only; timestamp
+modes also see updated rows. Rows committed late with a smaller id or timestamp than one already
+read are not seen (as with every JDBC source); `timestamp.delay.interval.ms` gives in-flight
+transactions time to commit.
+
+The value of each record is a struct of the table's columns (see `_dialect` for the types); the
+key is null, so one table stays in one queue, in order. All tables of one connector must have the
+same columns (a connector carries one value schema): copy differently shaped tables with one
+connector each.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from sluice.connectors.jdbc._config import SOURCE_CONFIG, SourceSettings, TableName
+from sluice.connectors.jdbc._dialect import Mapped, UnmappableType
+from sluice.connectors.jdbc._values import decode, encode, naive_utc, to_arrow
+from sluice.sdk import (
+    ConfigException,
+    ConnectException,
+    ReadLimit,
+    RecordOffset,
+    RecordPartition,
+    ReplayableSourceTask,
+    RetriableException,
+    Schema,
+    SourceConnector,
+)
+
+log = logging.getLogger(__name__)
+
+_PLAN_KEY = "jdbc.task.plan"
+_MAX_INT = 2**63 - 1
+#: A range is cut for parallel reading only if every piece gets at least this many rows.
+MIN_SPLIT_ROWS = 20_000
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """What one task needs to read one table or query; JSON in the task config."""
+
+    partition: dict[str, str]
+    topic: str
+    table: str | None  # "schema.name" (or "name"), None in query mode
+    query: str | None
+    columns: list[Mapped]
+    terms: list[str]  # cursor columns, in order (incrementing / timestamp / primary key)
+    resume: list[str]  # unique ordering used to resume a read after a lost connection
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "topic": self.topic,
+            "table": self.table,
+            "query": self.query,
+            "columns": [[m.name, m.schema.to_json(), m.conv, m.cast_text] for m in self.columns],
+            "terms": self.terms,
+            "resume": self.resume,
+        }
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> TablePlan:
+        return TablePlan(
+            partition=data["partition"],
+            topic=data["topic"],
+            table=data["table"],
+            query=data["query"],
+            columns=[Mapped(n, Schema.from_json(s), c, t) for n, s, c, t in data["columns"]],
+            terms=data["terms"],
+            resume=data["resume"],
+        )
+
+
+@dataclass
+class SourcePlan:
+    """The connector's plan: settings, tables, the shared value schema, the resolved initial."""
+
+    settings: SourceSettings
+    tables: list[TablePlan]
+    value_schema: Schema
+    initial_ms: int | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+
+# -- planning (driver) ----------------------------------------------------------------------------
+def plan_source(config: Mapping[str, str]) -> SourcePlan:
+    """Connect, find the tables, map their columns; `ConfigException` names what is wrong."""
+    from sluice.connectors.jdbc._db import Database
+
+    settings = SourceSettings.parse(config)
+    db = Database(settings.connection)
+    db.check()
+    with db.connect() as conn:
+        if settings.query:
+            tables = [_plan_query(db, conn, settings)]
+        else:
+            names = list(settings.whitelist)
+            key = "table.whitelist"
+            if not names:
+                black = {str(t) for t in settings.blacklist} | {t.name for t in settings.blacklist}
+                names = [t for t in db.tables(conn) if str(t) not in black]
+                key = "table.blacklist"
+                if not names:
+                    raise ConfigException(
+                        "table.whitelist",
+                        f"no tables to copy in {db.describe()}",
+                        suggestion="list them in table.whitelist",
+                    )
+            tables = [_plan_table(db, conn, settings, name, key) for name in names]
+        now = conn.exec_driver_sql(db.utc_now_sql()).scalar()
+    schemas = {}
+    for plan in tables:
+        schemas[_describe_table(plan)] = _struct(plan.columns)
+    first = next(iter(schemas.values()))
+    for name, schema in schemas.items():
+        if _loose(schema) != _loose(first):
+            raise ConfigException(
+                "table.whitelist",
+                f"tables {_describe_table(tables[0])} and {name} have different columns; one "
+                "connector carries one value schema",
+                suggestion="start one connector per table",
+            )
+    value_schema = Schema.struct(
+        *[
+            (f.name, _union_optional([schemas[k].fields[i].schema for k in schemas]))
+            for i, f in enumerate(first.fields)
+        ],
+        optional=False,
+    )
+    initial = settings.timestamp_initial
+    if initial == -1:
+        initial = int(naive_utc(now).replace(tzinfo=UTC).timestamp() * 1000)
+    return SourcePlan(settings, tables, value_schema, initial, dict(config))
+
+
+def _describe_table(plan: TablePlan) -> str:
+    return plan.table if plan.table is not None else "query"
+
+
+def _struct(columns: list[Mapped]) -> Schema:
+    return Schema.struct(*[(m.name, m.schema) for m in columns], optional=False)
+
+
+def _loose(schema: Schema) -> list[tuple[str, dict]]:
+    return [(f.name, dict(f.schema.to_json(), optional=True)) for f in schema.fields]
+
+
+def _union_optional(schemas: list[Schema]) -> Schema:
+    from dataclasses import replace
+
+    return replace(schemas[0], optional=any(s.optional for s in schemas))
+
+
+def _map_columns(db: Any, columns: list, where: str, key: str) -> list[Mapped]:
+    mapped = []
+    for column in columns:
+        try:
+            mapped.append(db.dialect.map_column(column))
+        except UnmappableType as exc:
+            raise ConfigException(
+                key,
+                f"{where}: column {column.name!r} has type {column.display}, which sluice "
+                f"cannot carry: {exc}",
+                suggestion="leave the table out, or copy it with a query that converts the column",
+            ) from None
+    return mapped
+
+
+def _find(columns: list, name: str, mysql: bool) -> Any:
+    for column in columns:
+        if column.name == name or (mysql and column.name.lower() == name.lower()):
+            return column
+    return None
+
+
+def _cursor_terms(
+    db: Any, settings: SourceSettings, columns: list, where: str, pk: list[str]
+) -> tuple[list[str], list[str]]:
+    """The cursor columns of the mode (checked), and the unique ordering to resume with."""
+    mysql = db.dialect.name == "mysql"
+    names = ", ".join(c.name for c in columns)
+    terms: list[str] = []
+    if settings.uses_timestamp:
+        for name in settings.timestamp_columns:
+            column = _find(columns, name, mysql)
+            if column is None:
+                raise ConfigException(
+                    "timestamp.column.name", f"{where} has no column {name!r} (columns: {names})"
+                )
+            if db.dialect.map_column(column).conv != "timestamp":
+                raise ConfigException(
+                    "timestamp.column.name",
+                    f"{where}: column {name!r} is {column.display}, not a timestamp",
+                )
+            _check_not_null(settings, column, where, "timestamp.column.name")
+            terms.append(column.name)
+        if len(terms) > 1:
+            # several timestamp columns: COALESCE(a, b, …) is the cursor; see `_terms_sql`
+            terms = ["\x00coalesce\x00" + json.dumps(terms)]
+    if settings.uses_incrementing:
+        name = settings.incrementing_column
+        if not name:
+            auto = [c for c in columns if c.autoincrement]
+            if len(auto) != 1:
+                raise ConfigException(
+                    "incrementing.column.name",
+                    f"required key is missing: {where} has no single auto-increment column "
+                    "to use instead",
+                )
+            column = auto[0]
+        else:
+            column = _find(columns, name, mysql)
+            if column is None:
+                raise ConfigException(
+                    "incrementing.column.name",
+                    f"{where} has no column {name!r} (columns: {names})",
+                )
+        mapped = db.dialect.map_column(column)
+        integral = mapped.schema.type.value.startswith("INT") or (
+            mapped.conv in ("decimal", "uint64") and mapped.schema.scale == 0
+        )
+        if not integral:
+            raise ConfigException(
+                "incrementing.column.name",
+                f"{where}: column {column.name!r} is {column.display}, not an integer",
+            )
+        _check_not_null(settings, column, where, "incrementing.column.name")
+        terms.append(column.name)
+    if settings.mode == "bulk":
+        return list(pk), list(pk)
+    if settings.mode == "timestamp":
+        resume = terms + [p for p in pk if p not in terms] if pk else []
+        return terms, resume
+    return terms, terms
+
+
+def _check_not_null(settings: SourceSettings, column: Any, where: str, key: str) -> None:
+    # A query's result columns carry no NOT NULL constraints to check (PostgreSQL drops them).
+    if column.nullable and settings.validate_non_null and not settings.query:
+        raise ConfigException(
+            key,
+            f"{where}: column {column.name!r} is nullable; rows where it is NULL would never be "
+            "copied",
+            suggestion="declare it NOT NULL, or set validate.non.null=false",
+        )
+
+
+def _plan_table(
+    db: Any, conn: Any, settings: SourceSettings, table: TableName, key: str
+) -> TablePlan:
+    columns = db.columns(conn, table)
+    if columns is None:
+        raise ConfigException(key, f"table {str(table)!r} does not exist in {db.describe()}")
+    where = f"table {str(table)!r}"
+    mapped = _map_columns(db, columns, where, key)
+    pk = db.primary_key(conn, table)
+    terms, resume = _cursor_terms(db, settings, columns, where, pk)
+    name = str(table)
+    topic = settings.topic or f"{settings.topic_prefix}{table.name}"
+    return TablePlan({"table": name}, topic, name, None, mapped, terms, resume)
+
+
+def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
+    from sqlalchemy.exc import DBAPIError
+
+    probe = "sluice_query_probe"
+    query = _query_sql(settings.query)
+    if db.dialect.name == "postgresql":
+        create = f"CREATE TEMPORARY TABLE {db.dialect.quote(probe)} AS {query} WITH NO DATA"
+    else:
+        create = f"CREATE TEMPORARY TABLE {db.dialect.quote(probe)} AS {query} LIMIT 0"
+    try:
+        conn.exec_driver_sql(create)
+        columns = db.temp_columns(conn, probe) or []
+    except DBAPIError as exc:
+        from sluice.connectors.jdbc._db import error_text
+
+        raise ConfigException("query", f"the query fails: {error_text(exc)}") from None
+    finally:
+        conn.rollback()
+        if db.dialect.name == "mysql":
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {db.dialect.quote(probe)}")
+    mapped = _map_columns(db, columns, "query", "query")
+    terms, resume = _cursor_terms(db, settings, columns, "the query", [])
+    topic = settings.topic or settings.topic_prefix
+    return TablePlan({"query": "query"}, topic, None, settings.query, mapped, terms, resume)
+
+
+def _query_sql(query: str) -> str:
+    """The user's query as a derived table (`%` doubled: statements take `%s` parameters)."""
+    body = query.strip().rstrip(";").strip().replace("%", "%%")
+    return f"SELECT * FROM ({body}) AS sluice_query"
+
+
+# -- reading (driver: latest/split; executors: read) ----------------------------------------------
+class JdbcSourceTask(ReplayableSourceTask):
+    """Reads ranges of its tables' rows between two positions."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        self.settings = SourceSettings.parse(config)
+        raw = config.get(_PLAN_KEY)
+        if not raw:
+            raise ConnectException("JdbcSourceTask started without its plan (use the connector)")
+        data = json.loads(raw)
+        self.value_schema = Schema.from_json(data["schema"])
+        self.value_type = self.value_schema.to_arrow()
+        self.initial_ms: int | None = data["initial"]
+        self.tables = [TablePlan.from_json(t) for t in data["tables"]]
+        self.by_partition = {json.dumps(t.partition, sort_keys=True): t for t in self.tables}
+        self.db = Database(self.settings.connection)
+        self._pg = self.db.dialect.name == "postgresql"
+        self._warned = False
+        # partition → (offset, monotonic time): while a table is idle, look again only every
+        # poll.interval.ms (while it has a backlog, every micro-batch asks)
+        self._idle: dict[str, tuple[RecordOffset | None, float]] = {}
+
+    def partitions(self) -> list[RecordPartition]:
+        return [dict(t.partition) for t in self.tables]
+
+    def _table(self, partition: RecordPartition) -> TablePlan:
+        return self.by_partition[json.dumps(partition, sort_keys=True)]
+
+    # -- SQL pieces -----------------------------------------------------------------------------
+    def _source_sql(self, plan: TablePlan) -> str:
+        if plan.query is not None:
+            return f"({_query_sql(plan.query)}) AS sluice_source"
+        return self.db.dialect.table(TableName.parse(plan.table or ""))
+
+    def _term_sql(self, term: str) -> str:
+        if term.startswith("\x00coalesce\x00"):
+            names = json.loads(term[len("\x00coalesce\x00") :])
+            return "COALESCE(" + ", ".join(self.db.dialect.quote(n) for n in names) + ")"
+        return self.db.dialect.quote(term)
+
+    def _term_value(self, term: str, row: Mapping[str, Any]) -> Any:
+        if term.startswith("\x00coalesce\x00"):
+            for name in json.loads(term[len("\x00coalesce\x00") :]):
+                if row.get(name) is not None:
+                    return row[name]
+            return None
+        return row[term]
+
+    def _after(self, terms: list[str], values: list[Any]) -> tuple[str, list[Any]]:
+        """`(terms) > (values)` in lexicographic order, written so that an index applies."""
+        return self._compare(terms, values, ">")
+
+    def _at_most(self, terms: list[str], values: list[Any]) -> tuple[str, list[Any]]:
+        """`(terms) <= (values)` in lexicographic order."""
+        return self._compare(terms, values, "<=")
+
+    def _compare(self, terms: list[str], values: list[Any], op: str) -> tuple[str, list[Any]]:
+        sql = [self._term_sql(t) for t in terms]
+        if len(sql) == 1:
+            return f"{sql[0]} {op} %s", [values[0]]
+        strict = op[0]  # ">" or "<"
+        ors, params = [], []
+        for i in range(len(sql)):
+            ors.append(
+                " AND ".join([f"{sql[j]} = %s" for j in range(i)] + [f"{sql[i]} {strict} %s"])
+            )
+            params.extend(values[: i + 1])
+        if op == "<=":
+            ors.append(" AND ".join(f"{s} = %s" for s in sql))
+            params.extend(values)
+        # The leading range (`a >= x AND (…)`) lets the planner scan the index from x on; the OR
+        # alone makes PostgreSQL bitmap-scan the whole table.
+        bound = f"{sql[0]} {strict}= %s"
+        return f"({bound} AND (" + " OR ".join(f"({o})" for o in ors) + "))", [values[0], *params]
+
+    # -- offsets <-> cursor values --------------------------------------------------------------
+    def _values(self, offset: RecordOffset) -> list[Any] | None:
+        """The cursor values an offset stands for (None: from the very beginning)."""
+        mode = self.settings.mode
+        if mode == "bulk":
+            after = offset.get("after")
+            return None if after is None else [decode(v) for v in after]
+        values: list[Any] = []
+        if "timestamp" in offset and self.settings.uses_timestamp:
+            values.append(datetime.fromisoformat(offset["timestamp"]))
+        if "incrementing" in offset and self.settings.uses_incrementing:
+            values.append(decode(offset["incrementing"]))
+        return values or None
+
+    def _offset(self, row: tuple, start: RecordOffset | None, plan: TablePlan) -> RecordOffset:
+        """The offset just after a row of cursor values."""
+        out: dict[str, Any] = {}
+        values = list(row)
+        if self.settings.uses_timestamp:
+            ts = values.pop(0)
+            out["timestamp"] = naive_utc(ts).isoformat(timespec="microseconds")
+        if self.settings.uses_incrementing:
+            out["incrementing"] = encode(values.pop(0))
+        if start is None and self.initial_ms is not None and self.settings.uses_timestamp:
+            # carried so that a replay of the very first batch starts where the first try did
+            out["initial"] = self.initial_ms
+        elif start is not None and "initial" in start and "timestamp" not in start:
+            out["initial"] = start["initial"]
+        return out
+
+    def _lower(self, start: RecordOffset | None, end: RecordOffset) -> list[Any] | None:
+        if start is not None:
+            return self._values(start)
+        initial = end.get("initial")
+        if initial is not None and self.settings.uses_timestamp:
+            ts = datetime.fromtimestamp(initial / 1000, UTC).replace(tzinfo=None)
+            if self.settings.mode == "timestamp+incrementing":
+                # everything at or after the initial time: strictly after (initial - 1 µs, max)
+                return [ts - timedelta(microseconds=1), _MAX_INT]
+            return [ts - timedelta(microseconds=1)]
+        return None
+
+    def _where(
+        self,
+        plan: TablePlan,
+        lower: list[Any] | None,
+        upper: list[Any] | None,
+        *,
+        lower_terms: list[str] | None = None,
+        bound: datetime | None = None,
+    ) -> tuple[str, list[Any]]:
+        clauses, params = [], []
+        if lower is not None:
+            sql, p = self._after(lower_terms or plan.terms, lower)
+            clauses.append(sql)
+            params.extend(p)
+        if upper is not None:
+            sql, p = self._at_most(plan.terms, upper)
+            clauses.append(sql)
+            params.extend(p)
+        if bound is not None:
+            clauses.append(f"{self._term_sql(plan.terms[0])} < %s")
+            params.append(bound)
+        return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+    def _ordered_scans(self, conn: Any) -> None:
+        """Prefer index scans in this transaction (PostgreSQL).
+
+        Every query here is `ORDER BY cursor LIMIT n` from a lower bound: an index scan that stops
+        after n rows. On a table without fresh statistics PostgreSQL would rather bitmap-scan the
+        whole range and sort it, again for every page (measured: 90 ms instead of 2 ms a page).
+        """
+        if self._pg:
+            conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+
+    def _bound(self, conn: Any) -> datetime | None:
+        """Timestamp modes read rows older than the database's now - timestamp.delay.interval.ms."""
+        if not self.settings.uses_timestamp:
+            return None
+        now = naive_utc(conn.exec_driver_sql(self.db.utc_now_sql()).scalar())
+        return now - timedelta(milliseconds=self.settings.delay_ms)
+
+    # -- driver ---------------------------------------------------------------------------------
+    def latest(
+        self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        plan = self._table(partition)
+        key = json.dumps(partition, sort_keys=True)
+        idle = self._idle.get(key)
+        if idle is not None and idle[0] == start and time.monotonic() < idle[1]:
+            return start  # nothing new at the last look, less than poll.interval.ms ago
+        try:
+            with self.db.connect(attempts=1) as conn:
+                self._ordered_scans(conn)
+                if self.settings.mode == "bulk":
+                    end = self._latest_bulk(conn, plan, start, limit)
+                else:
+                    end = self._latest_cursor(conn, plan, start, limit)
+            self._warned = False
+            if end == start and self.settings.mode != "bulk":
+                wait = self.settings.poll_interval_ms / 1000
+                self._idle[key] = (start, time.monotonic() + wait)
+            else:
+                self._idle.pop(key, None)
+            return end
+        except RetriableException as exc:
+            self._unavailable(exc)
+            return start
+        except ConnectException:
+            raise
+        except Exception as exc:
+            if self.db.is_transient(exc):
+                self._unavailable(exc)
+                return start
+            raise self.db.statement_error(exc, f"reading {_describe_table(plan)}") from None
+
+    def _unavailable(self, exc: BaseException) -> None:
+        # The database is away: no new data this micro-batch; the next one asks again.
+        if not self._warned:
+            log.warning("%s is unavailable, waiting for it: %s", self.db.describe(), exc)
+            self._warned = True
+
+    def _latest_cursor(
+        self, conn: Any, plan: TablePlan, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        lower = self._lower(start, self._initial_marker(start))
+        where, params = self._where(plan, lower, None, bound=self._bound(conn))
+        terms = ", ".join(self._term_sql(t) for t in plan.terms)
+        src = self._source_sql(plan)
+        row = None
+        if limit.max_rows is not None:
+            row = conn.exec_driver_sql(
+                f"SELECT {terms} FROM {src}{where} ORDER BY {terms} "
+                f"LIMIT 1 OFFSET {int(limit.max_rows) - 1}",
+                tuple(params),
+            ).first()
+        if row is None:
+            desc = ", ".join(f"{self._term_sql(t)} DESC" for t in plan.terms)
+            row = conn.exec_driver_sql(
+                f"SELECT {terms} FROM {src}{where} ORDER BY {desc} LIMIT 1", tuple(params)
+            ).first()
+        if row is None:
+            return start
+        return self._offset(tuple(row), start, plan)
+
+    def _initial_marker(self, start: RecordOffset | None) -> RecordOffset:
+        if start is None and self.initial_ms is not None:
+            return {"initial": self.initial_ms}
+        return {}
+
+    def _latest_bulk(
+        self, conn: Any, plan: TablePlan, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        now_ms = int(time.time() * 1000)
+        if start is None or start.get("done", True):
+            if (
+                start is not None
+                and now_ms - int(start["started"]) < self.settings.poll_interval_ms
+            ):
+                return start
+            load, began, after = (int(start["load"]) + 1 if start else 1), now_ms, None
+        else:
+            load, began, after = int(start["load"]), int(start["started"]), start.get("after")
+        if not plan.terms:
+            return {"load": load, "after": None, "done": True, "started": began}
+        lower = None if after is None else [decode(v) for v in after]
+        where, params = self._where(plan, lower, None)
+        terms = ", ".join(self._term_sql(t) for t in plan.terms)
+        src = self._source_sql(plan)
+        row = None
+        if limit.max_rows is not None:
+            row = conn.exec_driver_sql(
+                f"SELECT {terms} FROM {src}{where} ORDER BY {terms} "
+                f"LIMIT 1 OFFSET {int(limit.max_rows) - 1}",
+                tuple(params),
+            ).first()
+            if row is not None:
+                return {
+                    "load": load,
+                    "after": [encode(v) for v in row],
+                    "done": False,
+                    "started": began,
+                }
+        desc = ", ".join(f"{self._term_sql(t)} DESC" for t in plan.terms)
+        row = conn.exec_driver_sql(
+            f"SELECT {terms} FROM {src}{where} ORDER BY {desc} LIMIT 1", tuple(params)
+        ).first()
+        last = [encode(v) for v in row] if row is not None else after
+        return {"load": load, "after": last, "done": True, "started": began}
+
+    def split(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int
+    ) -> list[RecordOffset]:
+        plan = self._table(partition)
+        if not plan.terms or parts < 2:
+            return []
+        lower, upper = self._range(start, end)
+        try:
+            with self.db.connect(attempts=1) as conn:
+                self._ordered_scans(conn)
+                where, params = self._where(plan, lower, upper)
+                src = self._source_sql(plan)
+                count = conn.exec_driver_sql(
+                    f"SELECT COUNT(*) FROM {src}{where}", tuple(params)
+                ).scalar()
+                parts = min(parts, int(count or 0) // MIN_SPLIT_ROWS)
+                if parts < 2:
+                    return []
+                terms = ", ".join(self._term_sql(t) for t in plan.terms)
+                cuts: list[RecordOffset] = []
+                previous: tuple | None = None
+                for k in range(1, parts):
+                    row = conn.exec_driver_sql(
+                        f"SELECT {terms} FROM {src}{where} ORDER BY {terms} "
+                        f"LIMIT 1 OFFSET {int(count) * k // parts - 1}",
+                        tuple(params),
+                    ).first()
+                    if row is None or (previous is not None and tuple(row) <= previous):
+                        continue
+                    if upper is not None and tuple(row) >= tuple(upper):
+                        break
+                    previous = tuple(row)
+                    cuts.append(self._cut(tuple(row), start, end))
+                return cuts
+        except Exception as exc:
+            if isinstance(exc, RetriableException) or self.db.is_transient(exc):
+                return []  # read the range in one piece; the read itself retries
+            raise
+
+    def _cut(self, row: tuple, start: RecordOffset | None, end: RecordOffset) -> RecordOffset:
+        if self.settings.mode == "bulk":
+            return {
+                "load": end["load"],
+                "after": [encode(v) for v in row],
+                "done": False,
+                "started": end["started"],
+            }
+        cut = self._offset(row, None, self.tables[0])
+        cut.pop("initial", None)
+        if start is None and "initial" in end:
+            cut["initial"] = end["initial"]
+        return cut
+
+    def _range(
+        self, start: RecordOffset | None, end: RecordOffset
+    ) -> tuple[list[Any] | None, list[Any] | None]:
+        if self.settings.mode == "bulk":
+            same_load = start is not None and start.get("load") == end.get("load")
+            lower = self._values(start) if same_load and not start.get("done") else None
+            upper = self._values(end)
+            return lower, upper
+        return self._lower(start, end), self._values(end)
+
+    # -- executor -------------------------------------------------------------------------------
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterator[pa.RecordBatch]:
+        plan = self._table(partition)
+        lower, upper = self._range(start, end)
+        if upper is None and self.settings.mode != "bulk":
+            return
+        if plan.resume:
+            yield from self._read_pages(plan, lower, upper)
+        else:
+            yield from self._read_stream(plan, lower, upper)
+
+    def _read_pages(
+        self, plan: TablePlan, lower: list[Any] | None, upper: list[Any] | None
+    ) -> Iterator[pa.RecordBatch]:
+        """Keyset pages of `batch.max.rows` rows in the plan's unique order.
+
+        Each page is its own short statement, so a long first load holds no snapshot open on
+        the source, and a lost connection costs one page: the next try starts after the last
+        row delivered.
+        """
+        select = ", ".join(self.db.dialect.select_expr(m) for m in plan.columns)
+        order = ", ".join(self._term_sql(t) for t in plan.resume)
+        topic = pa.array([plan.topic], pa.string())
+        size = self.settings.batch_max_rows
+        copy = _PgCopyPage(self.db.dialect, plan, self.value_type) if self._pg else None
+        lower_terms = plan.terms
+        failures = delivered = 0
+        while True:
+            where, params = self._where(plan, lower, upper, lower_terms=lower_terms)
+            src = self._source_sql(plan)
+            tail = f" FROM {src}{where} ORDER BY {order} LIMIT {size}"
+            try:
+                with self.db.connect(attempts=1) as conn:
+                    self._ordered_scans(conn)
+                    page = copy.fetch(conn, tail, params) if copy is not None else None
+                    if page is None:  # no fast path, or it could not parse: the driver's way
+                        rows = conn.exec_driver_sql(f"SELECT {select}{tail}", tuple(params))
+                        page = self._page(plan, rows.fetchall())
+            except Exception as exc:
+                failures = self._read_failed(plan, exc, failures, delivered)
+                continue
+            failures = 0
+            value, last = page
+            if not len(value):
+                return
+            delivered += len(value)
+            yield pa.RecordBatch.from_arrays(
+                [value, pa.repeat(topic[0], len(value))], names=["value", "topic"]
+            )
+            if len(value) < size:
+                return
+            lower = [self._term_value(t, last) for t in plan.resume]
+            lower_terms = plan.resume
+
+    def _page(self, plan: TablePlan, rows: list) -> tuple[pa.StructArray, dict[str, Any]]:
+        """Driver rows → the value column, and the last row (as a dict) to resume after."""
+        if not rows:
+            return pa.array([], self.value_type), {}
+        batch = self._batch(plan, rows, pa.array([plan.topic], pa.string()))
+        last = dict(zip([m.name for m in plan.columns], rows[-1], strict=True))
+        return batch.column("value"), last
+
+    def _read_stream(
+        self, plan: TablePlan, lower: list[Any] | None, upper: list[Any] | None
+    ) -> Iterator[pa.RecordBatch]:
+        """One streamed statement (server-side cursor), for rows without a unique order."""
+        select = ", ".join(self.db.dialect.select_expr(m) for m in plan.columns)
+        order = ", ".join(self._term_sql(t) for t in plan.terms)
+        where, params = self._where(plan, lower, upper)
+        sql = f"SELECT {select} FROM {self._source_sql(plan)}{where}"
+        sql += f" ORDER BY {order}" if order else ""
+        topic = pa.array([plan.topic], pa.string())
+        failures = delivered = 0
+        while True:
+            try:
+                with self.db.connect(attempts=1) as conn:
+                    result = conn.execution_options(stream_results=True).exec_driver_sql(
+                        sql, tuple(params)
+                    )
+                    while rows := result.fetchmany(self.settings.batch_max_rows):
+                        delivered += len(rows)
+                        yield self._batch(plan, rows, topic)
+                    return
+            except Exception as exc:
+                failures = self._read_failed(plan, exc, failures, delivered)
+
+    def _read_failed(self, plan: TablePlan, exc: Exception, failures: int, delivered: int) -> int:
+        """Decide what a failed read does: raise, or wait and return the new failure count."""
+        from sluice.connectors.jdbc._db import error_text
+
+        what = f"reading {_describe_table(plan)}"
+        transient = isinstance(exc, RetriableException) or (
+            not isinstance(exc, ConnectException) and self.db.is_transient(exc)
+        )
+        if not transient:
+            if isinstance(exc, ConnectException):
+                raise exc
+            raise self.db.statement_error(exc, what) from None
+        if delivered and not plan.resume:
+            raise ConnectException(
+                f"{what}: lost the connection after {delivered} rows, and the rows have no "
+                "unique order to resume from",
+                suggestion="give the table a primary key",
+            ) from None
+        attempts = self.settings.connection.attempts
+        if failures + 1 >= attempts:
+            raise RetriableException(
+                f"{what}: {self.db.describe()} unavailable after {attempts} attempt(s): "
+                f"{exc.message if isinstance(exc, ConnectException) else error_text(exc)}"
+            ) from None
+        log.warning("%s: %s; trying again after row %d", what, error_text(exc), delivered)
+        time.sleep(self.settings.connection.backoff_ms / 1000)
+        return failures + 1
+
+    def _batch(self, plan: TablePlan, rows: list, topic: pa.Array) -> pa.RecordBatch:
+        columns = list(zip(*rows, strict=True))
+        arrays = []
+        struct_type = self.value_type
+        for i, mapped in enumerate(plan.columns):
+            type_ = struct_type.field(i).type
+            try:
+                arrays.append(to_arrow(columns[i], mapped, type_))
+            except ValueError as exc:
+                raise ConnectException(
+                    f"{_describe_table(plan)}: column {mapped.name!r}: {exc}",
+                    suggestion="the row was not delivered; fix or exclude the value",
+                ) from None
+        value = pa.StructArray.from_arrays(arrays, fields=list(struct_type))
+        return pa.RecordBatch.from_arrays(
+            [value, pa.repeat(topic[0], len(rows))], names=["value", "topic"]
+        )
+
+    def stop(self) -> None:
+        pass
+
+
+class _PgCopyPage:
+    """PostgreSQL's fast path: a page as `COPY (SELECT …) TO STDOUT (FORMAT csv)`, parsed by Arrow.
+
+    No Python object per value (about six times faster than fetching rows). Times and timestamps
+    travel as epoch microseconds (exact, no zone to parse), bytea as hex text. Whatever Arrow
+    cannot parse, or a time that does not fit sluice's Time, makes `fetch` return None: the page
+    is then read again through the driver, which names the offending value.
+    """
+
+    def __init__(self, dialect: Any, plan: TablePlan, value_type: pa.StructType) -> None:
+        self.plan = plan
+        self.value_type = value_type
+        exprs, self.types = [], {}
+        for i, m in enumerate(plan.columns):
+            name = dialect.quote(m.name)
+            target = value_type.field(i).type
+            if m.conv in ("time", "timestamp"):
+                exprs.append(f"(EXTRACT(EPOCH FROM {name}) * 1000000)::bigint AS {name}")
+                self.types[m.name] = pa.int64()
+            else:
+                exprs.append(dialect.select_expr(m))
+                self.types[m.name] = pa.string() if pa.types.is_binary(target) else target
+        self.select = ", ".join(exprs)
+        self.names = [m.name for m in plan.columns]
+        self.options = pacsv.ConvertOptions(
+            column_types=self.types,
+            true_values=["t"],
+            false_values=["f"],
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        )
+
+    def fetch(
+        self, conn: Any, tail: str, params: list[Any]
+    ) -> tuple[pa.StructArray, dict[str, Any]] | None:
+        statement = f"COPY (SELECT {self.select}{tail}) TO STDOUT WITH (FORMAT csv)"
+        if not params:
+            statement = statement.replace("%%", "%")  # psycopg formats only with parameters
+        cursor = conn.connection.driver_connection.cursor()
+        try:
+            with cursor.copy(statement, tuple(params) or None) as copy:
+                data = b"".join(bytes(chunk) for chunk in copy)
+        finally:
+            cursor.close()
+        if not data:
+            return pa.array([], self.value_type), {}
+        try:
+            table = pacsv.read_csv(
+                pa.BufferReader(data),
+                read_options=pacsv.ReadOptions(column_names=self.names),
+                convert_options=self.options,
+            )
+            arrays = [self._finish(m, table.column(i)) for i, m in enumerate(self.plan.columns)]
+        except (pa.ArrowException, ValueError):
+            return None
+        if any(a is None for a in arrays):
+            return None
+        value = pa.StructArray.from_arrays(arrays, fields=list(self.value_type))
+        last = {name: arrays[i][-1].as_py() for i, name in enumerate(self.names)}
+        return value, last
+
+    def _finish(self, mapped: Mapped, column: pa.ChunkedArray) -> pa.Array | None:
+        array = column.combine_chunks()
+        if mapped.conv == "timestamp":
+            return array.cast(pa.timestamp("us", tz="UTC"))
+        if mapped.conv == "time":
+            millis = pc.divide(array, 1000)
+            exact = pc.equal(pc.multiply(millis, 1000), array)
+            low, high = pc.min(array).as_py(), pc.max(array).as_py()
+            if not pc.all(exact).as_py() or (low is not None and low < 0):
+                return None
+            if high is not None and high >= 86_400_000_000:
+                return None
+            return millis.cast(pa.int32()).cast(pa.time32("ms"))
+        if mapped.schema.to_arrow() == pa.binary():
+            values = array.to_pylist()
+            return pa.array([None if v is None else bytes.fromhex(v[2:]) for v in values])
+        return array
+
+
+class JdbcSourceConnector(SourceConnector):
+    """Copies MySQL/MariaDB or PostgreSQL tables (or a query) into topics, exactly once."""
+
+    config_def = SOURCE_CONFIG
+    task_class = JdbcSourceTask
+    delivery = "exactly-once"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._plan: SourcePlan | None = None
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        self._plan = plan_source(config)
+
+    def start(self, config: Mapping[str, str]) -> None:
+        super().start(config)
+        if self._plan is None or self._plan.config != dict(config):
+            self._plan = plan_source(config)
+
+    @property
+    def plan(self) -> SourcePlan:
+        if self._plan is None:
+            raise ConnectException("JdbcSourceConnector used before start()")
+        return self._plan
+
+    def value_schema(self) -> Schema:
+        return self.plan.value_schema
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        plan = self.plan
+        count = max(1, min(max_tasks, len(plan.tables)))
+        shares: list[list[TablePlan]] = [[] for _ in range(count)]
+        for i, table in enumerate(plan.tables):
+            shares[i % count].append(table)
+        common = {
+            "schema": plan.value_schema.to_json(),
+            "initial": plan.initial_ms,
+        }
+        return [
+            dict(
+                self.config,
+                **{_PLAN_KEY: json.dumps(dict(common, tables=[t.to_json() for t in share]))},
+            )
+            for share in shares
+        ]

@@ -1,0 +1,222 @@
+"""The real PostgreSQL and MariaDB servers of the JDBC tests: fixtures and small helpers.
+
+Every test gets its own uniquely named PostgreSQL schema (`pg`) or MariaDB database (`my`), dropped
+afterwards. A server that does not answer fails the test (never skips it): start them with
+`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` and
+`start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+PG_HOST = os.environ.get("SLUICE_TEST_PG", "127.0.0.1:5432")
+MY_HOST = os.environ.get("SLUICE_TEST_MYSQL", "127.0.0.1:3306")
+
+START_HINT = {
+    "postgresql": "start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main "
+    "start",
+    "mysql": "start it: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
+}
+
+
+@dataclass
+class Db:
+    """One test's private namespace on a real server."""
+
+    dialect: str  # "postgresql" | "mysql"
+    namespace: str  # the schema (PostgreSQL) or database (MariaDB) of this test
+    engine: Any
+
+    @property
+    def jdbc_url(self) -> str:
+        if self.dialect == "postgresql":
+            return f"jdbc:postgresql://{PG_HOST}/test?currentSchema={self.namespace}"
+        return f"jdbc:mysql://{MY_HOST}/{self.namespace}?useSSL=false"
+
+    def config(self, **extra: str) -> dict[str, str]:
+        """`connection.*` keys for this namespace, plus `extra` (dots given as `__`)."""
+        user = "root"
+        out = {"connection.url": self.jdbc_url, "connection.user": user}
+        out.update({k.replace("__", "."): v for k, v in extra.items()})
+        return out
+
+    def q(self, name: str) -> str:
+        quote = '"' if self.dialect == "postgresql" else "`"
+        # `%` doubled: statements run with `%s` parameters
+        return (quote + name.replace(quote, quote * 2) + quote).replace("%", "%%")
+
+    def table(self, name: str) -> str:
+        return f"{self.q(self.namespace)}.{self.q(name)}"
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(sql, tuple(params) if params is not None else ())
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        with self.engine.begin() as conn:
+            conn.exec_driver_sql(sql, [tuple(r) for r in rows])
+
+    def rows(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        with self.engine.connect() as conn:
+            result = conn.exec_driver_sql(sql, tuple(params) if params is not None else ())
+            return [tuple(r) for r in result.fetchall()]
+
+    def scalar(self, sql: str, params: Sequence[Any] | None = None) -> Any:
+        return self.rows(sql, params)[0][0]
+
+
+def _engine(dialect: str, database: str = "test") -> Any:
+    import sqlalchemy as sa
+
+    if dialect == "postgresql":
+        return sa.create_engine(
+            f"postgresql+psycopg://root@{PG_HOST}/{database}",
+            connect_args={"options": "-c TimeZone=UTC", "connect_timeout": 5},
+            poolclass=sa.pool.NullPool,
+        )
+    return sa.create_engine(
+        f"mysql+pymysql://root@{MY_HOST}/{database}?charset=utf8mb4",
+        connect_args={"init_command": "SET time_zone = '+00:00'", "connect_timeout": 5},
+        poolclass=sa.pool.NullPool,
+    )
+
+
+def require(dialect: str) -> Any:
+    """An engine on the server's `test` database; fails (not skips) if it does not answer."""
+    engine = _engine(dialect)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("SELECT 1")
+    except Exception as exc:
+        pytest.fail(
+            f"the {dialect} test server at "
+            f"{PG_HOST if dialect == 'postgresql' else MY_HOST} is unreachable ({exc}); "
+            f"{START_HINT[dialect]}",
+            pytrace=False,
+        )
+    return engine
+
+
+@pytest.fixture
+def pg() -> Iterator[Db]:
+    yield from _namespace("postgresql")
+
+
+@pytest.fixture
+def my() -> Iterator[Db]:
+    yield from _namespace("mysql")
+
+
+@pytest.fixture(params=["mysql", "postgresql"])
+def db(request: pytest.FixtureRequest) -> Iterator[Db]:
+    """Each test twice: on MariaDB and on PostgreSQL."""
+    yield from _namespace(request.param)
+
+
+def _namespace(dialect: str) -> Iterator[Db]:
+    engine = require(dialect)
+    name = f"sluice_t_{uuid.uuid4().hex[:10]}"
+    quote = '"' if dialect == "postgresql" else "`"
+    kind = "SCHEMA" if dialect == "postgresql" else "DATABASE"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE {kind} {quote}{name}{quote}")
+    if dialect == "mysql":
+        engine = _engine(dialect, name)
+    else:
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(
+            f"postgresql+psycopg://root@{PG_HOST}/test",
+            connect_args={"options": f"-c TimeZone=UTC -c search_path={name}"},
+            poolclass=sa.pool.NullPool,
+        )
+    try:
+        yield Db(dialect, name, engine)
+    finally:
+        drop = f"DROP {kind} IF EXISTS {quote}{name}{quote}"
+        with require(dialect).begin() as conn:
+            conn.exec_driver_sql(drop + (" CASCADE" if dialect == "postgresql" else ""))
+
+
+# -- driving connectors without Spark -------------------------------------------------------------
+def sink_frame(value: pa.Array, topic: str, *, key: pa.Array | None = None, first: int = 0):
+    """A sink-frame batch (what a sink task receives) carrying `value` records of `topic`."""
+    n = len(value)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([topic] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first, first + n), pa.int64()),
+            key if key is not None else pa.nulls(n, pa.binary()),
+            value,
+            pa.nulls(n, pa.timestamp("us", tz="UTC")),
+            pa.nulls(n, pa.string()),
+        ],
+        names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
+    )
+
+
+def source_task(config: dict[str, str], max_tasks: int = 1) -> list[Any]:
+    """Plan a JDBC source like the runtime does and start its tasks (driver side)."""
+    from sluice.connectors.jdbc import JdbcSourceConnector, JdbcSourceTask
+
+    # an idle table is looked at again only after poll.interval.ms: tests look right away
+    config = {"poll.interval.ms": "0", **config}
+    connector = JdbcSourceConnector()
+    connector.validate(config)
+    connector.start(config)
+    tasks = []
+    for task_config in connector.task_configs(max_tasks):
+        task = JdbcSourceTask()
+        task.start(task_config)
+        tasks.append(task)
+    return tasks
+
+
+def read_all(task: Any, max_rows: int | None = None, positions: dict | None = None) -> list[dict]:
+    """Run `latest`/`read` until no partition advances; return the values read, in order.
+
+    `positions` (partition key → offset) is updated in place, like the runtime's offset log.
+    """
+    import json
+
+    from sluice.sdk import ReadLimit
+
+    positions = {} if positions is None else positions
+    out: list[dict] = []
+    while True:
+        moved = False
+        for partition in task.partitions():
+            key = json.dumps(partition, sort_keys=True)
+            start = positions.get(key)
+            end = task.latest(partition, start, ReadLimit(max_rows=max_rows))
+            if end is None or end == start:
+                continue
+            for batch in task.read(partition, start, end):
+                out.extend(batch.column("value").to_pylist())
+            positions[key] = end
+            moved = True
+        if not moved:
+            return out
+
+
+def sink_task(config: dict[str, str]) -> Any:
+    """A started JDBC sink task, as the runtime starts one for a micro-batch."""
+    from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSinkTask
+    from sluice.sdk import BatchId, SinkTaskContext
+
+    connector = JdbcSinkConnector()
+    connector.validate(config)
+    connector.start(config)
+    task = JdbcSinkTask()
+    task.context = SinkTaskContext(connector_name="t", task_id=0, batch_id=BatchId("run", 0))
+    task.start(connector.task_configs(1)[0])
+    return task

@@ -1,0 +1,601 @@
+"""JDBC source against the real MariaDB and PostgreSQL servers, driving its tasks directly."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from datetime import datetime, timedelta
+
+import pytest
+
+from sluice.sdk import ConfigException, ConnectException, ReadLimit
+from tests.integration import jdbc_db
+from tests.integration.jdbc_db import Db, read_all, source_task
+
+db, my, pg = jdbc_db.db, jdbc_db.my, jdbc_db.pg  # fixtures
+
+
+def _ids(values: list[dict]) -> list[int]:
+    return [v["id"] for v in values]
+
+
+def _plain_table(d: Db, name: str = "items", rows: int = 0) -> None:
+    auto = "SERIAL" if d.dialect == "postgresql" else "INT NOT NULL AUTO_INCREMENT"
+    ts = "TIMESTAMP(6)" if d.dialect == "postgresql" else "DATETIME(6)"
+    d.execute(
+        f"CREATE TABLE {d.q(name)} (id {auto} PRIMARY KEY, name VARCHAR(50) NOT NULL, "
+        f"modified {ts} NOT NULL)"
+    )
+    if rows:
+        _insert(d, name, range(1, rows + 1))
+
+
+def _insert(d: Db, name: str, ids, modified: datetime | None = None) -> None:
+    when = modified or datetime(2024, 1, 1)
+    d.executemany(
+        f"INSERT INTO {d.q(name)} (id, name, modified) VALUES (%s, %s, %s)",
+        [(i, f"row {i}", when + timedelta(seconds=i)) for i in ids],
+    )
+
+
+def test_incrementing_reads_bounded_ranges_and_new_rows(db: Db) -> None:
+    _plain_table(db, rows=25)
+    (task,) = source_task(db.config(mode="incrementing", table__whitelist="items"))
+    partition = task.partitions()[0]
+    assert partition == {"table": "items"}
+    end = task.latest(partition, None, ReadLimit(max_rows=10))
+    assert end == {"incrementing": 10}
+    positions: dict = {}
+    assert _ids(read_all(task, 10, positions)) == list(range(1, 26))
+    assert positions == {json.dumps(partition): {"incrementing": 25}}
+    _insert(db, "items", range(26, 31))
+    assert _ids(read_all(task, 10, positions)) == list(range(26, 31))
+    # a replayed range reads the same rows again
+    values = [
+        v
+        for b in task.read(partition, {"incrementing": 20}, {"incrementing": 23})
+        for v in b.column("value").to_pylist()
+    ]
+    assert _ids(values) == [21, 22, 23]
+
+
+def test_an_idle_table_is_looked_at_every_poll_interval(db: Db) -> None:
+    _plain_table(db, rows=2)
+    (task,) = source_task(
+        db.config(mode="incrementing", table__whitelist="items", poll__interval__ms="600000")
+    )
+    partition = task.partitions()[0]
+    end = task.latest(partition, None, ReadLimit(max_rows=1))
+    assert end == {"incrementing": 1}
+    assert task.latest(partition, end, ReadLimit()) == {"incrementing": 2}  # a backlog: at once
+    idle = {"incrementing": 2}
+    assert task.latest(partition, idle, ReadLimit()) == idle
+    _insert(db, "items", [3])
+    assert task.latest(partition, idle, ReadLimit()) == idle  # not before poll.interval.ms
+    task._idle.clear()  # (the interval passed)
+    assert task.latest(partition, idle, ReadLimit()) == {"incrementing": 3}
+
+
+def test_timestamp_mode_picks_up_updated_rows(db: Db) -> None:
+    _plain_table(db, rows=5)
+    (task,) = source_task(
+        db.config(mode="timestamp", table__whitelist="items", timestamp__column__name="modified")
+    )
+    positions: dict = {}
+    assert _ids(read_all(task, 2, positions)) == [1, 2, 3, 4, 5]
+    db.execute(
+        f"UPDATE {db.q('items')} SET name = 'changed', modified = %s WHERE id = 2",
+        (datetime(2024, 6, 1),),
+    )
+    again = read_all(task, None, positions)
+    assert [(v["id"], v["name"]) for v in again] == [(2, "changed")]
+    offset = next(iter(positions.values()))
+    assert offset == {"timestamp": "2024-06-01T00:00:00.000000"}
+
+
+def test_timestamp_incrementing_splits_ties_on_the_id(db: Db) -> None:
+    _plain_table(db)
+    same = datetime(2024, 2, 2, 12, 0, 0, 123456)
+    db.executemany(
+        f"INSERT INTO {db.q('items')} (id, name, modified) VALUES (%s, %s, %s)",
+        [(i, f"r{i}", same) for i in range(1, 8)],
+    )
+    (task,) = source_task(
+        db.config(
+            mode="timestamp+incrementing",
+            table__whitelist="items",
+            timestamp__column__name="modified",
+            incrementing__column__name="id",
+        )
+    )
+    partition = task.partitions()[0]
+    end = task.latest(partition, None, ReadLimit(max_rows=3))
+    assert end == {"timestamp": "2024-02-02T12:00:00.123456", "incrementing": 3}
+    positions: dict = {}
+    assert _ids(read_all(task, 3, positions)) == list(range(1, 8))
+    db.execute(f"UPDATE {db.q('items')} SET modified = %s WHERE id = 4", (datetime(2025, 1, 1),))
+    assert _ids(read_all(task, 3, positions)) == [4]
+
+
+def test_timestamp_delay_and_initial(db: Db) -> None:
+    _plain_table(db)
+    now = db.scalar(
+        "SELECT (now() AT TIME ZONE 'UTC')"
+        if db.dialect == "postgresql"
+        else "SELECT UTC_TIMESTAMP(6)"
+    )
+    db.executemany(
+        f"INSERT INTO {db.q('items')} (id, name, modified) VALUES (%s, %s, %s)",
+        [
+            (1, "old", datetime(2000, 1, 1)),
+            (2, "recent", now - timedelta(minutes=5)),
+            (3, "too fresh", now + timedelta(minutes=5)),
+        ],
+    )
+    start_ms = int((now - timedelta(hours=1)).timestamp() * 1000)
+    (task,) = source_task(
+        db.config(
+            mode="timestamp",
+            table__whitelist="items",
+            timestamp__column__name="modified",
+            timestamp__initial=str(start_ms),
+            timestamp__delay__interval__ms="60000",
+        )
+    )
+    # before the initial time: skipped; newer than now - delay: not yet
+    assert _ids(read_all(task)) == [2]
+    # -1 = from now on: nothing old is copied
+    (task,) = source_task(
+        db.config(
+            mode="timestamp",
+            table__whitelist="items",
+            timestamp__column__name="modified",
+            timestamp__initial="-1",
+        )
+    )
+    assert read_all(task) == []
+
+
+def test_bulk_reloads_every_poll_interval(db: Db) -> None:
+    _plain_table(db, rows=7)
+    (task,) = source_task(db.config(mode="bulk", table__whitelist="items", poll__interval__ms="0"))
+    partition = task.partitions()[0]
+    first = task.latest(partition, None, ReadLimit(max_rows=3))
+    assert first["load"] == 1 and first["after"] == [3] and first["done"] is False
+    values = []
+    start, end = None, first
+    while True:
+        values += [
+            v for b in task.read(partition, start, end) for v in b.column("value").to_pylist()
+        ]
+        if end["done"]:
+            break
+        start, end = end, task.latest(partition, end, ReadLimit(max_rows=3))
+    assert _ids(values) == list(range(1, 8)) and end["load"] == 1
+    db.execute(f"DELETE FROM {db.q('items')} WHERE id > 4")
+    second = task.latest(partition, end, ReadLimit())
+    assert second["load"] == 2 and second["done"] is True
+    assert _ids(
+        [v for b in task.read(partition, end, second) for v in b.column("value").to_pylist()]
+    ) == [1, 2, 3, 4]
+    # within poll.interval.ms no new load starts
+    (slow,) = source_task(
+        db.config(mode="bulk", table__whitelist="items", poll__interval__ms="600000")
+    )
+    assert slow.latest(partition, second, ReadLimit()) == second
+
+
+def test_bulk_without_primary_key_reads_the_whole_table(db: Db) -> None:
+    db.execute(f"CREATE TABLE {db.q('heap')} (v INT)")
+    db.executemany(f"INSERT INTO {db.q('heap')} (v) VALUES (%s)", [(i,) for i in range(10)])
+    (task,) = source_task(
+        db.config(mode="bulk", table__whitelist="heap", poll__interval__ms="600000")
+    )
+    assert sorted(v["v"] for v in read_all(task, 3)) == list(range(10))
+
+
+def test_query_mode_with_incrementing(db: Db) -> None:
+    _plain_table(db, rows=6)
+    db.execute(f"UPDATE {db.q('items')} SET name = %s WHERE id IN (2, 5)", ("a%b",))
+    query = f"SELECT id, name FROM {db.q('items')} WHERE name LIKE 'a%%b' OR id = 6;"
+    (task,) = source_task(
+        db.config(
+            mode="incrementing",
+            query=query.replace("%%", "%"),
+            incrementing__column__name="id",
+            connect__topicname="picked",
+        )
+    )
+    assert task.partitions() == [{"query": "query"}]
+    assert [(v["id"], v["name"]) for v in read_all(task, 1)] == [
+        (2, "a%b"),
+        (5, "a%b"),
+        (6, "row 6"),
+    ]
+    assert task.tables[0].topic == "picked"
+
+
+def test_tables_spread_over_tasks_with_their_topics(db: Db) -> None:
+    for name in ("t1", "t2", "t3", "other"):
+        _plain_table(db, name, rows=3)
+    tasks = source_task(
+        db.config(mode="incrementing", table__blacklist="other", topic__prefix="db-"),
+        max_tasks=2,
+    )
+    assert [t.partitions() for t in tasks] == [
+        [{"table": "t1"}, {"table": "t3"}],
+        [{"table": "t2"}],
+    ]
+    batch = next(iter(tasks[1].read({"table": "t2"}, None, {"incrementing": 3})))
+    assert set(batch.column("topic").to_pylist()) == {"db-t2"}
+    # a whitelist names tables as db.table (MariaDB) / schema.table (PostgreSQL)
+    (task,) = source_task(
+        db.config(
+            mode="incrementing", table__whitelist=f"{db.namespace}.t3", connect__topicname="one"
+        )
+    )
+    assert task.partitions() == [{"table": f"{db.namespace}.t3"}]
+    assert _ids(read_all(task)) == [1, 2, 3]
+
+
+def test_split_cuts_a_large_first_load_into_ordered_ranges(db: Db) -> None:
+    _plain_table(db)
+    rows = 3 * 20_000 + 17
+    _insert(db, "items", range(1, rows + 1))
+    (task,) = source_task(db.config(mode="incrementing", table__whitelist="items"))
+    partition = task.partitions()[0]
+    end = task.latest(partition, None, ReadLimit(max_rows=1_000_000))
+    cuts = task.split(partition, None, end, 8)
+    assert len(cuts) == 2  # three pieces of at least 20,000 rows
+    bounds = [None, *cuts, end]
+    ids = []
+    for lo, hi in itertools.pairwise(bounds):
+        ids += [
+            v["id"] for b in task.read(partition, lo, hi) for v in b.column("value").to_pylist()
+        ]
+    assert ids == list(range(1, rows + 1))
+    assert task.split(partition, {"incrementing": rows - 100}, end, 4) == []  # too small
+
+
+def test_read_continues_after_its_sessions_are_killed(db: Db) -> None:
+    db.execute(f"CREATE TABLE {db.q('wide')} (id INT PRIMARY KEY, payload VARCHAR(500) NOT NULL)")
+    rows = 20_000
+    db.executemany(
+        f"INSERT INTO {db.q('wide')} (id, payload) VALUES (%s, %s)",
+        [(i, f"{i:08d}" + "x" * 400) for i in range(1, rows + 1)],
+    )
+    (task,) = source_task(
+        db.config(
+            mode="incrementing",
+            table__whitelist="wide",
+            incrementing__column__name="id",
+            batch__max__rows="100",
+            connection__backoff__ms="10",
+        )
+    )
+    partition = task.partitions()[0]
+    reader = iter(task.read(partition, None, {"incrementing": rows}))
+    try:
+        ids = [v["id"] for v in next(reader).column("value").to_pylist()]
+        assert _kill_readers(db) >= 1
+        for batch in reader:
+            ids += [v["id"] for v in batch.column("value").to_pylist()]
+    finally:
+        reader.close()  # an abandoned streaming read would block dropping the database
+    assert ids == list(range(1, rows + 1))  # nothing lost, nothing repeated
+
+
+def _kill_readers(db: Db) -> int:
+    """Kill the connector's sessions that read this test's table (pooled between pages)."""
+    if db.dialect == "postgresql":
+        return len(
+            db.rows(
+                # pooled sessions end with the pool's ROLLBACK: kill every sluice session
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = 'sluice' AND pid <> pg_backend_pid()"
+            )
+        )
+    ids = db.rows(
+        "SELECT ID FROM information_schema.PROCESSLIST WHERE DB = %s AND ID <> CONNECTION_ID()",
+        (db.namespace,),
+    )
+    for (pid,) in ids:
+        db.execute(f"KILL {int(pid)}")
+    return len(ids)
+
+
+def test_latest_waits_while_the_database_is_unreachable(db: Db) -> None:
+    _plain_table(db, rows=3)
+    (task,) = source_task(
+        db.config(mode="incrementing", table__whitelist="items", connection__backoff__ms="10")
+    )
+    partition = task.partitions()[0]
+    from sluice.connectors.jdbc._config import parse_connection
+    from sluice.connectors.jdbc._db import Database
+
+    away = db.config(
+        connection__url=db.jdbc_url.replace(":5432", ":1").replace(":3306", ":1"),
+        connection__attempts="1",
+    )
+    task.db = Database(parse_connection(away))
+    start = {"incrementing": 1}
+    assert task.latest(partition, start, ReadLimit()) == start  # no data, no failure
+    assert task.split(partition, None, {"incrementing": 3}, 4) == []
+    with pytest.raises(ConnectException, match=r"reading items: .* unavailable after 3 attempt"):
+        list(task.read(partition, None, {"incrementing": 3}))
+
+
+def test_a_dropped_table_fails_the_read_naming_it(db: Db) -> None:
+    _plain_table(db, rows=3)
+    (task,) = source_task(db.config(mode="incrementing", table__whitelist="items"))
+    db.execute(f"DROP TABLE {db.q('items')}")
+    with pytest.raises(ConnectException, match=r"reading items: .*items"):
+        task.latest(task.partitions()[0], None, ReadLimit())
+
+
+def test_bad_configs_name_the_key(db: Db) -> None:
+    _plain_table(db, rows=1)
+    base = db.config(mode="incrementing", table__whitelist="items")
+    cases = [
+        (
+            dict(
+                base,
+                **{
+                    "connection.url": base["connection.url"]
+                    .replace(":5432", ":1")
+                    .replace(":3306", ":1"),
+                    "connection.attempts": "1",
+                },
+            ),
+            r"connection.url: cannot connect to [a-z]+://root@127.0.0.1:1/[a-z_0-9]+: "
+            r".*(refused|Can't connect)",
+        ),
+        (
+            dict(base, **{"table.whitelist": "nope"}),
+            r"table.whitelist: table 'nope' does not exist in ",
+        ),
+        (
+            dict(base, **{"incrementing.column.name": "nope"}),
+            r"incrementing.column.name: table 'items' has no column 'nope' "
+            r"\(columns: id, name, modified\)",
+        ),
+        (
+            dict(base, **{"incrementing.column.name": "name"}),
+            r"incrementing.column.name: table 'items': column 'name' is .*, not an integer",
+        ),
+        (dict(base, mode="timestamp"), r"timestamp.column.name: required key is missing"),
+        (
+            dict(base, **{"mode": "timestamp", "timestamp.column.name": "name"}),
+            r"timestamp.column.name: table 'items': column 'name' is .*, not a timestamp",
+        ),
+        (dict(base, mode="sometimes"), r"mode: must be one of bulk, incrementing, timestamp"),
+        ({k: v for k, v in base.items() if k != "mode"}, r"mode: required key is missing"),
+        (dict(base, query="SELECT 1"), r"query: cannot be combined with table.whitelist"),
+        (dict(base, **{"table.blacklist": "x"}), r"table.blacklist: cannot be combined"),
+        (
+            dict(base, **{"connection.url": "jdbc:oracle:thin:@h:1521:x"}),
+            r"connection.url: unsupported database or driver 'oracle'",
+        ),
+        (dict(base, **{"timestamp.initial": "-5"}), r"timestamp.initial: must be -1"),
+        (
+            dict(
+                {k: v for k, v in base.items() if k != "table.whitelist"},
+                query="SELECT nonsense FROM nowhere",
+                **{"connect.topicname": "q"},
+            ),
+            r"query: the query fails: ",
+        ),
+        (
+            dict({k: v for k, v in base.items() if k != "table.whitelist"}, query="SELECT 1 AS id"),
+            r"connect.topicname: required key is missing \(a query needs a topic\)",
+        ),
+    ]
+    for config, message in cases:
+        with pytest.raises(ConfigException, match=message):
+            source_task(config)
+
+
+def test_wrong_password_and_unknown_database_are_named(my: Db) -> None:
+    _plain_table(my, rows=1)
+    config = my.config(mode="incrementing", table__whitelist="items", connection__password="wrong")
+    with pytest.raises(
+        ConfigException,
+        match=r"connection.password: .* refused the credentials: Access denied for user 'root'",
+    ):
+        source_task(config)
+    config = my.config(
+        mode="incrementing",
+        table__whitelist="items",
+        connection__url=my.jdbc_url.replace(my.namespace, "no_such_db"),
+    )
+    with pytest.raises(
+        ConfigException,
+        match=r"connection.url: .*the database does not exist: Unknown database 'no_such_db'",
+    ):
+        source_task(config)
+
+
+def test_unknown_role_is_named(pg: Db) -> None:
+    _plain_table(pg, rows=1)
+    config = pg.config(
+        mode="incrementing", table__whitelist="items", connection__user="nobody_here"
+    )
+    with pytest.raises(
+        ConfigException, match=r'connection.user: .* refused the user: .*"nobody_here"'
+    ):
+        source_task(config)
+
+
+def test_nullable_cursor_columns_are_refused_unless_allowed(db: Db) -> None:
+    db.execute(
+        f"CREATE TABLE {db.q('loose')} (id INT, changed "
+        f"{'TIMESTAMP' if db.dialect == 'postgresql' else 'DATETIME'})"
+    )
+    config = db.config(
+        mode="incrementing", table__whitelist="loose", incrementing__column__name="id"
+    )
+    with pytest.raises(
+        ConfigException, match=r"incrementing.column.name: table 'loose': column 'id' is nullable"
+    ):
+        source_task(config)
+    (task,) = source_task(dict(config, **{"validate.non.null": "false"}))
+    assert task.partitions() == [{"table": "loose"}]
+    with pytest.raises(
+        ConfigException,
+        match=r"incrementing.column.name: required key is missing: table 'loose' has no "
+        r"single auto-increment",
+    ):
+        source_task(db.config(mode="incrementing", table__whitelist="loose"))
+
+
+def test_tables_of_different_shapes_are_refused(db: Db) -> None:
+    _plain_table(db, "a")
+    db.execute(f"CREATE TABLE {db.q('b')} (id INT PRIMARY KEY, other INT)")
+    with pytest.raises(
+        ConfigException,
+        match=r"table.whitelist: tables a and b have different columns.*one connector per table",
+    ):
+        source_task(db.config(mode="bulk", table__whitelist="a,b"))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ddl", "message"),
+    [
+        ("mysql", "g GEOMETRY", r"column 'g' has type geometry, which sluice cannot carry"),
+        (
+            "mysql",
+            "d DECIMAL(65,30)",
+            r"column 'd' has type decimal\(65,30\).*wider than the 38 digits",
+        ),
+        ("postgresql", "i INTERVAL", r"column 'i' has type interval, which sluice cannot carry"),
+        ("postgresql", "n NUMERIC", r"column 'n' has type numeric, .*no declared precision"),
+        ("postgresql", "a INTEGER[]", r"column 'a' has type integer\[\]"),
+        ("postgresql", "t TIMETZ", r"column 't' has type time with time zone"),
+    ],
+)
+def test_unmappable_types_are_named_at_start(request, dialect: str, ddl: str, message: str) -> None:
+    d = request.getfixturevalue("pg" if dialect == "postgresql" else "my")
+    d.execute(f"CREATE TABLE {d.q('odd')} (id INT PRIMARY KEY, {ddl})")
+    with pytest.raises(ConfigException, match=r"table.whitelist: table 'odd': " + message):
+        source_task(d.config(mode="bulk", table__whitelist="odd"))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ddl", "value", "message"),
+    [
+        ("mysql", "TIME(6)", "12:00:00.123456", r"value .* has sub-millisecond digits"),
+        ("mysql", "TIME", "25:00:00", r"value .* is outside 00:00:00 to 23:59:59.999"),
+        ("postgresql", "TIME(6)", "12:00:00.123456", r"value .* has sub-millisecond digits"),
+    ],
+)
+def test_values_that_cannot_be_carried_fail_the_read(request, dialect, ddl, value, message) -> None:
+    d = request.getfixturevalue("pg" if dialect == "postgresql" else "my")
+    d.execute(f"CREATE TABLE {d.q('odd')} (id INT PRIMARY KEY, t {ddl})")
+    d.execute(f"INSERT INTO {d.q('odd')} VALUES (1, %s)", (value,))
+    (task,) = source_task(
+        d.config(mode="incrementing", table__whitelist="odd", incrementing__column__name="id")
+    )
+    with pytest.raises(ConnectException, match=r"odd: column 't': " + message):
+        read_all(task)
+
+
+def test_concurrent_latest_and_read_share_the_engine(db: Db) -> None:
+    _plain_table(db, rows=200)
+    (task,) = source_task(db.config(mode="incrementing", table__whitelist="items"))
+    partition = task.partitions()[0]
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(5):
+                end = task.latest(partition, None, ReadLimit(max_rows=50))
+                assert sum(b.num_rows for b in task.read(partition, None, end)) == 50
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
+    pg.execute(f"CREATE TYPE {pg.q('mood')} AS ENUM ('sad', 'ok')")
+    pg.execute(
+        f"CREATE TABLE {pg.q('all')} (id INT PRIMARY KEY, i16 SMALLINT, i64 BIGINT, "
+        "d NUMERIC(38,10), r REAL, f DOUBLE PRECISION, b BOOLEAN, c CHAR(3), v VARCHAR(20), "
+        "t TEXT, e mood, j JSON, jb JSONB, u UUID, ba BYTEA, dt DATE, tm TIME(3), "
+        "ts TIMESTAMP(6), tz TIMESTAMPTZ(6))"
+    )
+    rows = [
+        (
+            1,
+            -32768,
+            2**63 - 1,
+            "-1234567890123456789012345678.0123456789",
+            1.5,
+            1e-300,
+            True,
+            "ab",
+            'quote " comma , nl \n',
+            "",
+            "ok",
+            '{"a": [1, "x"]}',
+            '{"b": null}',
+            "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+            b"\x00\x01\xff",
+            "0001-01-01",
+            "23:59:59.999",
+            "9999-12-31 23:59:59.999999",
+            "1970-01-01 00:00:00+00",
+        ),
+        (2, *([None] * 18)),
+        (
+            3,
+            0,
+            0,
+            "0",
+            float("inf"),
+            float("nan"),
+            False,
+            "",
+            "NULL",
+            "null",
+            "sad",
+            "1",
+            "[]",
+            "00000000-0000-0000-0000-000000000000",
+            b"",
+            "2024-02-29",
+            "00:00:00",
+            "2024-03-10 02:30:00",
+            "2024-03-31 01:00:00+00",
+        ),
+    ]
+    marks = ", ".join(["%s"] * 19)
+    pg.executemany(f"INSERT INTO {pg.q('all')} VALUES ({marks})", rows)
+    config = pg.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
+    (task,) = source_task(config)
+    fast = read_all(task)
+    from sluice.connectors.jdbc import source as source_module
+
+    monkeypatch.setattr(source_module._PgCopyPage, "fetch", lambda *a, **k: None)
+    (task,) = source_task(config)
+    driver = read_all(task)
+    import math
+
+    def same(a: dict, b: dict) -> bool:
+        return all(
+            (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+            or x == y
+            for x, y in zip(a.values(), b.values(), strict=True)
+        )
+
+    assert len(fast) == len(driver) == 3
+    assert all(same(a, b) for a, b in zip(fast, driver, strict=True)), (fast, driver)
+    assert fast[0]["v"] == 'quote " comma , nl \n' and fast[2]["v"] == "NULL"  # not a null
+    assert fast[0]["ba"] == b"\x00\x01\xff" and fast[0]["t"] == "" and fast[2]["t"] == "null"
+    assert fast[1] == {"id": 2, **dict.fromkeys(list(fast[1])[1:])}
