@@ -70,6 +70,7 @@ class StandaloneHerder(Herder):
             retention_ms=config.retention_ms,
             retention_bytes=config.retention_bytes,
             plugins=plugins,
+            bus=config.create_bus(),
         )
         self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
