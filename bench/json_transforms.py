@@ -12,8 +12,8 @@ a fresh store; a run ends when the sink has committed every record. Runs:
   sql only        the `sql` step alone
 
 The chain keeps every record and the topic, so every run moves the same data and the sink starts
-at once; the ratio is the transforms' cost. Each configuration runs `--repeat` times, interleaved,
-and the fastest run counts (the machine is shared).
+at once; the ratio is the transforms' cost. Each configuration runs `--repeat` times, in a rotating
+order, and the fastest run counts (the machine is shared).
 Usage: python bench/json_transforms.py [--records 5000000] [--tasks 2] [--repeat 2]
 """
 
@@ -254,8 +254,11 @@ def main() -> None:
     run(spark, out, warm, args.tasks, {})  # warm-up: Python workers, JIT, codegen paths
     configs = {"no transforms": {}, "3-step chain": chain, "sql only": sql_only}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    names = list(configs)
     for rep in range(args.repeat):
-        for name, extra in configs.items():
+        # Rotate the order: a run late in a series tends to be slower (a longer-lived JVM).
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            extra = configs[name]
             result = run(spark, out, args.records, args.tasks, extra)
             runs[name].append(result)
             print(f"run {rep + 1}, {name}: {result}", flush=True)
