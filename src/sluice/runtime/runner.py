@@ -52,7 +52,7 @@ from sluice.store.schemas import SqliteSchemaRegistry
 
 log = logging.getLogger(__name__)
 
-_SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
+SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
 
 
 _CAUSE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Exception|Error)): (.+)$", re.MULTILINE)
@@ -234,7 +234,7 @@ class ConnectorRunner:
                 )
             kind = "source"
         elif isinstance(connector, SinkConnector):
-            topics = _SINK_KEYS.parse(conf)["connect.topicnames"]
+            topics = SINK_KEYS.parse(conf)["connect.topicnames"]
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")

@@ -20,10 +20,9 @@ from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.transforms import parse_transforms
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
-from sluice.runtime.runner import ConnectorRunner
+from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
     ConfigKey,
     ConnectException,
@@ -38,7 +37,6 @@ from sluice.store.statuses import SqliteStatusStore
 
 log = logging.getLogger(__name__)
 
-_SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
 _STATE_OF_TARGET = {"STARTED": "RUNNING", "PAUSED": "PAUSED", "STOPPED": "STOPPED"}
 
 
@@ -165,7 +163,7 @@ class StandaloneHerder(Herder):
             connector = cls()
             RUNTIME_KEYS.parse(conf)
             if isinstance(connector, SinkConnector):
-                topics = _SINK_KEYS.parse(conf)["connect.topicnames"]
+                topics = SINK_KEYS.parse(conf)["connect.topicnames"]
                 if not topics:
                     raise ConfigException(
                         "connect.topicnames", "required key is missing: a sink reads topics"
