@@ -98,6 +98,9 @@ def test_several_sources_and_a_sink_with_three_tasks(runner, tmp_path: Path) -> 
         path.write_text("".join(f"file{i} line {n}\n" for n in range(5000)))
     for i, path in enumerate(files):
         runner.start(f"src{i}", _source(path, topic="shared", **{"max.tasks": "2"}))
+    # The sink starts once the topic holds everything, so its first micro-batch spans several
+    # queues (a sink that ran alongside could see one source's queue per batch, and one task).
+    wait_until(lambda: runner.bus.count("shared") == 15000, 180, "15000 records in the topic")
     out = tmp_path / "out.jsonl"
     runner.start(
         "dst",
