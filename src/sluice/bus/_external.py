@@ -54,7 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from sluice._sqlite import connect_shared
-from sluice.bus.base import STORED_SCHEMA, StagedSegment, TopicLog, retry_outage
+from sluice.bus.base import STORED_SCHEMA, Bus, StagedSegment, TopicLog, retry_outage
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,10 @@ class ExternalLog(TopicLog):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self._staging() / seg.path)
 
+    @abstractmethod
+    def check(self) -> None:
+        """Raise `BusUnavailable`, naming the address key, unless the broker answers."""
+
     def remove_orphans(self, older_than_s: float = 3600.0) -> int:
         """Delete staged files no commit took (their writer died); return how many."""
         cutoff = time.time() - older_than_s
@@ -346,3 +350,27 @@ def headers_without_tag(pairs: Iterator[tuple[str, str]] | list[tuple[str, str]]
     """A record's headers as JSON object text (what the reader outputs), minus the writer tag."""
     headers = {k: v for k, v in pairs if k != WRITER_TAG}
     return json.dumps(headers, sort_keys=True) if headers else None
+
+
+class ExternalBus(Bus):
+    """Base of the buses on a broker (Kafka, RocketMQ): their log stages batches locally and
+    commits them through a journal, so both clean up the same way. Retention is the broker's."""
+
+    log: ExternalLog
+
+    def check(self) -> None:
+        """Raise `BusUnavailable` (naming the address key) unless the broker answers."""
+        self.log.check()
+
+    def maintain(
+        self,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        orphan_age_s: float = 3600.0,
+    ) -> dict[str, int]:
+        """Remove staged rows of writers that died and old journal rows; topic retention is set
+        on the broker, not by sluice."""
+        removed = self.log.remove_orphans(orphan_age_s)
+        self.log.prune_journal()
+        return {"segments_expired": 0, "orphans_removed": removed}

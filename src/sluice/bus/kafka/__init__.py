@@ -22,7 +22,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from sluice.bus.base import Bus, outage_seconds
+from sluice.bus._external import ExternalBus
+from sluice.bus.base import outage_seconds
 from sluice.bus.kafka._log import KafkaLog
 from sluice.sdk import ConfigException
 
@@ -31,7 +32,7 @@ __all__ = ["KafkaBus", "KafkaLog"]
 _PREFIX = "kafka."
 
 
-class KafkaBus(Bus):
+class KafkaBus(ExternalBus):
     """Topics on Kafka: a :class:`KafkaLog` plus the shared Spark adapters.
 
     ``state_dir`` holds staged rows and the commit journal (under the worker's store root).
@@ -82,23 +83,6 @@ class KafkaBus(Bus):
             default_queues=default_queues,
             outage_s=outage_seconds(props),
         )
-
-    def check(self) -> None:
-        """Raise `BusUnavailable` (naming bootstrap.servers) unless the cluster answers."""
-        self.log.check()
-
-    def maintain(
-        self,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        orphan_age_s: float = 3600.0,
-    ) -> dict[str, int]:
-        """Remove staged rows of writers that died and old journal rows. Retention is the
-        cluster's (`retention.ms` / `retention.bytes` of each topic), not sluice's."""
-        removed = self.log.remove_orphans(orphan_age_s)
-        self.log.prune_journal()
-        return {"segments_expired": 0, "orphans_removed": removed}
 
 
 def _validate(servers: str, client: dict[str, str]) -> None:

@@ -24,7 +24,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from sluice.bus.base import Bus, outage_seconds
+from sluice.bus._external import ExternalBus
+from sluice.bus.base import outage_seconds
 from sluice.bus.rocketmq._log import RocketMQLog
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
@@ -43,7 +44,7 @@ WORKER_KEYS = ConfigDef(
 )
 
 
-class RocketMQBus(Bus):
+class RocketMQBus(ExternalBus):
     """Topics on RocketMQ: a :class:`RocketMQLog` plus the shared Spark adapters.
 
     ``state_dir`` holds staged rows and the commit journal (under the worker's store root).
@@ -105,20 +106,3 @@ class RocketMQBus(Bus):
             max_message_size=values["maxMessageSize"],
             outage_s=outage_seconds(props),
         )
-
-    def check(self) -> None:
-        """Raise `BusUnavailable` (naming namesrvAddr) unless the name server answers."""
-        self.log.check()
-
-    def maintain(
-        self,
-        *,
-        retention_ms: int | None = None,
-        retention_bytes: int | None = None,
-        orphan_age_s: float = 3600.0,
-    ) -> dict[str, int]:
-        """Remove staged rows of writers that died and old journal rows. Retention is the
-        broker's (`fileReservedTime`), not sluice's."""
-        removed = self.log.remove_orphans(orphan_age_s)
-        self.log.prune_journal()
-        return {"segments_expired": 0, "orphans_removed": removed}
