@@ -259,33 +259,10 @@ def _to_avro(s: Schema, where: str) -> Callable[[Any], Any]:
         return _same
     if s.type is FieldType.STRUCT:
         fields = [
-            (f.name, aname, f.schema.optional, _to_avro(f.schema, f"{where}.{f.name}"))
+            (f.name, aname, f.name, f.schema.optional, _to_avro(f.schema, f"{where}.{f.name}"))
             for f, aname in zip(s.fields, field_names(s), strict=True)
         ]
-        required = [name for name, _, optional, _ in fields if not optional]
-        if all(name == aname and convert is _same for name, aname, _, convert in fields):
-            # Nothing to rename or convert (the common flat row): only check required fields.
-            def plain(v: dict) -> dict:
-                for name in required:
-                    if v.get(name) is None:
-                        raise _Bad(f"{where}.{name} is null, but its schema is not optional")
-                return v
-
-            return plain
-
-        def struct(v: dict) -> dict:
-            out = {}
-            for name, aname, optional, convert in fields:
-                x = v.get(name)
-                if x is None:
-                    if not optional:
-                        raise _Bad(f"{where}.{name} is null, but its schema is not optional")
-                    out[aname] = None
-                else:
-                    out[aname] = convert(x)
-            return out
-
-        return struct
+        return _struct(fields, where)
     if s.type is FieldType.ARRAY and s.value_schema is not None:
         item = _to_avro(s.value_schema, f"{where}[]")
         return lambda v: [None if x is None else item(x) for x in v]
@@ -421,33 +398,10 @@ def _from_avro(s: Schema, where: str) -> Callable[[Any], Any]:
         return small
     if s.type is FieldType.STRUCT:
         fields = [
-            (f.name, aname, f.schema.optional, _from_avro(f.schema, f"{where}.{f.name}"))
+            (aname, f.name, f.name, f.schema.optional, _from_avro(f.schema, f"{where}.{f.name}"))
             for f, aname in zip(s.fields, field_names(s), strict=True)
         ]
-        required = [name for name, _, optional, _ in fields if not optional]
-        if all(name == aname and convert is _same for name, aname, _, convert in fields):
-
-            def plain(v: dict) -> dict:
-                for name in required:
-                    if v.get(name) is None:
-                        raise _Bad(f"{where}.{name} is null, but its schema is not optional")
-                return v
-
-            return plain
-
-        def struct(v: dict) -> dict:
-            out = {}
-            for name, aname, optional, convert in fields:
-                x = v.get(aname)
-                if x is None:
-                    if not optional:
-                        raise _Bad(f"{where}.{name} is null, but its schema is not optional")
-                    out[name] = None
-                else:
-                    out[name] = convert(x)
-            return out
-
-        return struct
+        return _struct(fields, where)
     if s.type is FieldType.ARRAY and s.value_schema is not None:
         item = _from_avro(s.value_schema, f"{where}[]")
         return lambda v: [None if x is None else item(x) for x in v]
@@ -460,3 +414,32 @@ def _from_avro(s: Schema, where: str) -> Callable[[Any], Any]:
             (key(e["key"]), None if e["value"] is None else val(e["value"])) for e in v
         ]
     return _same
+
+
+def _struct(fields: list[tuple[str, str, str, bool, Any]], where: str) -> Any:
+    """Converts a struct's dict: `fields` are (key read, key written, Connect name for errors,
+    optional, value converter); used both ways, so Avro-renamed fields map back and forth."""
+    required = [label for _, _, label, optional, _ in fields if not optional]
+    if all(src == dst and convert is _same for src, dst, _, _, convert in fields):
+        # Nothing to rename or convert (the common flat row): only check required fields.
+        def plain(v: dict) -> dict:
+            for name in required:
+                if v.get(name) is None:
+                    raise _Bad(f"{where}.{name} is null, but its schema is not optional")
+            return v
+
+        return plain
+
+    def struct(v: dict) -> dict:
+        out = {}
+        for src, dst, label, optional, convert in fields:
+            x = v.get(src)
+            if x is None:
+                if not optional:
+                    raise _Bad(f"{where}.{label} is null, but its schema is not optional")
+                out[dst] = None
+            else:
+                out[dst] = convert(x)
+        return out
+
+    return struct
