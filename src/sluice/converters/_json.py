@@ -160,8 +160,22 @@ def _here(where: str, name: str) -> str:
     return f"{where}.{name}"
 
 
+class _PerProcessPython:
+    """Keeps the per-record Python function (`_py`, built on first use) out of pickles: it holds
+    closures, and each Spark process builds its own."""
+
+    _py: Callable[[Any], Any] | None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_py"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._py = None
+
+
 # -- encoding --------------------------------------------------------------------------------------
-class _JsonEncoder(Encoder):
+class _JsonEncoder(_PerProcessPython, Encoder):
     """JSON text of values of one schema (SQL `to_json`, or per record with `json.dumps`)."""
 
     arrow_mode = "per-record"
@@ -175,13 +189,6 @@ class _JsonEncoder(Encoder):
         self.has_sql = _sql_capable(schema)
         self.schema_text = canonical(schema)
         self._py: Callable[[Any], Any] | None = None
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_py"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._py = None
 
     # SQL ------------------------------------------------------------------------------------------
     def _payload_sql(self, column: str) -> tuple[str, list[tuple[str, str]]]:
@@ -426,7 +433,7 @@ def _unscaled_bytes(value: Decimal, scale: int) -> bytes:
 
 
 # -- decoding --------------------------------------------------------------------------------------
-class _JsonDecoder(Decoder):
+class _JsonDecoder(_PerProcessPython, Decoder):
     """Decodes JSON (with or without envelope) into values of a known schema."""
 
     arrow_mode = "per-record"
@@ -439,13 +446,6 @@ class _JsonDecoder(Decoder):
         self.numeric = numeric
         self.has_sql = _sql_capable(schema)
         self._py: Callable[[Any], Any] | None = None
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_py"}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state)
-        self._py = None
 
     # SQL ------------------------------------------------------------------------------------------
     def sql(self, column: str, tmp: str) -> DecodeSql | None:
