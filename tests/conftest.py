@@ -17,13 +17,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
-def wait_until(predicate: Callable[[], object], timeout: float = 120.0, what: str = "") -> None:
-    """Wait for a condition (not a fixed sleep); fail with `what` if it never holds."""
+def wait_until(
+    predicate: Callable[[], object], timeout: float = 120.0, what: str = "", every: float = 0.1
+) -> None:
+    """Wait for a condition (not a fixed sleep), checking it every `every` seconds (less often
+    when checking costs, e.g. a database query); fail with `what` if it never holds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
             return
-        time.sleep(0.1)
+        time.sleep(every)
     assert predicate(), f"timed out after {timeout}s waiting for {what or predicate}"
 
 

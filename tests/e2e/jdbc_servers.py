@@ -15,10 +15,11 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import wait_until
 
 
 def _free_port() -> int:
@@ -28,15 +29,12 @@ def _free_port() -> int:
 
 
 def _wait_port(port: int, up: bool, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def reachable() -> bool:
         with socket.socket() as s:
             s.settimeout(0.5)
-            reachable = s.connect_ex(("127.0.0.1", port)) == 0
-        if reachable == up:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"port {port} did not go {'up' if up else 'down'} in {timeout}s")
+            return (s.connect_ex(("127.0.0.1", port)) == 0) == up
+
+    wait_until(reachable, timeout, f"port {port} to go {'up' if up else 'down'}")
 
 
 def _need(path: str, what: str) -> str:

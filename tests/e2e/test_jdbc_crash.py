@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
 
@@ -47,14 +48,6 @@ def start_child(root: Path, log: Path, source: Db, sink: Db, table: str, *extra:
 def kill9(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-
-
-def wait_for(predicate, timeout: float, what: str, every: float = 0.5) -> None:
-    """Poll `predicate` (a database query: not too often) until it holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
-        time.sleep(every)
 
 
 def count(d: Db, table: str) -> int:
@@ -109,7 +102,7 @@ def test_kill_9_mid_copy_then_restart_copies_exactly_the_source(
         proc = start_child(root, log, pg, my, "big", *settings)
         if kind == "time":
             deadline = time.monotonic() + amount
-            wait_for(
+            wait_until(
                 lambda d=deadline, p=proc: time.monotonic() >= d or p.poll() is not None,
                 60,
                 "the kill time",
@@ -117,18 +110,22 @@ def test_kill_9_mid_copy_then_restart_copies_exactly_the_source(
             )
         else:
             target = max(before + 1, int(ROWS * amount))
-            wait_for(
+            wait_until(
                 lambda t=target, p=proc: count(my, "big") >= t or p.poll() is not None,
                 300,
                 f"{target} rows in the target",
+                every=0.5,
             )
         assert proc.poll() is None, f"child exited early:\n{log.read_text()[-4000:]}"
         kill9(proc)
         kills.append(f"{kind}={amount:.2f} at target={count(my, 'big')}/{ROWS}")
     proc = start_child(root, log, pg, my, "big", *settings)
     try:
-        wait_for(
-            lambda: count(my, "big") >= ROWS or proc.poll() is not None, 600, "the whole table"
+        wait_until(
+            lambda: count(my, "big") >= ROWS or proc.poll() is not None,
+            600,
+            "the whole table",
+            every=0.5,
         )
         assert proc.poll() is None, f"child failed:\n{log.read_text()[-4000:]}"
     finally:
