@@ -52,7 +52,23 @@ from sluice.store.schemas import SqliteSchemaRegistry
 
 log = logging.getLogger(__name__)
 
-SINK_KEYS = ConfigDef(ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"))
+SINK_KEYS = ConfigDef(
+    ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"),
+    # Where a new sink connector (no stored position for a queue) starts. FIRST, unlike
+    # RocketMQ Connect's LAST, so that a sink created after its source reads what the topic holds.
+    ConfigKey(
+        "consume.from.where",
+        default="CONSUME_FROM_FIRST_OFFSET",
+        choices=("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_LAST_OFFSET"),
+        doc="where a new sink starts in queues without a stored position",
+    ),
+    ConfigKey(
+        "task.group.id",
+        default=None,
+        pattern=r"[%|a-zA-Z0-9_-]{1,255}",  # RocketMQ's rule for group names
+        doc="consumer group the sink's offsets are committed under (default connect-<name>)",
+    ),
+)
 
 
 _CAUSE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Exception|Error)): (.+)$", re.MULTILINE)
@@ -260,6 +276,8 @@ class ConnectorRunner:
                 split_queues=connector.ordered_commit,
                 downstream=runner if fused else None,
                 downstream_ddl=RECEIPT_DDL if fused else None,
+                group=SINK_KEYS.parse(conf)["task.group.id"],
+                consume_from=SINK_KEYS.parse(conf)["consume.from.where"],
             )
             if fused:
                 query = start_fused_query(

@@ -7,6 +7,7 @@ A connector declares its keys once with `ConfigDef` and gets back typed values; 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,8 @@ class ConfigKey:
     doc: str = ""
     choices: tuple[str, ...] = ()
     min: int | None = None
+    #: a regular expression a string value must match in full (e.g. allowed characters)
+    pattern: str | None = None
 
     @property
     def required(self) -> bool:
@@ -113,6 +116,8 @@ class ConfigDef:
                 raise ConfigException(
                     name, f"must be one of {', '.join(key.choices)}, got {value!r}"
                 )
+            if key.pattern is not None and not re.fullmatch(key.pattern, value):
+                raise ConfigException(name, f"{value!r} does not match the pattern {key.pattern}")
             if key.min is not None and value < key.min:
                 raise ConfigException(name, f"must be at least {key.min}, got {value}")
             values[name] = value
