@@ -4,10 +4,39 @@ from __future__ import annotations
 
 from sluice.sdk import ConfigDef, ConfigKey
 
+#: `errors.*` besides the retry keys (see `sluice.engine.errors`).
+ERROR_KEYS = ConfigDef(
+    ConfigKey("errors.tolerance", default="none", choices=("none", "all"), doc="none | all"),
+    ConfigKey("errors.log.enable", type="bool", default=False, doc="log tolerated records"),
+    ConfigKey(
+        "errors.log.include.messages", type="bool", default=False, doc="log keys and values too"
+    ),
+    ConfigKey("errors.deadletterqueue.topic.name", default="", doc="dead-letter topic"),
+    ConfigKey(
+        "errors.deadletterqueue.write.queue.nums", type="int", default=None, min=1, doc="queues"
+    ),
+    ConfigKey(
+        "errors.deadletterqueue.read.queue.nums", type="int", default=None, min=1, doc="queues"
+    ),
+    ConfigKey(
+        "errors.deadletterqueue.context.properties.enable",
+        type="bool",
+        default=None,
+        doc="add __connect.errors.* headers (default true)",
+    ),
+    ConfigKey(
+        "errors.deadletterqueue.context.headers.enable",
+        type="bool",
+        default=None,
+        doc="Kafka Connect's name of …context.properties.enable",
+    ),
+)
+
 RUNTIME_KEYS = ConfigDef(
     ConfigKey("max.tasks", type="int", default=1, min=1, doc="upper bound of tasks (partitions)"),
     ConfigKey("read.max.rows", type="int", default=None, min=1, doc="rows per micro-batch"),
     ConfigKey("read.max.bytes", type="int", default=None, min=1, doc="bytes per micro-batch"),
     ConfigKey("errors.retry.timeout", type="int", default=0, min=-1, doc="ms; -1 = forever"),
     ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
+    *ERROR_KEYS.keys.values(),
 )

@@ -24,6 +24,7 @@ from sluice.engine.converters import (
     schema_of,
 )
 from sluice.engine.direct import BatchConsumer, receipt_committer
+from sluice.engine.errors import CONTEXT_COLUMN, ERROR_COLUMNS
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
 from sluice.engine.transforms import apply_transforms
@@ -129,6 +130,40 @@ def start_source_query(
     )
 
 
+def _transform_sink_frame(spark: SparkSession, df: DataFrame, chain: list[Transform]) -> DataFrame:
+    # Transforms see headers as a map; sinks get them back as JSON text (cheap to hand over).
+    df = df.withColumn("headers", F.from_json("headers", "map<string,string>"))
+    return apply_transforms(spark, df, chain).withColumn("headers", F.to_json("headers"))
+
+
+def _transform_tolerating_errors(
+    spark: SparkSession, df: DataFrame, chain: list[Transform]
+) -> DataFrame:
+    """`errors.tolerance=all` with transforms: the records that decoded go through the chain,
+    the others bypass it (no transform may drop or reshape them before the dead-letter queue)
+    and join the sink frame again with their error columns and original context
+    (`error_context`). Spark reads the topic range twice for this (once per branch)."""
+    ok = F.col("error").isNull()
+    good = _transform_sink_frame(spark, df.where(ok).drop(*ERROR_COLUMNS), chain)
+    bad = df.where(~ok)
+    context = F.struct(
+        *[F.col(c) for c in ("topic", "queue_id", "queue_offset", "timestamp", "headers")]
+    )
+    context_type = bad.select(context.alias("c")).schema["c"].dataType
+    error_types = {f.name: f.dataType for f in bad.schema if f.name in ERROR_COLUMNS}
+    bad_side = bad.select(
+        *[F.lit(None).cast(f.dataType).alias(f.name) for f in good.schema],
+        *[F.col(c) for c in ERROR_COLUMNS],
+        context.alias(CONTEXT_COLUMN),
+    )
+    good_side = good.select(
+        *good.columns,
+        *[F.lit(None).cast(error_types[c]).alias(c) for c in ERROR_COLUMNS],
+        F.lit(None).cast(context_type).alias(CONTEXT_COLUMN),
+    )
+    return good_side.unionByName(bad_side)
+
+
 def start_sink_query(
     spark: SparkSession,
     plan: SinkPlan,
@@ -141,8 +176,9 @@ def start_sink_query(
     """Start the query that delivers topic records to a sink connector (JVM path).
 
     Records that do not decode carry an `error` (see `sluice.engine.converters`): without
-    transforms it reaches the sink writer, which fails the task with it; with transforms the
-    query fails in the JVM before any transform runs.
+    transforms it reaches the sink writer, which fails the task with it (or, with
+    `errors.tolerance=all`, skips it and writes it to the dead-letter queue); with transforms
+    the query fails in the JVM before any transform runs, or the bad records bypass the chain.
     """
     spark.dataSource.register(reader)
     spark.dataSource.register(sink_data_source(plan))
@@ -151,11 +187,13 @@ def start_sink_query(
         raise ValueError(f"sink {plan.name}: its plan has no decoders")
     df = decode_frame(spark.readStream.format(reader.name()).load(), codecs)
     if chain:
-        if codecs.can_fail:
-            df = fail_on_errors(df)
-        # Transforms see headers as a map; sinks get them back as JSON text (cheap to hand over).
-        df = df.withColumn("headers", F.from_json("headers", "map<string,string>"))
-        df = apply_transforms(spark, df, chain).withColumn("headers", F.to_json("headers"))
+        tolerate = plan.errors is not None and plan.errors.policy.tolerate
+        if codecs.can_fail and tolerate:
+            df = _transform_tolerating_errors(spark, df, chain)
+        else:
+            if codecs.can_fail:
+                df = fail_on_errors(df)
+            df = _transform_sink_frame(spark, df, chain)
     return (
         df.writeStream.format(plan.format_name)
         .queryName(f"sink:{plan.name}")

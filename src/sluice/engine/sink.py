@@ -19,7 +19,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from sluice.converters import SchemaRegistry
 from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders
-from sluice.engine.direct import from_topic_frame, receipt_row
+from sluice.engine.direct import BatchConsumer, from_topic_frame, receipt_row
+from sluice.engine.errors import ErrorPolicy, ErrorReporter, sink_dead_letters, split_errors
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy
 from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
@@ -39,6 +40,9 @@ class SinkPlan:
     counters: Counters | None = field(default=None, compare=False)
     #: The key/value decoders, with the schemas registered for the topics when the sink started.
     codecs: SinkCodecs | None = field(default=None, compare=False)
+    #: `errors.*` (tolerance, log, dead-letter queue) and the dead-letter topic's writer.
+    errors: ErrorReporter | None = field(default=None, compare=False)
+    dlq: BatchConsumer | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -61,10 +65,12 @@ def plan_sink(
     counters: Counters | None = None,
     topics: tuple[str, ...] = (),
     registry: SchemaRegistry | None = None,
+    dlq: BatchConsumer | None = None,
 ) -> SinkPlan:
     """Validate and start `connector` (driver) and fix its plan, with the decoders of `topics`
-    (their schemas looked up in `registry`)."""
+    (their schemas looked up in `registry`); `dlq` writes the dead-letter topic, if one is set."""
     max_tasks = RUNTIME_KEYS.parse(config)["max.tasks"]
+    errors = ErrorReporter(ErrorPolicy.from_config(config, topics), name)
     connector.validate(config)
     connector.start(config)
     task_configs = tuple(dict(c) for c in connector.task_configs(max_tasks)[:max_tasks])
@@ -73,7 +79,17 @@ def plan_sink(
     retry = RetryPolicy.from_config(config)
     codecs = plan_decoders(config, topics, registry)
     return SinkPlan(
-        name, run, type(connector), dict(config), task_configs, control, retry, counters, codecs
+        name,
+        run,
+        type(connector),
+        dict(config),
+        task_configs,
+        control,
+        retry,
+        counters,
+        codecs,
+        errors,
+        dlq if errors.policy.dlq_topic else None,
     )
 
 
@@ -103,6 +119,9 @@ class _TaskResult(WriterCommitMessage):
     payload: Any
     requests: list[dict[str, Any]]
     retries: int = 0
+    #: Records tolerated (`errors.tolerance=all`), and the dead-letter writer's receipt for them.
+    errors: int = 0
+    dead_letters: Any = None
 
 
 @dataclass(frozen=True)
@@ -126,23 +145,59 @@ class SinkRunner:
         task.start(self.plan.task_configs[partition_id % len(self.plan.task_configs)])
         what = f"sink task {partition_id} of {self.plan.name}"
         retries = 0
+        tolerated: list[pa.RecordBatch] = []
         try:
             for decoded in batches:
-                # errors.tolerance=none: a record that did not decode fails the task here.
-                batch = check_errors(decoded)
+                batch = self._without_errors(decoded, tolerated)
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
                     retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
             payload = task.flush(batch_id)
         finally:
             task.stop()
+        errors, dead_letters = self._report(tolerated, partition_id)
         c = task.context
         requests = (
             [{"op": "reset", "partition": p, "offset": o} for p, o in c.offset_resets]
             + [{"op": "pause", "partition": p} for p in c.paused]
             + [{"op": "resume", "partition": p} for p in c.resumed]
         )
-        return _TaskResult(partition_id, payload, requests, retries)
+        return _TaskResult(partition_id, payload, requests, retries, errors, dead_letters)
+
+    def _without_errors(
+        self, decoded: pa.RecordBatch, tolerated: list[pa.RecordBatch]
+    ) -> pa.RecordBatch:
+        """The records of `decoded` that converted; the others fail the task
+        (`errors.tolerance=none`) or are kept in `tolerated`."""
+        if self.plan.errors is None or not self.plan.errors.policy.tolerate:
+            return check_errors(decoded)
+        good, bad = split_errors(decoded)
+        if bad is not None:
+            tolerated.append(bad)
+        return good
+
+    def _report(self, tolerated: list[pa.RecordBatch], partition_id: int) -> tuple[int, Any]:
+        """Log the tolerated records and stage their dead letters: (count, writer receipt)."""
+        if not tolerated or self.plan.errors is None:
+            return 0, None
+        codecs = self.plan.codecs
+        classes = {
+            "key": codecs.key.converter if codecs else "",
+            "value": codecs.value.converter if codecs else "",
+        }
+        letters = [x for bad in tolerated for x in sink_dead_letters(bad, classes)]
+        rows = self.plan.errors.report(letters, partition_id)
+        if rows is None or self.plan.dlq is None:
+            return len(letters), None
+        try:
+            return len(letters), self.plan.dlq.write(iter([rows]), partition_id)
+        except Exception:
+            self._count({"deadletterqueue-produce-failures": 1})
+            raise
+
+    def _count(self, increments: dict[str, int]) -> None:
+        if self.plan.counters is not None:
+            self.plan.counters.add(self.plan.name, increments)
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
@@ -158,18 +213,39 @@ class SinkRunner:
 
     def commit(self, receipts: list[_TaskResult], batch_id: int) -> None:
         results = sorted(receipts, key=lambda r: r.task_id)
+        letters = [r.dead_letters for r in results if r.dead_letters is not None]
+        if letters and self.plan.dlq is not None:
+            # Before the sink's commit: a crash in between replays the batch, and the dead-letter
+            # writer publishes a (writer id, batch id) once, so nothing is lost or doubled.
+            try:
+                self.plan.dlq.commit(letters, batch_id)
+            except Exception:
+                self._count({"deadletterqueue-produce-failures": 1})
+                raise
         self._connector().commit(BatchId(self.plan.run, batch_id), [r.payload for r in results])
         requests = [req for r in results for req in r.requests]
         if requests and self.plan.control is not None:
             self.plan.control(requests)
-        if self.plan.counters is not None:
-            self.plan.counters.add(
-                self.plan.name, {"total-retries": sum(r.retries for r in results)}
-            )
+        errors = sum(r.errors for r in results)
+        retries = sum(r.retries for r in results)
+        policy = self.plan.errors.policy if self.plan.errors else ErrorPolicy()
+        self._count(
+            {
+                "total-retries": retries,
+                "total-record-failures": errors + retries,
+                "total-record-errors": errors,
+                "total-records-skipped": errors,
+                "total-errors-logged": errors if policy.log else 0,
+                "deadletterqueue-produce-requests": errors if self.plan.dlq else 0,
+            }
+        )
 
     def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
         payloads = [r.payload if r is not None else None for r in receipts]
         self._connector().abort(BatchId(self.plan.run, batch_id), payloads)
+        letters = [r.dead_letters for r in receipts if r is not None and r.dead_letters]
+        if letters and self.plan.dlq is not None:
+            self.plan.dlq.abort(letters, batch_id)
 
 
 class _SinkWriter(DataSourceStreamArrowWriter):

@@ -24,6 +24,7 @@ from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import SchemaRegistration, plan_encoders, register_schemas
 from sluice.engine.direct import RECEIPT_DDL
+from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.pipeline import (
     fusable,
@@ -254,6 +255,11 @@ class ConnectorRunner:
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
+            policy = ErrorPolicy.from_config(conf, topics)
+            dlq = None
+            if policy.dlq_topic:
+                self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
+                dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq")
             plan = plan_sink(
                 name,
                 connector,
@@ -263,6 +269,7 @@ class ConnectorRunner:
                 counters=self.counters,
                 topics=tuple(topics),
                 registry=registry,
+                dlq=dlq,
             )
             fused = plan.codecs is not None and fusable(conf, plan.codecs)
             runner = SinkRunner(plan)

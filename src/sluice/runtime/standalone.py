@@ -16,6 +16,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.transforms import parse_transforms
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
@@ -162,12 +163,14 @@ class StandaloneHerder(Herder):
             cls = self.plugins_registry.connector(conf["connector.class"])
             connector = cls()
             RUNTIME_KEYS.parse(conf)
+            topics: list[str] = []
             if isinstance(connector, SinkConnector):
                 topics = SINK_KEYS.parse(conf)["connect.topicnames"]
                 if not topics:
                     raise ConfigException(
                         "connect.topicnames", "required key is missing: a sink reads topics"
                     )
+            ErrorPolicy.from_config(conf, topics)
             parse_transforms(conf, self.plugins_registry.transform)
             connector.validate(conf)
         except ConnectException as exc:

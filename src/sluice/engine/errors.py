@@ -1,0 +1,284 @@
+"""What happens to a record that fails: `errors.tolerance`, `errors.log.*`, the dead-letter queue.
+
+Keys (RocketMQ Connect's names; Kafka Connect's `…context.headers.enable` is an alias)::
+
+    errors.tolerance=none|all                          none: the first bad record fails the task
+    errors.log.enable=false                            log every tolerated record (WARNING)
+    errors.log.include.messages=false                  …with its key and value
+    errors.deadletterqueue.topic.name=                 where tolerated records go (none: dropped)
+    errors.deadletterqueue.write.queue.nums=           queues of a new dead-letter topic
+    errors.deadletterqueue.read.queue.nums=            accepted; sluice's topics have one count
+    errors.deadletterqueue.context.properties.enable=true   add the `__connect.errors.*` headers
+
+What is tolerated: a record whose key or value does not convert — on the sink side a topic record
+the converter cannot decode (stage `KEY_CONVERTER` / `VALUE_CONVERTER`), on the source side a record
+that does not match the connector's schema or that the converter cannot encode. A sink task's own
+exceptions are not: a `RetriableException` is retried (`errors.retry.*`), anything else fails the
+task, as in Kafka Connect.
+
+A dead letter keeps the record's key, value, timestamp and headers — a sink's are the topic bytes
+as they were read; a source's are the record rendered as JSON text (it never had topic bytes) — plus
+the headers `__connect.errors.topic`, `.partition`, `.offset`, `.connector.name`, `.task.id`,
+`.stage`, `.class.name`, `.exception.class.name`, `.exception.message` and
+`.exception.stacktrace`. Dead letters are written exactly once per micro-batch, in the same commit
+as the good records (a sink: its own writer id, committed before the sink's commit; a source: rows
+of the same topic write).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.engine.converters import ERROR_COLUMNS
+from sluice.engine.keys import ERROR_KEYS
+from sluice.sdk import TIMESTAMP_TYPE, ConfigException
+
+log = logging.getLogger("sluice.errors")
+
+#: Kafka Connect's stage names, as `__connect.errors.stage` shows them.
+KEY_CONVERTER = "KEY_CONVERTER"
+VALUE_CONVERTER = "VALUE_CONVERTER"
+TASK_POLL = "TASK_POLL"
+
+#: The sink frame's error context after transforms (see `sluice.engine.pipeline`): a struct of the
+#: record's original topic, queue_id, queue_offset, timestamp and headers.
+CONTEXT_COLUMN = "error_context"
+HEADER = "__connect.errors."
+
+_DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", pa.string()),
+        pa.field("route", pa.int32()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ErrorPolicy:
+    """A connector's `errors.*` settings (the retry ones live in `sluice.engine.retry`)."""
+
+    tolerate: bool = False
+    log: bool = False
+    log_messages: bool = False
+    dlq_topic: str = ""
+    dlq_queues: int | None = None
+    context_headers: bool = True
+
+    @staticmethod
+    def from_config(config: Mapping[str, str], reads: Sequence[str] = ()) -> ErrorPolicy:
+        """The policy of a connector config; `reads`: the topics a sink reads (its dead-letter
+        topic must not be one of them, or a bad record would come back forever)."""
+        keys = ERROR_KEYS.parse(config)
+        kafka = keys["errors.deadletterqueue.context.headers.enable"]
+        rocketmq = keys["errors.deadletterqueue.context.properties.enable"]
+        if kafka is not None and rocketmq is not None and kafka != rocketmq:
+            raise ConfigException(
+                "errors.deadletterqueue.context.headers.enable",
+                "contradicts errors.deadletterqueue.context.properties.enable; set one of them",
+            )
+        topic = keys["errors.deadletterqueue.topic.name"].strip()
+        tolerate = keys["errors.tolerance"] == "all"
+        if topic and not tolerate:
+            raise ConfigException(
+                "errors.deadletterqueue.topic.name",
+                "a dead-letter topic needs errors.tolerance=all (with none, the first bad "
+                "record fails the task and nothing reaches the dead-letter topic)",
+            )
+        if topic and topic in reads:
+            raise ConfigException(
+                "errors.deadletterqueue.topic.name",
+                f"{topic!r} is a topic this sink reads (connect.topicnames): its dead letters "
+                "would be read again",
+            )
+        return ErrorPolicy(
+            tolerate=tolerate,
+            log=keys["errors.log.enable"],
+            log_messages=keys["errors.log.include.messages"],
+            dlq_topic=topic,
+            dlq_queues=keys["errors.deadletterqueue.write.queue.nums"]
+            or keys["errors.deadletterqueue.read.queue.nums"],
+            context_headers=next((v for v in (rocketmq, kafka) if v is not None), True),
+        )
+
+
+@dataclass
+class DeadLetter:
+    """One tolerated record: what the dead-letter topic keeps of it, and why it failed."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp: datetime | None
+    headers: dict[str, str]
+    topic: str  # the record's topic (sink: where it was read; source: where it was going)
+    partition: str  # sink: the queue id; source: the source partition as JSON
+    offset: str  # sink: the queue offset; source: the source offset as JSON
+    stage: str
+    class_name: str
+    exception_class: str
+    message: str
+    stacktrace: str = ""
+
+    def error_headers(self, connector: str, task_id: int) -> dict[str, str]:
+        return {
+            f"{HEADER}topic": self.topic,
+            f"{HEADER}partition": self.partition,
+            f"{HEADER}offset": self.offset,
+            f"{HEADER}connector.name": connector,
+            f"{HEADER}task.id": str(task_id),
+            f"{HEADER}stage": self.stage,
+            f"{HEADER}class.name": self.class_name,
+            f"{HEADER}exception.class.name": self.exception_class,
+            f"{HEADER}exception.message": self.message,
+            f"{HEADER}exception.stacktrace": self.stacktrace or self.message,
+        }
+
+
+@dataclass(frozen=True)
+class ErrorReporter:
+    """Applies an `ErrorPolicy` in a task: logs tolerated records and turns them into dead-letter
+    rows (the topic writer's frame). Picklable; one per connector."""
+
+    policy: ErrorPolicy
+    connector: str
+
+    def report(self, letters: Sequence[DeadLetter], task_id: int) -> pa.RecordBatch | None:
+        """Log `letters` (if `errors.log.enable`) and return their dead-letter rows, or None
+        when there is no dead-letter topic."""
+        if self.policy.log:
+            for letter in letters:
+                log.warning("%s", self.describe(letter, task_id))
+        if not letters or not self.policy.dlq_topic:
+            return None
+        return self.dead_letter_rows(letters, task_id)
+
+    def describe(self, letter: DeadLetter, task_id: int) -> str:
+        """The log line of a tolerated record (Kafka Connect's wording, roughly)."""
+        text = (
+            f"Error encountered in task {self.connector}-{task_id}. Executing stage "
+            f"'{letter.stage}' with class '{letter.class_name}', where the record is "
+            f"{{topic='{letter.topic}', partition={letter.partition}, offset={letter.offset}}}: "
+            f"{letter.message}. The record is skipped (errors.tolerance=all)"
+            + (f" and sent to {self.policy.dlq_topic}" if self.policy.dlq_topic else "")
+            + "."
+        )
+        if self.policy.log_messages:
+            text += f" key={_show(letter.key)} value={_show(letter.value)}"
+        return text
+
+    def dead_letter_rows(self, letters: Sequence[DeadLetter], task_id: int) -> pa.RecordBatch:
+        headers = []
+        for letter in letters:
+            merged = dict(letter.headers)
+            if self.policy.context_headers:
+                merged.update(letter.error_headers(self.connector, task_id))
+            headers.append(json.dumps(merged, sort_keys=True) if merged else None)
+        n = len(letters)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.policy.dlq_topic, pa.string()), n),
+                pa.array([x.key for x in letters], pa.binary()),
+                pa.array([x.value for x in letters], pa.binary()),
+                pa.array([x.timestamp or datetime.now(UTC) for x in letters], TIMESTAMP_TYPE),
+                pa.array(headers, pa.string()),
+                pa.nulls(n, pa.int32()),  # no key routing: spread over the queues
+            ],
+            schema=_DEAD_LETTER_SCHEMA,
+        )
+
+
+def _show(data: bytes | None) -> str:
+    if data is None:
+        return "null"
+    try:
+        return repr(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(data).decode("ascii")
+
+
+# -- sink side -------------------------------------------------------------------------------------
+_SIDE = re.compile(r"@-?\d+: (key|value) ")
+
+
+def split_errors(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, pa.RecordBatch | None]:
+    """A decoded sink batch as (good records without the error columns, bad records or None)."""
+    names = batch.schema.names
+    if "error" not in names:
+        return batch, None
+    keep = [n for n in names if n not in ERROR_COLUMNS and n != CONTEXT_COLUMN]
+    error = batch.column("error")
+    if error.null_count == len(error):
+        return batch.select(keep), None
+    bad = pc.is_valid(error)
+    return batch.filter(pc.invert(bad)).select(keep), batch.filter(bad)
+
+
+def sink_dead_letters(bad: pa.RecordBatch, classes: Mapping[str, str]) -> list[DeadLetter]:
+    """Dead letters of a sink batch's bad records (rows with `error` set). `classes` maps "key" /
+    "value" to the converter that failed on that side."""
+    if CONTEXT_COLUMN in bad.schema.names:
+        context = bad.column(CONTEXT_COLUMN)
+        column = {name: context.field(name) for name in _CONTEXT_FIELDS}
+    else:
+        column = {name: bad.column(name) for name in _CONTEXT_FIELDS}
+    rows = zip(
+        bad.column("error").to_pylist(),
+        bad.column("raw_key").to_pylist(),
+        bad.column("raw_value").to_pylist(),
+        *(column[name].to_pylist() for name in _CONTEXT_FIELDS),
+        strict=True,
+    )
+    letters = []
+    for error, key, value, topic, queue, offset, timestamp, headers in rows:
+        side = _SIDE.search(error)
+        stage = VALUE_CONVERTER if side is None or side.group(1) == "value" else KEY_CONVERTER
+        letters.append(
+            DeadLetter(
+                key=key,
+                value=value,
+                timestamp=timestamp,
+                headers=json.loads(headers) if headers else {},
+                topic=topic or "",
+                partition=str(queue),
+                offset=str(offset),
+                stage=stage,
+                class_name=classes["key" if stage == KEY_CONVERTER else "value"],
+                exception_class="sluice.converters.RecordError",
+                message=error,
+            )
+        )
+    return letters
+
+
+_CONTEXT_FIELDS = ("topic", "queue_id", "queue_offset", "timestamp", "headers")
+
+
+# -- source side -----------------------------------------------------------------------------------
+def render(value: Any) -> bytes | None:
+    """A source record's key or value as the JSON text a dead letter keeps (it has no bytes)."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    return json.dumps(value, default=_json_default, ensure_ascii=False).encode("utf-8")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Mapping):
+        return dict(value)
+    return str(value)  # datetimes, decimals, times: their ISO / exact text
