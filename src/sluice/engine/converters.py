@@ -328,13 +328,26 @@ def _encode_sql(encoder: Encoder, column: str) -> Column:
     return F.when(F.expr(error).isNull(), expr).otherwise(F.raise_error(message))
 
 
-def _encode_side(encoder: Encoder, array: pa.Array, topics: pa.Array) -> pa.Array:
+class EncodeError(ConnectException):
+    """A source record the `side` ("key"/"value") encoder could not write; `index` is its row."""
+
+    def __init__(self, message: str, *, index: int, side: str, converter: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.side = side
+        self.converter = converter
+
+
+def _encode_side(encoder: Encoder, array: pa.Array, topics: pa.Array, side: str) -> pa.Array:
     try:
         return encoder.arrow(array)
     except RecordError as exc:
         topic = topics[exc.index].as_py()
-        raise ConnectException(
-            f"{encoder.converter}: a record for topic {topic}: {exc.reason}"
+        raise EncodeError(
+            f"{encoder.converter}: a record for topic {topic}: {exc.reason}",
+            index=exc.index,
+            side=side,
+            converter=encoder.converter,
         ) from None
 
 
@@ -359,7 +372,7 @@ def encode_batch(
     for side in sides:
         encoder = codecs.key if side == "key" else codecs.value
         i = names.index(side)
-        columns[i] = _encode_side(encoder, columns[i], batch.column("topic"))
+        columns[i] = _encode_side(encoder, columns[i], batch.column("topic"), side)
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
@@ -520,6 +533,8 @@ class SchemaRegistration:
     registry: SchemaRegistry
     codecs: SourceCodecs
     inner: Any = field(default=None, compare=False)
+    #: Topics written with other schemas (the dead-letter topic): never registered.
+    skip: frozenset[str] = frozenset()
 
     def topics_of(self, batches: Iterator[pa.RecordBatch], seen: set[str]) -> Iterator[Any]:
         for batch in batches:
@@ -528,7 +543,7 @@ class SchemaRegistration:
             yield batch
 
     def register(self, topics: Sequence[str]) -> None:
-        for topic in sorted(set(topics)):
+        for topic in sorted(set(topics) - self.skip):
             register_schemas(self.registry, topic, self.codecs)
 
     # BatchConsumer (fused)

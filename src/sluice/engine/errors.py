@@ -179,6 +179,22 @@ class ErrorReporter:
             text += f" key={_show(letter.key)} value={_show(letter.value)}"
         return text
 
+    def count(self, counters: Any, letters: int, retries: int = 0) -> None:
+        """Add a task's tolerated records to the connector's error counters (if any)."""
+        if counters is None or not (letters or retries):
+            return
+        counters.add(
+            self.connector,
+            {
+                "total-retries": retries,
+                "total-record-failures": letters + retries,
+                "total-record-errors": letters,
+                "total-records-skipped": letters,
+                "total-errors-logged": letters if self.policy.log else 0,
+                "deadletterqueue-produce-requests": letters if self.policy.dlq_topic else 0,
+            },
+        )
+
     def dead_letter_rows(self, letters: Sequence[DeadLetter], task_id: int) -> pa.RecordBatch:
         headers = []
         for letter in letters:
@@ -282,3 +298,57 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, Mapping):
         return dict(value)
     return str(value)  # datetimes, decimals, times: their ISO / exact text
+
+
+#: Source frames of a tolerant source carry their dead letters in this column (null on good rows;
+#: on a dead letter's row every other column is null): one frame through staging and Spark.
+DEAD_LETTER_COLUMN = "dead_letter"
+DEAD_LETTER_TYPE = pa.struct(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", pa.string()),
+    ]
+)
+DEAD_LETTER_DDL = "struct<key:binary,value:binary,timestamp:timestamp,headers:string>"
+
+
+def record_letter(
+    record: Any, topic: str | None, exc: Exception, task_class: str, stage: str = TASK_POLL
+) -> DeadLetter:
+    """The dead letter of a source record (a `ConnectRecord`) that failed at `stage`."""
+    return DeadLetter(
+        key=render(record.key),
+        value=render(record.value),
+        timestamp=record.timestamp,
+        headers={str(k): str(v) for k, v in (record.extensions or {}).items()},
+        topic=record.topic or topic or "",
+        partition=json.dumps(record.partition, sort_keys=True, default=str),
+        offset=json.dumps(record.offset, sort_keys=True, default=str),
+        stage=stage,
+        class_name=task_class,
+        exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+    )
+
+
+def row_letter(row: Mapping[str, Any], exc: Exception, stage: str, class_name: str) -> DeadLetter:
+    """The dead letter of a source-frame row (a dict) the converter could not encode. A frame
+    row has no source offset: `partition`/`offset` say "unknown"."""
+    headers = row.get("headers") or {}
+    if isinstance(headers, list):  # a map column as a list of pairs
+        headers = dict(headers)
+    return DeadLetter(
+        key=render(row.get("key")),
+        value=render(row.get("value")),
+        timestamp=row.get("timestamp"),
+        headers={str(k): str(v) for k, v in headers.items()},
+        topic=row.get("topic") or "",
+        partition="unknown",
+        offset="unknown",
+        stage=stage,
+        class_name=class_name,
+        exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc),
+    )

@@ -24,7 +24,7 @@ from sluice.engine.converters import (
     schema_of,
 )
 from sluice.engine.direct import BatchConsumer, receipt_committer
-from sluice.engine.errors import CONTEXT_COLUMN, ERROR_COLUMNS
+from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUMNS
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
 from sluice.engine.transforms import apply_transforms
@@ -54,7 +54,12 @@ def source_frame(
     """The source's records, transformed, converted to topic bytes, with their routing hash; and
     the encoders used (planned from the transformed columns' types)."""
     spark.dataSource.register(source_data_source(plan))
-    df = apply_transforms(spark, spark.readStream.format(plan.format_name).load(), chain)
+    raw = spark.readStream.format(plan.format_name).load()
+    if plan.tolerant:  # dead letters bypass the transforms and the converters
+        good = raw.where(F.col(DEAD_LETTER_COLUMN).isNull()).drop(DEAD_LETTER_COLUMN)
+        df = apply_transforms(spark, good, chain)
+    else:
+        df = apply_transforms(spark, raw, chain)
     if chain:
         key_schema = schema_of(df.schema["key"].dataType, plan.key_schema, key="key.converter")
         value_schema = schema_of(df.schema["value"].dataType, plan.value_schema)
@@ -64,7 +69,16 @@ def source_frame(
     if registry is not None and plan.topic:
         register_schemas(registry, plan.topic, codecs)
     encoded = encode_frame(df, codecs)
-    return encoded.select(*RECORD_FRAME, route_column(F.col("key"))), codecs
+    out = encoded.select(*RECORD_FRAME, route_column(F.col("key")))
+    if plan.tolerant and plan.errors is not None and plan.errors.policy.dlq_topic:
+        # Spark reads the source range twice for this (once per branch of the union).
+        letters = raw.where(F.col(DEAD_LETTER_COLUMN).isNotNull()).select(
+            F.lit(plan.errors.policy.dlq_topic).alias("topic"),
+            *[F.col(f"{DEAD_LETTER_COLUMN}.{c}").alias(c) for c in RECORD_FRAME[1:]],
+            F.lit(None).cast("int").alias("route"),
+        )
+        out = out.unionByName(letters)
+    return out, codecs
 
 
 RECORD_FRAME = ("topic", "key", "value", "timestamp", "headers")
@@ -119,7 +133,8 @@ def start_source_query(
     """Start the query that moves a source connector's records into topics (JVM path)."""
     frame, codecs = source_frame(spark, plan, config, chain or [], registry)
     if registry is not None and codecs.registered:
-        writer = SchemaRegistration(registry, codecs).writer(writer)
+        skip = frozenset([plan.errors.policy.dlq_topic] if plan.errors else [])
+        writer = SchemaRegistration(registry, codecs, skip=skip).writer(writer)
     spark.dataSource.register(writer)
     return (
         frame.writeStream.format(writer.name())

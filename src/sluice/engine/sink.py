@@ -228,17 +228,8 @@ class SinkRunner:
             self.plan.control(requests)
         errors = sum(r.errors for r in results)
         retries = sum(r.retries for r in results)
-        policy = self.plan.errors.policy if self.plan.errors else ErrorPolicy()
-        self._count(
-            {
-                "total-retries": retries,
-                "total-record-failures": errors + retries,
-                "total-record-errors": errors,
-                "total-records-skipped": errors,
-                "total-errors-logged": errors if policy.log else 0,
-                "deadletterqueue-produce-requests": errors if self.plan.dlq else 0,
-            }
-        )
+        reporter = self.plan.errors or ErrorReporter(ErrorPolicy(), self.plan.name)
+        reporter.count(self.plan.counters, errors, retries)
 
     def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
         payloads = [r.payload if r is not None else None for r in receipts]

@@ -20,12 +20,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from sluice.engine.converters import SourceCodecs, spark_frame_schema
+from sluice.engine.converters import EncodeError, SourceCodecs, spark_frame_schema
 from sluice.engine.direct import RECEIPT_DDL, BatchConsumer, receipt_row, to_topic_frame
+from sluice.engine.errors import (
+    DEAD_LETTER_COLUMN,
+    DEAD_LETTER_DDL,
+    DEAD_LETTER_TYPE,
+    KEY_CONVERTER,
+    VALUE_CONVERTER,
+    DeadLetter,
+    ErrorPolicy,
+    ErrorReporter,
+    record_letter,
+    row_letter,
+)
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
@@ -68,6 +81,14 @@ class SourcePlan:
     #: and the encoders the tasks apply first.
     direct: BatchConsumer | None = field(default=None, compare=False)
     codecs: SourceCodecs | None = field(default=None, compare=False)
+    #: `errors.*`: with `errors.tolerance=all`, records that do not fit the schema (or do not
+    #: encode) become dead letters (see `sluice.engine.errors`), counted in `counters`.
+    errors: ErrorReporter | None = field(default=None, compare=False)
+    counters: Any = field(default=None, compare=False)
+
+    @property
+    def tolerant(self) -> bool:
+        return self.errors is not None and self.errors.policy.tolerate
 
     @property
     def replayable(self) -> bool:
@@ -86,6 +107,7 @@ def plan_source(
     run: str,
     staging_dir: str,
     positions: PositionStore | None,
+    counters: Any = None,
 ) -> SourcePlan:
     """Validate and start `connector` (driver) and fix its plan."""
     keys = RUNTIME_KEYS.parse(config)
@@ -114,6 +136,8 @@ def plan_source(
         staging_dir=staging_dir,
         max_tasks=max_tasks,
         positions=positions,
+        errors=ErrorReporter(ErrorPolicy.from_config(config), name),
+        counters=counters,
     )
 
 
@@ -136,7 +160,8 @@ class _SourceDataSource(DataSource):
     def schema(self) -> str:
         if self.plan.direct is not None:
             return RECEIPT_DDL
-        return source_frame_ddl(self.plan.key_schema, self.plan.value_schema)
+        ddl = source_frame_ddl(self.plan.key_schema, self.plan.value_schema)
+        return f"{ddl}, {DEAD_LETTER_COLUMN} {DEAD_LETTER_DDL}" if self.plan.tolerant else ddl
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         if self.plan.replayable:
@@ -156,11 +181,19 @@ def _new_task(plan: SourcePlan, index: int) -> Any:
 
 
 class _Frame:
-    """Completes what a task yields into source-frame Arrow batches."""
+    """Completes what a task yields into source-frame Arrow batches.
 
-    def __init__(self, plan: SourcePlan) -> None:
+    With `errors.tolerance=all`, records that do not fit the schema become dead-letter rows
+    (the `dead_letter` column; see `sluice.engine.errors`) of the same batches.
+    """
+
+    def __init__(self, plan: SourcePlan, task_id: int = 0) -> None:
         self.plan = plan
-        self.logical = source_frame_schema(plan.key_schema, plan.value_schema)
+        self.task_id = task_id
+        self.records = source_frame_schema(plan.key_schema, plan.value_schema)
+        self.logical = self.records
+        if plan.tolerant:
+            self.logical = self.records.append(pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE))
         # What Spark accepts for the DDL it was promised: Times travel as int32 milliseconds.
         self.schema = spark_frame_schema(self.logical)
 
@@ -169,8 +202,57 @@ class _Frame:
         for r in records:
             if r.timestamp is None:
                 r.timestamp = now
-        batch = records_to_batch(records, self.logical, self.plan.topic)
+        try:
+            batch = self._batch(records)
+        except ValueError:
+            if not self.plan.tolerant:
+                raise
+            batch = self._tolerating(records)
         return batch if self.schema == self.logical else batch.cast(self.schema)
+
+    def _batch(self, records: list[ConnectRecord]) -> pa.RecordBatch:
+        batch = records_to_batch(records, self.records, self.plan.topic)
+        if self.plan.tolerant:
+            batch = batch.append_column(
+                pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE),
+                pa.nulls(batch.num_rows, DEAD_LETTER_TYPE),
+            )
+        return batch
+
+    def _tolerating(self, records: list[ConnectRecord]) -> pa.RecordBatch:
+        """The records that fit the schema, then a dead-letter row for each that does not."""
+        good, letters = [], []
+        for record in records:
+            try:
+                records_to_batch([record], self.records, self.plan.topic)
+                good.append(record)
+            except ValueError as exc:
+                task = f"{self.plan.task_class.__module__}.{self.plan.task_class.__qualname__}"
+                letters.append(record_letter(record, self.plan.topic, exc, task))
+        parts = [self._batch(good)]
+        dead = self.dead_letters(letters)
+        if dead is not None:
+            parts.append(dead)
+        return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+    def dead_letters(self, letters: list[DeadLetter]) -> pa.RecordBatch | None:
+        """Log and count `letters`; their dead-letter rows of this frame (None without a
+        dead-letter topic)."""
+        reporter = self.plan.errors
+        if not letters or reporter is None:
+            return None
+        reporter.count(self.plan.counters, len(letters))
+        rows = reporter.report(letters, self.task_id)
+        if rows is None:
+            return None
+        letter = pa.StructArray.from_arrays(
+            [rows.column(f.name) for f in DEAD_LETTER_TYPE], fields=list(DEAD_LETTER_TYPE)
+        )
+        n = len(letter)
+        return pa.RecordBatch.from_arrays(
+            [letter if f.name == DEAD_LETTER_COLUMN else pa.nulls(n, f.type) for f in self.logical],
+            schema=self.logical,
+        )
 
     def complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
         n = batch.num_rows
@@ -219,8 +301,53 @@ def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
     codecs = plan.codecs
     if codecs is None:
         raise ConnectException(f"source {plan.name}: a fused plan needs its encoders")
-    frames = (to_topic_frame(b, codecs) for b in batches)
+    if plan.tolerant:
+        frame = _Frame(plan, pid)
+        frames = (f for b in batches for f in _tolerant_topic_frames(b, codecs, frame, plan))
+    else:
+        frames = (to_topic_frame(b, codecs) for b in batches)
     yield receipt_row(pid, plan.direct.write(frames, pid))
+
+
+def _tolerant_topic_frames(
+    batch: pa.RecordBatch, codecs: SourceCodecs, frame: _Frame, plan: SourcePlan
+) -> Iterator[pa.RecordBatch]:
+    """Fused and `errors.tolerance=all`: the topic frame of a batch's good records, with those
+    the converters cannot encode, and the batch's dead-letter rows, as dead-letter topic rows."""
+    dead = batch.column(DEAD_LETTER_COLUMN)
+    if dead.null_count < len(dead):
+        letters = batch.filter(pc.is_valid(dead)).column(DEAD_LETTER_COLUMN)
+        yield _dead_letter_topic_rows(letters, plan)
+        batch = batch.filter(pc.is_null(dead))
+    batch = batch.drop_columns([DEAD_LETTER_COLUMN])
+    while batch.num_rows:
+        try:
+            yield to_topic_frame(batch, codecs)
+            return
+        except EncodeError as exc:
+            # Rows before the bad one encoded: write them, dead-letter it, go on after it.
+            if exc.index:
+                yield to_topic_frame(batch.slice(0, exc.index), codecs)
+            row = batch.slice(exc.index, 1).to_pylist()[0]
+            stage = KEY_CONVERTER if exc.side == "key" else VALUE_CONVERTER
+            rows = frame.dead_letters([row_letter(row, exc, stage, exc.converter)])
+            if rows is not None:
+                yield _dead_letter_topic_rows(rows.column(DEAD_LETTER_COLUMN), plan)
+            batch = batch.slice(exc.index + 1)
+
+
+def _dead_letter_topic_rows(letters: pa.Array, plan: SourcePlan) -> pa.RecordBatch:
+    """Topic-frame rows (what the topic writer takes) of dead letters."""
+    topic = plan.errors.policy.dlq_topic if plan.errors else ""
+    n = len(letters)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), n),
+            *(letters.field(name) for name in ("key", "value", "timestamp", "headers")),
+            pa.nulls(n, pa.int32()),
+        ],
+        names=["topic", "key", "value", "timestamp", "headers", "route"],
+    )
 
 
 def _spark_limit(limit: Any, default: ReadLimit) -> ReadLimit:
@@ -301,7 +428,7 @@ class _ReplayableReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         index, ranges = partition.value
         task = _new_task(self.plan, index)
-        frame = _Frame(self.plan)
+        frame = _Frame(self.plan, index)
 
         def batches() -> Iterator[pa.RecordBatch]:
             for part, begin, stop in ranges:
@@ -360,6 +487,7 @@ class _PollingReader(DataSourceStreamReader):
             if not records:
                 continue
             seq = self._next[index] + 1
+            self._frame.task_id = index
             batch = self._frame.from_records(records)
             path = os.path.join(self._dir(index), f"{seq:012d}.arrow")
             tmp = path + ".tmp"

@@ -217,9 +217,13 @@ class ConnectorRunner:
                 run=run,
                 staging_dir=os.path.join(run_dir, "staging"),
                 positions=self.positions,
+                counters=self.counters,
             )
             if plan.topic:
                 self.bus.create_topic(plan.topic)
+            dlq_topic = plan.errors.policy.dlq_topic if plan.errors else ""
+            if dlq_topic:
+                self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
             writer_id = f"{name}/{run}"
             codecs = plan_encoders(conf, plan.key_schema, plan.value_schema, registry)
             if fusable(conf, codecs):
@@ -227,7 +231,8 @@ class ConnectorRunner:
                     register_schemas(registry, plan.topic, codecs)
                 direct = self.bus.topic_appender(writer_id=writer_id)
                 if codecs.registered:  # register the schemas of every topic it writes
-                    direct = SchemaRegistration(registry, codecs, direct)
+                    skip = frozenset([dlq_topic] if dlq_topic else [])
+                    direct = SchemaRegistration(registry, codecs, direct, skip)
                 plan = replace(plan, direct=direct, codecs=codecs)
                 query = start_fused_query(
                     self.spark,
