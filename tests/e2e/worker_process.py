@@ -33,6 +33,8 @@ class WorkerProcess:
     tmp: Path
     port: int = field(default_factory=free_port)
     plugin_dir: Path | None = None
+    #: extra worker config lines, e.g. ``{"bus": "kafka", "bootstrap.servers": "…"}``
+    extra_conf: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
 
     @property
@@ -60,6 +62,7 @@ class WorkerProcess:
         ]
         if self.plugin_dir is not None:
             lines.append(f"pluginPaths={self.plugin_dir}")
+        lines.extend(f"{key}={value}" for key, value in self.extra_conf.items())
         self.conf.write_text("\n".join(lines) + "\n")
 
     def start(self) -> WorkerProcess:
