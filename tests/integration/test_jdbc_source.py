@@ -599,3 +599,74 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
     assert fast[0]["v"] == 'quote " comma , nl \n' and fast[2]["v"] == "NULL"  # not a null
     assert fast[0]["ba"] == b"\x00\x01\xff" and fast[0]["t"] == "" and fast[2]["t"] == "null"
     assert fast[1] == {"id": 2, **dict.fromkeys(list(fast[1])[1:])}
+
+
+def test_mysql_json_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None:
+    my.execute(
+        f"CREATE TABLE {my.q('all')} (id INT PRIMARY KEY, i8 TINYINT, u8 TINYINT UNSIGNED, "
+        "i16 SMALLINT, i24 MEDIUMINT, u32 INT UNSIGNED, i64 BIGINT, u64 BIGINT UNSIGNED, "
+        "d DECIMAL(38,10), r FLOAT, f DOUBLE, b1 BIT(1), b12 BIT(12), c CHAR(3), "
+        "v VARCHAR(40), t TEXT, e ENUM('sad','ok'), s SET('a','b'), j JSON, u UUID, "
+        "bi BINARY(3), vb VARBINARY(8), bl BLOB, dt DATE, tm TIME(3), y YEAR, "
+        "dtm DATETIME(6), ts TIMESTAMP(6) NULL) CHARSET utf8mb4"
+    )
+    rows = [
+        (
+            1, -128, 255, -32768, -8388608, 4294967295, -(2**63), 2**64 - 1,
+            "-1234567890123456789012345678.0123456789", 1.1754944e-38, 2.2250738585072014e-308,
+            1, 0xFFF, "ab", 'quote " comma , nl \n tab \t 🚀 \\ ', "", "ok", "a,b",
+            '{"a": [1, "x"]}', "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", b"\x00\x01\xff",
+            b"\x00", b"\n\x00\"'", "0001-01-01", "23:59:59.999", 1901,
+            "9999-12-31 23:59:59.999999", "1970-01-01 00:00:01",
+        ),
+        (2, *([None] * 27)),
+        (
+            3, 0, 0, 0, 0, 0, 0, 0, "0", 3.4028234e38, -1e300, 0, 0, "", "NULL", "null", "sad",
+            "", "[]", "00000000-0000-0000-0000-000000000000", b"abc", b"", b"",
+            "2024-02-29", "00:00:00", 2155, "2024-03-31 02:30:00", "2038-01-19 03:14:07.5",
+        ),
+    ]  # fmt: skip
+    marks = ", ".join(["%s"] * 28)
+    for row in rows:
+        my.execute(f"INSERT INTO {my.q('all')} VALUES ({marks})", row)
+    config = my.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
+    (task,) = source_task(config)
+    fast = read_all(task, max_rows=2)
+    from sluice.connectors.jdbc import source as source_module
+
+    calls: list[int] = []
+    real = source_module._MyJsonPage.fetch
+    monkeypatch.setattr(
+        source_module._MyJsonPage, "fetch", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    (task,) = source_task(config)
+    assert read_all(task) == fast and calls  # the fast path was taken
+    monkeypatch.setattr(source_module._MyJsonPage, "fetch", lambda *a, **k: None)
+    (task,) = source_task(config)
+    driver = read_all(task)
+    assert len(fast) == 3 and fast == driver, (fast, driver)
+    assert fast[0]["v"] == 'quote " comma , nl \n tab \t 🚀 \\ ' and fast[2]["v"] == "NULL"
+    assert fast[0]["b12"] == b"\x0f\xff" and fast[0]["bl"] == b"\n\x00\"'"
+    assert fast[2]["t"] == "null" and fast[2]["vb"] == b""
+
+
+def test_mysql_pages_too_big_for_one_value_take_the_driver_path(my: Db, monkeypatch) -> None:
+    _plain_table(my, rows=50)
+    my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
+    my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('x', 10000)")
+    from sluice.connectors.jdbc import source as source_module
+
+    monkeypatch.setattr(source_module._MyJsonPage, "max_bytes", 100_000)
+    tries: list[bool] = []
+    real = source_module._MyJsonPage.fetch
+
+    def fetch(self, *a, **k):  # type: ignore[no-untyped-def]
+        page = real(self, *a, **k)
+        tries.append(page is None and self.too_big)
+        return page
+
+    monkeypatch.setattr(source_module._MyJsonPage, "fetch", fetch)
+    (task,) = source_task(my.config(mode="incrementing", table__whitelist="items"))
+    values = read_all(task)
+    assert _ids(values) == list(range(1, 51)) and {len(v["name"]) for v in values} == {10000}
+    assert tries == [True]  # tried once, then the driver's path for the rest
