@@ -670,3 +670,22 @@ def test_mysql_pages_too_big_for_one_value_take_the_driver_path(my: Db, monkeypa
     values = read_all(task)
     assert _ids(values) == list(range(1, 51)) and {len(v["name"]) for v in values} == {10000}
     assert tries == [True]  # tried once, then the driver's path for the rest
+
+
+def test_validate_tries_once_while_start_retries(db: Db, caplog) -> None:
+    from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
+
+    dead = db.jdbc_url.replace(":5432", ":1").replace(":3306", ":1")
+    source = db.config(mode="incrementing", table__whitelist="items", connection__url=dead)
+    # a backoff no test run would sit through: validate must not wait for it
+    source.update({"connection.attempts": "3", "connection.backoff.ms": "3600000"})
+    sink = db.config(connection__url=dead)
+    sink.update({"connection.attempts": "3", "connection.backoff.ms": "3600000"})
+    for connector, config in ((JdbcSourceConnector(), source), (JdbcSinkConnector(), sink)):
+        with pytest.raises(ConfigException, match=r"connection.url: cannot connect to .*:1/"):
+            connector.validate(config)
+    assert "attempt 1 of" not in caplog.text
+    source["connection.backoff.ms"] = "1"
+    with caplog.at_level("WARNING"), pytest.raises(ConfigException, match=r"after 3 attempts"):
+        JdbcSourceConnector().start(source)
+    assert "attempt 2 of 3" in caplog.text

@@ -183,10 +183,11 @@ class Database:
             )
         return ConnectException(f"cannot connect to {where}: {error_text(exc)}")
 
-    def check(self) -> None:
-        """Connect once (with the configured attempts); `ConfigException` if that fails."""
+    def check(self, *, attempts: int | None = None) -> None:
+        """Connect (`attempts` tries, default `connection.attempts`); `ConfigException` if that
+        fails."""
         try:
-            with self.connect() as conn:
+            with self.connect(attempts=attempts) as conn:
                 conn.exec_driver_sql("SELECT 1").fetchall()
         except ConfigException:
             raise

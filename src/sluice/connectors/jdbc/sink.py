@@ -990,7 +990,8 @@ class JdbcSinkConnector(SinkConnector):
         from sluice.connectors.jdbc._db import Database
 
         settings = SinkSettings.parse(config)
-        Database(settings.connection).check()
+        # One attempt: a database that is down is reported at once (see the source's validate).
+        Database(settings.connection).check(attempts=1)
 
     def start(self, config: Mapping[str, str]) -> None:
         # Cheap on purpose: the runtime starts a connector on the driver for every commit.

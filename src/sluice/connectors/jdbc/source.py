@@ -113,13 +113,16 @@ class SourcePlan:
 
 
 # -- planning (driver) ----------------------------------------------------------------------------
-def plan_source(config: Mapping[str, str]) -> SourcePlan:
-    """Connect, find the tables, map their columns; `ConfigException` names what is wrong."""
+def plan_source(config: Mapping[str, str], *, attempts: int | None = None) -> SourcePlan:
+    """Connect, find the tables, map their columns; `ConfigException` names what is wrong.
+
+    `attempts` bounds the first connection (default `connection.attempts`).
+    """
     from sluice.connectors.jdbc._db import Database
 
     settings = SourceSettings.parse(config)
     db = Database(settings.connection)
-    db.check()
+    db.check(attempts=attempts)
     with db.connect() as conn:
         if settings.query:
             tables = [_plan_query(db, conn, settings)]
@@ -998,7 +1001,10 @@ class JdbcSourceConnector(SourceConnector):
         self._plan: SourcePlan | None = None
 
     def validate(self, config: Mapping[str, str]) -> None:
-        self._plan = plan_source(config)
+        # One connection attempt: validation answers a REST call, and a database that is down
+        # is reported now, not after connection.attempts tries connection.backoff.ms apart.
+        # `start` (in the worker) retries as configured.
+        self._plan = plan_source(config, attempts=1)
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
