@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sluice.bus.rocketmq import RocketMQBus
-from sluice.bus.rocketmq import _remoting as rm
+from sluice.clients import rocketmq as rm
 from tests.conftest import wait_until
 from tests.integration.bus_helpers import (
     ROCKETMQ_NAMESRV,

@@ -6,8 +6,8 @@ import struct
 
 import pyarrow as pa
 
-from sluice.bus.rocketmq import _remoting as rm
 from sluice.bus.rocketmq._log import _encode_rows, _encode_vectorised, _send_bodies, _to_batch
+from sluice.clients import rocketmq as rm
 
 
 def _table(keys: list, values: list, stamps: list, headers: list | None = None) -> pa.Table:

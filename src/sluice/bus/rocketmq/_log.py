@@ -43,40 +43,23 @@ from sluice.bus.base import (
     TopicInfo,
     UnknownTopic,
 )
-from sluice.bus.rocketmq import _remoting as rm
+from sluice.clients import rocketmq as rm
 
 log = logging.getLogger(__name__)
 
 TIMESTAMP_PROPERTY = "sluice.ts"
 KEY_ENCODING_PROPERTY = "sluice.kenc"
-_PULL_BATCH = 32  # what a broker returns per pull from memory (maxTransferCountOnMessageInMemory)
+_PULL_BATCH = rm.PULL_BATCH
 _PULL_WINDOW = 16  # pulls in flight per queue
 _SEND_BYTES = 1 << 20  # bytes per SEND_BATCH_MESSAGE (the broker's limit is maxMessageSize)
 _SEND_COUNT = 2_000
 _ROUTE_TTL_S = 2.0  # queues added to a topic are seen within this
 _ARROW_ROWS = 8192  # rows per Arrow batch the reader yields
 
-#: Properties RocketMQ itself sets or interprets: not record extensions.
-SYSTEM_PROPERTIES = frozenset(
-    {
-        "KEYS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
-        "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
-        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "CLUSTER", "SHARDING_KEY",
-        "__transactionId__", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
-        "PUSH_REPLY_TIME", "MSG_TYPE", "TIMER_DELIVER_MS",
-    }
-)  # fmt: skip
-_SYSTEM_TOPICS = frozenset(
-    {
-        "TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
-        "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-    }
-)  # fmt: skip
-_SUBSCRIPTION_GROUP_NOT_EXIST = 26
-_UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+SYSTEM_PROPERTIES = rm.SYSTEM_PROPERTIES
+_SYSTEM_TOPICS = rm.SYSTEM_TOPICS
+_SUBSCRIPTION_GROUP_NOT_EXIST = rm.SUBSCRIPTION_GROUP_NOT_EXIST
+_UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = rm.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
 
 
 @dataclass(frozen=True)
@@ -94,7 +77,8 @@ _GROUPS: set[tuple[int, str, str]] = set()  # (pid, broker, group) registered fo
 
 class RocketMQLog(ExternalLog):
     """Topics of the RocketMQ cluster behind ``namesrv_addr`` (``host:port``, ``;``-separated
-    for several name servers). Picklable; connections are per process (see `_remoting`)."""
+    for several name servers). Picklable; connections are per process (see
+    `sluice.clients.rocketmq`)."""
 
     broker_name = "rocketmq"  # only a default: positions name each queue's real broker
 
@@ -167,19 +151,7 @@ class RocketMQLog(ExternalLog):
         elif resp.code != rm.SUCCESS:
             raise self._failed(f"route of topic {topic!r}", resp)
         else:
-            data = rm.loads_lenient(resp.body)
-            masters = {
-                b["brokerName"]: b["brokerAddrs"]["0"]
-                for b in data.get("brokerDatas", [])
-                if "0" in b.get("brokerAddrs", {})
-            }
-            queues = tuple(
-                (q["brokerName"], i)
-                for q in sorted(data.get("queueDatas", []), key=lambda q: q["brokerName"])
-                if q["brokerName"] in masters and q.get("perm", 6) & 4  # readable
-                for i in range(int(q["readQueueNums"]))
-            )
-            route = _Route(queues, masters)
+            route = _Route(*rm.parse_route(resp.body))
         with _ROUTES_LOCK:
             _ROUTES[key] = (now + _ROUTE_TTL_S, route)
         return route
@@ -270,16 +242,7 @@ class RocketMQLog(ExternalLog):
                 f"rocketmq namesrvAddr={self.namesrv_addr}: cannot create topic {topic!r}: "
                 f"cluster {cluster!r} not found (clusters: {sorted(clusters)})"
             )
-        ext = {
-            "topic": topic,
-            "defaultTopic": "TBW102",
-            "readQueueNums": queues,
-            "writeQueueNums": queues,
-            "perm": 6,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": "false",
-        }
+        ext = rm.create_topic_ext(topic, queues)
         for broker in clusters[cluster]:
             address = info["brokerAddrTable"][broker]["brokerAddrs"].get("0")
             if address is None:
@@ -393,19 +356,7 @@ class RocketMQLog(ExternalLog):
             yield offsets[0], _to_batch(offsets, bodies, born, props)
 
     def _pull_ext(self, topic: str, qid: int, offset: int) -> dict[str, Any]:
-        return {
-            "consumerGroup": self.consumer_group,
-            "topic": topic,
-            "queueId": qid,
-            "queueOffset": offset,
-            "maxMsgNums": _PULL_BATCH,
-            "sysFlag": 4,  # FLAG_SUBSCRIPTION: the subscription is in this request
-            "commitOffset": 0,
-            "suspendTimeoutMillis": 0,
-            "subscription": "*",
-            "subVersion": 0,
-            "expressionType": "TAG",
-        }
+        return rm.pull_ext(self.consumer_group, topic, qid, offset)
 
     def _pull(
         self, topic: str, queue: int, qid: int, address: str, start: int, stop: int
@@ -483,16 +434,7 @@ class RocketMQLog(ExternalLog):
         if key in _GROUPS:
             return
         self._create_group(address, group)
-        ext = {
-            "topic": f"%RETRY%{group}",
-            "defaultTopic": "TBW102",
-            "readQueueNums": 1,
-            "writeQueueNums": 1,
-            "perm": 6,
-            "topicFilterType": "SINGLE_TAG",
-            "topicSysFlag": 0,
-            "order": "false",
-        }
+        ext = rm.create_topic_ext(f"%RETRY%{group}", 1)
         (resp,) = self._broker(address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")])
         if resp.code != rm.SUCCESS:
             raise self._failed(f"create the retry topic of group {group!r}", resp)
@@ -570,20 +512,7 @@ class RocketMQLog(ExternalLog):
                 time.sleep(0.01)
 
     def _send_ext(self, topic: str, qid: int) -> dict[str, Any]:
-        return {
-            "a": self.producer_group,
-            "b": topic,
-            "c": "TBW102",
-            "d": 4,
-            "e": qid,
-            "f": 0,
-            "g": rm.now_ms(),
-            "h": 0,
-            "i": "",
-            "j": 0,
-            "k": "false",
-            "m": "true",
-        }
+        return rm.send_ext(self.producer_group, topic, qid, rm.now_ms())
 
     # -- monitoring ------------------------------------------------------------------------------
     def commit_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:

@@ -1,4 +1,15 @@
-"""A small client of RocketMQ's remoting protocol (4.x): just what the bus needs.
+"""A small client of RocketMQ's remoting protocol (4.x), shared by the RocketMQ bus
+(`sluice.bus.rocketmq`) and the RocketMQ connectors (`sluice.connectors.rocketmq`).
+
+It depends on nothing of sluice's but `sluice.sdk` (for its errors), so connectors may use it
+(DESIGN §7 lets connectors depend on `sdk` and third-party libraries; this module is the
+protocol library both layers share). Two levels:
+
+* the wire: `Connection`, `Pool` (`POOL`), request/response codes, message encoding and decoding
+  (`encode_batch_item`, `decode_messages`, `decode_columns`);
+* `RocketMQClient`: name server + broker calls by topic and queue (routes, offsets, pulls from an
+  exact offset, batch sends to one chosen queue, topic creation), for code that does not need
+  the bus's commit journal.
 
 Frame: ``int32 length`` (of what follows) · ``int32`` (serialisation type in the high byte, 0 =
 JSON; header length in the low three bytes) · JSON header · body. The header is
@@ -43,6 +54,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.sdk import ConnectException, RetriableException
+
 # request codes
 GET_ROUTEINFO_BY_TOPIC = 105
 GET_BROKER_CLUSTER_INFO = 106
@@ -59,6 +72,8 @@ QUERY_CONSUMER_OFFSET = 14
 UPDATE_CONSUMER_OFFSET = 15
 GET_BROKER_RUNTIME_INFO = 28
 
+UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+
 # response codes
 SUCCESS = 0
 SYSTEM_ERROR = 1
@@ -72,6 +87,29 @@ PULL_NOT_FOUND = 19
 PULL_RETRY_IMMEDIATELY = 20
 PULL_OFFSET_MOVED = 21
 QUERY_NOT_FOUND = 22
+SUBSCRIPTION_GROUP_NOT_EXIST = 26
+
+#: Properties RocketMQ itself sets or interprets: not record extensions (``TAGS`` is one: the
+#: message tag travels as the extension ``TAGS``).
+SYSTEM_PROPERTIES = frozenset(
+    {
+        "KEYS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP",
+        "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
+        "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "CLUSTER", "SHARDING_KEY",
+        "__transactionId__", "TRANSACTION_CHECK_TIMES", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+        "PUSH_REPLY_TIME", "MSG_TYPE", "TIMER_DELIVER_MS",
+    }
+)  # fmt: skip
+#: Topics of the broker itself.
+SYSTEM_TOPICS = frozenset(
+    {
+        "TBW102", "SELF_TEST_TOPIC", "BenchmarkTest", "OFFSET_MOVED_EVENT",
+        "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    }
+)  # fmt: skip
 
 #: Requests that may be sent twice without changing the outcome.
 _REPEATABLE = frozenset(
@@ -472,3 +510,349 @@ def unique_ids(n: int) -> Any:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+# ------------------------------------------------------------------------ requests by topic/queue
+def parse_route(body: bytes) -> tuple[tuple[tuple[str, int], ...], dict[str, str]]:
+    """A GET_ROUTEINFO_BY_TOPIC body as ``(queues, masters)``: the readable ``(broker name,
+    queue id)`` pairs, brokers in name order, and each broker's master address."""
+    data = loads_lenient(body)
+    masters = {
+        b["brokerName"]: b["brokerAddrs"]["0"]
+        for b in data.get("brokerDatas", [])
+        if "0" in b.get("brokerAddrs", {})
+    }
+    queues = tuple(
+        (q["brokerName"], i)
+        for q in sorted(data.get("queueDatas", []), key=lambda q: q["brokerName"])
+        if q["brokerName"] in masters and q.get("perm", 6) & 4  # readable
+        for i in range(int(q["readQueueNums"]))
+    )
+    return queues, masters
+
+
+def create_topic_ext(topic: str, queues: int) -> dict[str, Any]:
+    """The header of UPDATE_AND_CREATE_TOPIC for ``queues`` read and write queues."""
+    return {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": queues,
+        "writeQueueNums": queues,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": "false",
+    }
+
+
+PULL_BATCH = 32  # what a broker returns per pull from memory (maxTransferCountOnMessageInMemory)
+
+
+def pull_ext(group: str, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+    """The header of PULL_MESSAGE: up to `PULL_BATCH` messages from ``offset``, no filter."""
+    return {
+        "consumerGroup": group,
+        "topic": topic,
+        "queueId": queue_id,
+        "queueOffset": offset,
+        "maxMsgNums": PULL_BATCH,
+        "sysFlag": 4,  # FLAG_SUBSCRIPTION: the subscription is in this request
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+        "expressionType": "TAG",
+    }
+
+
+def send_ext(group: str, topic: str, queue_id: int, born_ms: int) -> dict[str, Any]:
+    """The header of SEND_BATCH_MESSAGE (SendMessageRequestHeaderV2's one-letter fields)."""
+    return {
+        "a": group,
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": queue_id,
+        "f": 0,
+        "g": born_ms,
+        "h": 0,
+        "i": "",
+        "j": 0,
+        "k": "false",
+        "m": "true",
+    }
+
+
+class RocketMQError(ConnectException):
+    """A request the cluster refused (an unknown topic, an offset no longer stored, …)."""
+
+    code = "rocketmq.error"
+
+
+class RocketMQUnavailable(RetriableException):
+    """The name server or a broker did not answer; doing the same later may work."""
+
+    code = "rocketmq.unavailable"
+
+
+@dataclass(frozen=True)
+class MessageQueue:
+    """One queue of a topic: its broker's name, its queue id and the broker master's address."""
+
+    broker: str
+    queue_id: int
+    address: str
+
+
+_CLIENT_ROUTES: dict[tuple[int, str, str], tuple[float, tuple[MessageQueue, ...]]] = {}
+_CLIENT_ROUTES_LOCK = threading.Lock()
+_SEND_BYTES = 1 << 20  # bytes per SEND_BATCH_MESSAGE (the broker's limit is maxMessageSize)
+_SEND_COUNT = 2_000
+_PULL_WINDOW = 16  # pulls in flight per queue
+
+
+class RocketMQClient:
+    """Name server and broker calls by topic and queue, for one RocketMQ cluster.
+
+    Picklable (it holds only settings; connections come from the per-process `POOL`), so a
+    connector's task can carry one to Spark's executors. ``key`` is the config key that named
+    ``namesrv_addr``: every error message starts with it (``source.namesrv: …``).
+    """
+
+    def __init__(
+        self,
+        namesrv_addr: str,
+        *,
+        key: str = "namesrvAddr",
+        timeout_s: float = 10.0,
+        group: str = "sluice-client",
+    ) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.key = key
+        self.timeout_s = timeout_s
+        self.group = group
+
+    def __repr__(self) -> str:
+        return f"RocketMQClient({self.key}={self.namesrv_addr!r})"
+
+    # -- transport -------------------------------------------------------------------------------
+    def _unavailable(self, what: str, detail: object) -> Exception:
+        return RocketMQUnavailable(
+            f"{self.key}={self.namesrv_addr}: {what}: {detail}",
+            suggestion="are the name server and the brokers up and reachable?",
+        )
+
+    def _failed(self, what: str, resp: Response) -> Exception:
+        message = f"{self.key}={self.namesrv_addr}: {what}: code {resp.code}: {resp.remark}"
+        if resp.code in TRANSIENT_CODES:
+            return RocketMQUnavailable(message)
+        return RocketMQError(message)
+
+    def _ns(self, code: int, ext: Mapping[str, Any]) -> Response:
+        errors = []
+        for address in [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]:
+            try:
+                return POOL.invoke(address, code, ext, timeout_s=self.timeout_s)
+            except RemotingError as exc:
+                errors.append(str(exc))
+        raise self._unavailable("no name server answered", "; ".join(errors) or "none configured")
+
+    def _broker(
+        self, address: str, requests: Sequence[tuple[int, Mapping[str, Any], bytes]]
+    ) -> list[Response]:
+        try:
+            return POOL.invoke_many(address, requests, timeout_s=self.timeout_s)
+        except RemotingError as exc:
+            raise self._unavailable(f"broker {address}", exc) from None
+
+    # -- admin -----------------------------------------------------------------------------------
+    def cluster_info(self) -> dict[str, Any]:
+        """GET_BROKER_CLUSTER_INFO; raises unless at least one broker is registered."""
+        resp = self._ns(GET_BROKER_CLUSTER_INFO, {})
+        if resp.code != SUCCESS:
+            raise self._failed("cluster info", resp)
+        info = loads_lenient(resp.body)
+        if not info.get("brokerAddrTable"):
+            raise self._unavailable("cluster info", "no broker is registered")
+        return info
+
+    def topics(self) -> list[str]:
+        """The cluster's user topics (no system, retry or dead-letter topics), sorted."""
+        resp = self._ns(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        if resp.code != SUCCESS:
+            raise self._failed("topic list", resp)
+        info = self.cluster_info()
+        internal = set(info.get("brokerAddrTable", {})) | set(info.get("clusterAddrTable", {}))
+        return sorted(
+            t
+            for t in loads_lenient(resp.body).get("topicList", [])
+            if t not in SYSTEM_TOPICS
+            and t not in internal
+            and not t.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_"))
+            and not t.endswith("_REPLY_TOPIC")
+        )
+
+    def queues(self, topic: str, *, fresh: bool = False) -> tuple[MessageQueue, ...]:
+        """The topic's readable queues (empty if the topic does not exist), cached for 2 s."""
+        key = (os.getpid(), self.namesrv_addr, topic)
+        now = time.monotonic()
+        with _CLIENT_ROUTES_LOCK:
+            cached = _CLIENT_ROUTES.get(key)
+        if cached is not None and not fresh and cached[0] > now:
+            return cached[1]
+        resp = self._ns(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        if resp.code == TOPIC_NOT_EXIST:
+            found: tuple[MessageQueue, ...] = ()
+        elif resp.code != SUCCESS:
+            raise self._failed(f"route of topic {topic!r}", resp)
+        else:
+            pairs, masters = parse_route(resp.body)
+            found = tuple(MessageQueue(b, q, masters[b]) for b, q in pairs)
+        with _CLIENT_ROUTES_LOCK:
+            _CLIENT_ROUTES[key] = (now + 2.0, found)
+        return found
+
+    def create_topic(self, topic: str, queues: int = 8) -> tuple[MessageQueue, ...]:
+        """Create ``topic`` with ``queues`` queues on every master broker (kept if it exists)."""
+        existing = self.queues(topic, fresh=True)
+        if existing:
+            return existing
+        info = self.cluster_info()
+        for data in info["brokerAddrTable"].values():
+            address = data.get("brokerAddrs", {}).get("0")
+            if address is None:
+                continue
+            (resp,) = self._broker(
+                address, [(UPDATE_AND_CREATE_TOPIC, create_topic_ext(topic, queues), b"")]
+            )
+            if resp.code != SUCCESS:
+                raise self._failed(f"create topic {topic!r}", resp)
+        deadline = time.monotonic() + self.timeout_s
+        while not (found := self.queues(topic, fresh=True)):
+            if time.monotonic() > deadline:
+                raise self._unavailable(f"topic {topic!r}", "created, but no route appeared")
+            time.sleep(0.1)
+        return found
+
+    def offsets(
+        self, topic: str, queues: Sequence[MessageQueue]
+    ) -> dict[MessageQueue, tuple[int, int]]:
+        """``(min offset, max offset)`` of each queue; ``max`` is the offset the next message
+        gets."""
+        by_address: dict[str, list[MessageQueue]] = {}
+        for q in queues:
+            by_address.setdefault(q.address, []).append(q)
+        out: dict[MessageQueue, tuple[int, int]] = {}
+        for address, group in by_address.items():
+            requests: list[tuple[int, Mapping[str, Any], bytes]] = []
+            for q in group:
+                ext = {"topic": topic, "queueId": q.queue_id}
+                requests += [(GET_MIN_OFFSET, ext, b""), (GET_MAX_OFFSET, ext, b"")]
+            responses = self._broker(address, requests)
+            for n, q in enumerate(group):
+                low, high = responses[2 * n], responses[2 * n + 1]
+                for resp in (low, high):
+                    if resp.code != SUCCESS:
+                        raise self._failed(f"offsets of {topic}/{q.broker}/{q.queue_id}", resp)
+                out[q] = (int(low.field("offset")), int(high.field("offset")))
+        return out
+
+    # -- data ------------------------------------------------------------------------------------
+    def pull(
+        self, topic: str, queue: MessageQueue, start: int, stop: int
+    ) -> Iterator[StoredMessage]:
+        """The messages with ``start <= queue offset < stop``, in order (several pulls in flight).
+
+        Raises `RocketMQError` when ``start`` is no longer in the queue (removed by retention)."""
+        pos = start
+        stalled: tuple[int, float] | None = None
+        while pos < stop:
+            offsets = list(range(pos, stop, PULL_BATCH))[:_PULL_WINDOW]
+            requests = [
+                (PULL_MESSAGE, pull_ext(self.group, topic, queue.queue_id, o), b"") for o in offsets
+            ]
+            found: dict[int, tuple[bytes, int]] = {}
+            for offset, resp in zip(offsets, self._broker(queue.address, requests), strict=True):
+                if resp.code == SUCCESS:
+                    found[offset] = (resp.body, int(resp.field("nextBeginOffset")))
+                elif resp.code == PULL_OFFSET_MOVED and offset == pos:
+                    raise RocketMQError(
+                        f"{self.key}={self.namesrv_addr}: {topic}/{queue.broker}/"
+                        f"{queue.queue_id}: offset {pos} is no longer in the queue (range "
+                        f"{resp.field('minOffset')}..{resp.field('maxOffset')})",
+                        suggestion="the broker removed it (retention); reset the offsets",
+                    )
+                elif resp.code == SUBSCRIPTION_GROUP_NOT_EXIST:
+                    self._create_group(queue.address)
+                elif resp.code == PULL_RETRY_IMMEDIATELY:  # nothing matched: skip ahead
+                    found[offset] = (b"", int(resp.field("nextBeginOffset") or offset))
+                elif resp.code != PULL_NOT_FOUND and offset == pos:
+                    raise self._failed(f"pull of {topic}/{queue.queue_id} at {pos}", resp)
+            progressed = False
+            while pos in found and pos < stop:
+                body, after = found.pop(pos)
+                if after <= pos:
+                    break
+                for message in decode_messages(body):
+                    if pos <= message.queue_offset < stop:
+                        yield message
+                pos, progressed = after, True
+            if not progressed:  # not readable yet (consume queue lagging): retry shortly
+                now = time.monotonic()
+                if stalled is None or stalled[0] != pos:
+                    stalled = (pos, now)
+                elif now - stalled[1] > self.timeout_s:
+                    raise self._unavailable(
+                        f"pull of {topic}/{queue.queue_id}", f"no message at offset {pos}"
+                    )
+                time.sleep(0.05)
+
+    def _create_group(self, address: str) -> None:
+        body = json.dumps(
+            {
+                "groupName": self.group,
+                "consumeEnable": True,
+                "consumeFromMinEnable": True,
+                "consumeBroadcastEnable": True,
+                "retryQueueNums": 1,
+                "retryMaxTimes": 16,
+                "brokerId": 0,
+                "whichBrokerWhenConsumeSlowly": 1,
+                "notifyConsumerIdsChangedEnable": True,
+            }
+        ).encode()
+        (resp,) = self._broker(address, [(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
+        if resp.code != SUCCESS:
+            raise self._failed(f"create consumer group {self.group!r}", resp)
+
+    def send(
+        self,
+        topic: str,
+        queue: MessageQueue,
+        messages: Sequence[tuple[bytes, Mapping[str, str]]],
+        born_ms: int | None = None,
+    ) -> int:
+        """Append ``(body, properties)`` messages to ``queue`` in order, in SEND_BATCH_MESSAGE
+        requests of at most 1 MiB / 2,000 messages, each sent once the previous one is stored.
+        Returns the queue offset after the last message. Not idempotent: a retry after a
+        failure may store some messages twice."""
+        items = [encode_batch_item(body, encode_properties(props)) for body, props in messages]
+        end = -1
+        i = 0
+        born = now_ms() if born_ms is None else born_ms
+        while i < len(items):
+            j, size = i, 0
+            while (
+                j < len(items)
+                and j - i < _SEND_COUNT
+                and (j == i or size + len(items[j]) <= _SEND_BYTES)
+            ):
+                size += len(items[j])
+                j += 1
+            ext = send_ext(self.group, topic, queue.queue_id, born)
+            (resp,) = self._broker(queue.address, [(SEND_BATCH_MESSAGE, ext, b"".join(items[i:j]))])
+            if resp.code not in STORED_CODES:
+                raise self._failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
+            end = int(resp.field("queueOffset")) + (j - i)
+            i = j
+        return end
