@@ -1,14 +1,18 @@
 """A test source whose records are sometimes wrong (Spark's Python workers import it from here).
 
 `BadRecordSource` writes `count` records of `PERSON` (key: the INT64 id). Record i's value does
-not match the schema when i % 10 == 3 (`id` is text) and misses a required field when
-i % 10 == 7 and `nulls=true` (`name` is null: the converter cannot encode it).
+not match the schema when i % 10 == 3 (`id` is text; kind "off-schema") or i % 10 == 7 (`name`,
+a required field, is null; kind "null"); `kinds` picks which occur. `PickyConverter` refuses
+keys that are multiples of 25.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+import pyarrow as pa
+
+from sluice.converters import Encoder, RecordError, StringConverter
 from sluice.sdk import (
     ConfigDef,
     ConfigKey,
@@ -29,15 +33,15 @@ PERSON = Schema.struct(
 )
 _CONFIG = ConfigDef(
     ConfigKey("count", type="int", default=100, min=0, doc="how many records"),
-    ConfigKey("nulls", type="bool", default=True, doc="records with a null required field"),
+    ConfigKey("kinds", type="list", default=["off-schema", "null"], doc="which bad records"),
 )
 
 
-def value_of(i: int, nulls: bool = True) -> dict[str, object]:
+def value_of(i: int, kinds: tuple[str, ...] = ("off-schema", "null")) -> dict[str, object]:
     """Record i's value, as the source writes it."""
-    if i % 10 == 3:
+    if i % 10 == 3 and "off-schema" in kinds:
         return {"id": f"number {i}", "name": f"p{i}"}
-    if i % 10 == 7 and nulls:
+    if i % 10 == 7 and "null" in kinds:
         return {"id": i, "name": None}
     return {"id": i, "name": f"p{i}"}
 
@@ -47,7 +51,7 @@ class BadRecordTask(ReplayableSourceTask):
 
     def start(self, config: Mapping[str, str]) -> None:
         keys = _CONFIG.parse(config)
-        self.count, self.nulls = keys["count"], keys["nulls"]
+        self.count, self.kinds = keys["count"], tuple(keys["kinds"])
 
     def partitions(self) -> list[RecordPartition]:
         return [{"source": "bad"}]
@@ -62,7 +66,7 @@ class BadRecordTask(ReplayableSourceTask):
     ) -> Iterable[ConnectRecord]:
         for i in range(start["next"] if start else 0, end["next"]):
             yield ConnectRecord(
-                value=value_of(i, self.nulls),
+                value=value_of(i, self.kinds),
                 key=i,
                 offset={"next": i + 1},
                 extensions={"origin": "bad-source"},
@@ -84,3 +88,22 @@ class BadRecordSource(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config)]
+
+
+class _PickyEncoder(Encoder):
+    arrow_mode = "python"
+
+    def arrow(self, array: pa.Array) -> pa.Array:
+        out = []
+        for i, v in enumerate(array.to_pylist()):
+            if v is not None and v % 25 == 0:
+                raise RecordError(i, f"{self.role} {v} is a multiple of 25")
+            out.append(None if v is None else str(v).encode())
+        return pa.array(out, pa.binary())
+
+
+class PickyConverter(StringConverter):
+    """Writes integers as text, but refuses multiples of 25 (a converter that can fail)."""
+
+    def encoder(self, schema: Schema) -> Encoder:
+        return _PickyEncoder(self.name, self.role, schema)

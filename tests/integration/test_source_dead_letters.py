@@ -5,7 +5,7 @@ with `__connect.errors.*` headers; the good ones reach the topic exactly once.""
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import re
 from typing import Any
 
 import pytest
@@ -50,58 +50,70 @@ def _letters(runner: Any) -> dict[int, dict[str, Any]]:
     return out
 
 
-def test_fused_source_dead_letters_schema_and_converter_failures(runner: Any) -> None:
+PICKY = "tests.integration.bad_sources.PickyConverter"
+REFUSED = {0, 25, 50, 75}  # keys PickyConverter cannot write
+OFF_SCHEMA = "does not match type|is null, but its schema is not optional"
+
+
+def _check(runner: Any, letters: dict[int, dict[str, Any]], count: int, transformed: bool) -> None:
+    assert sorted(letters) == sorted(
+        {i for i in range(count) if i % 10 in (3, 7)} | (REFUSED & set(range(count)))
+    )
+    for i, letter in letters.items():
+        headers = letter["headers"]
+        assert set(headers) >= ERROR_HEADERS
+        assert headers["origin"] == "bad-source"  # the record's own headers are kept
+        assert headers["__connect.errors.topic"] == "people"
+        assert headers["__connect.errors.connector.name"] == "src"
+        message = headers["__connect.errors.exception.message"]
+        if i % 10 in (3, 7):  # does not fit the schema: the task's record is wrong
+            assert letter["value"] == value_of(i)
+            assert headers["__connect.errors.stage"] == "TASK_POLL"
+            assert headers["__connect.errors.class.name"].endswith("bad_sources.BadRecordTask")
+            assert re.search(OFF_SCHEMA, message), message
+        else:  # fits the schema, but the key converter refuses it
+            # after the transforms: the dead letter shows what the converter was given
+            extra = {"source": "bad"} if transformed else {}
+            assert letter["value"] == {**value_of(i), **extra}
+            assert headers["__connect.errors.stage"] == "KEY_CONVERTER"
+            assert headers["__connect.errors.class.name"] == "PickyConverter"
+            assert f"key {i} is a multiple of 25" in message
+    counters = runner.counters.get("src")
+    assert counters["total-record-errors"] == counters["total-records-skipped"] == len(letters)
+    assert counters["deadletterqueue-produce-requests"] == len(letters)
+
+
+def test_fused_source_dead_letters_what_it_cannot_write(runner: Any) -> None:
     runner.start(
         "src",
         {
             "connector.class": SOURCE,
             "count": "100",
             "connect.topicname": "people",
-            "key.converter": "LongConverter",
+            "key.converter": PICKY,
             "value.converter": "AvroConverter",  # no SQL form: the fused path
             **TOLERANT,
         },
     )
-    _wait_for(runner, good=80, dead=20)
+    _wait_for(runner, good=76, dead=24)
     letters = _letters(runner)
-    assert sorted(letters) == [i for i in range(100) if i % 10 in (3, 7)]
-    for i, letter in letters.items():
-        headers = letter["headers"]
-        assert letter["value"] == value_of(i)
-        assert set(headers) >= ERROR_HEADERS
-        assert headers["origin"] == "bad-source"  # the record's own headers are kept
-        assert headers["__connect.errors.topic"] == "people"
-        assert headers["__connect.errors.connector.name"] == "src"
-        if i % 10 == 3:  # does not match the schema: the task's record is wrong
-            assert headers["__connect.errors.stage"] == "TASK_POLL"
-            assert headers["__connect.errors.class.name"].endswith("bad_sources.BadRecordTask")
-            assert json.loads(headers["__connect.errors.offset"]) == {"next": i + 1}
-            assert json.loads(headers["__connect.errors.partition"]) == {"source": "bad"}
-            assert (
-                "field 'value' does not match type" in headers["__connect.errors.exception.message"]
-            )
-        else:  # fits the schema but a required field is null: the converter refuses it
-            assert headers["__connect.errors.stage"] == "VALUE_CONVERTER"
-            assert headers["__connect.errors.class.name"] == "AvroConverter"
-            assert (
-                "value.name is null, but its schema is not optional"
-                in (headers["__connect.errors.exception.message"])
-            )
-    counters = runner.counters.get("src")
-    assert counters["total-record-errors"] == counters["total-records-skipped"] == 20
-    assert counters["deadletterqueue-produce-requests"] == 20
+    _check(runner, letters, 100, transformed=False)
+    for i in (3, 13):  # a record that does not fit the schema names its source position
+        headers = letters[i]["headers"]
+        assert json.loads(headers["__connect.errors.offset"]) == {"next": i + 1}
+        assert json.loads(headers["__connect.errors.partition"]) == {"source": "bad"}
 
 
-def test_jvm_source_with_transforms_dead_letters_records_off_schema(
-    runner: Any, tmp_path: Path
-) -> None:
+def test_jvm_source_with_transforms_dead_letters_what_it_cannot_write(runner: Any) -> None:
+    """JSON with a transform runs in the JVM: off-schema records bypass the transform; those the
+    converter refuses are dead-lettered after it."""
     runner.start(
         "src",
         {
             "connector.class": SOURCE,
             "count": "50",
-            "nulls": "false",
             "connect.topicname": "people",
+            "key.converter": PICKY,
             "value.converter": "JsonConverter",
             "transforms": "tag",
             "transforms.tag.class": "InsertField$Value",
@@ -110,13 +122,35 @@ def test_jvm_source_with_transforms_dead_letters_records_off_schema(
             **TOLERANT,
         },
     )
-    _wait_for(runner, good=45, dead=5)
-    letters = _letters(runner)
-    assert sorted(letters) == [3, 13, 23, 33, 43]
-    assert all(x["headers"]["__connect.errors.stage"] == "TASK_POLL" for x in letters.values())
+    _wait_for(runner, good=38, dead=12)
+    _check(runner, _letters(runner), 50, transformed=True)
     values = [json.loads(r["value"])["payload"] for r in topic_records(runner, "people")]
-    assert sorted(v["id"] for v in values) == [i for i in range(50) if i % 10 != 3]
+    assert sorted(v["id"] for v in values) == [
+        i for i in range(50) if i % 10 not in (3, 7) and i not in REFUSED
+    ]
     assert all(v["source"] == "bad" for v in values)  # the transform ran on the good ones
+
+
+@pytest.mark.parametrize("transforms", [False, True], ids=["fused", "jvm"])
+def test_a_null_required_field_fails_the_task_naming_it(runner: Any, transforms: bool) -> None:
+    """Arrow does not check NOT NULL and Spark would crash on it: sluice names the field."""
+    config = {
+        "connector.class": SOURCE,
+        "count": "10",
+        "kinds": "null",
+        "connect.topicname": "people",
+        "value.converter": "AvroConverter",
+    }
+    if transforms:
+        config |= {"transforms": "t", "transforms.t.class": "sql"}
+        config["transforms.t.query"] = "SELECT * FROM records"
+    runner.start("src", config)
+    wait_until(lambda: runner.running["src"].failure() is not None, 180, "the source to fail")
+    cause, _ = runner.running["src"].failure()
+    assert "record 7 of the batch: field 'value.name' is null, but its schema is not optional" in (
+        cause
+    ), cause
+    assert runner.bus.count("people") == 0
 
 
 def test_without_tolerance_a_bad_source_record_fails_the_task(runner: Any) -> None:

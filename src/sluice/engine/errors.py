@@ -67,6 +67,22 @@ _DEAD_LETTER_SCHEMA = pa.schema(
 )
 
 
+#: Tolerated records travel as this struct (`ErrorReporter.letters`) until `ErrorReporter.deliver`
+#: writes them; source frames of a tolerant source carry them in this column (null on good rows;
+#: on a dead letter's row every other column is null): one frame through staging and Spark.
+DEAD_LETTER_COLUMN = "dead_letter"
+DEAD_LETTER_TYPE = pa.struct(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", pa.string()),
+        pa.field("log", pa.string()),
+    ]
+)
+DEAD_LETTER_DDL = "struct<key:binary,value:binary,timestamp:timestamp,headers:string,log:string>"
+
+
 @dataclass(frozen=True)
 class ErrorPolicy:
     """A connector's `errors.*` settings (the retry ones live in `sluice.engine.retry`)."""
@@ -155,15 +171,47 @@ class ErrorReporter:
     policy: ErrorPolicy
     connector: str
 
-    def report(self, letters: Sequence[DeadLetter], task_id: int) -> pa.RecordBatch | None:
-        """Log `letters` (if `errors.log.enable`) and return their dead-letter rows, or None
-        when there is no dead-letter topic."""
-        if self.policy.log:
-            for letter in letters:
-                log.warning("%s", self.describe(letter, task_id))
-        if not letters or not self.policy.dlq_topic:
+    def letters(self, letters: Sequence[DeadLetter], task_id: int) -> pa.StructArray:
+        """`letters` as a `DEAD_LETTER_TYPE` array: what the dead-letter topic keeps of each
+        (the `__connect.errors.*` headers merged in) and its log line."""
+        headers = []
+        for letter in letters:
+            merged = dict(letter.headers)
+            if self.policy.context_headers:
+                merged.update(letter.error_headers(self.connector, task_id))
+            headers.append(json.dumps(merged, sort_keys=True) if merged else None)
+        return pa.StructArray.from_arrays(
+            [
+                pa.array([x.key for x in letters], pa.binary()),
+                pa.array([x.value for x in letters], pa.binary()),
+                pa.array([x.timestamp or datetime.now(UTC) for x in letters], TIMESTAMP_TYPE),
+                pa.array(headers, pa.string()),
+                pa.array([self.describe(x, task_id) for x in letters], pa.string()),
+            ],
+            fields=list(DEAD_LETTER_TYPE),
+        )
+
+    def deliver(self, letters: pa.Array, counters: Any = None) -> pa.RecordBatch | None:
+        """Where tolerated records end (once per record): log them (`errors.log.enable`), count
+        them in `counters` (if given) and return their dead-letter topic rows (None without a
+        dead-letter topic)."""
+        if not len(letters):
             return None
-        return self.dead_letter_rows(letters, task_id)
+        if self.policy.log:
+            for line in letters.field("log").to_pylist():
+                log.warning("%s", line)
+        self.count(counters, len(letters))
+        if not self.policy.dlq_topic:
+            return None
+        n = len(letters)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.policy.dlq_topic, pa.string()), n),
+                *(letters.field(name) for name in ("key", "value", "timestamp", "headers")),
+                pa.nulls(n, pa.int32()),  # no key routing: spread over the queues
+            ],
+            schema=_DEAD_LETTER_SCHEMA,
+        )
 
     def describe(self, letter: DeadLetter, task_id: int) -> str:
         """The log line of a tolerated record (Kafka Connect's wording, roughly)."""
@@ -193,26 +241,6 @@ class ErrorReporter:
                 "total-errors-logged": letters if self.policy.log else 0,
                 "deadletterqueue-produce-requests": letters if self.policy.dlq_topic else 0,
             },
-        )
-
-    def dead_letter_rows(self, letters: Sequence[DeadLetter], task_id: int) -> pa.RecordBatch:
-        headers = []
-        for letter in letters:
-            merged = dict(letter.headers)
-            if self.policy.context_headers:
-                merged.update(letter.error_headers(self.connector, task_id))
-            headers.append(json.dumps(merged, sort_keys=True) if merged else None)
-        n = len(letters)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.policy.dlq_topic, pa.string()), n),
-                pa.array([x.key for x in letters], pa.binary()),
-                pa.array([x.value for x in letters], pa.binary()),
-                pa.array([x.timestamp or datetime.now(UTC) for x in letters], TIMESTAMP_TYPE),
-                pa.array(headers, pa.string()),
-                pa.nulls(n, pa.int32()),  # no key routing: spread over the queues
-            ],
-            schema=_DEAD_LETTER_SCHEMA,
         )
 
 
@@ -300,20 +328,6 @@ def _json_default(value: Any) -> Any:
     return str(value)  # datetimes, decimals, times: their ISO / exact text
 
 
-#: Source frames of a tolerant source carry their dead letters in this column (null on good rows;
-#: on a dead letter's row every other column is null): one frame through staging and Spark.
-DEAD_LETTER_COLUMN = "dead_letter"
-DEAD_LETTER_TYPE = pa.struct(
-    [
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("timestamp", TIMESTAMP_TYPE),
-        pa.field("headers", pa.string()),
-    ]
-)
-DEAD_LETTER_DDL = "struct<key:binary,value:binary,timestamp:timestamp,headers:string>"
-
-
 def record_letter(
     record: Any, topic: str | None, exc: Exception, task_class: str, stage: str = TASK_POLL
 ) -> DeadLetter:
@@ -352,3 +366,25 @@ def row_letter(row: Mapping[str, Any], exc: Exception, stage: str, class_name: s
         exception_class=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=str(exc),
     )
+
+
+def required_nulls(batch: pa.RecordBatch) -> list[tuple[str, pa.Array]]:
+    """`(field path, row mask)` for every non-optional field inside the `key` and `value`
+    columns that is null in a row where its parent is not: Arrow does not check this, and Spark
+    would crash on it (a null in a NOT NULL field). Lists and maps are not looked into."""
+    found: list[tuple[str, pa.Array]] = []
+    for name in ("key", "value"):
+        if name in batch.schema.names:
+            _struct_nulls(batch.column(name), name, found)
+    return found
+
+
+def _struct_nulls(array: pa.Array, path: str, found: list[tuple[str, pa.Array]]) -> None:
+    if not pa.types.is_struct(array.type) or len(array) == 0:
+        return
+    present = pc.is_valid(array)
+    for field, child in zip(array.type, array.flatten(), strict=True):
+        where = f"{path}.{field.name}"
+        if not field.nullable and child.null_count:
+            found.append((where, pc.and_(present, pc.is_null(child))))
+        _struct_nulls(child, where, found)

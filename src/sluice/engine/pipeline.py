@@ -26,7 +26,13 @@ from sluice.engine.converters import (
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUMNS
 from sluice.engine.sink import SinkPlan, sink_data_source
-from sluice.engine.source import SourcePlan, source_data_source
+from sluice.engine.source import (
+    TOPIC_FRAME_DDL,
+    DeadLetterWriter,
+    SourcePlan,
+    TolerantEncoder,
+    source_data_source,
+)
 from sluice.engine.transforms import apply_transforms
 from sluice.sdk import Transform
 
@@ -68,16 +74,14 @@ def source_frame(
     codecs = plan_encoders(config, key_schema, value_schema, registry)
     if registry is not None and plan.topic:
         register_schemas(registry, plan.topic, codecs)
-    encoded = encode_frame(df, codecs)
-    out = encoded.select(*RECORD_FRAME, route_column(F.col("key")))
-    if plan.tolerant and plan.errors is not None and plan.errors.policy.dlq_topic:
+    if plan.tolerant:  # converters in Python, so that a record they refuse is dead-lettered
+        out = df.mapInArrow(TolerantEncoder(plan, codecs), TOPIC_FRAME_DDL)
+    else:
+        out = encode_frame(df, codecs).select(*RECORD_FRAME, route_column(F.col("key")))
+    if plan.tolerant:
         # Spark reads the source range twice for this (once per branch of the union).
-        letters = raw.where(F.col(DEAD_LETTER_COLUMN).isNotNull()).select(
-            F.lit(plan.errors.policy.dlq_topic).alias("topic"),
-            *[F.col(f"{DEAD_LETTER_COLUMN}.{c}").alias(c) for c in RECORD_FRAME[1:]],
-            F.lit(None).cast("int").alias("route"),
-        )
-        out = out.unionByName(letters)
+        letters = raw.where(F.col(DEAD_LETTER_COLUMN).isNotNull()).select(DEAD_LETTER_COLUMN)
+        out = out.unionByName(letters.mapInArrow(DeadLetterWriter(plan), TOPIC_FRAME_DDL))
     return out, codecs
 
 

@@ -186,7 +186,8 @@ class SinkRunner:
             "value": codecs.value.converter if codecs else "",
         }
         letters = [x for bad in tolerated for x in sink_dead_letters(bad, classes)]
-        rows = self.plan.errors.report(letters, partition_id)
+        # Counted when the micro-batch commits (see `commit`), not here: a replay would count twice.
+        rows = self.plan.errors.deliver(self.plan.errors.letters(letters, partition_id))
         if rows is None or self.plan.dlq is None:
             return len(letters), None
         try:

@@ -32,16 +32,19 @@ from sluice.engine.errors import (
     DEAD_LETTER_DDL,
     DEAD_LETTER_TYPE,
     KEY_CONVERTER,
+    TASK_POLL,
     VALUE_CONVERTER,
     DeadLetter,
     ErrorPolicy,
     ErrorReporter,
     record_letter,
+    required_nulls,
     row_letter,
 )
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
+    TIMESTAMP_TYPE,
     ConfigException,
     ConnectException,
     ConnectRecord,
@@ -212,6 +215,13 @@ class _Frame:
 
     def _batch(self, records: list[ConnectRecord]) -> pa.RecordBatch:
         batch = records_to_batch(records, self.records, self.plan.topic)
+        for path, mask in required_nulls(batch):
+            if mask.true_count:
+                first = pc.index(mask, True).as_py()
+                raise ValueError(
+                    f"record {first} of the batch: field {path!r} is null, but its schema is "
+                    "not optional"
+                )
         if self.plan.tolerant:
             batch = batch.append_column(
                 pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE),
@@ -224,7 +234,7 @@ class _Frame:
         good, letters = [], []
         for record in records:
             try:
-                records_to_batch([record], self.records, self.plan.topic)
+                self._batch([record])
                 good.append(record)
             except ValueError as exc:
                 task = f"{self.plan.task_class.__module__}.{self.plan.task_class.__qualname__}"
@@ -236,18 +246,10 @@ class _Frame:
         return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
     def dead_letters(self, letters: list[DeadLetter]) -> pa.RecordBatch | None:
-        """Log and count `letters`; their dead-letter rows of this frame (None without a
-        dead-letter topic)."""
-        reporter = self.plan.errors
-        if not letters or reporter is None:
+        """Frame rows carrying `letters` in the dead-letter column (None if there are none)."""
+        if not letters or self.plan.errors is None:
             return None
-        reporter.count(self.plan.counters, len(letters))
-        rows = reporter.report(letters, self.task_id)
-        if rows is None:
-            return None
-        letter = pa.StructArray.from_arrays(
-            [rows.column(f.name) for f in DEAD_LETTER_TYPE], fields=list(DEAD_LETTER_TYPE)
-        )
+        letter = self.plan.errors.letters(letters, self.task_id)
         n = len(letter)
         return pa.RecordBatch.from_arrays(
             [letter if f.name == DEAD_LETTER_COLUMN else pa.nulls(n, f.type) for f in self.logical],
@@ -255,6 +257,28 @@ class _Frame:
         )
 
     def complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
+        """A batch the task built itself, completed to the frame (its records checked)."""
+        letters: list[DeadLetter] = []
+        for path, mask in required_nulls(batch):
+            if not mask.true_count:
+                continue
+            first = pc.index(mask, True).as_py()
+            exc = ConnectException(
+                f"record {first} of a batch from partition {partition}: field {path!r} is null, "
+                "but its schema is not optional"
+            )
+            if not self.plan.tolerant:
+                raise exc
+            task = f"{self.plan.task_class.__module__}.{self.plan.task_class.__qualname__}"
+            letters += [row_letter(r, exc, TASK_POLL, task) for r in batch.filter(mask).to_pylist()]
+            batch = batch.filter(pc.invert(mask))
+        out = self._complete(batch, partition)
+        dead = self.dead_letters(letters)
+        if dead is None:
+            return out
+        return pa.Table.from_batches([out, dead.cast(self.schema)]).combine_chunks().to_batches()[0]
+
+    def _complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
         n = batch.num_rows
         names = batch.schema.names
         columns = []
@@ -312,14 +336,14 @@ def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.Re
 def _tolerant_topic_frames(
     batch: pa.RecordBatch, codecs: SourceCodecs, frame: _Frame, plan: SourcePlan
 ) -> Iterator[pa.RecordBatch]:
-    """Fused and `errors.tolerance=all`: the topic frame of a batch's good records, with those
-    the converters cannot encode, and the batch's dead-letter rows, as dead-letter topic rows."""
-    dead = batch.column(DEAD_LETTER_COLUMN)
-    if dead.null_count < len(dead):
-        letters = batch.filter(pc.is_valid(dead)).column(DEAD_LETTER_COLUMN)
-        yield _dead_letter_topic_rows(letters, plan)
-        batch = batch.filter(pc.is_null(dead))
-    batch = batch.drop_columns([DEAD_LETTER_COLUMN])
+    """`errors.tolerance=all`: the topic frame of a batch's good records, then the dead-letter
+    topic rows of its dead letters and of the records the converters cannot encode."""
+    if DEAD_LETTER_COLUMN in batch.schema.names:
+        dead = batch.column(DEAD_LETTER_COLUMN)
+        if dead.null_count < len(dead):
+            yield from _deliver(batch.filter(pc.is_valid(dead)).column(DEAD_LETTER_COLUMN), plan)
+            batch = batch.filter(pc.is_null(dead))
+        batch = batch.drop_columns([DEAD_LETTER_COLUMN])
     while batch.num_rows:
         try:
             yield to_topic_frame(batch, codecs)
@@ -332,22 +356,59 @@ def _tolerant_topic_frames(
             stage = KEY_CONVERTER if exc.side == "key" else VALUE_CONVERTER
             rows = frame.dead_letters([row_letter(row, exc, stage, exc.converter)])
             if rows is not None:
-                yield _dead_letter_topic_rows(rows.column(DEAD_LETTER_COLUMN), plan)
+                yield from _deliver(rows.column(DEAD_LETTER_COLUMN), plan)
             batch = batch.slice(exc.index + 1)
 
 
-def _dead_letter_topic_rows(letters: pa.Array, plan: SourcePlan) -> pa.RecordBatch:
-    """Topic-frame rows (what the topic writer takes) of dead letters."""
-    topic = plan.errors.policy.dlq_topic if plan.errors else ""
-    n = len(letters)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.repeat(pa.scalar(topic, pa.string()), n),
-            *(letters.field(name) for name in ("key", "value", "timestamp", "headers")),
-            pa.nulls(n, pa.int32()),
-        ],
-        names=["topic", "key", "value", "timestamp", "headers", "route"],
-    )
+def _deliver(letters: pa.Array, plan: SourcePlan) -> Iterator[pa.RecordBatch]:
+    rows = plan.errors.deliver(letters, plan.counters) if plan.errors else None
+    if rows is not None:
+        yield rows
+
+
+@dataclass(frozen=True)
+class DeadLetterWriter:
+    """The `mapInArrow` step of a JVM-path source's dead-letter branch: delivers the letters
+    (log, count) and outputs their dead-letter topic rows (`TOPIC_FRAME_DDL`)."""
+
+    plan: SourcePlan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for out in _deliver(batch.column(DEAD_LETTER_COLUMN), self.plan):
+                yield out.cast(_TOPIC_FRAME_SCHEMA)
+
+
+@dataclass(frozen=True)
+class TolerantEncoder:
+    """The `mapInArrow` step of a JVM-path source with `errors.tolerance=all`: encodes the
+    (transformed) source frame in Python and dead-letters the records the converters refuse.
+    Its output is the topic frame (`TOPIC_FRAME_DDL`)."""
+
+    plan: SourcePlan
+    codecs: SourceCodecs
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        ctx = TaskContext.get()
+        frame = _Frame(self.plan, ctx.partitionId() if ctx else 0)
+        for batch in batches:
+            for out in _tolerant_topic_frames(batch, self.codecs, frame, self.plan):
+                yield out.cast(_TOPIC_FRAME_SCHEMA)
+
+
+TOPIC_FRAME_DDL = (
+    "topic string, key binary, value binary, timestamp timestamp, headers string, route int"
+)
+_TOPIC_FRAME_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", TIMESTAMP_TYPE),
+        pa.field("headers", pa.string()),
+        pa.field("route", pa.int32()),
+    ]
+)
 
 
 def _spark_limit(limit: Any, default: ReadLimit) -> ReadLimit:
