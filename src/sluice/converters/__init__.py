@@ -37,9 +37,9 @@ step adds three columns to the sink frame (`sluice.engine.converters.decode_fram
 * `raw_key`, `raw_value` (binary): the record's topic bytes when `error` is set (null otherwise),
   for a dead-letter queue.
 
-With `errors.tolerance=none` (today's only mode) the first record with an error fails the query
-with that message, before any transform or the sink sees it, and nothing of its micro-batch is
-committed.
+With `errors.tolerance=none` (the default) the first record with an error fails the query with
+that message, before any transform or the sink sees it, and nothing of its micro-batch is
+committed; with `errors.tolerance=all` it goes to the dead-letter queue (`sluice.engine.errors`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ a source frame into what the topic writer takes: each side as Spark SQL when its
 form, else as a `mapInArrow` step running the encoder's Arrow form. Sink side, `plan_decoders`
 looks the topics' schemas up in the registry and `decode_frame` decodes a topic frame the same way,
 adding the error columns described in `sluice.converters` (`error`, `raw_key`, `raw_value`).
-What happens to a record with an error (today: `errors.tolerance=none`):
+What happens to a record with an error with `errors.tolerance=none` (with `all`, see
+`sluice.engine.errors`):
 
 * no transforms: the columns reach the sink writer, whose `check_errors` fails the task with
   `ConnectException(<error>)` before the sink task sees the batch;
