@@ -199,3 +199,67 @@ def test_required_nulls_finds_nested_not_null_fields() -> None:
         "value.b.c": [False, False, False, True],
     }
     assert required_nulls(batch.slice(0, 1)) == []
+
+
+def test_a_failing_dead_letter_write_is_counted_and_fails_the_task() -> None:
+    from sluice.engine.sink import SinkPlan, SinkRunner
+
+    class Broken:
+        def write(self, batches: object, partition_id: int) -> None:
+            raise OSError("disk full")
+
+    class Counters:
+        def __init__(self) -> None:
+            self.seen: list[dict[str, int]] = []
+
+        def add(self, connector: str, increments: dict[str, int]) -> None:
+            self.seen.append(increments)
+
+    counters = Counters()
+    policy = ErrorPolicy(tolerate=True, dlq_topic="dlq")
+    plan = SinkPlan(
+        "dst",
+        "run",
+        object,  # type: ignore[arg-type]
+        {},
+        ({},),
+        counters=counters,
+        errors=ErrorReporter(policy, "dst"),
+        dlq=Broken(),  # type: ignore[arg-type]
+    )
+    _, bad = split_errors(_bad_batch())
+    assert bad is not None
+    with pytest.raises(OSError, match="disk full"):
+        SinkRunner(plan)._report([bad], 0)
+    assert counters.seen == [{"deadletterqueue-produce-failures": 1}]
+
+
+def test_a_failing_dead_letter_commit_is_counted_and_fails_the_batch() -> None:
+    from sluice.engine.sink import SinkPlan, SinkRunner, _TaskResult
+
+    class Broken:
+        def commit(self, receipts: object, batch_id: int) -> None:
+            raise ConnectionError("broker away")
+
+    class Counters:
+        def __init__(self) -> None:
+            self.seen: list[dict[str, int]] = []
+
+        def add(self, connector: str, increments: dict[str, int]) -> None:
+            self.seen.append(increments)
+
+    counters = Counters()
+    plan = SinkPlan(
+        "dst",
+        "run",
+        object,  # type: ignore[arg-type]
+        {},
+        ({},),
+        counters=counters,
+        errors=ErrorReporter(ErrorPolicy(tolerate=True, dlq_topic="dlq"), "dst"),
+        dlq=Broken(),  # type: ignore[arg-type]
+    )
+    receipt = _TaskResult(0, None, [], errors=1, dead_letters=["segment"])
+    with pytest.raises(ConnectionError, match="broker away"):
+        SinkRunner(plan).commit([receipt], 4)  # before the sink's own commit: nothing committed
+    assert counters.seen == [{"deadletterqueue-produce-failures": 1}]
