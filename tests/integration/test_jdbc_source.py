@@ -7,6 +7,7 @@ import json
 import threading
 from datetime import datetime, timedelta
 
+import pyarrow as pa
 import pytest
 
 from sluice.sdk import ConfigException, ConnectException, ReadLimit
@@ -647,6 +648,9 @@ def test_mysql_json_page_path_equals_the_driver_path(my: Db, monkeypatch) -> Non
     assert len(fast) == 3 and fast == driver, (fast, driver)
     assert fast[0]["v"] == 'quote " comma , nl \n tab \t 🚀 \\ ' and fast[2]["v"] == "NULL"
     assert fast[0]["b12"] == b"\x0f\xff" and fast[0]["bl"] == b"\n\x00\"'"
+    # FLOAT exactly (the text protocol alone would give 6 digits: 1.17549e-38, 3.40282e+38)
+    as_float32 = pa.array([1.1754944e-38, 3.4028234e38], pa.float32()).to_pylist()
+    assert [fast[0]["r"], fast[2]["r"]] == as_float32
     assert fast[2]["t"] == "null" and fast[2]["vb"] == b""
 
 

@@ -288,6 +288,14 @@ class _Mysql(Dialect):
             raise UnmappableType(f"{column.display} has no sluice equivalent")
         return Mapped(column.name, _optional(schema, column.nullable), conv)
 
+    def select_expr(self, mapped: Mapped) -> str:
+        name = self.quote(mapped.name)
+        if mapped.schema.type is FieldType.FLOAT32:
+            # The text protocol sends FLOAT with 6 significant digits (3.40282e+38); as a double
+            # the value arrives exactly and narrows back to the same float.
+            return f"CAST({name} AS DOUBLE) AS {name}"
+        return name
+
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc
         args = getattr(orig, "args", ())

@@ -920,6 +920,8 @@ class _MyJsonPage:
                 text = f"CAST(CAST({name} AS UNSIGNED) AS CHAR)"
             elif pa.types.is_binary(target):
                 text = f"HEX(CAST({name} AS BINARY))"  # BIT(n) too: its bytes, left-padded
+            elif pa.types.is_float32(target):
+                text = f"CAST(CAST({name} AS DOUBLE) AS CHAR)"  # see MySQL.select_expr
             else:
                 text = f"CAST({name} AS CHAR)"
             pairs.append(f"'{i}', {text}")
