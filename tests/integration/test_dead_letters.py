@@ -13,6 +13,7 @@ from sluice.converters import canonical
 from sluice.sdk import ConfigException, FieldType, Schema
 from sluice.store.schemas import SqliteSchemaRegistry
 from tests.conftest import wait_until
+from tests.integration.test_converters_pipeline import _file_into_topic
 from tests.integration.typed_connectors import read_dir
 
 pytestmark = pytest.mark.spark
@@ -44,20 +45,6 @@ def topic_records(runner: Any, topic: str) -> list[dict[str, Any]]:
             for i, row in enumerate(batch.to_pylist()):
                 out.append({**row, "queue": queue, "offset": row.get("offset", first + i)})
     return out
-
-
-def _lines_into_topic(runner: Any, tmp_path: Path, lines: list[str], topic: str) -> None:
-    src = tmp_path / "in.txt"
-    src.write_text("".join(line + "\n" for line in lines))
-    runner.start(
-        "raw",
-        {
-            "connector.class": "FileSourceConnector",
-            "filename": str(src),
-            "connect.topicname": topic,
-        },
-    )
-    wait_until(lambda: runner.bus.count(topic) >= len(lines), 120, f"{len(lines)} lines in {topic}")
 
 
 def _check_dead_letters(runner: Any, bad: list[str], stage: str, converter: str) -> None:
@@ -109,23 +96,28 @@ TOLERANT = {
 }
 
 
-@pytest.mark.parametrize("transforms", [False, True], ids=["jvm", "jvm-with-transforms"])
-def test_ten_percent_malformed_json_goes_to_the_dead_letter_topic(
-    runner: Any, tmp_path: Path, transforms: bool
-) -> None:
+def _json_sink(tmp_path: Path, lines: list[str], runner: Any, **errors: str) -> dict[str, str]:
+    """A JSON sink config over topic `ext`, after `lines` were written to it (schema registered)."""
     registry = SqliteSchemaRegistry(runner.root + "/schemas.sqlite")
     registry.register("ext-value", canonical(Schema.struct(("a", Schema.of(FieldType.INT32)))))
-    lines = [f'{{"a": oops{i}}}' if i % 10 == 3 else f'{{"a": {i}}}' for i in range(200)]
-    bad = [line for line in lines if "oops" in line]
-    _lines_into_topic(runner, tmp_path, lines, "ext")
-    config = {
+    _file_into_topic(runner, tmp_path, lines, "ext")
+    return {
         "connector.class": SINK,
         "dir": str(tmp_path / "out"),
         "connect.topicnames": "ext",
         "value.converter": "JsonConverter",
         "value.converter.schemas.enable": "false",
-        **TOLERANT,
+        **errors,
     }
+
+
+@pytest.mark.parametrize("transforms", [False, True], ids=["jvm", "jvm-with-transforms"])
+def test_ten_percent_malformed_json_goes_to_the_dead_letter_topic(
+    runner: Any, tmp_path: Path, transforms: bool
+) -> None:
+    lines = [f'{{"a": oops{i}}}' if i % 10 == 3 else f'{{"a": {i}}}' for i in range(200)]
+    bad = [line for line in lines if "oops" in line]
+    config = _json_sink(tmp_path, lines, runner, **TOLERANT)
     good = [i for i in range(200) if i % 10 != 3]
     if transforms:  # the filter would drop a bad record (its value is null) if it saw it
         config |= {
@@ -161,7 +153,7 @@ def test_the_fused_avro_sink_tolerates_garbage(runner: Any, tmp_path: Path) -> N
     )
     wait_until(lambda: runner.bus.count("ext") >= 30, 120, "30 Avro records")
     bad = ["not avro", "\x00\x00\x00\x00\x63 nor this"]
-    _lines_into_topic(runner, tmp_path, bad, "ext")
+    _file_into_topic(runner, tmp_path, bad, "ext")
     wait_until(lambda: runner.bus.count("ext") >= 32, 120, "the garbage")
     runner.start(
         "dst",
@@ -188,23 +180,18 @@ def test_the_fused_avro_sink_tolerates_garbage(runner: Any, tmp_path: Path) -> N
 def test_without_context_headers_a_dead_letter_keeps_only_its_own(
     runner: Any, tmp_path: Path
 ) -> None:
-    registry = SqliteSchemaRegistry(runner.root + "/schemas.sqlite")
-    registry.register("ext-value", canonical(Schema.struct(("a", Schema.of(FieldType.INT32)))))
-    _lines_into_topic(runner, tmp_path, ['{"a": 1}', "{oops"], "ext")
-    runner.start(
-        "dst",
-        {
-            "connector.class": SINK,
-            "dir": str(tmp_path / "out"),
-            "connect.topicnames": "ext",
-            "value.converter": "JsonConverter",
-            "value.converter.schemas.enable": "false",
+    config = _json_sink(
+        tmp_path,
+        ['{"a": 1}', "{oops"],
+        runner,
+        **{
             "errors.tolerance": "all",
             "errors.deadletterqueue.topic.name": "ext-dlq",
             "errors.deadletterqueue.context.headers.enable": "false",
             "errors.deadletterqueue.write.queue.nums": "2",
         },
     )
+    runner.start("dst", config)
     wait_until(lambda: runner.bus.count("ext-dlq") == 1, 180, "the dead letter")
     [letter] = topic_records(runner, "ext-dlq")
     assert letter["value"] == b"{oops" and letter["headers"] is None
@@ -212,20 +199,10 @@ def test_without_context_headers_a_dead_letter_keeps_only_its_own(
 
 
 def test_tolerance_all_without_a_topic_skips_and_counts(runner: Any, tmp_path: Path) -> None:
-    registry = SqliteSchemaRegistry(runner.root + "/schemas.sqlite")
-    registry.register("ext-value", canonical(Schema.struct(("a", Schema.of(FieldType.INT32)))))
-    _lines_into_topic(runner, tmp_path, ['{"a": 1}', "{oops", '{"a": 3}'], "ext")
-    runner.start(
-        "dst",
-        {
-            "connector.class": SINK,
-            "dir": str(tmp_path / "out"),
-            "connect.topicnames": "ext",
-            "value.converter": "JsonConverter",
-            "value.converter.schemas.enable": "false",
-            "errors.tolerance": "all",
-        },
+    config = _json_sink(
+        tmp_path, ['{"a": 1}', "{oops", '{"a": 3}'], runner, **{"errors.tolerance": "all"}
     )
+    runner.start("dst", config)
     wait_until(lambda: runner.counters.get("dst").get("total-records-skipped") == 1, 180, "skip")
     table = read_dir(str(tmp_path / "out"))
     assert sorted(v["a"] for v in table.column("value").to_pylist()) == [1, 3]

@@ -26,6 +26,23 @@ from sluice.sdk import ConfigException, ConnectRecord
 T0 = datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
 
 
+class Counters:
+    """Records what the runtime adds to a connector's counters."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, int]] = []
+
+    def add(self, connector: str, increments: dict[str, int]) -> None:
+        self.seen.append(increments)
+
+    def totals(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for increments in self.seen:
+            for k, v in increments.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+
 def test_defaults_are_kafka_connects() -> None:
     assert ErrorPolicy.from_config({}) == ErrorPolicy()
     assert not ErrorPolicy().tolerate and ErrorPolicy().context_headers
@@ -128,14 +145,6 @@ def _letter(**changes: object) -> DeadLetter:
 
 
 def test_deliver_logs_counts_and_writes_rows(caplog: pytest.LogCaptureFixture) -> None:
-    class Counters:
-        def __init__(self) -> None:
-            self.seen: dict[str, int] = {}
-
-        def add(self, connector: str, increments: dict[str, int]) -> None:
-            for k, v in increments.items():
-                self.seen[k] = self.seen.get(k, 0) + v
-
     policy = ErrorPolicy(tolerate=True, log=True, log_messages=True, dlq_topic="dlq")
     reporter = ErrorReporter(policy, "conn")
     letters = reporter.letters([_letter(), _letter(offset="10")], task_id=3)
@@ -147,7 +156,7 @@ def test_deliver_logs_counts_and_writes_rows(caplog: pytest.LogCaptureFixture) -
     headers = json.loads(rows.column("headers")[0].as_py())
     assert headers["h"] == "1" and headers["__connect.errors.task.id"] == "3"
     assert headers["__connect.errors.exception.stacktrace"] == "value is not valid JSON"
-    assert counters.seen["total-record-errors"] == 2 == counters.seen["total-errors-logged"]
+    assert counters.totals()["total-record-errors"] == 2 == counters.totals()["total-errors-logged"]
     line = caplog.records[0].getMessage()
     assert "task conn-3" in line and "stage 'VALUE_CONVERTER'" in line and "offset=9" in line
     assert "sent to dlq" in line
@@ -208,13 +217,6 @@ def test_a_failing_dead_letter_write_is_counted_and_fails_the_task() -> None:
         def write(self, batches: object, partition_id: int) -> None:
             raise OSError("disk full")
 
-    class Counters:
-        def __init__(self) -> None:
-            self.seen: list[dict[str, int]] = []
-
-        def add(self, connector: str, increments: dict[str, int]) -> None:
-            self.seen.append(increments)
-
     counters = Counters()
     policy = ErrorPolicy(tolerate=True, dlq_topic="dlq")
     plan = SinkPlan(
@@ -240,13 +242,6 @@ def test_a_failing_dead_letter_commit_is_counted_and_fails_the_batch() -> None:
     class Broken:
         def commit(self, receipts: object, batch_id: int) -> None:
             raise ConnectionError("broker away")
-
-    class Counters:
-        def __init__(self) -> None:
-            self.seen: list[dict[str, int]] = []
-
-        def add(self, connector: str, increments: dict[str, int]) -> None:
-            self.seen.append(increments)
 
     counters = Counters()
     plan = SinkPlan(

@@ -55,7 +55,8 @@ TASK_POLL = "TASK_POLL"
 CONTEXT_COLUMN = "error_context"
 HEADER = "__connect.errors."
 
-_DEAD_LETTER_SCHEMA = pa.schema(
+#: The topic writer's frame (what `TopicWriterPlan.write` takes), as dead letters are written.
+TOPIC_FRAME_SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string()),
         pa.field("key", pa.binary()),
@@ -210,7 +211,7 @@ class ErrorReporter:
                 *(letters.field(name) for name in ("key", "value", "timestamp", "headers")),
                 pa.nulls(n, pa.int32()),  # no key routing: spread over the queues
             ],
-            schema=_DEAD_LETTER_SCHEMA,
+            schema=TOPIC_FRAME_SCHEMA,
         )
 
     def describe(self, letter: DeadLetter, task_id: int) -> str:

@@ -33,6 +33,7 @@ from sluice.engine.errors import (
     DEAD_LETTER_TYPE,
     KEY_CONVERTER,
     TASK_POLL,
+    TOPIC_FRAME_SCHEMA,
     VALUE_CONVERTER,
     DeadLetter,
     ErrorPolicy,
@@ -44,7 +45,6 @@ from sluice.engine.errors import (
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.sdk import (
-    TIMESTAMP_TYPE,
     ConfigException,
     ConnectException,
     ConnectRecord,
@@ -376,7 +376,7 @@ class DeadLetterWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for out in _deliver(batch.column(DEAD_LETTER_COLUMN), self.plan):
-                yield out.cast(_TOPIC_FRAME_SCHEMA)
+                yield out.cast(TOPIC_FRAME_SCHEMA)
 
 
 @dataclass(frozen=True)
@@ -393,21 +393,11 @@ class TolerantEncoder:
         frame = _Frame(self.plan, ctx.partitionId() if ctx else 0)
         for batch in batches:
             for out in _tolerant_topic_frames(batch, self.codecs, frame, self.plan):
-                yield out.cast(_TOPIC_FRAME_SCHEMA)
+                yield out.cast(TOPIC_FRAME_SCHEMA)
 
 
 TOPIC_FRAME_DDL = (
     "topic string, key binary, value binary, timestamp timestamp, headers string, route int"
-)
-_TOPIC_FRAME_SCHEMA = pa.schema(
-    [
-        pa.field("topic", pa.string()),
-        pa.field("key", pa.binary()),
-        pa.field("value", pa.binary()),
-        pa.field("timestamp", TIMESTAMP_TYPE),
-        pa.field("headers", pa.string()),
-        pa.field("route", pa.int32()),
-    ]
 )
 
 
