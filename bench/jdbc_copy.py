@@ -1,6 +1,8 @@
 """Benchmark: an 8-column table PostgreSQL → topic → PostgreSQL and MariaDB → topic → PostgreSQL.
 
-Steps, each timed from start until the target table holds every row:
+Steps, each timed from start until the target table holds every row (after an untimed warm-up
+copy of a small table, which starts Spark's Python workers); "steady" is the rate between 20% and
+80% of the rows, without the start-up of the two queries:
   baseline   `psql -c "COPY src TO STDOUT" | psql -c "COPY dst FROM STDIN"` (the physical floor);
   pg → pg    JdbcSourceConnector (incrementing) → topic → JdbcSinkConnector, both started together;
   maria → pg the same from MariaDB;
@@ -10,8 +12,13 @@ The source tables are generated on the servers (generate_series / MariaDB's sequ
 the schema/database `sluice_bench`, which the run drops at the end. Needs the test servers
 (PostgreSQL on 127.0.0.1:5432, MariaDB on 127.0.0.1:3306, user root, no password).
 
+With `--stages N`, it then times each stage alone on N rows in this process (no Spark): each
+source into Arrow (MariaDB both ways: CSV pages and driver rows), the converter's encode and decode,
+and the PostgreSQL sink in insert and upsert mode.
+
 Usage: python bench/jdbc_copy.py [--rows 2000000] [--tasks 2] [--mode upsert|insert]
-       [--converter AvroConverter] [--dlt-python /path/to/venv/bin/python]
+       [--converter AvroConverter] [--dlt-python /path/to/venv/bin/python] [--skip pg,maria]
+       [--stages 200000]
 """
 
 from __future__ import annotations
@@ -24,13 +31,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
+import pyarrow as pa
 import sqlalchemy as sa
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
 
 NS = "sluice_bench"
+WARM = 20_000  # rows of the untimed warm-up copy (starts Spark's Python workers, imports)
 PG = f"postgresql+psycopg://root@127.0.0.1:5432/test?options=-csearch_path%3D{NS}"
 MY = f"mysql+pymysql://root@127.0.0.1:3306/{NS}?charset=utf8mb4"
 COLUMNS_PG = (
@@ -49,6 +59,8 @@ def setup(rows: int) -> None:
                 g %% 2 = 0, timestamptz '2024-01-01' + g * interval '1 second',
                 'note ' || md5(g::text) FROM generate_series(1, {rows}) g"""
         )
+        c.exec_driver_sql(f"CREATE TABLE {NS}.warm AS SELECT * FROM {NS}.src WHERE id <= {WARM}")
+        c.exec_driver_sql(f"ALTER TABLE {NS}.warm ADD PRIMARY KEY (id)")
     with sa.create_engine("mysql+pymysql://root@127.0.0.1:3306/test").begin() as c:
         c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
         c.exec_driver_sql(f"CREATE DATABASE {NS}")
@@ -75,8 +87,9 @@ def count(name: str) -> int:
         return c.exec_driver_sql(f"SELECT COUNT(*) FROM {NS}.{name}").scalar()
 
 
-def baseline(rows: int) -> float:
+def baseline(rows: int) -> tuple[float, float, str]:
     fresh_target("dst_copy")
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     subprocess.run(
         f'psql -h 127.0.0.1 -U root -d test -c "COPY {NS}.src TO STDOUT" | '
@@ -87,15 +100,23 @@ def baseline(rows: int) -> float:
     )
     seconds = time.perf_counter() - start
     assert count("dst_copy") == rows
-    return seconds
+    return seconds, rows / seconds, f"{load:.1f} → {os.getloadavg()[0]:.1f}"
 
 
 def sluice_copy(
-    runner: ConnectorRunner, source_url: str, target: str, rows: int, args: argparse.Namespace
-) -> float:
+    runner: ConnectorRunner,
+    source_url: str,
+    target: str,
+    rows: int,
+    args: argparse.Namespace,
+    table: str = "src",
+) -> tuple[float, float, str]:
+    """Seconds until the target holds every row; the steady rate (rows/s between 20% and 80%
+    of the rows); the load averages at start and end."""
     fresh_target(target)
     conv = {"value.converter": args.converter}
     topic = f"bench-{target}"
+    load = os.getloadavg()[0]
     start = time.perf_counter()
     runner.start(
         f"src-{target}",
@@ -104,7 +125,7 @@ def sluice_copy(
             "connection.url": source_url,
             "mode": "incrementing",
             "incrementing.column.name": "id",
-            "table.whitelist": "src",
+            "table.whitelist": table,
             "connect.topicname": topic,
             "max.tasks": str(args.tasks),
             "read.max.rows": str(args.batch),
@@ -127,7 +148,9 @@ def sluice_copy(
         },
     )
     deadline = time.monotonic() + 3600
-    while count(target) < rows:
+    trace: list[tuple[float, int]] = []
+    while (done := count(target)) < rows:
+        trace.append((time.perf_counter() - start, done))
         for running in runner.running.values():
             failure = running.failure()
             if failure:
@@ -136,12 +159,23 @@ def sluice_copy(
             raise TimeoutError(target)
         time.sleep(0.2)
     seconds = time.perf_counter() - start
+    trace.append((seconds, rows))
     runner.stop_all()
-    return seconds
+    return seconds, _steady(trace, rows), f"{load:.1f} → {os.getloadavg()[0]:.1f}"
 
 
-def dlt_copy(python: str, rows: int) -> float | None:
+def _steady(trace: list[tuple[float, int]], rows: int) -> float:
+    """Rows/s between the first samples at or past 20% and 80% of `rows` (0 if too few)."""
+    low = next(((t, n) for t, n in trace if n >= rows * 0.2), None)
+    high = next(((t, n) for t, n in trace if n >= rows * 0.8), None)
+    if low is None or high is None or high[0] <= low[0]:
+        return 0.0
+    return (high[1] - low[1]) / (high[0] - low[0])
+
+
+def dlt_copy(python: str, rows: int) -> tuple[float, float, str] | None:
     fresh_target("dst_dlt")
+    load = os.getloadavg()[0]
     script = f"""
 import time, dlt
 from dlt.sources.sql_database import sql_table
@@ -158,7 +192,112 @@ print(time.perf_counter() - start)
     if done.returncode != 0:
         print("dlt failed:", done.stderr[-2000:], file=sys.stderr)
         return None
-    return float(done.stdout.strip().splitlines()[-1])
+    seconds = float(done.stdout.strip().splitlines()[-1])
+    return seconds, rows / seconds, f"{load:.1f} → {os.getloadavg()[0]:.1f}"
+
+
+def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
+    """Each stage alone, in this process (no Spark): (name, rows/s, load average)."""
+    from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSinkTask, JdbcSourceConnector
+    from sluice.connectors.jdbc import source as source_module
+    from sluice.converters import converter_from_config
+    from sluice.engine.converters import spark_arrow_type
+    from sluice.sdk import BatchId, ReadLimit, SinkTaskContext
+    from sluice.store.schemas import SqliteSchemaRegistry
+
+    out: list[tuple[str, float, str]] = []
+
+    def timed(name: str, work: Any) -> Any:
+        start = time.perf_counter()
+        result = work()
+        out.append((name, rows / (time.perf_counter() - start), f"{os.getloadavg()[0]:.1f}"))
+        return result
+
+    def read(url: str) -> tuple[list[pa.RecordBatch], Any]:
+        config = {
+            "connection.url": url,
+            "mode": "incrementing",
+            "incrementing.column.name": "id",
+            "table.whitelist": "src",
+            "connect.topicname": "t",
+        }
+        connector = JdbcSourceConnector()
+        connector.start(config)
+        task = source_module.JdbcSourceTask()
+        task.start(connector.task_configs(1)[0])
+        part = task.partitions()[0]
+        end = task.latest(part, None, ReadLimit(max_rows=rows))
+        return list(task.read(part, None, end)), connector.plan.value_schema
+
+    pg_url = f"jdbc:postgresql://127.0.0.1:5432/test?currentSchema={NS}&user=root"
+    batches, schema = timed("PostgreSQL source (COPY → Arrow)", lambda: read(pg_url))
+    my_url = f"jdbc:mysql://127.0.0.1:3306/{NS}?user=root"
+    timed("MariaDB source (CSV page → Arrow)", lambda: read(my_url))
+    real = source_module._MyCsvPage.fetch
+    source_module._MyCsvPage.fetch = lambda *a, **k: None  # type: ignore[method-assign]
+    try:
+        timed("MariaDB source (driver rows)", lambda: read(my_url))
+    finally:
+        source_module._MyCsvPage.fetch = real  # type: ignore[method-assign]
+    with tempfile.TemporaryDirectory() as tmp:
+        registry = SqliteSchemaRegistry(os.path.join(tmp, "schemas.db"))
+        conv = converter_from_config({"value.converter": converter}, "value", registry)
+        encoder, decoder = conv.encoder(schema), conv.decoder(schema)
+        encoded = timed(
+            f"{converter} encode", lambda: [encoder.arrow(b.column("value")) for b in batches]
+        )
+        decoded = timed(
+            f"{converter} decode",
+            lambda: [decoder.arrow(e).values.cast(spark_arrow_type(schema)) for e in encoded],
+        )
+    for mode in ("insert", "upsert"):
+        fresh_target("dst_stage")
+        config = {
+            "connection.url": f"jdbc:postgresql://127.0.0.1:5432/test?currentSchema={NS}",
+            "connection.user": "root",
+            "connect.topicnames": "t",
+            "table.name.format": "dst_stage",
+            "insert.mode": mode,
+            "pk.mode": "record_value",
+            "pk.fields": "id",
+        }
+        sink = JdbcSinkConnector()
+        sink.start(config)
+        task = JdbcSinkTask()
+        task.context = SinkTaskContext(connector_name="s", task_id=0, batch_id=BatchId("r", 1))
+        task.start(sink.task_configs(1)[0])
+
+        def write(task: Any = task) -> None:
+            first = 0
+            for value in decoded:
+                n = len(value)
+                task.put_batch(
+                    pa.RecordBatch.from_arrays(
+                        [
+                            pa.array(["t"] * n, pa.string()),
+                            pa.array([0] * n, pa.int32()),
+                            pa.array(range(first, first + n), pa.int64()),
+                            pa.nulls(n, pa.binary()),
+                            value,
+                            pa.nulls(n, pa.timestamp("us", tz="UTC")),
+                            pa.nulls(n, pa.string()),
+                        ],
+                        names=[
+                            "topic",
+                            "queue_id",
+                            "queue_offset",
+                            "key",
+                            "value",
+                            "timestamp",
+                            "headers",
+                        ],
+                    )
+                )
+                first += n
+            task.flush(BatchId("r", 1))
+
+        timed(f"PostgreSQL sink {mode} (COPY)", write)
+    return out
 
 
 def main() -> None:
@@ -170,12 +309,15 @@ def main() -> None:
     parser.add_argument("--converter", default="AvroConverter")
     parser.add_argument("--dlt-python", default="")
     parser.add_argument("--skip", default="", help="comma list of steps to skip: pg,maria")
+    parser.add_argument(
+        "--stages", type=int, default=0, help="also time each stage alone on this many rows"
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     skip = set(args.skip.split(","))
     print(f"generating {args.rows:,} rows on both servers…", flush=True)
     setup(args.rows)
-    results: list[tuple[str, float | None]] = [
+    results: list[tuple[str, tuple[float, float, str] | None]] = [
         ("baseline: psql COPY | psql COPY", baseline(args.rows))
     ]
     spark = build_session(
@@ -186,14 +328,14 @@ def main() -> None:
     try:
         pg_url = f"jdbc:postgresql://127.0.0.1:5432/test?currentSchema={NS}&user=root"
         my_url = f"jdbc:mysql://127.0.0.1:3306/{NS}?user=root"
-        if "pg" not in skip:
-            results.append(
-                ("pg → topic → pg", sluice_copy(runner, pg_url, "dst_pg", args.rows, args))
-            )
-        if "maria" not in skip:
-            results.append(
-                ("maria → topic → pg", sluice_copy(runner, my_url, "dst_maria", args.rows, args))
-            )
+        if not {"pg", "maria"} <= skip:
+            print("warm-up (untimed)…", flush=True)
+            sluice_copy(runner, pg_url, "dst_warm", WARM, args, table="warm")
+        for step, url, target in (("pg", pg_url, "dst_pg"), ("maria", my_url, "dst_maria")):
+            if step not in skip:
+                print(f"{step} → topic → pg…", flush=True)
+                copied = sluice_copy(runner, url, target, args.rows, args)
+                results.append((f"{step} → topic → pg", copied))
         if args.dlt_python:
             results.append(("dlt sql_database → postgres", dlt_copy(args.dlt_python, args.rows)))
     finally:
@@ -202,15 +344,28 @@ def main() -> None:
     print(
         f"\n{args.rows:,} rows x 8 columns, mode={args.mode}, converter={args.converter}, "
         f"max.tasks={args.tasks}, read.max.rows={args.batch}; {platform.node()}, "
-        f"{os.cpu_count()} cores"
+        f"{os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
     )
-    base = results[0][1] or 1.0
-    print("| step | seconds | rows/s | x COPY pipe |\n|---|---:|---:|---:|")
-    for name, seconds in results:
-        if seconds is None:
-            print(f"| {name} | failed | | |")
+    first = results[0][1]
+    base = first[0] if first else 1.0
+    print(
+        "| step | seconds | rows/s | steady rows/s | x COPY pipe | load avg |\n"
+        "|---|---:|---:|---:|---:|---|"
+    )
+    for name, result in results:
+        if result is None:
+            print(f"| {name} | failed | | | | |")
             continue
-        print(f"| {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | {seconds / base:.2f} |")
+        seconds, steady, load = result
+        print(
+            f"| {name} | {seconds:.2f} | {args.rows / seconds:,.0f} | {steady:,.0f} | "
+            f"{seconds / base:.2f} | {load} |"
+        )
+    if args.stages:
+        print(f"\neach stage alone, {args.stages:,} rows, no Spark\n| stage | rows/s | load avg |")
+        print("|---|---:|---:|")
+        for name, rate, load in stages(args.stages, args.converter):
+            print(f"| {name} | {rate:,.0f} | {load} |")
     with sa.create_engine("postgresql+psycopg://root@127.0.0.1:5432/test").begin() as c:
         c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
         c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS}_dlt CASCADE")
