@@ -19,6 +19,8 @@ from types import ModuleType
 
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
+from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
+from sluice.connectors.rocketmq import RocketMQSinkConnector, RocketMQSourceConnector
 from sluice.sdk import ConfigException, Connector, SinkConnector, SourceConnector, Transform
 from sluice.transforms import BUILTIN_TRANSFORMS
 
@@ -38,6 +40,12 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "org.apache.rocketmq.connect.jdbc.mysql.source.JdbcSourceConnector": JdbcSourceConnector,
     "io.confluent.connect.jdbc.JdbcSourceConnector": JdbcSourceConnector,
     "io.confluent.connect.jdbc.JdbcSinkConnector": JdbcSinkConnector,
+    "RocketMQSourceConnector": RocketMQSourceConnector,
+    "RocketMQSinkConnector": RocketMQSinkConnector,
+    "KafkaSourceConnector": KafkaSourceConnector,
+    "KafkaSinkConnector": KafkaSinkConnector,
+    "org.apache.rocketmq.connect.kafka.connector.KafkaSourceConnector": KafkaSourceConnector,
+    "org.apache.rocketmq.connect.kafka.connector.KafkaSinkConnector": KafkaSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

@@ -1,0 +1,69 @@
+"""confluent-kafka clients for the Kafka connectors: imported lazily, one per process and
+configuration, errors translated to the SDK's with the config key named."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from sluice.sdk import ConfigException, ConnectException, RetriableException
+
+log = logging.getLogger("sluice.connectors.kafka")
+_CLIENTS: dict[tuple[Any, ...], Any] = {}
+_LOCK = threading.Lock()
+
+
+def kafka() -> Any:
+    """The confluent_kafka module, or a clear error naming the package to install."""
+    try:
+        import confluent_kafka
+    except ImportError as exc:  # pragma: no cover - a dependency of sluice
+        raise ConnectException(
+            "the Kafka connectors need the confluent-kafka package: pip install confluent-kafka"
+        ) from exc
+    return confluent_kafka
+
+
+def pass_through(config: Mapping[str, str], prefix: str) -> dict[str, str]:
+    """Client options given as ``<prefix><librdkafka option>`` (e.g. ``source.kafka.``)."""
+    return {k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}
+
+
+def _make(kind: str, config: Mapping[str, Any], key: str) -> Any:
+    k = kafka()
+    try:
+        return (k.Consumer if kind == "consumer" else k.Producer)({**config, "logger": log})
+    except (k.KafkaException, ValueError, TypeError) as exc:
+        raise ConfigException(key, f"invalid client configuration: {exc}") from None
+
+
+def client(kind: str, config: Mapping[str, Any], key: str) -> Any:
+    """This process's ``Consumer`` or ``Producer`` for ``config`` (created on first use); an
+    option librdkafka refuses is a `ConfigException` naming ``key``."""
+    cache_key = (os.getpid(), kind, tuple(sorted((n, str(v)) for n, v in config.items())))
+    with _LOCK:
+        found = _CLIENTS.get(cache_key)
+        if found is None:
+            found = _CLIENTS[cache_key] = _make(kind, config, key)
+    return found
+
+
+@contextlib.contextmanager
+def probe(config: Mapping[str, Any], key: str) -> Iterator[Any]:
+    """A short-lived consumer for validation (closed afterwards, so an unreachable cluster
+    does not leave a client reconnecting in the background)."""
+    consumer = _make("consumer", {**config, "group.id": "sluice-probe"}, key)
+    try:
+        yield consumer
+    finally:
+        consumer.close()
+
+
+def unavailable(key: str, servers: str, what: str, exc: object) -> RetriableException:
+    return RetriableException(
+        f"{key}={servers}: {what}: {exc}", suggestion="is the Kafka cluster up and reachable?"
+    )

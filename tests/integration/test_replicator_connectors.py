@@ -1,0 +1,300 @@
+"""The replicator connectors on real brokers: 100k messages with keys, tags and properties copied
+RocketMQ → RocketMQ (two topics on the one broker) and Kafka (librdkafka's mock cluster) →
+RocketMQ, through a sluice topic on the embedded bus; and their configuration errors."""
+
+from __future__ import annotations
+
+import socket
+import time
+import zlib
+from collections import defaultdict
+
+import pytest
+
+from sluice.clients.rocketmq import RocketMQClient
+from sluice.runtime.runner import ConnectorRunner
+from sluice.sdk import ConfigException
+from tests.conftest import wait_until
+from tests.integration import bus_helpers
+from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, MockKafkaCluster, unique
+
+pytestmark = pytest.mark.spark
+
+kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: one mock cluster
+
+N = 100_000
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _key(i: int) -> str:
+    return f"key-{i % 997}"
+
+
+def _body(i: int) -> bytes:
+    return f"message {i} é".encode() + bytes([0, 255, i % 256])  # binary bodies survive
+
+
+def _count(client: RocketMQClient, topic: str) -> int:
+    queues = client.queues(topic, fresh=True)
+    return sum(hi - lo for lo, hi in client.offsets(topic, queues).values()) if queues else 0
+
+
+def _pull_all(client: RocketMQClient, topic: str) -> dict[int, list]:
+    """Every message of ``topic`` by target queue, in queue order."""
+    queues = client.queues(topic, fresh=True)
+    out: dict[int, list] = {}
+    for q, (lo, hi) in client.offsets(topic, queues).items():
+        out[q.queue_id] = list(client.pull(topic, q, lo, hi))
+    return out
+
+
+def _copied(
+    runner: ConnectorRunner, target: RocketMQClient, topic: str, started: float
+) -> dict[int, list]:
+    def done() -> bool:
+        for running in runner.running.values():
+            assert running.query.exception() is None, running.failure()
+        return _count(target, topic) >= N
+
+    wait_until(done, 600, f"{N} messages in {topic}", every=1.0)
+    elapsed = time.monotonic() - started
+    print(f"replicated {N} messages in {elapsed:.1f}s: {N / elapsed:,.0f} msg/s")
+    messages = _pull_all(target, topic)
+    assert sum(len(m) for m in messages.values()) == N  # nothing duplicated
+    return messages
+
+
+def _assert_per_key_order(messages: dict[int, list]) -> None:
+    """Each key's messages arrive in one target queue, in the order they were produced."""
+    where: dict[str, int] = {}
+    last: dict[str, int] = defaultdict(lambda: -1)
+    for queue, ms in messages.items():
+        for m in ms:
+            key, seq = m.properties["KEYS"], int(m.properties["seq"])
+            assert where.setdefault(key, queue) == queue, f"{key} in two queues"
+            assert seq > last[key], f"{key}: {seq} after {last[key]}"
+            last[key] = seq
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+@pytest.mark.timeout(900)
+def test_rocketmq_to_rocketmq_copies_100k_intact(runner: ConnectorRunner) -> None:
+    client = RocketMQClient(ROCKETMQ_NAMESRV)
+    source = unique("rsrc")
+    queues = client.create_topic(source, 8)
+    by_queue: dict[int, list] = defaultdict(list)
+    for i in range(N):
+        props = {"KEYS": _key(i), "TAGS": f"tag{i % 5}", "seq": str(i), "p": f"v {i % 7} é"}
+        by_queue[zlib.crc32(_key(i).encode()) % 8].append((_body(i), props))
+    for q, messages in by_queue.items():
+        client.send(source, queues[q], messages)
+    wait_until(lambda: _count(client, source) == N, 60, f"{N} messages readable in {source}")
+    born = {
+        int(m.properties["seq"]): m.born_timestamp
+        for ms in _pull_all(client, source).values()
+        for m in ms
+    }
+
+    started = time.monotonic()
+    runner.start(
+        "rmq-in",
+        {
+            "connector.class": "RocketMQSourceConnector",
+            "source.namesrv": ROCKETMQ_NAMESRV,
+            "source.topics": source,
+            "value.converter": "ByteArrayConverter",
+            "max.tasks": "2",
+        },
+    )
+    runner.start(
+        "rmq-out",
+        {
+            "connector.class": "RocketMQSinkConnector",
+            "target.namesrv": ROCKETMQ_NAMESRV,
+            "connect.topicnames": source,
+            "topic.rename.format": "${topic}-copy",
+            "value.converter": "ByteArrayConverter",
+            "max.tasks": "2",
+        },
+    )
+    messages = _copied(runner, client, f"{source}-copy", started)
+    seen = set()
+    for ms in messages.values():
+        for m in ms:
+            i = int(m.properties["seq"])
+            assert m.body == _body(i)
+            assert m.properties["KEYS"] == _key(i)
+            assert m.properties["TAGS"] == f"tag{i % 5}"
+            assert m.properties["p"] == f"v {i % 7} é"
+            assert int(m.properties["sluice.ts"]) == born[i]  # the timestamp is kept
+            seen.add(i)
+    assert seen == set(range(N))
+    _assert_per_key_order(messages)
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+@pytest.mark.timeout(900)
+def test_kafka_to_rocketmq_copies_100k_intact(
+    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+) -> None:
+    import confluent_kafka
+
+    source = unique("ksrc")
+    kafka_cluster.create_topic(source, 8)  # a mock partition keeps only ~5 MiB
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": kafka_cluster.bootstraps, "enable.idempotence": True}
+    )
+    base = 1_700_000_000_000
+    for i in range(N):
+        while True:
+            try:
+                producer.produce(
+                    source,
+                    value=_body(i),
+                    key=_key(i).encode(),
+                    partition=zlib.crc32(_key(i).encode()) % 8,
+                    timestamp=base + i,
+                    headers=[("TAGS", f"tag{i % 5}"), ("seq", str(i)), ("p", f"v {i % 7} é")],
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(60) == 0
+
+    started = time.monotonic()
+    runner.start(
+        "kafka-in",
+        {
+            "connector.class": "KafkaSourceConnector",
+            "source.bootstrap.servers": kafka_cluster.bootstraps,
+            "source.topics.regex": f"{source}|no-such-topic",
+            "topic.rename.format": "${topic}-via-sluice",
+            "key.converter": "ByteArrayConverter",
+            "value.converter": "ByteArrayConverter",
+            "max.tasks": "2",
+        },
+    )
+    target = unique("kcopy")
+    runner.start(
+        "rmq-out",
+        {
+            "connector.class": "RocketMQSinkConnector",
+            "target.namesrv": ROCKETMQ_NAMESRV,
+            "connect.topicnames": f"{source}-via-sluice",
+            "topic.rename.format": target,
+            "value.converter": "ByteArrayConverter",
+            "max.tasks": "2",
+        },
+    )
+    client = RocketMQClient(ROCKETMQ_NAMESRV)
+    messages = _copied(runner, client, target, started)
+    seen = set()
+    for ms in messages.values():
+        for m in ms:
+            i = int(m.properties["seq"])
+            assert m.body == _body(i)
+            assert m.properties["KEYS"] == _key(i)
+            assert m.properties["TAGS"] == f"tag{i % 5}"
+            assert m.properties["p"] == f"v {i % 7} é"
+            assert int(m.properties["sluice.ts"]) == base + i  # the Kafka timestamp is kept
+            seen.add(i)
+    assert seen == set(range(N))
+    _assert_per_key_order(messages)
+
+
+# ----------------------------------------------------------------------------- config errors
+def _rmq_source(**extra: str) -> dict[str, str]:
+    return {
+        "connector.class": "RocketMQSourceConnector",
+        "source.namesrv": ROCKETMQ_NAMESRV or "127.0.0.1:9876",
+        "source.topics": "t",
+        **extra,
+    }
+
+
+def test_bad_replicator_configs_name_the_key(runner: ConnectorRunner) -> None:
+    closed = f"127.0.0.1:{_closed_port()}"
+    cases = [
+        (_rmq_source(**{"source.namesrv": closed}), rf"^source.namesrv: cannot reach .*{closed}"),
+        ({**_rmq_source(), "source.topics": ""}, r"^source.topics: required key is missing"),
+        (
+            _rmq_source(**{"source.topics.regex": "a.*"}),
+            r"^source.topics.regex: set either source.topics or source.topics.regex",
+        ),
+        (
+            {**_rmq_source(), "source.topics": "", "source.topics.regex": "orders-(["},
+            r"^source.topics.regex: invalid regular expression",
+        ),
+        (_rmq_source(**{"topic.rename.format": "a b"}), r"^topic.rename.format: gives 'a b'"),
+        (
+            {
+                "connector.class": "RocketMQSinkConnector",
+                "target.namesrv": closed,
+                "connect.topicnames": "t",
+            },
+            rf"^target.namesrv: cannot reach .*{closed}",
+        ),
+        (
+            {
+                "connector.class": "KafkaSourceConnector",
+                "source.bootstrap.servers": closed,
+                "source.topics": "t",
+            },
+            rf"^source.bootstrap.servers: cannot reach .*{closed}",
+        ),
+        (
+            {
+                "connector.class": "KafkaSourceConnector",
+                "source.bootstrap.servers": closed,
+                "source.topics.regex": "(",
+            },
+            r"^source.topics.regex: invalid regular expression",
+        ),
+        (
+            {
+                "connector.class": "KafkaSinkConnector",
+                "target.bootstrap.servers": closed,
+                "connect.topicnames": "t",
+                "target.kafka.no.such.option": "1",
+            },
+            r"^target.bootstrap.servers: invalid client configuration: .*no.such.option",
+        ),
+        (
+            {
+                "connector.class": "KafkaSinkConnector",
+                "target.bootstrap.servers": closed,
+                "connect.topicnames": "t",
+            },
+            rf"^target.bootstrap.servers: cannot reach .*{closed}",
+        ),
+    ]
+    for config, message in cases:
+        with pytest.raises(ConfigException, match=message):
+            runner.start("bad", config)
+        assert "bad" not in runner.running
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+def test_a_missing_source_topic_is_named(runner: ConnectorRunner) -> None:
+    with pytest.raises(ConfigException, match=r"^source.topics: topic\(s\) 'no-such-topic-"):
+        runner.start("bad", _rmq_source(**{"source.topics": f"no-such-topic-{unique()}"}))
+
+
+def test_a_missing_kafka_source_topic_is_named(
+    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+) -> None:
+    config = {
+        "connector.class": "KafkaSourceConnector",
+        "source.bootstrap.servers": kafka_cluster.bootstraps,
+        "source.topics": "absent-topic",
+    }
+    with pytest.raises(ConfigException, match=r"^source.topics: topic\(s\) 'absent-topic'"):
+        runner.start("bad", config)
