@@ -298,3 +298,124 @@ def test_a_missing_kafka_source_topic_is_named(
     }
     with pytest.raises(ConfigException, match=r"^source.topics: topic\(s\) 'absent-topic'"):
         runner.start("bad", config)
+
+
+def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
+    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+) -> None:
+    import confluent_kafka
+
+    n = 5_000
+    source, target = unique("kk-src"), unique("kk-dst")
+    kafka_cluster.create_topic(source, 4)
+    kafka_cluster.create_topic(target, 8)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kafka_cluster.bootstraps})
+    for i in range(n):
+        producer.produce(
+            source,
+            value=_body(i),
+            key=None if i % 10 == 0 else _key(i).encode(),
+            partition=i % 4 if i % 10 == 0 else zlib.crc32(_key(i).encode()) % 4,
+            timestamp=1_600_000_000_000 + i,
+            headers=[("seq", str(i)), ("h", "é")],
+        )
+    assert producer.flush(60) == 0
+    runner.start(
+        "kafka-in",
+        {
+            "connector.class": "org.apache.rocketmq.connect.kafka.connector.KafkaSourceConnector",
+            "source.bootstrap.servers": kafka_cluster.bootstraps,
+            "source.topics": source,
+            "connect.topicname": "mirror",
+            "key.converter": "ByteArrayConverter",
+            "value.converter": "ByteArrayConverter",
+        },
+    )
+    runner.start(
+        "kafka-out",
+        {
+            "connector.class": "KafkaSinkConnector",
+            "target.bootstrap.servers": kafka_cluster.bootstraps,
+            "connect.topicnames": "mirror",
+            "topic.rename.format": target,
+            "key.converter": "ByteArrayConverter",
+            "value.converter": "ByteArrayConverter",
+            "target.kafka.linger.ms": "1",
+        },
+    )
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafka_cluster.bootstraps,
+            "group.id": unique("probe"),
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.subscribe([target])
+    got: list = []
+
+    def all_arrived() -> bool:
+        for running in runner.running.values():
+            assert running.query.exception() is None, running.failure()
+        got.extend(m for m in consumer.consume(1000, timeout=0.5) if m.error() is None)
+        return len(got) >= n
+
+    try:
+        wait_until(all_arrived, 300, f"{n} records in {target}")
+    finally:
+        consumer.close()
+    assert len(got) == n
+    partitions: dict[bytes | None, set[int]] = defaultdict(set)
+    last: dict[bytes | None, int] = defaultdict(lambda: -1)
+    for m in sorted(got, key=lambda m: (m.partition(), m.offset())):
+        headers = dict(m.headers())
+        i = int(headers["seq"])
+        assert m.value() == _body(i)
+        assert m.key() == (None if i % 10 == 0 else _key(i).encode())
+        assert headers["h"] == "é".encode()
+        assert m.timestamp()[1] == 1_600_000_000_000 + i
+        partitions[m.key()].add(m.partition())
+        if m.key() is not None:
+            assert i > last[m.key()]  # one key: in order
+            last[m.key()] = i
+    assert all(len(p) == 1 for k, p in partitions.items() if k is not None)
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+def test_rocketmq_source_regex_copies_only_matching_topics(runner: ConnectorRunner) -> None:
+    client = RocketMQClient(ROCKETMQ_NAMESRV)
+    prefix = unique("rx")
+    for suffix, count in (("a", 300), ("b", 200), ("skip", 100)):
+        queues = client.create_topic(f"{prefix}-{suffix}", 2)
+        client.send(f"{prefix}-{suffix}", queues[0], [(b"x", {"TAGS": suffix})] * count)
+    runner.start(
+        "rx-in",
+        {
+            "connector.class": "RocketMQSourceConnector",
+            "source.namesrv": ROCKETMQ_NAMESRV,
+            "source.topics.regex": f"{prefix}-(a|b)",
+            "topic.rename.format": "${topic}-mid",
+            "value.converter": "ByteArrayConverter",
+        },
+    )
+    runner.start(
+        "rx-out",
+        {
+            "connector.class": "RocketMQSinkConnector",
+            "target.namesrv": ROCKETMQ_NAMESRV,
+            "connect.topicnames": f"{prefix}-a-mid;{prefix}-b-mid;{prefix}-skip-mid",
+            "topic.rename.format": "${topic}-copy",
+            "target.queues": "3",
+            "value.converter": "ByteArrayConverter",
+        },
+    )
+
+    def copied() -> tuple[int, int]:
+        for running in runner.running.values():
+            assert running.query.exception() is None, running.failure()
+        return _count(client, f"{prefix}-a-mid-copy"), _count(client, f"{prefix}-b-mid-copy")
+
+    wait_until(lambda: copied() == (300, 200), 300, "both matching topics copied", every=0.5)
+    assert len(client.queues(f"{prefix}-a-mid-copy")) == 3  # created with target.queues
+    assert not client.queues(f"{prefix}-skip-mid-copy", fresh=True)
+    assert not runner.bus.log.topic_exists(f"{prefix}-skip-mid")
