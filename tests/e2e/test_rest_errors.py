@@ -222,3 +222,23 @@ def test_a_connector_that_fails_to_start_is_failed_not_fatal(
     )
     assert worker.get("/getClusterInfo").status_code == 200  # the worker is fine
     worker.body("/connectors/brokenStart/stop")
+
+
+def test_sink_reader_and_replicator_keys_are_checked_at_create(worker: WorkerProcess) -> None:
+    post = lambda config: _rocketmq_error(  # noqa: E731
+        worker, "POST", "/connectors/badreader", 400, content=json.dumps(config)
+    )
+    sink = {"connector.class": "FileSinkConnector", "filename": "x", "connect.topicnames": "t"}
+    assert post({**sink, "consume.from.where": "NOW"}).startswith(
+        "consume.from.where: must be one of CONSUME_FROM_FIRST_OFFSET, CONSUME_FROM_LAST_OFFSET"
+    )
+    assert post({**sink, "task.group.id": "two words"}).startswith(
+        "task.group.id: 'two words' does not match"
+    )
+    regex = {
+        "connector.class": "KafkaSourceConnector",
+        "source.bootstrap.servers": "127.0.0.1:1",
+        "source.topics.regex": "([",
+    }
+    assert post(regex).startswith("source.topics.regex: invalid regular expression")
+    assert worker.get("/connectors/badreader/status").status_code == 404
