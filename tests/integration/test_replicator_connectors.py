@@ -419,3 +419,39 @@ def test_rocketmq_source_regex_copies_only_matching_topics(runner: ConnectorRunn
     assert len(client.queues(f"{prefix}-a-mid-copy")) == 3  # created with target.queues
     assert not client.queues(f"{prefix}-skip-mid-copy", fresh=True)
     assert not runner.bus.log.topic_exists(f"{prefix}-skip-mid")
+
+
+def test_kafka_source_waiting_for_records_that_never_come_is_retriable(
+    kafka_cluster: MockKafkaCluster,
+) -> None:
+    from sluice.connectors.kafka import KafkaSourceTask
+    from sluice.sdk import RetriableException
+
+    topic = unique("idle")
+    kafka_cluster.create_topic(topic, 1)
+    task = KafkaSourceTask()
+    task.start(
+        {
+            "source.bootstrap.servers": kafka_cluster.bootstraps,
+            "source.topics": topic,
+            "source.timeout.ms": "1000",
+        }
+    )
+    partition = {"topic": topic, "partition": "0"}
+    assert task.partitions() == [partition]
+    with pytest.raises(RetriableException, match=rf"no data from {topic}/0 at offset 0"):
+        list(task.read(partition, None, {"offset": 5}))  # the range says 5; none exist
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+def test_rocketmq_source_queue_without_a_route_is_retriable() -> None:
+    from sluice.clients.rocketmq import RocketMQUnavailable
+    from sluice.connectors.rocketmq import RocketMQSourceTask
+    from sluice.sdk import ReadLimit
+
+    task = RocketMQSourceTask()
+    task.start({"source.namesrv": ROCKETMQ_NAMESRV, "source.topics": "gone"})
+    partition = {"topic": unique("gone"), "brokerName": "broker-x", "queueId": "0"}
+    with pytest.raises(RocketMQUnavailable, match=r"has no route now"):
+        task.latest(partition, None, ReadLimit())
