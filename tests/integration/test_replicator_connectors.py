@@ -455,3 +455,76 @@ def test_rocketmq_source_queue_without_a_route_is_retriable() -> None:
     partition = {"topic": unique("gone"), "brokerName": "broker-x", "queueId": "0"}
     with pytest.raises(RocketMQUnavailable, match=r"has no route now"):
         task.latest(partition, None, ReadLimit())
+
+
+@pytest.mark.rocketmq
+@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
+def test_rocketmq_sink_replaying_a_batch_sends_each_message_once() -> None:
+    import pyarrow as pa
+
+    from sluice.clients import rocketmq as rm
+    from sluice.connectors.rocketmq import RocketMQSinkTask
+    from sluice.sdk import BatchId, SinkTaskContext
+
+    topic, n = unique("eos"), 5_000
+    RocketMQClient(ROCKETMQ_NAMESRV).create_topic(topic, 2)
+
+    def frame(first: int) -> pa.RecordBatch:
+        seqs = range(first, first + n)
+        return pa.RecordBatch.from_pydict(
+            {
+                "topic": [topic] * n,
+                "queue_id": [i % 4 for i in seqs],  # sluice queues 0..3 → target queues 0..1
+                "queue_offset": list(seqs),
+                "key": [_key(i) for i in seqs],
+                "value": [_body(i) for i in seqs],
+                "timestamp": pa.array([0] * n, pa.int64()).cast(pa.timestamp("us", "UTC")),
+                "headers": [f'{{"seq": "{i}"}}' for i in seqs],
+            }
+        )
+
+    def task(batch: BatchId, crash_after_sends: int | None = None) -> RocketMQSinkTask:
+        t = RocketMQSinkTask()
+        t.context = SinkTaskContext("eos connector", 0, batch)
+        t.start(
+            {
+                "target.namesrv": ROCKETMQ_NAMESRV,
+                "connect.topicnames": "x",
+                "topic.rename.format": topic,
+            }
+        )
+        if crash_after_sends is not None:
+            real, sends = t.client._broker, [0]
+
+            def dying(address: str, requests: list) -> list:
+                if requests[0][0] == rm.SEND_BATCH_MESSAGE:
+                    sends[0] += 1
+                    if sends[0] > crash_after_sends:
+                        raise RuntimeError("the worker died here")
+                return real(address, requests)
+
+            t.client._broker = dying  # type: ignore[method-assign]
+        return t
+
+    batch = BatchId("run1", 7)
+    # 2,500 messages per target queue = two sends each: die after three sends (mid-queue)
+    crashing = task(batch, crash_after_sends=3)
+    crashing.put_batch(frame(0))
+    with pytest.raises(RuntimeError, match="died"):
+        crashing.flush(batch)
+    target = RocketMQClient(ROCKETMQ_NAMESRV)
+    assert 0 < _count(target, topic) < n  # partly sent
+    for _ in range(2):  # the replay completes it; a second replay sends nothing
+        replay = task(batch)
+        replay.put_batch(frame(0))
+        replay.flush(batch)
+        wait_until(lambda: _count(target, topic) >= n, 30, "the replay's messages")
+        target.wait_dispatched(target.queues(topic)[0].address)  # duplicates would be readable
+        seqs = [int(m.properties["seq"]) for ms in _pull_all(target, topic).values() for m in ms]
+        assert sorted(seqs) == list(range(n))
+    following = task(BatchId("run1", 8))
+    following.put_batch(frame(n))
+    following.flush(BatchId("run1", 8))
+    wait_until(lambda: _count(target, topic) >= 2 * n, 30, "the next batch")
+    seqs = [int(m.properties["seq"]) for ms in _pull_all(target, topic).values() for m in ms]
+    assert sorted(seqs) == list(range(2 * n))

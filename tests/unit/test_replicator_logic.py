@@ -152,8 +152,10 @@ def test_rocketmq_sink_refuses_what_rocketmq_cannot_carry() -> None:
 
 
 def test_rocketmq_sink_on_an_unreachable_cluster_is_retriable_and_names_the_key() -> None:
+    task = _rocketmq_sink()
+    task.put_batch(_sink_frame(pa.array(["k"]), [None]))  # held until flush
     with pytest.raises(RetriableException, match=r"^target.namesrv=127.0.0.1:\d+: no name server"):
-        _rocketmq_sink().put_batch(_sink_frame(pa.array(["k"]), [None]))
+        task.flush(BatchId("run", 1))
 
 
 def test_kafka_sink_on_an_unreachable_cluster_is_retriable_and_names_the_key() -> None:

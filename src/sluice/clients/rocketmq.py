@@ -856,3 +856,51 @@ class RocketMQClient:
             end = int(resp.field("queueOffset")) + (j - i)
             i = j
         return end
+
+    # -- consumer offsets (also used as a small durable journal) ---------------------------------
+    def query_offset(self, group: str, topic: str, queue: MessageQueue) -> int:
+        """The offset ``group`` committed for ``queue`` (-1: none). A broker answers 0 rather than
+        "none" for a queue whose first message is still stored, so store values above 0."""
+        ext = {"consumerGroup": group, "topic": topic, "queueId": queue.queue_id}
+        (resp,) = self._broker(queue.address, [(QUERY_CONSUMER_OFFSET, ext, b"")])
+        if resp.code == QUERY_NOT_FOUND:
+            return -1
+        if resp.code != SUCCESS:
+            raise self._failed(f"offset of group {group!r} on {topic}/{queue.queue_id}", resp)
+        return int(resp.field("offset"))
+
+    def commit_offset(self, group: str, topic: str, queue: MessageQueue, offset: int) -> None:
+        """Store ``offset`` for ``group`` on ``queue`` (UPDATE_CONSUMER_OFFSET)."""
+        ext = {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": queue.queue_id,
+            "commitOffset": offset,
+        }
+        (resp,) = self._broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
+        if resp.code != SUCCESS:
+            raise self._failed(f"commit offset of group {group!r}", resp)
+
+    def wait_dispatched(self, address: str) -> None:
+        """Wait until the broker at ``address`` made every stored message readable (its consume
+        queues caught up with its commit log), so that counting messages sees them all."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            (resp,) = self._broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
+            table = loads_lenient(resp.body).get("table", {}) if resp.body else {}
+            if resp.code != SUCCESS or int(table.get("dispatchBehindBytes", 0)) == 0:
+                return
+            if time.monotonic() > deadline:
+                raise self._unavailable(f"broker {address}", "its consume queues lag behind")
+            time.sleep(0.01)
+
+    def count_tagged(
+        self, topic: str, queue: MessageQueue, start: int, name: str, value: str
+    ) -> int:
+        """How many messages of ``queue`` from offset ``start`` on carry property
+        ``name = value``."""
+        self.wait_dispatched(queue.address)
+        end = self.offsets(topic, [queue])[queue][1]
+        return sum(
+            1 for m in self.pull(topic, queue, start, end) if m.properties.get(name) == value
+        )

@@ -1,9 +1,14 @@
 """RocketMQSinkConnector: writes sluice topics to topics of a RocketMQ cluster.
 
-Delivery: at-least-once. RocketMQ has no idempotent or transactional batch append its remoting
-clients can use, so a micro-batch replayed after a crash may send some messages a second time
-(each message carries the property ``sluice.batch`` = ``<run>/<batch>/<task>`` so that a consumer
-can recognise them).
+Delivery: exactly-once per micro-batch, for one writer per target queue. RocketMQ has no
+idempotent batch append, so each task keeps a small journal in the target broker's consumer
+offsets (three groups ``sluice-sink-<connector>-<run>-<task>-{start,pending,done}``, per target
+queue): before it sends a micro-batch's messages to a queue it records the queue's end offset and
+the batch number; after, it marks the batch done. A replayed micro-batch (Spark re-runs it after
+a crash, with the same `BatchId`) skips queues marked done, and for a queue whose send was under
+way counts the messages tagged with this batch (property ``sluice.batch`` =
+``<run>/<batch>/<task>``) from the recorded offset and sends only the rest: sends to a queue are
+sequential and each SEND_BATCH_MESSAGE is stored whole, so what arrived is a prefix.
 Unit of parallelism: one task per group of sluice queues (`max.tasks`).
 
 Mapping: the record's topic → target topic by ``topic.rename.format``; sluice queue *q* → target
@@ -11,12 +16,14 @@ queue *q mod n* (n = the target topic's queue count), so one key (one source que
 key → ``KEYS``; extensions → user properties (the extension ``TAGS`` is the message tag); value
 (BYTES, or STRING as its UTF-8 bytes) → body; timestamp → the batch's born timestamp and, exactly,
 the user property ``sluice.ts`` (ms). A missing target topic is created with ``target.queues``
-queues.
+queues. A task's share of a micro-batch is held in memory until `flush` (bound it with
+``read.max.rows``).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -57,13 +64,15 @@ def _client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> Roc
 
 
 class RocketMQSinkTask(SinkTask):
-    """Sends its records of each micro-batch, queue by queue, in order."""
+    """Collects its share of each micro-batch per target queue and sends it once in `flush`."""
 
     def start(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
         self.client = _client(values)
         self.rename = values["topic.rename.format"]
         self.queues = values["target.queues"]
+        self._pending: dict[tuple[str, int], list[tuple[bytes, dict[str, str]]]] = {}
+        self._born: dict[tuple[str, int], int] = {}
 
     def _targets(self, topic: str) -> tuple[MessageQueue, ...]:
         return self.client.queues(topic) or self.client.create_topic(topic, self.queues)
@@ -136,14 +145,61 @@ class RocketMQSinkTask(SinkTask):
             where = (renamed(self.rename, topics[i]), queue_ids[i])
             groups.setdefault(where, []).append((body or b"", props))
             born.setdefault(where, millis[i] or 0)
-        targets: dict[str, tuple[MessageQueue, ...]] = {}
-        for (topic, queue_id), messages in groups.items():
-            queues = targets.get(topic) or targets.setdefault(topic, self._targets(topic))
-            queue = queues[target_queue(queue_id, len(queues))]
-            self.client.send(topic, queue, messages, born_ms=born[(topic, queue_id)] or None)
+        for where, messages in groups.items():
+            self._pending.setdefault(where, []).extend(messages)
+            self._born.setdefault(where, born[where])
 
     def flush(self, batch_id: BatchId) -> Any:
+        """Send this task's share of the micro-batch, queue by queue, once (see the module
+        docstring)."""
+        pending, self._pending, born, self._born = self._pending, {}, self._born, {}
+        if not pending:
+            return None
+        journal = _journal_group(self.context.connector_name, batch_id.run, self.context.task_id)
+        tag = f"{batch_id}/{self.context.task_id}"
+        mark = batch_id.number + 1  # stored values are > 0 (see RocketMQClient.query_offset)
+        targets: dict[str, tuple[MessageQueue, ...]] = {}
+        # sluice queues q and q + n share target queue q mod n: one journal entry, one send
+        merged: dict[tuple[str, MessageQueue], list[tuple[bytes, dict[str, str]]]] = {}
+        first: dict[tuple[str, MessageQueue], int] = {}
+        for (topic, queue_id), messages in sorted(pending.items()):
+            queues = targets.get(topic) or targets.setdefault(topic, self._targets(topic))
+            where = (topic, queues[target_queue(queue_id, len(queues))])
+            merged.setdefault(where, []).extend(messages)
+            first.setdefault(where, born[(topic, queue_id)])
+        for (topic, queue), messages in merged.items():
+            self._send_once(journal, tag, mark, topic, queue, messages, first[(topic, queue)])
         return None
+
+    def _send_once(
+        self,
+        journal: str,
+        tag: str,
+        mark: int,
+        topic: str,
+        queue: MessageQueue,
+        messages: list[tuple[bytes, dict[str, str]]],
+        born_ms: int,
+    ) -> None:
+        client = self.client
+        if client.query_offset(f"{journal}-done", topic, queue) == mark:
+            return  # a replay: this queue's share was sent completely
+        if client.query_offset(f"{journal}-pending", topic, queue) == mark:
+            start = client.query_offset(f"{journal}-start", topic, queue) - 1
+            messages = messages[client.count_tagged(topic, queue, start, "sluice.batch", tag) :]
+        else:
+            end = client.offsets(topic, [queue])[queue][1]
+            client.commit_offset(f"{journal}-start", topic, queue, end + 1)
+            client.commit_offset(f"{journal}-pending", topic, queue, mark)
+        if messages:
+            client.send(topic, queue, messages, born_ms=born_ms or None)
+        client.commit_offset(f"{journal}-done", topic, queue, mark)
+
+
+def _journal_group(connector: str, run: str, task: int) -> str:
+    """The journal's consumer group prefix (RocketMQ's group name rule: ``[%|a-zA-Z0-9_-]``)."""
+    safe = re.sub(r"[^a-zA-Z0-9_-]", "_", connector)[:180]
+    return f"sluice-sink-{safe}-{run}-{task}"
 
 
 class RocketMQSinkConnector(SinkConnector):
@@ -152,7 +208,7 @@ class RocketMQSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RocketMQSinkTask
-    delivery = "at-least-once"
+    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
