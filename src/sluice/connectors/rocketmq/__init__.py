@@ -21,9 +21,9 @@ Example: copy `orders` to `orders-dc2` through the sluice topic `orders`::
         "topic.rename.format": "${topic}-dc2", "value.converter": "ByteArrayConverter"})
 
 Keys, tags (the extension `TAGS`), user properties and timestamps are carried. The source is
-exactly-once into the sluice topic; the sink is at-least-once (see `sink`). With `bus=rocketmq`
-on the source cluster, rename the sluice topic (`topic.rename.format`) so that the source does not
-read what it writes.
+exactly-once into the sluice topic; the sink is exactly-once per micro-batch (see `sink`). With
+`bus=rocketmq` on the source cluster, rename the sluice topic (`topic.rename.format`) so that the
+source does not read what it writes.
 """
 
 from sluice.connectors.rocketmq.sink import RocketMQSinkConnector, RocketMQSinkTask
