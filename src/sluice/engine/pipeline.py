@@ -26,13 +26,8 @@ from sluice.engine.converters import (
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUMNS
 from sluice.engine.sink import SinkPlan, sink_data_source
-from sluice.engine.source import (
-    TOPIC_FRAME_DDL,
-    DeadLetterWriter,
-    SourcePlan,
-    TolerantEncoder,
-    source_data_source,
-)
+from sluice.engine.source import SourcePlan, source_data_source
+from sluice.engine.source_errors import ERROR_FRAME, DeadLetterRouting, encode_frame_tolerating
 from sluice.engine.transforms import apply_transforms
 from sluice.sdk import Transform
 
@@ -61,7 +56,8 @@ def source_frame(
     the encoders used (planned from the transformed columns' types)."""
     spark.dataSource.register(source_data_source(plan))
     raw = spark.readStream.format(plan.format_name).load()
-    if plan.tolerant:  # dead letters bypass the transforms and the converters
+    bypass = plan.tolerant and bool(chain)
+    if bypass:  # dead letters bypass the transforms (a transform could drop or reshape them)
         good = raw.where(F.col(DEAD_LETTER_COLUMN).isNull()).drop(DEAD_LETTER_COLUMN)
         df = apply_transforms(spark, good, chain)
     else:
@@ -74,14 +70,23 @@ def source_frame(
     codecs = plan_encoders(config, key_schema, value_schema, registry)
     if registry is not None and plan.topic:
         register_schemas(registry, plan.topic, codecs)
-    if plan.tolerant:  # converters in Python, so that a record they refuse is dead-lettered
-        out = df.mapInArrow(TolerantEncoder(plan, codecs), TOPIC_FRAME_DDL)
-    else:
+    if not plan.tolerant:
         out = encode_frame(df, codecs).select(*RECORD_FRAME, route_column(F.col("key")))
-    if plan.tolerant:
+        return out, codecs
+    # errors.tolerance=all: see sluice.engine.source_errors
+    keep = () if bypass else (DEAD_LETTER_COLUMN,)
+    encoded = encode_frame_tolerating(df, codecs, keep)
+    out = encoded.select(*RECORD_FRAME, route_column(F.col("key")), *ERROR_FRAME, *keep)
+    if bypass:
         # Spark reads the source range twice for this (once per branch of the union).
-        letters = raw.where(F.col(DEAD_LETTER_COLUMN).isNotNull()).select(DEAD_LETTER_COLUMN)
-        out = out.unionByName(letters.mapInArrow(DeadLetterWriter(plan), TOPIC_FRAME_DDL))
+        letters = raw.where(F.col(DEAD_LETTER_COLUMN).isNotNull())
+        out = out.unionByName(
+            letters.select(
+                *[F.lit(None).cast(f.dataType).alias(f.name) for f in out.schema],
+                DEAD_LETTER_COLUMN,
+            ),
+            allowMissingColumns=True,
+        )
     return out, codecs
 
 
@@ -136,6 +141,8 @@ def start_source_query(
 ) -> StreamingQuery:
     """Start the query that moves a source connector's records into topics (JVM path)."""
     frame, codecs = source_frame(spark, plan, config, chain or [], registry)
+    if plan.tolerant and plan.errors is not None:
+        writer = DeadLetterRouting(plan.errors, plan.counters).writer(writer)
     if registry is not None and codecs.registered:
         skip = frozenset([plan.errors.policy.dlq_topic] if plan.errors else [])
         writer = SchemaRegistration(registry, codecs, skip=skip).writer(writer)

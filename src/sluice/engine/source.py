@@ -33,7 +33,6 @@ from sluice.engine.errors import (
     DEAD_LETTER_TYPE,
     KEY_CONVERTER,
     TASK_POLL,
-    TOPIC_FRAME_SCHEMA,
     VALUE_CONVERTER,
     DeadLetter,
     ErrorPolicy,
@@ -364,41 +363,6 @@ def _deliver(letters: pa.Array, plan: SourcePlan) -> Iterator[pa.RecordBatch]:
     rows = plan.errors.deliver(letters, plan.counters) if plan.errors else None
     if rows is not None:
         yield rows
-
-
-@dataclass(frozen=True)
-class DeadLetterWriter:
-    """The `mapInArrow` step of a JVM-path source's dead-letter branch: delivers the letters
-    (log, count) and outputs their dead-letter topic rows (`TOPIC_FRAME_DDL`)."""
-
-    plan: SourcePlan
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for out in _deliver(batch.column(DEAD_LETTER_COLUMN), self.plan):
-                yield out.cast(TOPIC_FRAME_SCHEMA)
-
-
-@dataclass(frozen=True)
-class TolerantEncoder:
-    """The `mapInArrow` step of a JVM-path source with `errors.tolerance=all`: encodes the
-    (transformed) source frame in Python and dead-letters the records the converters refuse.
-    Its output is the topic frame (`TOPIC_FRAME_DDL`)."""
-
-    plan: SourcePlan
-    codecs: SourceCodecs
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        ctx = TaskContext.get()
-        frame = _Frame(self.plan, ctx.partitionId() if ctx else 0)
-        for batch in batches:
-            for out in _tolerant_topic_frames(batch, self.codecs, frame, self.plan):
-                yield out.cast(TOPIC_FRAME_SCHEMA)
-
-
-TOPIC_FRAME_DDL = (
-    "topic string, key binary, value binary, timestamp timestamp, headers string, route int"
-)
 
 
 def _spark_limit(limit: Any, default: ReadLimit) -> ReadLimit:
