@@ -180,8 +180,8 @@ def dlt_copy(python: str, rows: int) -> tuple[float, float, str] | None:
 import time, dlt
 from dlt.sources.sql_database import sql_table
 start = time.perf_counter()
-src = sql_table(credentials="postgresql://root@127.0.0.1:5432/test", schema="{NS}", table="src",
-                backend="pyarrow")
+src = sql_table(credentials="postgresql+psycopg2://root@127.0.0.1:5432/test", schema="{NS}",
+                table="src", backend="pyarrow")
 # dlt insists on a password; the test server trusts local connections and ignores it
 pipe = dlt.pipeline(pipeline_name="sluice_bench", destination=dlt.destinations.postgres(
     "postgresql://root:unused@127.0.0.1:5432/test"), dataset_name="{NS}_dlt")
