@@ -10,6 +10,8 @@ a fresh store; a run ends when the sink has committed every record. Runs:
                   float32) → sql (a filter that keeps every record, `upper(name)`, a computed
                   column)
   sql only        the `sql` step alone
+  tolerance=all   no transforms, `errors.tolerance=all` with a dead-letter topic on both sides
+                  (no record fails: the price of being ready to)
 
 The chain keeps every record and the topic, so every run moves the same data and the sink starts
 at once; the ratio is the transforms' cost. Each configuration runs `--repeat` times, in a rotating
@@ -155,6 +157,7 @@ class CountSink(SinkConnector):
 
 
 def run(spark: Any, out: str, records: int, tasks: int, chain: dict[str, str]) -> dict[str, float]:
+    """One run; `chain` holds source keys, and `errors.*` keys there apply to the sink too."""
     from sluice.runtime.runner import ConnectorRunner
 
     root = os.path.join(out, "store-json")
@@ -185,6 +188,9 @@ def run(spark: Any, out: str, records: int, tasks: int, chain: dict[str, str]) -
             "connect.topicnames": topic,
             "max.tasks": str(tasks),
             **json_,
+            **{
+                k: v.replace("dlq", "sink-dlq") for k, v in chain.items() if k.startswith("errors.")
+            },
         },
     )
 
@@ -252,7 +258,13 @@ def main() -> None:
     }
     warm = max(args.records // 20, 10_000)
     run(spark, out, warm, args.tasks, {})  # warm-up: Python workers, JIT, codegen paths
-    configs = {"no transforms": {}, "3-step chain": chain, "sql only": sql_only}
+    tolerant = {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "orders-dlq"}
+    configs = {
+        "no transforms": {},
+        "3-step chain": chain,
+        "sql only": sql_only,
+        "tolerance=all": tolerant,
+    }
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     names = list(configs)
     for rep in range(args.repeat):
