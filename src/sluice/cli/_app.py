@@ -364,7 +364,9 @@ def plugins_list(
     kind: Annotated[
         str | None,
         typer.Option(
-            "--type", help="Only this type: source, sink, transform, converter.", show_default=False
+            "--type",
+            help="Only this type: source, sink, transform, converter, predicate.",
+            show_default=False,
         ),
     ] = None,
     json_flag: JsonFlag = False,

@@ -187,7 +187,7 @@ class Client:
 
     def plugins(self) -> Json:
         """Every installed plugin: ``[{"class", "type", "version", "aliases"}]``."""
-        return self.request("GET", "/v1/connector-plugins")
+        return self.request("GET", "/v1/connector-plugins?connectorsOnly=false")
 
     def reload_plugins(self) -> Json:
         """Rescan plugins (RocketMQ Connect face); returns the worker's message."""

@@ -3,11 +3,12 @@
 The converters still run as Spark SQL (or their `mapInArrow` step); instead of failing the query,
 a record they refuse gets the columns of `ERROR_FRAME`: why (`error`), where (`error_stage`,
 `error_class`) and what to keep of it (`letter_key`, `letter_value`: its key and value as JSON
-text; when one side has no SQL form and the other does, the refused record keeps the other side's
-topic bytes, as that side's converter wrote them). Dead letters made before the transforms (records off the connector's schema) travel in the
-`dead_letter` column. The topic writer is wrapped (`DeadLetterRouting`): in the Python process
-that receives the rows anyway, it logs and counts the tolerated records and turns them into
-dead-letter topic rows of the same micro-batch, so they are written exactly once with it.
+text; when one side has no SQL form and the other does, the refused record keeps the other
+side's topic bytes, as that side's converter wrote them). Dead letters made before the
+transforms (records off the connector's schema) travel in the `dead_letter` column. The topic
+writer is wrapped (`DeadLetterRouting`): in the Python process that receives the rows anyway, it
+logs and counts the tolerated records and turns them into dead-letter topic rows of the same
+micro-batch, so they are written exactly once with it.
 """
 
 from __future__ import annotations

@@ -139,10 +139,13 @@ def reset_offsets(name: str, request: Request) -> dict[str, Any]:
 
 
 @router.get("/connector-plugins")
-def plugins(request: Request) -> list[dict[str, Any]]:
+def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any]]:
+    """Connector plugins; with `?connectorsOnly=false` also transforms, converters and predicates
+    (Kafka Connect's query parameter)."""
     return [
         {"class": p.class_name, "type": p.type, "version": p.version, "aliases": list(p.aliases)}
         for p in herder_of(request).plugins()
+        if not connectorsOnly or p.type in ("source", "sink")
     ]
 
 

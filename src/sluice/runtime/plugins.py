@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
@@ -21,8 +22,17 @@ from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
 from sluice.connectors.rocketmq import RocketMQSinkConnector, RocketMQSourceConnector
-from sluice.sdk import ConfigException, Connector, SinkConnector, SourceConnector, Transform
+from sluice.converters import BUILTIN_CONVERTERS, Converter
+from sluice.sdk import (
+    ConfigException,
+    Connector,
+    Predicate,
+    SinkConnector,
+    SourceConnector,
+    Transform,
+)
 from sluice.transforms import BUILTIN_TRANSFORMS
+from sluice.transforms.filters import PREDICATE_NAMES
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +66,7 @@ class PluginInfo:
     """One plugin class as the REST API lists it."""
 
     class_name: str
-    type: str  # source | sink | transform
+    type: str  # source | sink | transform | converter | predicate
     version: str
     aliases: tuple[str, ...] = ()
     origin: str = "builtin"  # builtin | entry-point | plugin-path
@@ -74,6 +84,10 @@ def _kind(cls: type) -> str:
         return "source"
     if issubclass(cls, SinkConnector):
         return "sink"
+    if issubclass(cls, Converter):
+        return "converter"
+    if issubclass(cls, Predicate):
+        return "predicate"
     return "transform"
 
 
@@ -203,7 +217,13 @@ class PluginRegistry:
         with self._lock:
             names = self._names
         by_class: dict[type, list[str]] = {}
-        for table in (names.connectors, names.transforms):
+        tables: tuple[Mapping[str, type], ...] = (
+            names.connectors,
+            names.transforms,
+            BUILTIN_CONVERTERS,
+            PREDICATE_NAMES,
+        )
+        for table in tables:
             for name, cls in table.items():
                 by_class.setdefault(cls, []).append(name)
         out = []

@@ -61,6 +61,11 @@ class RecordIsTombstone(Predicate):
 PREDICATES: dict[str, type[Predicate]] = {
     cls.__name__: cls for cls in (TopicNameMatches, HasHeaderKey, RecordIsTombstone)
 }
+#: Every name a predicate answers to: its own, and Kafka Connect's class name.
+PREDICATE_NAMES: dict[str, type[Predicate]] = {
+    **PREDICATES,
+    **{f"{_KAFKA_PREDICATES}{name}": cls for name, cls in PREDICATES.items()},
+}
 
 
 class Filter(Transform):
