@@ -116,7 +116,7 @@ class ConfigDef:
                 raise ConfigException(
                     name, f"must be one of {', '.join(key.choices)}, got {value!r}"
                 )
-            if key.pattern is not None and not re.fullmatch(key.pattern, value):
+            if key.pattern is not None and not re.fullmatch(key.pattern, str(value)):
                 raise ConfigException(name, f"{value!r} does not match the pattern {key.pattern}")
             if key.min is not None and value < key.min:
                 raise ConfigException(name, f"must be at least {key.min}, got {value}")
