@@ -119,6 +119,7 @@ def main() -> None:
         from tests.integration.bus_helpers import MockKafkaCluster
 
         args.kafka = MockKafkaCluster(brokers=1)
+    start_load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     spark = build_session({"spark.driver.memory": "4g"}, log_level="ERROR")
     # The first queries of a session pay for JVM warm-up (~10 s here): run a small file first.
     warm = os.path.join(args.out, "input-warmup.txt")
@@ -128,9 +129,11 @@ def main() -> None:
     results = [run(spark, kind, src, args.out, args.lines, args) for kind in buses]
     spark.stop()
     mb = os.path.getsize(src) / 1e6
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
         f"\n{args.lines:,} lines ({mb:.0f} MB), max.tasks={args.tasks}, "
-        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {load} at the end (started at {start_load})"
     )
     print(f"{'bus':<10} {'hop 1 s':>8} {'hop 1 lines/s':>14} {'end s':>8} {'lines/s':>12}  same")
     for r in results:

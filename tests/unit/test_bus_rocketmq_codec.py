@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 import struct
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pyarrow as pa
+import pytest
 
-from sluice.bus.rocketmq._log import _encode_rows, _encode_vectorised, _send_bodies, _to_batch
+from sluice.bus.rocketmq._log import (
+    _decode_chunk,
+    _encode_rows,
+    _encode_vectorised,
+    _prefetched,
+    _send_bodies,
+    _to_batch,
+    _to_batch_fast,
+)
 from sluice.clients import rocketmq as rm
 
 
@@ -102,3 +114,212 @@ def test_pulled_messages_decode_to_records() -> None:
     assert row["key"] == b"k" and row["value"] == body and row["offset"] == 42
     assert row["headers"] == '{"TAGS": "t", "a": "1"}'
     assert int(row["timestamp"].timestamp() * 1000) == 1_700_000_000_000
+
+
+# ------------------------------------------------------------------- vectorised pulled messages
+def _stored(offset: int, body: bytes, props: bytes, *, sys_flag: int = 0, born: int = 7) -> bytes:
+    """One message as a broker returns it from a pull (IPv4 hosts unless ``sys_flag`` says)."""
+    host = b"\x7f\x00\x00\x01" + struct.pack(">i", 1)
+    record = bytearray(
+        struct.pack(">iiiiiqqiq", 0, 0, 0, 3, 0, offset, 0, sys_flag, born)
+        + host
+        + struct.pack(">q", 0)
+        + host
+        + struct.pack(">iq", 0, 0)
+        + struct.pack(">i", len(body))
+        + body
+        + bytes([5])
+        + b"topic"
+        + struct.pack(">H", len(props))
+        + props
+    )
+    struct.pack_into(">i", record, 0, len(record))
+    return bytes(record)
+
+
+def _as_pulled(
+    table: pa.Table, *, first: int = 0, suffix: bytes = b"CLUSTER\x01DefaultCluster"
+) -> bytes:
+    """Messages encoded by the writer, stored the way the broker returns them (it appends
+    ``CLUSTER`` without a separator)."""
+    out = []
+    for n, item in enumerate(_encode_rows(table, "0123456789abcdef").to_pylist()):
+        body, props = _parse(item)
+        out.append(_stored(first + n, body, rm.encode_properties(props) + suffix))
+    return b"".join(out)
+
+
+def _slow(data: bytes, stop: int) -> pa.RecordBatch:
+    offsets, bodies, born, texts = [], [], [], []
+    rm.decode_columns(data, stop, offsets, bodies, born, texts)
+    return _to_batch(offsets, bodies, born, texts)
+
+
+def _lines(n: int) -> pa.Table:
+    values = [b"", b"short", b"twelve bytes", b"thirteen byte", b"x" * 300, b"\x00\x01\x02 bin"]
+    stamps = [1_700_000_000_123_000, None, 5_000, 999_000, 1_000, 123_456_789_000_000]
+    return _table([None] * n, [values[i % 6] for i in range(n)], [stamps[i % 6] for i in range(n)])
+
+
+def test_vectorised_decoding_matches_the_per_message_path() -> None:
+    data = _as_pulled(_lines(60), first=100)
+    for stop in (10**9, 130, 100):
+        cols = rm.decode_pulled(data, stop)
+        assert cols is not None
+        fast = _to_batch_fast(cols)
+        assert fast is not None
+        assert fast.equals(_slow(data, stop))
+    assert _to_batch_fast(rm.decode_pulled(_as_pulled(_lines(3), suffix=b""), 10**9)) is not None
+
+
+def test_messages_the_vectorised_decoder_leaves_to_the_per_message_path() -> None:
+    def declined(table: pa.Table, suffix: bytes = b"CLUSTER\x01DefaultCluster") -> None:
+        data = _as_pulled(table, suffix=suffix)
+        cols = rm.decode_pulled(data, 10**9)
+        assert cols is not None and _to_batch_fast(cols) is None
+        ((_, batch),) = _decode_chunk(data, 10**9)  # still decoded, message by message
+        assert batch.equals(_slow(data, 10**9))
+
+    declined(_table([b"key", None], [b"a", b"b"], [None, None]))  # a key
+    declined(_table([None], [b"a"], [None], ['{"h": "1"}']))  # an extension
+    declined(_lines(3), suffix=b"user\x01x")  # a user property after sluice's
+    # a property the broker added on one message only
+    data = _as_pulled(_lines(1)) + _as_pulled(_lines(1), first=1, suffix=b"")
+    assert _to_batch_fast(rm.decode_pulled(data, 10**9)) is None
+    # a timestamp that is not a number (the per-message path fails on it, as before)
+    bad_stamp = b"sluice.writer\x010123456789abcdef\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02"
+    for stamp in (b"sluice.ts\x01x1\x02", b"sluice.ts\x01" + b"1" * 19 + b"\x02"):
+        assert _to_batch_fast(rm.decode_pulled(_stored(0, b"v", bad_stamp + stamp), 9)) is None
+    # a separator inside the writer tag, no writer tag
+    for props in (
+        b"sluice.writer\x010123456789a\x02x\x01f\x02UNIQ_KEY\x01" + b"A" * 32 + b"\x02",
+        b"UNIQ_KEY\x01x\x02",
+    ):
+        data = _stored(0, b"v", props)
+        assert _to_batch_fast(rm.decode_pulled(data, 10**9)) is None
+        ((_, batch),) = _decode_chunk(data, 10**9)
+        assert batch.equals(_slow(data, 10**9))
+
+
+def test_compressed_or_ipv6_messages_take_the_general_decoder() -> None:
+    data = _stored(0, b"v", b"a\x011\x02", sys_flag=rm.BORNHOST_V6_FLAG)
+    assert rm.decode_pulled(data, 10**9) is None
+
+
+def test_malformed_pull_bodies_are_refused() -> None:
+    good = _as_pulled(_lines(2))
+    with pytest.raises(rm.RemotingError, match="bytes missing"):
+        rm.decode_pulled(good[:-3], 10**9)
+    with pytest.raises(rm.RemotingError, match="truncated"):
+        rm.decode_pulled(good + b"\x00\x00", 10**9)
+    with pytest.raises(rm.RemotingError, match="size 0"):
+        rm.decode_pulled(b"\x00" * 100, 10**9)
+    overrun = bytearray(_stored(0, b"body", b""))
+    struct.pack_into(">i", overrun, 84, 1_000)  # body length past the message end
+    with pytest.raises(rm.RemotingError, match="body overruns"):
+        rm.decode_pulled(bytes(overrun), 10**9)
+    overrun = bytearray(_stored(0, b"body", b"a\x01b"))
+    struct.pack_into(">H", overrun, len(overrun) - 5, 50)  # properties past the end
+    with pytest.raises(rm.RemotingError, match="properties overrun"):
+        rm.decode_pulled(bytes(overrun), 10**9)
+    assert len(rm.decode_pulled(b"", 10**9).offsets) == 0
+
+
+def test_gather_copies_short_long_and_empty_ranges() -> None:
+    import numpy as np
+
+    data = np.frombuffer(b"0123456789abcdefghijklmnopqrstuvwxyz", np.uint8)
+    starts = np.array([0, 3, 5, 34], np.int64)
+    lengths = np.array([0, 1, 20, 2], np.int64)
+    assert rm.gather(data, starts, lengths).to_pylist() == [
+        b"",
+        b"3",
+        b"56789abcdefghijklmno",
+        b"yz",
+    ]
+
+
+def test_prefetched_pulls_keep_their_order_and_raise_errors_in_place() -> None:
+    def pulls() -> Iterator[bytes]:
+        yield b"a"
+        yield b"b"
+        raise rm.RemotingError("broker gone")
+
+    got = _prefetched(pulls)
+    assert [next(got), next(got)] == [b"a", b"b"]
+    with pytest.raises(rm.RemotingError, match="broker gone"):
+        next(got)
+
+
+def test_closing_a_prefetching_read_stops_its_helper_thread() -> None:
+    def endless() -> Iterator[bytes]:
+        while True:
+            yield b"x"
+
+    got = _prefetched(endless)
+    assert next(got) == b"x"
+    got.close()
+    assert not [t for t in threading.enumerate() if t.name == "sluice-rocketmq-pull"]
+
+
+# ------------------------------------------------------------ connection read-ahead (loopback)
+def _serve_once(reply: Callable[[list[int]], list[bytes]], requests: int) -> tuple[str, Any]:
+    """A one-connection server on 127.0.0.1: reads ``requests`` frames, then sends the chunks
+    ``reply(opaques)`` returns, one ``sendall`` each, and closes."""
+    import json
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def run() -> None:
+        conn, _ = server.accept()
+        with conn, conn.makefile("rb") as stream:
+            opaques = []
+            for _ in range(requests):
+                length, header_len = struct.unpack(">ii", stream.read(8))
+                opaques.append(json.loads(stream.read(header_len))["opaque"])
+                stream.read(length - 4 - header_len)
+            for chunk in reply(opaques):
+                conn.sendall(chunk)
+        server.close()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return f"127.0.0.1:{server.getsockname()[1]}", thread
+
+
+def _frame(opaque: int, body: bytes) -> bytes:
+    import json
+
+    header = json.dumps({"code": 0, "flag": 1, "opaque": opaque, "extFields": {"n": 1}}).encode()
+    return struct.pack(">ii", 4 + len(header) + len(body), len(header)) + header + body
+
+
+def test_a_connection_reads_several_responses_from_one_receive() -> None:
+    def reply(opaques: list[int]) -> list[bytes]:
+        data = b"".join(_frame(o, bytes([n]) * (n * 700_000)) for n, o in enumerate(opaques))
+        return [data[:-5], data[-5:]]  # two and a half responses at once, then the rest
+
+    address, thread = _serve_once(reply, 3)
+    conn = rm.Connection(address, timeout_s=10)
+    responses = conn.pipeline([rm._Request(rm.PULL_MESSAGE, {}) for _ in range(3)])
+    assert [r.body for r in responses] == [b"", b"\x01" * 700_000, b"\x02" * 1_400_000]
+    assert responses[1].field("n") == "1"
+    conn.close()
+    thread.join()
+
+
+def test_a_connection_closed_mid_response_is_a_remoting_error() -> None:
+    address, thread = _serve_once(lambda opaques: [_frame(opaques[0], b"body")[:-2]], 1)
+    conn = rm.Connection(address, timeout_s=10)
+    with pytest.raises(rm.RemotingError, match="closed the connection"):
+        conn.pipeline([rm._Request(rm.PULL_MESSAGE, {})])
+    assert conn.broken
+    thread.join()
+
+
+def test_an_undecodable_pull_response_fails_the_read_as_a_bus_error() -> None:
+    from sluice.bus.base import BusError
+
+    with pytest.raises(BusError, match=r"could not be decoded: .*size 0"):
+        list(_decode_chunk(b"\x00" * 100, 10**9))

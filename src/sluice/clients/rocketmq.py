@@ -6,7 +6,7 @@ It depends on nothing of sluice's but `sluice.sdk` (for its errors), so connecto
 protocol library both layers share). Two levels:
 
 * the wire: `Connection`, `Pool` (`POOL`), request/response codes, message encoding and decoding
-  (`encode_batch_item`, `decode_messages`, `decode_columns`);
+  (`encode_batch_item`, `decode_messages`, `decode_columns`, `decode_pulled`);
 * `RocketMQClient`: name server + broker calls by topic and queue (routes, offsets, pulls from an
   exact offset, batch sends to one chosen queue, topic creation), for code that does not need
   the bus's commit journal.
@@ -132,6 +132,7 @@ TRANSIENT_CODES = {SYSTEM_BUSY, SERVICE_NOT_AVAILABLE}
 #: A send answered with these was stored on the master (only flushing/replication lagged).
 STORED_CODES = {SUCCESS, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT}
 
+_READ_AHEAD = 1 << 20  # bytes a connection asks its socket for at a time
 _VERSION = 401  # MQVersion ordinal the requests claim (V4_9_4)
 _OPAQUE = itertools.count(1)
 _HEADER = struct.Struct(">ii")
@@ -206,6 +207,8 @@ class Connection:
             raise RemotingError(f"cannot connect to {address}: {exc}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.broken = False
+        self._buffer = bytearray()  # received, not yet consumed (from `_at` on)
+        self._at = 0
 
     def close(self) -> None:
         self.broken = True
@@ -213,14 +216,20 @@ class Connection:
             self.sock.close()
 
     def _recv_exact(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
-            if not chunk:
-                raise RemotingError(f"{self.address} closed the connection")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+        """The next ``n`` bytes of the stream. Reads ahead up to `_READ_AHEAD` bytes at a time:
+        one ``recv`` usually holds many pipelined responses (kept here for the next calls)."""
+        if len(self._buffer) - self._at < n:
+            del self._buffer[: self._at]
+            self._at = 0
+            while len(self._buffer) < n:
+                chunk = self.sock.recv(max(n - len(self._buffer), _READ_AHEAD))
+                if not chunk:
+                    raise RemotingError(f"{self.address} closed the connection")
+                self._buffer += chunk
+        with memoryview(self._buffer) as view:
+            out = bytes(view[self._at : self._at + n])
+        self._at += n
+        return out
 
     def _read(self) -> tuple[dict[str, Any], bytes]:
         length, header_word = _HEADER.unpack(self._recv_exact(8))
@@ -464,6 +473,104 @@ def decode_columns(
         last = offset + 1
         pos += size
     return last
+
+
+_SIZE = struct.Struct(">i")
+_BODY_AT = _STORED_V4.size  # where the body starts in a message with IPv4 hosts
+
+
+@dataclass(frozen=True)
+class PulledColumns:
+    """Messages of PULL_MESSAGE bodies as columns (see `decode_pulled`)."""
+
+    offsets: Any  # numpy int64: queue offsets
+    born: Any  # numpy int64: born timestamps (ms)
+    bodies: Any  # pyarrow BinaryArray
+    data: Any  # numpy uint8: the bodies the messages were decoded from
+    properties_at: Any  # numpy int64: where each message's property text starts in `data`
+    properties_len: Any  # numpy int64: its length
+
+
+def grab(data: Any, at: Any, width: int) -> Any:
+    """``width`` bytes of ``data`` (numpy uint8) from each position ``at`` as an (n, width)
+    array; positions past the end read the last byte (callers check lengths themselves)."""
+    import numpy as np
+
+    return data[np.minimum(at[:, None] + np.arange(width), len(data) - 1)]
+
+
+def gather(data: Any, starts: Any, lengths: Any) -> Any:
+    """The byte ranges ``[starts[i], starts[i] + lengths[i])`` of ``data`` (numpy uint8) as one
+    Arrow binary array: numpy writes a binary-view array's views (short values inline, long ones
+    by offset into ``data``), Arrow copies the values out in one cast."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = len(starts)
+    views = np.zeros((n, 4), np.int32)  # length, prefix/inline bytes, buffer index, offset
+    views[:, 0] = lengths
+    inline = grab(data, starts, 12)
+    inline[np.arange(12)[None, :] >= lengths[:, None]] = 0  # unused inline bytes are zero
+    views.view(np.uint8).reshape(n, 16)[:, 4:] = inline
+    long = lengths > 12
+    views[long, 2] = 0
+    views[long, 3] = starts[long]
+    array = pa.Array.from_buffers(
+        pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)]
+    )
+    return array.cast(pa.binary())
+
+
+def decode_pulled(data: bytes, stop: int) -> PulledColumns | None:
+    """The messages of PULL_MESSAGE bodies (``data``: one body, or several joined) with queue
+    offset below ``stop``, as columns: the reader's hot path. Only the walk from one message to
+    the next is a Python loop; every field is gathered with numpy over the whole buffer.
+
+    Returns None when a message has an IPv6 host or a compressed body (`decode_columns` handles
+    those); raises `RemotingError` on a buffer that is not a sequence of messages."""
+    import numpy as np
+
+    starts: list[int] = []
+    append, unpack = starts.append, _SIZE.unpack_from
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            append(pos)
+            (size,) = unpack(data, pos)
+            if size < _BODY_AT + 3:
+                raise RemotingError(f"malformed pulled message at byte {pos}: size {size}")
+            pos += size
+    except struct.error:
+        raise RemotingError(f"malformed pulled message at byte {pos}: truncated") from None
+    if pos != end:
+        raise RemotingError(f"malformed pulled messages: {pos - end} bytes missing at the end")
+    buf = np.frombuffer(data, np.uint8)
+    s = np.array(starts, np.int64)
+
+    def field(at: Any, width: int, kind: str = "i") -> Any:
+        return grab(buf, at, width).view(f">{kind}{width}").ravel().astype(np.int64)
+
+    if (field(s + 36, 4) & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG | COMPRESSED_FLAG)).any():
+        return None
+    offsets = field(s + 20, 8)
+    keep = offsets < stop
+    if not keep.all():
+        s, offsets = s[keep], offsets[keep]
+    ends = s + field(s, 4)
+    body_len = field(s + 84, 4)
+    body_at = s + _BODY_AT
+    topic_at = body_at + body_len
+    if (body_len < 0).any() or (topic_at + 3 > ends).any():
+        raise RemotingError("malformed pulled message: its body overruns it")
+    props_len_at = topic_at + 1 + buf[topic_at].astype(np.int64)
+    if (props_len_at + 2 > ends).any():
+        raise RemotingError("malformed pulled message: its topic overruns it")
+    props_len = field(props_len_at, 2, "u")
+    if (props_len_at + 2 + props_len > ends).any():
+        raise RemotingError("malformed pulled message: its properties overrun it")
+    return PulledColumns(
+        offsets, field(s + 40, 8), gather(buf, body_at, body_len), buf, props_len_at + 2, props_len
+    )
 
 
 class _UniqueIds:
