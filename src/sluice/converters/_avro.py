@@ -17,6 +17,7 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
+from sluice.converters import _avro_vector
 from sluice.converters._base import (
     Converter,
     Decoded,
@@ -213,12 +214,18 @@ def _parsed(schema: Schema, role: str) -> Any:
 
 # -- encoding --------------------------------------------------------------------------------------
 class _AvroEncoder(Encoder):
+    """Flat schemas (see `_avro_vector`) are written column by column with numpy; others per
+    record with fastavro. Both write the same bytes."""
+
     arrow_mode = "per-record"
 
     def __init__(self, converter: str, role: str, schema: Schema, schema_id: int) -> None:
         super().__init__(converter, role, schema)
         self.schema_id = schema_id
         self._state: tuple[Any, Callable[[Any], Any]] | None = None
+        self._flat = _avro_vector.flat_columns(schema)
+        if self._flat is not None:
+            self.arrow_mode = "vectorised"
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_state"}
@@ -228,13 +235,26 @@ class _AvroEncoder(Encoder):
         self._state = None
 
     def arrow(self, array: pa.Array) -> pa.Array:
+        header = MAGIC + self.schema_id.to_bytes(4, "big")
+        physical = to_physical(array, self.schema)
+        if self._flat is not None:
+            try:
+                out = _avro_vector.encode(physical, self._flat, header)
+            except _avro_vector.NullInRequired as exc:
+                reason = f"{self.role}.{exc.label} is null, but its schema is not optional"
+                raise RecordError(exc.index, reason) from None
+            if out is not None:
+                return out
+        return self._per_record(physical, header)
+
+    def _per_record(self, physical: pa.Array, header: bytes) -> pa.Array:
+        """fastavro, one record at a time (any schema)."""
         if self._state is None:
             self._state = (_parsed(self.schema, self.role), _to_avro(self.schema, self.role))
         parsed, convert = self._state
-        header = MAGIC + self.schema_id.to_bytes(4, "big")
         buf = io.BytesIO()
         out: list[bytes | None] = []
-        for i, value in enumerate(to_physical(array, self.schema).to_pylist()):
+        for i, value in enumerate(physical.to_pylist()):
             if value is None:
                 out.append(None)
                 continue

@@ -1,0 +1,266 @@
+"""Avro binary for flat schemas, column by column with numpy (no Python loop over records).
+
+A *flat* schema is a STRUCT whose fields are all leaves (INT8 … INT64, FLOAT32/64, BOOLEAN, STRING,
+BYTES, Decimal, Date, Time, Timestamp; optional or not), or a bare leaf. Its Avro encoding is the
+fields one after another, each one of (Avro 1.11 specification, "Binary Encoding"):
+
+* `int` / `long` (INT8 … INT64, Date, Time, Timestamp): zig-zag, then a little-endian base-128
+  varint (7 bits per byte, high bit set on every byte but the last);
+* `float` / `double`: 4 / 8 bytes IEEE 754, little-endian; `boolean`: one byte 0 or 1;
+* `string` / `bytes`: a `long` byte count, then the bytes; a decimal is `bytes` holding the
+  unscaled value's minimal big-endian two's complement;
+* an optional field (`["null", T]`): the branch as a `long` (0 null, 1 value), then T if present.
+
+`encode` writes every record of an Arrow array into one buffer; `decode` parses all records a
+field at a time. Both produce exactly what the per-record fastavro path in `_avro` produces (the
+property tests compare them byte for byte); anything the decoder is not sure of (another schema
+id, truncated or trailing bytes, out-of-range values, invalid UTF-8) is left to that path, so its
+error texts stay the only ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from sluice.sdk import FieldType, Logical, Schema
+
+#: The Avro kind of each leaf (logical types by their physical Avro type).
+_INT_KINDS = {FieldType.INT8, FieldType.INT16, FieldType.INT32}
+_KIND = {
+    FieldType.INT64: "long",
+    FieldType.FLOAT32: "float",
+    FieldType.FLOAT64: "double",
+    FieldType.BOOLEAN: "boolean",
+    FieldType.STRING: "bytes",
+    FieldType.BYTES: "bytes",
+}
+_LOGICAL_KIND = {
+    Logical.DECIMAL: "decimal",
+    Logical.DATE: "int",
+    Logical.TIME: "int",
+    Logical.TIMESTAMP: "long",
+}
+# Bit length of each byte value (for the minimal two's complement of decimals).
+_BITLEN = np.array([int(b).bit_length() for b in range(256)], dtype=np.int64)
+# Varint byte counts: a value needs k+1 bytes once it reaches 2**(7k).
+_VARINT_STEPS = np.array([1 << (7 * k) for k in range(1, 10)], dtype=np.uint64)
+
+
+def kind(schema: Schema) -> str | None:
+    """The Avro kind of a leaf schema ("int", "long", "float", …), None if it is not a leaf."""
+    if schema.logical is not None:
+        return _LOGICAL_KIND.get(schema.logical)
+    if schema.type in _INT_KINDS:
+        return "int"
+    return _KIND.get(schema.type)
+
+
+def flat_columns(schema: Schema) -> list[tuple[str | None, Schema]] | None:
+    """The (field name, leaf schema) columns of a flat schema, in Avro order; one column named
+    None for a bare leaf; None when the schema is not flat (nested structs, arrays, maps)."""
+    if schema.type is FieldType.STRUCT and schema.logical is None:
+        if all(kind(f.schema) is not None for f in schema.fields):
+            return [(f.name, f.schema) for f in schema.fields]
+        return None
+    return [(None, schema)] if kind(schema) is not None else None
+
+
+# -- encoding --------------------------------------------------------------------------------------
+class NullInRequired(Exception):
+    """Record `index` has a null in the non-optional field `label`."""
+
+    def __init__(self, index: int, label: str) -> None:
+        super().__init__(index, label)
+        self.index = index
+        self.label = label
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    if array.null_count == 0:
+        return np.ones(len(array), dtype=bool)
+    return array.is_valid().to_numpy(zero_copy_only=False)
+
+
+def _fixed(array: pa.Array, dtype: type | None = None) -> np.ndarray:
+    """The values buffer of a fixed-width array as numpy (null slots hold anything)."""
+    dtype = dtype or array.type.to_pandas_dtype()
+    n = len(array)
+    if n == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + n)[array.offset :]
+
+
+def _zigzag(values: np.ndarray) -> np.ndarray:
+    v = values.astype(np.int64)
+    return ((v << 1) ^ (v >> 63)).view(np.uint64)
+
+
+def _varint_sizes(z: np.ndarray) -> np.ndarray:
+    return 1 + (z[:, None] >= _VARINT_STEPS).sum(axis=1)
+
+
+def _write_varints(out: np.ndarray, pos: np.ndarray, z: np.ndarray, sizes: np.ndarray) -> None:
+    """Writes varint `z[i]` (of `sizes[i]` bytes) at `out[pos[i]]`."""
+    for j in range(10):
+        rows = np.nonzero(sizes > j)[0]
+        if len(rows) == 0:
+            return
+        byte = (z[rows] >> np.uint64(7 * j)) & np.uint64(0x7F)
+        more = (sizes[rows] > j + 1).astype(np.uint64) << np.uint64(7)
+        out[pos[rows] + j] = (byte | more).astype(np.uint8)
+
+
+def _copy(
+    out: np.ndarray, pos: np.ndarray, src: np.ndarray, starts: np.ndarray, lens: np.ndarray
+) -> None:
+    """Copies `src[starts[i]:starts[i]+lens[i]]` to `out[pos[i]:]` for every i, in one go."""
+    total = int(lens.sum())
+    if total == 0:
+        return
+    before = np.cumsum(lens) - lens
+    k = np.arange(total, dtype=np.int64)
+    out[np.repeat(pos - before, lens) + k] = src[np.repeat(starts - before, lens) + k]
+
+
+_Writer = Callable[[np.ndarray, np.ndarray], None]
+
+
+def _leaf(array: pa.Array, schema: Schema, present: np.ndarray) -> tuple[np.ndarray, _Writer]:
+    """(bytes per record, writer) of one leaf column; records not `present` take no bytes. The
+    writer gets the output buffer and the positions of the present records."""
+    k = kind(schema)
+    if k in ("int", "long"):
+        z = _zigzag(_fixed(array))[present]
+        sizes = _varint_sizes(z)
+
+        def varints(out: np.ndarray, pos: np.ndarray) -> None:
+            _write_varints(out, pos, z, sizes)
+
+        return _spread(sizes, present), varints
+    if k in ("float", "double", "boolean"):
+        if k == "boolean":
+            n, off = len(array), array.offset
+            bits = np.frombuffer(array.buffers()[1], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+            raw = np.unpackbits(bits, bitorder="little")[off : off + n][present].reshape(-1, 1)
+        elif k == "float":
+            # fastavro writes a FLOAT32 that went through a Python float: do the same round
+            # trip so a signalling NaN comes out quieted exactly as it does there.
+            raw = _fixed(array, np.float32)[present].astype(np.float64).astype(np.float32)
+            raw = raw.view(np.uint8).reshape(-1, 4)
+        else:
+            raw = _fixed(array, np.float64)[present].view(np.uint8).reshape(-1, 8)
+        width = raw.shape[1]
+
+        def fixed(out: np.ndarray, pos: np.ndarray) -> None:
+            out[(pos[:, None] + np.arange(width)).ravel()] = raw.ravel()
+
+        return _spread(np.full(len(raw), width, np.int64), present), fixed
+    if k == "decimal":
+        n, off = len(array), array.offset
+        flat = np.frombuffer(array.buffers()[1], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+        # Arrow decimal128 is 16-byte little-endian two's complement; Avro wants big-endian.
+        big = np.ascontiguousarray(flat[off * 16 : (off + n) * 16].reshape(n, 16)[present, ::-1])
+        sign = np.where(big[:, 0] >= 0x80, 0xFF, 0).astype(np.uint8)
+        magnitude = big ^ sign[:, None]  # ~v for negatives: the bits that must be kept
+        nonzero = magnitude != 0
+        first = nonzero.argmax(axis=1)
+        top = magnitude[np.arange(len(big)), first]
+        bits = np.where(nonzero.any(axis=1), (15 - first) * 8 + _BITLEN[top], 0)
+        lens = (bits + 8) // 8  # minimal length keeping the sign bit (Java's toByteArray)
+        starts = np.arange(len(big), dtype=np.int64) * 16 + 16 - lens
+        return _bytes_field(big.ravel(), starts, lens, present)
+    # string / bytes: the Arrow data buffer already holds exactly the bytes Avro wants.
+    n, off = len(array), array.offset
+    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[off : off + n + 1]
+    data = array.buffers()[2]
+    src = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    starts = offsets[:-1].astype(np.int64)[present]
+    lens = (offsets[1:] - offsets[:-1]).astype(np.int64)[present]
+    return _bytes_field(src, starts, lens, present)
+
+
+def _bytes_field(
+    src: np.ndarray, starts: np.ndarray, lens: np.ndarray, present: np.ndarray
+) -> tuple[np.ndarray, _Writer]:
+    z = _zigzag(lens)
+    sizes = _varint_sizes(z)
+
+    def write(out: np.ndarray, pos: np.ndarray) -> None:
+        _write_varints(out, pos, z, sizes)
+        _copy(out, pos + sizes, src, starts, lens)
+
+    return _spread(sizes + lens, present), write
+
+
+def _spread(sizes: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Per-record sizes of the present records → sizes of all records (0 where absent)."""
+    out = np.zeros(len(present), dtype=np.int64)
+    out[present] = sizes
+    return out
+
+
+def encode(
+    array: pa.Array, columns: list[tuple[str | None, Schema]], header: bytes
+) -> pa.Array | None:
+    """Avro records of a physical-typed array (`to_physical`), `header` before each; null stays
+    null. Raises `NullInRequired` for the first record with a null in a non-optional field.
+    None when the result would not fit a binary array (2 GiB): the caller falls back."""
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    n = len(array)
+    rows = _valid(array)
+    if columns and columns[0][0] is None:
+        children = [array]
+    else:
+        children = [array.field(i) for i in range(len(columns))]
+    valids = [_valid(child) for child in children]
+    missing = [
+        rows & ~valid
+        for (_, schema), valid in zip(columns, valids, strict=True)
+        if not schema.optional
+    ]
+    labels = [label for label, schema in columns if not schema.optional]
+    bad = [int(m.argmax()) if m.any() else n for m in missing]
+    if bad and min(bad) < n:
+        index = min(bad)
+        raise NullInRequired(index, labels[bad.index(index)] or "")
+
+    sizes = np.where(rows, len(header), 0).astype(np.int64)
+    fields: list[tuple[np.ndarray, np.ndarray | None, np.ndarray, _Writer]] = []
+    for (_, schema), child, valid in zip(columns, children, valids, strict=True):
+        present = rows & valid
+        lens, write = _leaf(child, schema, present)
+        branch = rows if schema.optional and columns[0][0] is not None else None
+        fields.append((sizes.copy(), branch, present, write))
+        sizes += lens + (rows if branch is not None else 0)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    total = int(offsets[-1])
+    if total >= 2**31:
+        return None
+    out = np.empty(total, dtype=np.uint8)
+    starts = offsets[:-1][rows]
+    if len(header):
+        out[(starts[:, None] + np.arange(len(header))).ravel()] = np.tile(
+            np.frombuffer(header, np.uint8), len(starts)
+        )
+    for before, branch, present, write in fields:
+        pos = offsets[:-1] + before
+        if branch is not None:
+            # ["null", T]: branch 0 (byte 0x00) for null, 1 (zig-zag 2) for a value.
+            out[pos[branch]] = np.where(present[branch], 2, 0).astype(np.uint8)
+            pos = pos + 1
+        write(out, pos[present])
+    validity = None if rows.all() else pa.array(rows).buffers()[1]
+    return pa.Array.from_buffers(
+        pa.binary(),
+        n,
+        [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)],
+        null_count=n - int(rows.sum()),
+    )
+
+
+__all__ = ["NullInRequired", "encode", "flat_columns", "kind"]
