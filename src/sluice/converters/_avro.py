@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import fastavro
+import numpy as np
 import pyarrow as pa
 
 from sluice.converters import _avro_vector
@@ -29,6 +30,7 @@ from sluice.converters._base import (
 )
 from sluice.converters._json import _unscaled_bytes, decimal_of
 from sluice.converters._schemas import (
+    arrow_type,
     canonical,
     describe,
     from_connect,
@@ -316,6 +318,9 @@ class _AvroDecoder(Decoder):
         self.registry = registry
         self._writers: dict[int, tuple[Any, Any] | None] = {}
         self._reader: tuple[Any, Callable[[Any], Any]] | None = None
+        self._flat = _avro_vector.flat_columns(schema)
+        if self._flat is not None:
+            self.arrow_mode = "vectorised"
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k not in ("_writers", "_reader")}
@@ -343,12 +348,35 @@ class _AvroDecoder(Decoder):
         return self._reader
 
     def arrow(self, array: pa.Array) -> Decoded:
-        convert = self._planned()[1]
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
+        array = array.cast(pa.binary())
+        if self._flat is None:
+            values, reasons = self._per_record(array.to_pylist())
+            return Decoded(from_physical(values, self.schema), string_errors(reasons))
+        header = MAGIC + self.schema_id.to_bytes(4, "big")
+        physical, undecoded = _avro_vector.decode(array, self._flat, header, self.schema)
+        out = physical.cast(arrow_type(self.schema))
+        if not undecoded.any():
+            return Decoded(out, None)
+        # Records the vectorised reader left (another schema id, bad bytes): fastavro, one at a
+        # time, so their values and error texts are exactly the per-record path's.
+        rows = np.nonzero(undecoded)[0]
+        values, found = self._per_record(array.take(pa.array(rows)).to_pylist())
+        order = np.arange(len(array))
+        order[rows] = len(array) + np.arange(len(rows))
+        merged = pa.concat_arrays([out, from_physical(values, self.schema)]).take(order)
+        reasons: list[str | None] = [None] * len(array)
+        for row, reason in zip(rows.tolist(), found, strict=True):
+            reasons[row] = reason
+        return Decoded(merged, string_errors(reasons))
+
+    def _per_record(self, raws: list[bytes | None]) -> tuple[list[Any], list[str | None]]:
+        """fastavro, one record at a time (any schema): values and error reasons."""
+        convert = self._planned()[1]
         values: list[Any] = []
         reasons: list[str | None] = []
-        for raw in array.cast(pa.binary()).to_pylist():
+        for raw in raws:
             if raw is None:
                 values.append(None)
                 reasons.append(None)
@@ -359,7 +387,7 @@ class _AvroDecoder(Decoder):
             except _Bad as exc:
                 values.append(None)
                 reasons.append(str(exc))
-        return Decoded(from_physical(values, self.schema), string_errors(reasons))
+        return values, reasons
 
     def _read(self, raw: bytes) -> Any:
         if len(raw) < 5 or raw[:1] != MAGIC:

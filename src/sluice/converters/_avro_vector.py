@@ -20,11 +20,14 @@ error texts stay the only ones.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from sluice.converters._schemas import physical_type
 from sluice.sdk import FieldType, Logical, Schema
 
 #: The Avro kind of each leaf (logical types by their physical Avro type).
@@ -62,7 +65,7 @@ def flat_columns(schema: Schema) -> list[tuple[str | None, Schema]] | None:
     """The (field name, leaf schema) columns of a flat schema, in Avro order; one column named
     None for a bare leaf; None when the schema is not flat (nested structs, arrays, maps)."""
     if schema.type is FieldType.STRUCT and schema.logical is None:
-        if all(kind(f.schema) is not None for f in schema.fields):
+        if schema.fields and all(kind(f.schema) is not None for f in schema.fields):
             return [(f.name, f.schema) for f in schema.fields]
         return None
     return [(None, schema)] if kind(schema) is not None else None
@@ -263,4 +266,214 @@ def encode(
     )
 
 
-__all__ = ["NullInRequired", "encode", "flat_columns", "kind"]
+# -- decoding --------------------------------------------------------------------------------------
+_INT_RANGES = {
+    FieldType.INT8: (-(2**7), 2**7 - 1),
+    FieldType.INT16: (-(2**15), 2**15 - 1),
+    FieldType.INT32: (-(2**31), 2**31 - 1),
+}
+_MILLIS_PER_DAY = 86_400_000
+
+
+class _Reader:
+    """The records of one binary array being parsed: every record has a read position, and
+    `ok` turns False (for good) on the first thing the vectorised reader does not accept."""
+
+    def __init__(self, data: np.ndarray, start: np.ndarray, end: np.ndarray, ok: np.ndarray):
+        # Zero padding: a varint may be read 10 bytes past the last record's end before its
+        # length is checked against that end.
+        self.data = np.concatenate([data, np.zeros(16, np.uint8)])
+        self.pos = start
+        self.end = end
+        self.ok = ok
+
+    def varints(self, rows: np.ndarray) -> np.ndarray:
+        """Reads a zig-zag varint at each of `rows` (indexes), returns the int64 values; rows
+        with a varint that is truncated or longer than 64 bits are marked not ok."""
+        pos = self.pos[rows]
+        value = np.zeros(len(rows), dtype=np.uint64)
+        size = np.zeros(len(rows), dtype=np.int64)
+        active = np.arange(len(rows))
+        for j in range(10):
+            if len(active) == 0:
+                break
+            byte = self.data[pos[active] + j].astype(np.uint64)
+            if j == 9:
+                # The 10th byte holds bit 63 only; more would not fit a long.
+                self.ok[rows[active[byte > 1]]] = False
+            value[active] |= (byte & np.uint64(0x7F)) << np.uint64(7 * j)
+            done = (byte & np.uint64(0x80)) == 0
+            size[active[done]] = j + 1
+            active = active[~done]
+        self.ok[rows[active]] = False
+        self.advance(rows, size)
+        return (value >> np.uint64(1)).view(np.int64) ^ -(value & np.uint64(1)).view(np.int64)
+
+    def advance(self, rows: np.ndarray, size: np.ndarray) -> None:
+        """Moves `rows` on by `size` bytes; a row that would pass its end is marked not ok."""
+        pos = self.pos[rows] + size
+        past = pos > self.end[rows]
+        self.ok[rows[past]] = False
+        self.pos[rows] = np.where(past, self.end[rows], pos)
+
+    def fixed(self, rows: np.ndarray, width: int) -> np.ndarray:
+        """`width` bytes at each of `rows`, shape (len(rows), width)."""
+        pos = self.pos[rows]
+        self.advance(rows, np.int64(width))
+        return self.data[pos[:, None] + np.arange(width)]
+
+
+def _leaf_values(
+    reader: _Reader, rows: np.ndarray, schema: Schema, n: int
+) -> tuple[np.ndarray | tuple[np.ndarray, np.ndarray], pa.DataType]:
+    """Reads one leaf at each of `rows`; returns its values for them (or, for bytes and
+    strings, (lengths, joined bytes)) and the Arrow type. Marks rows it refuses not ok."""
+    k = kind(schema)
+    if k in ("int", "long"):
+        values = reader.varints(rows)
+        if k == "int":
+            if schema.logical is Logical.TIME:
+                low, high = 0, _MILLIS_PER_DAY - 1
+            else:
+                low, high = _INT_RANGES.get(schema.type, _INT_RANGES[FieldType.INT32])
+            reader.ok[rows[(values < low) | (values > high)]] = False
+        return values, physical_type(schema)
+    if k == "float":
+        raw = reader.fixed(rows, 4).copy().view(np.float32).ravel()
+        # fastavro reads a float as a Python float, which Arrow narrows back: the same round
+        # trip here, so NaN payloads match bit for bit.
+        return raw.astype(np.float64).astype(np.float32), pa.float32()
+    if k == "double":
+        return reader.fixed(rows, 8).copy().view(np.float64).ravel(), pa.float64()
+    if k == "boolean":
+        raw = reader.fixed(rows, 1).ravel()
+        reader.ok[rows[raw > 1]] = False
+        return raw == 1, pa.bool_()
+    lens = reader.varints(rows)
+    reader.ok[rows[lens < 0]] = False
+    lens = np.where(reader.ok[rows], lens, 0)
+    if k == "decimal":
+        # 1 to 16 bytes of big-endian two's complement; longer (possible, never minimal for a
+        # decimal(38)) or empty is left to fastavro, which says why.
+        reader.ok[rows[(lens < 1) | (lens > 16)]] = False
+        lens = np.where(reader.ok[rows], lens, 0)
+    starts = reader.pos[rows].copy()
+    reader.advance(rows, lens)
+    lens = np.where(reader.ok[rows], lens, 0)
+    if k != "decimal":
+        joined = np.empty(int(lens.sum()), dtype=np.uint8)
+        before = np.cumsum(lens) - lens
+        _copy(joined, before, reader.data, starts, lens)
+        if schema.type is FieldType.STRING:
+            _check_utf8(reader, rows, lens, joined)
+        return (lens, joined), physical_type(schema)
+    m = len(rows)
+    negative = (reader.data[starts] >= 0x80) & (lens > 0)
+    big = np.repeat(np.where(negative, 0xFF, 0).astype(np.uint8), 16).reshape(m, 16)
+    _copy(big.reshape(-1), np.arange(m, dtype=np.int64) * 16 + 16 - lens, reader.data, starts, lens)
+    little = np.ascontiguousarray(big[:, ::-1])
+    # |unscaled| < 10**precision, compared as 128-bit (high signed, low unsigned) halves.
+    low = little[:, :8].copy().view(np.uint64).ravel()
+    high = little[:, 8:].copy().view(np.int64).ravel()
+    bound = 10**schema.precision
+    b_hi, b_lo = bound >> 64, bound & (2**64 - 1)
+    n_hi, n_lo = (-bound) >> 64, (-bound) & (2**64 - 1)
+    below = (high < b_hi) | ((high == b_hi) & (low < np.uint64(b_lo)))
+    above = (high > n_hi) | ((high == n_hi) & (low > np.uint64(n_lo)))
+    reader.ok[rows[~(below & above)]] = False
+    return little, physical_type(schema)
+
+
+def _check_utf8(reader: _Reader, rows: np.ndarray, lens: np.ndarray, joined: np.ndarray) -> None:
+    """Marks rows whose text is not UTF-8 not ok (fastavro refuses them)."""
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    text = pa.Array.from_buffers(
+        pa.string(), len(lens), [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(joined)]
+    )
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        # Rare (corrupt data): find the culprits one by one.
+        for i, (a, b) in enumerate(itertools.pairwise(offsets)):
+            try:
+                joined[a:b].tobytes().decode("utf-8")
+            except UnicodeDecodeError:
+                reader.ok[rows[i]] = False
+
+
+def _column(
+    values: np.ndarray | tuple[np.ndarray, np.ndarray],
+    type_: pa.DataType,
+    rows: np.ndarray,
+    keep: np.ndarray,
+    n: int,
+) -> pa.Array:
+    """An Arrow array of `n` records holding `values` (read at `rows`) where `keep`."""
+    kept = keep[rows]
+    valid = np.zeros(n, dtype=bool)
+    valid[rows[kept]] = True
+    validity = pa.array(valid).buffers()[1]
+    nulls = n - int(valid.sum())
+    if isinstance(values, tuple):
+        lens, joined = values
+        all_lens = np.zeros(n, dtype=np.int64)
+        all_lens[rows] = lens
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(all_lens, out=offsets[1:])
+        # Records dropped after their bytes were read keep them, hidden under a null.
+        buffers = [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(joined)]
+        return pa.Array.from_buffers(type_, n, buffers, null_count=nulls)
+    if pa.types.is_decimal(type_):
+        full = np.zeros((n, 16), dtype=np.uint8)
+        full[rows] = values
+        return pa.Array.from_buffers(type_, n, [validity, pa.py_buffer(full)], null_count=nulls)
+    full = np.zeros(n, dtype=values.dtype)
+    # Values refused after they were read (out of range) must not reach the cast, even nulled.
+    full[rows] = np.where(kept, values, values.dtype.type(0))
+    return pa.array(full, mask=~valid).cast(type_)
+
+
+def decode(
+    array: pa.Array, columns: list[tuple[str | None, Schema]], header: bytes, schema: Schema
+) -> tuple[pa.Array, np.ndarray]:
+    """Parses a binary array of Avro records written with `header` and the flat schema whose
+    `columns` these are. Returns the values (physical types; null where not decoded) and a mask
+    of the records it left undecoded though they are not null: those the caller decodes one at
+    a time (another schema id, bad bytes, values out of range…), to report them exactly."""
+    n = len(array)
+    valid = _valid(array)
+    if n == 0:
+        return pa.array([], physical_type(schema)), valid
+    offsets = np.frombuffer(array.buffers()[1], np.int32, count=array.offset + n + 1)
+    offsets = offsets[array.offset :].astype(np.int64)
+    buffer = array.buffers()[2]
+    data = np.frombuffer(buffer, np.uint8) if buffer is not None else np.zeros(0, np.uint8)
+    data = data[offsets[0] : offsets[-1]]
+    start, end = offsets[:-1] - offsets[0], offsets[1:] - offsets[0]
+    reader = _Reader(data, start.copy(), end, valid & (end - start >= len(header)))
+    rows = np.nonzero(reader.ok)[0]
+    got = reader.fixed(rows, len(header))
+    reader.ok[rows[(got != np.frombuffer(header, np.uint8)).any(axis=1)]] = False
+
+    union = columns[0][0] is not None
+    read: list[tuple[Any, pa.DataType, np.ndarray]] = []
+    for _, leaf_schema in columns:
+        rows = np.nonzero(reader.ok)[0]
+        if leaf_schema.optional and union:
+            branch = reader.varints(rows)
+            reader.ok[rows[(branch != 0) & (branch != 1)]] = False
+            rows = rows[(branch == 1) & reader.ok[rows]]
+        values, type_ = _leaf_values(reader, rows, leaf_schema, n)
+        read.append((values, type_, rows))
+    reader.ok &= reader.pos == end  # trailing bytes: left to the per-record path's message
+    arrays = [_column(v, t, r, reader.ok, n) for v, t, r in read]
+    if union:
+        fields = list(physical_type(schema))
+        out = pa.StructArray.from_arrays(arrays, fields=fields, mask=pa.array(~reader.ok))
+    else:
+        out = arrays[0]
+    return out, valid & ~reader.ok
+
+
+__all__ = ["NullInRequired", "decode", "encode", "flat_columns", "kind"]
