@@ -123,9 +123,20 @@ def _copy(
     total = int(lens.sum())
     if total == 0:
         return
+    # One index per byte: int32 when it fits halves the memory traffic, which is the cost here.
+    small = max(len(out), len(src)) < 2**31
+    itype = np.int32 if small else np.int64
     before = np.cumsum(lens) - lens
-    k = np.arange(total, dtype=np.int64)
-    out[np.repeat(pos - before, lens) + k] = src[np.repeat(starts - before, lens) + k]
+    k = np.arange(total, dtype=itype)
+    dst = np.repeat((pos - before).astype(itype), lens)
+    dst += k
+    if starts[0] + total == starts[-1] + lens[-1] and (starts - before == starts[0]).all():
+        # Segments back to back in `src` (strings without gaps): a plain slice.
+        out[dst] = src[starts[0] : starts[0] + total]
+        return
+    src_idx = np.repeat((starts - before).astype(itype), lens)
+    src_idx += k
+    out[dst] = src[src_idx]
 
 
 _Writer = Callable[[np.ndarray, np.ndarray], None]
