@@ -10,9 +10,9 @@ and Kafka Connect class names accepted as aliases:
 | `ByteArrayConverter` | the bytes themselves | SQL / vectorised Arrow |
 | `Double…`, `Float…`, `Long…`, `Integer…`, `ShortConverter` | big-endian, fixed width | numpy |
 | `JsonConverter` | Kafka Connect JSON (envelope) | SQL; Python per record* |
-| `AvroConverter` | `0x00` + 4-byte schema id + Avro | Python per record (fastavro) |
+| `AvroConverter` | `0x00` + 4-byte schema id + Avro | numpy; Python per record (fastavro)** |
 
-(*) for schemas holding maps whose keys are not STRING.
+(*) for schemas holding maps whose keys are not STRING. (**) for nested structs, arrays and maps.
 
 Plugins: a `Converter` subclass is found by its dotted path (`mypkg.mod.MyConverter`), by the name
 of an entry point in the group `sluice.converters`, or after `register(cls, *aliases)`.

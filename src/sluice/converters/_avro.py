@@ -76,7 +76,8 @@ class AvroConverter(Converter):
     `["null", T]` with default null; maps with STRING keys → map, others → array of `{key,value}`
     records. Field names that Avro does not allow are rewritten (`_` for invalid characters) in
     the Avro schema only; records keep their names. Every type round-trips exactly.
-    Runs per record in Python (fastavro); no Spark SQL form.
+    Flat schemas (a struct of leaves, or one leaf) run vectorised with numpy (`_avro_vector`),
+    others per record in Python (fastavro), to the same bytes; no Spark SQL form.
     """
 
     uses_registry = True
