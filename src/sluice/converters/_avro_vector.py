@@ -87,13 +87,20 @@ def _valid(array: pa.Array) -> np.ndarray:
     return array.is_valid().to_numpy(zero_copy_only=False)
 
 
+def _buffer(array: pa.Array, i: int) -> np.ndarray:
+    """Buffer `i` of `array` as bytes (empty when Arrow left it out, e.g. no values)."""
+    buffer = array.buffers()[i]
+    return np.zeros(0, np.uint8) if buffer is None else np.frombuffer(buffer, np.uint8)
+
+
 def _fixed(array: pa.Array, dtype: type | None = None) -> np.ndarray:
     """The values buffer of a fixed-width array as numpy (null slots hold anything)."""
-    dtype = dtype or array.type.to_pandas_dtype()
-    n = len(array)
-    if n == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.frombuffer(array.buffers()[1], dtype=dtype, count=array.offset + n)[array.offset :]
+    dtype = np.dtype(dtype or array.type.to_pandas_dtype())
+    n, off = len(array), array.offset
+    raw = _buffer(array, 1)
+    if len(raw) < (off + n) * dtype.itemsize:  # no buffer: every slot is null
+        return np.zeros(n, dtype=dtype)
+    return raw[: (off + n) * dtype.itemsize].view(dtype)[off:]
 
 
 def _zigzag(values: np.ndarray) -> np.ndarray:
@@ -157,8 +164,9 @@ def _leaf(array: pa.Array, schema: Schema, present: np.ndarray) -> tuple[np.ndar
     if k in ("float", "double", "boolean"):
         if k == "boolean":
             n, off = len(array), array.offset
-            bits = np.frombuffer(array.buffers()[1], dtype=np.uint8) if n else np.zeros(0, np.uint8)
-            raw = np.unpackbits(bits, bitorder="little")[off : off + n][present].reshape(-1, 1)
+            bits = np.unpackbits(_buffer(array, 1), bitorder="little")[off : off + n]
+            bits = np.concatenate([bits, np.zeros(n - len(bits), np.uint8)])  # (no buffer)
+            raw = bits[present].reshape(-1, 1)
         elif k == "float":
             # fastavro writes a FLOAT32 that went through a Python float: do the same round
             # trip so a signalling NaN comes out quieted exactly as it does there.
@@ -174,7 +182,9 @@ def _leaf(array: pa.Array, schema: Schema, present: np.ndarray) -> tuple[np.ndar
         return _spread(np.full(len(raw), width, np.int64), present), fixed
     if k == "decimal":
         n, off = len(array), array.offset
-        flat = np.frombuffer(array.buffers()[1], dtype=np.uint8) if n else np.zeros(0, np.uint8)
+        flat = _buffer(array, 1)
+        if len(flat) < (off + n) * 16:  # no buffer: every slot is null
+            flat = np.zeros((off + n) * 16, np.uint8)
         # Arrow decimal128 is 16-byte little-endian two's complement; Avro wants big-endian.
         big = np.ascontiguousarray(flat[off * 16 : (off + n) * 16].reshape(n, 16)[present, ::-1])
         sign = np.where(big[:, 0] >= 0x80, 0xFF, 0).astype(np.uint8)
@@ -189,8 +199,7 @@ def _leaf(array: pa.Array, schema: Schema, present: np.ndarray) -> tuple[np.ndar
     # string / bytes: the Arrow data buffer already holds exactly the bytes Avro wants.
     n, off = len(array), array.offset
     offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[off : off + n + 1]
-    data = array.buffers()[2]
-    src = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    src = _buffer(array, 2)
     starts = offsets[:-1].astype(np.int64)[present]
     lens = (offsets[1:] - offsets[:-1]).astype(np.int64)[present]
     return _bytes_field(src, starts, lens, present)
@@ -302,10 +311,12 @@ class _Reader:
         """Reads a zig-zag varint at each of `rows` (indexes), returns the int64 values; rows
         with a varint that is truncated or longer than 64 bits are marked not ok."""
         pos = self.pos[rows]
-        value = np.zeros(len(rows), dtype=np.uint64)
-        size = np.zeros(len(rows), dtype=np.int64)
-        active = np.arange(len(rows))
-        for j in range(10):
+        # Most varints are one byte: that one is read for all rows without index arrays.
+        first = self.data[pos].astype(np.uint64)
+        value = first & np.uint64(0x7F)
+        size = np.ones(len(rows), dtype=np.int64)
+        active = np.nonzero(first >= 0x80)[0]
+        for j in range(1, 10):
             if len(active) == 0:
                 break
             byte = self.data[pos[active] + j].astype(np.uint64)
