@@ -20,6 +20,7 @@ from sluice.bus.rocketmq._log import (
     _to_batch_fast,
 )
 from sluice.clients import rocketmq as rm
+from tests.conftest import wait_until
 
 
 def _table(keys: list, values: list, stamps: list, headers: list | None = None) -> pa.Table:
@@ -316,6 +317,38 @@ def test_a_connection_closed_mid_response_is_a_remoting_error() -> None:
         conn.pipeline([rm._Request(rm.PULL_MESSAGE, {})])
     assert conn.broken
     thread.join()
+
+
+def test_the_pool_does_not_reuse_a_connection_the_broker_closed() -> None:
+    """A broker closes connections idle for 120 s: a request written to one would be lost, so
+    the pool checks an idle connection before it reuses it."""
+    address, thread = _serve_once(lambda opaques: [_frame(opaques[0], b"one")], 1)
+    pool = rm.Pool()
+    assert pool.invoke(address, rm.PULL_MESSAGE, {}, timeout_s=10).body == b"one"
+    thread.join()  # the server has answered and closed its side
+    [idle] = pool._idle[address]
+    wait_until(lambda: not idle.alive(), 10, "the closed connection to show")
+    with pytest.raises(rm.RemotingError, match="cannot connect"):
+        # the only idle connection is dead, so the pool connects anew (and nobody listens now)
+        pool.invoke(address, rm.UPDATE_AND_CREATE_TOPIC, {}, timeout_s=2)
+    assert pool._idle.get(address) == []
+
+
+def test_a_live_idle_connection_is_reused() -> None:
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    conn = rm.Connection(address, timeout_s=5)
+    peer, _ = server.accept()
+    assert conn.alive()
+    pool = rm.Pool()
+    pool._release(conn)
+    assert pool._acquire(address, 5) == (conn, True)
+    peer.close()
+    server.close()
+    conn.close()
+    assert not conn.alive()
 
 
 def test_an_undecodable_pull_response_fails_the_read_as_a_bus_error() -> None:

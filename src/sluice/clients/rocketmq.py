@@ -215,6 +215,22 @@ class Connection:
         with contextlib.suppress(OSError):
             self.sock.close()
 
+    def alive(self) -> bool:
+        """False if the peer has closed this (idle) connection: a broker closes connections idle
+        for 120 s (`serverChannelMaxIdleTimeSeconds`), and a request written to one is lost."""
+        if self.broken:
+            return False
+        try:
+            self.sock.setblocking(False)
+            try:
+                return self.sock.recv(1, socket.MSG_PEEK) != b""
+            finally:
+                self.sock.setblocking(True)
+        except BlockingIOError:
+            return True  # nothing to read, not closed
+        except OSError:
+            return False
+
     def _recv_exact(self, n: int) -> bytes:
         """The next ``n`` bytes of the stream. Reads ahead up to `_READ_AHEAD` bytes at a time:
         one ``recv`` usually holds many pipelined responses (kept here for the next calls)."""
@@ -324,11 +340,13 @@ class Pool:
     def _acquire(self, address: str, timeout_s: float) -> tuple[Connection, bool]:
         with self._lock:
             self._check_fork()
-            idle = self._idle.get(address)
-            if idle:
+            idle = self._idle.get(address) or []
+            while idle:
                 conn = idle.pop()
-                conn.sock.settimeout(timeout_s)
-                return conn, True
+                if conn.alive():
+                    conn.sock.settimeout(timeout_s)
+                    return conn, True
+                conn.close()
         return Connection(address, timeout_s), False
 
     def _release(self, conn: Connection) -> None:
