@@ -339,13 +339,17 @@ class EncodeError(ConnectException):
         self.converter = converter
 
 
+def refusal(encoder: Encoder, topic: str | None, reason: str) -> str:
+    """The error text of a source record `encoder` refused."""
+    return f"{encoder.converter}: a record for topic {topic}: {reason}"
+
+
 def _encode_side(encoder: Encoder, array: pa.Array, topics: pa.Array, side: str) -> pa.Array:
     try:
         return encoder.arrow(array)
     except RecordError as exc:
-        topic = topics[exc.index].as_py()
         raise EncodeError(
-            f"{encoder.converter}: a record for topic {topic}: {exc.reason}",
+            refusal(encoder, topics[exc.index].as_py(), exc.reason),
             index=exc.index,
             side=side,
             converter=encoder.converter,

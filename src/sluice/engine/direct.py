@@ -125,12 +125,18 @@ def _route(key: pa.Array, partition_hash: pa.Array) -> pa.Array:
 def to_topic_frame(batch: pa.RecordBatch, codecs: SourceCodecs) -> pa.RecordBatch:
     """A source-frame batch as the topic writer expects it (what the JVM plan would produce)."""
     encoded = encode_batch(batch.select(["topic", "key", "value"]), codecs)
-    key_bytes = encoded.column("key")
+    return topic_frame_of(batch, encoded.column("key"), encoded.column("value"))
+
+
+def topic_frame_of(
+    batch: pa.RecordBatch, key_bytes: pa.Array, value_bytes: pa.Array
+) -> pa.RecordBatch:
+    """The topic frame of a source-frame batch whose key and value are already encoded."""
     return pa.RecordBatch.from_arrays(
         [
             batch.column("topic"),
             key_bytes,
-            encoded.column("value"),
+            value_bytes,
             batch.column("timestamp"),
             _headers_json(batch.column("headers")),
             _route(key_bytes, batch.column("partition_hash")),

@@ -25,8 +25,14 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from sluice.engine.converters import EncodeError, SourceCodecs, spark_frame_schema
-from sluice.engine.direct import RECEIPT_DDL, BatchConsumer, receipt_row, to_topic_frame
+from sluice.engine.converters import EncodeError, SourceCodecs, refusal, spark_frame_schema
+from sluice.engine.direct import (
+    RECEIPT_DDL,
+    BatchConsumer,
+    receipt_row,
+    to_topic_frame,
+    topic_frame_of,
+)
 from sluice.engine.errors import (
     DEAD_LETTER_COLUMN,
     DEAD_LETTER_DDL,
@@ -43,6 +49,7 @@ from sluice.engine.errors import (
 )
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
+from sluice.engine.source_errors import encode_array_tolerating
 from sluice.sdk import (
     ConfigException,
     ConnectException,
@@ -343,20 +350,34 @@ def _tolerant_topic_frames(
             yield from _deliver(batch.filter(pc.is_valid(dead)).column(DEAD_LETTER_COLUMN), plan)
             batch = batch.filter(pc.is_null(dead))
         batch = batch.drop_columns([DEAD_LETTER_COLUMN])
-    while batch.num_rows:
-        try:
-            yield to_topic_frame(batch, codecs)
-            return
-        except EncodeError as exc:
-            # Rows before the bad one encoded: write them, dead-letter it, go on after it.
-            if exc.index:
-                yield to_topic_frame(batch.slice(0, exc.index), codecs)
-            row = batch.slice(exc.index, 1).to_pylist()[0]
-            stage = KEY_CONVERTER if exc.side == "key" else VALUE_CONVERTER
-            rows = frame.dead_letters([row_letter(row, exc, stage, exc.converter)])
-            if rows is not None:
-                yield from _deliver(rows.column(DEAD_LETTER_COLUMN), plan)
-            batch = batch.slice(exc.index + 1)
+    if not batch.num_rows:
+        return
+    encoded, refused = {}, {}
+    for side, stage in (("value", VALUE_CONVERTER), ("key", KEY_CONVERTER)):  # the key's wins
+        encoder = codecs.key if side == "key" else codecs.value
+        encoded[side], reasons = encode_array_tolerating(encoder, batch.column(side))
+        for row, reason in reasons.items():
+            refused[row] = (side, stage, encoder, reason)
+    if not refused:
+        yield topic_frame_of(batch, encoded["key"], encoded["value"])
+        return
+    good = pa.array([i not in refused for i in range(batch.num_rows)], pa.bool_())
+    yield topic_frame_of(
+        batch.filter(good), encoded["key"].filter(good), encoded["value"].filter(good)
+    )
+    topics = batch.column("topic")
+    letters = []
+    for row, (side, stage, encoder, reason) in sorted(refused.items()):
+        exc = EncodeError(
+            refusal(encoder, topics[row].as_py(), reason),
+            index=row,
+            side=side,
+            converter=encoder.converter,
+        )
+        letters.append(row_letter(batch.slice(row, 1).to_pylist()[0], exc, stage, exc.converter))
+    rows = frame.dead_letters(letters)
+    if rows is not None:
+        yield from _deliver(rows.column(DEAD_LETTER_COLUMN), plan)
 
 
 def _deliver(letters: pa.Array, plan: SourcePlan) -> Iterator[pa.RecordBatch]:

@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.types import StructType
 
 from sluice.converters import Encoder, RecordError
-from sluice.engine.converters import SourceCodecs
+from sluice.engine.converters import SourceCodecs, refusal
 from sluice.engine.errors import (
     DEAD_LETTER_COLUMN,
     KEY_CONVERTER,
@@ -172,7 +172,7 @@ class _EncodeMarking:
             columns[side] = data
             for row, reason in refused.items():
                 if error[row] is None:
-                    error[row] = f"{encoder.converter}: a record for topic {topics[row]}: {reason}"
+                    error[row] = refusal(encoder, topics[row], reason)
                     stage[row], cls[row] = stage_name, encoder.converter
         failed = [e is not None for e in error]
         for side in ("key", "value"):
