@@ -3,11 +3,13 @@
 Delivery: a sink task writes its share of a micro-batch in **one transaction**, with set-based
 statements: PostgreSQL gets `COPY` (straight into the table for `insert`, into a temporary staging
 table followed by one `INSERT … ON CONFLICT DO UPDATE` / `UPDATE … FROM` / `DELETE … USING` for the
-other modes); MySQL/MariaDB gets multi-row `INSERT … VALUES (…), (…)` (with `ON DUPLICATE KEY
-UPDATE` for upserts), `UPDATE … JOIN` a staging table, and `DELETE … WHERE (pk) IN (…)`, at most
-`batch.size` rows per statement. `upsert` and `update` are idempotent, so a replayed micro-batch
-changes nothing: exactly-once effect. `insert` is at-least-once (a replay after a crash between the
-database commit and Spark's commit inserts the rows again, or fails on a unique key).
+other modes; an upsert whose integer keys lie in a range the table has no row in is copied
+straight in too, see `_Writer._append`); MySQL/MariaDB gets multi-row `INSERT … VALUES (…), (…)`
+(with `ON DUPLICATE KEY UPDATE` for upserts), `UPDATE … JOIN` a staging table, and
+`DELETE … WHERE (pk) IN (…)`, at most `batch.size` rows per statement. `upsert` and `update` are
+idempotent, so a replayed micro-batch changes nothing: exactly-once effect. `insert` is
+at-least-once (a replay after a crash between the database commit and Spark's commit inserts the
+rows again, or fails on a unique key).
 Unit of parallelism: one task per group of queues (`max.tasks`); one table's records come from one
 queue when the source keeps them in order (the JDBC source does).
 
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 # Columns the columnar path adds beside the record fields (NUL: no field name can clash).
 _DELETE, _TOPIC, _QUEUE, _OFFSET, _POS = "\0delete", "\0topic", "\0queue", "\0offset", "\0pos"
 _META = {_DELETE, _TOPIC, _QUEUE, _OFFSET, _POS}
+_UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
 
 #: Rows of one multi-row statement are also capped by their approximate size (MySQL's
 #: max_allowed_packet is 16 MiB by default).
@@ -366,6 +369,7 @@ class JdbcSinkTask(SinkTask):
         self._tables.clear()
         return {
             "rows": rows,
+            "appended": writer.appended,
             "tables": [str(t.name) for t in tables],
             "seconds": round(time.monotonic() - started, 3),
         }
@@ -497,10 +501,12 @@ class _Writer:
         self.settings = settings
         self.d = db.dialect
         self.pg = db.dialect.name == "postgresql"
+        self.appended = 0  # upserted rows that took the plain-COPY path (see `_append`)
 
     def write(self, tables: list[_Table]) -> None:
         from sluice.connectors.jdbc._db import error_text
 
+        self.appended = 0  # a retry starts over
         with self.db.connect(attempts=1) as conn:
             # DDL first, committed on its own: MySQL commits implicitly around DDL anyway.
             columns = {t.name: self._prepare(conn, t) for t in tables}
@@ -743,8 +749,11 @@ class _Writer:
         raw_cols = ", ".join(self.d.quote_raw(c) for c in cols)
         cursor = conn.connection.driver_connection.cursor()
         try:
+            copy_in = f"COPY {self.d.table(name, raw=True)} ({raw_cols}) FROM STDIN"
             if kind == "insert":
-                _copy(cursor, f"COPY {self.d.table(name, raw=True)} ({raw_cols}) FROM STDIN", rows)
+                _copy(cursor, copy_in, rows)
+                return
+            if kind == "upsert" and pk and self._append(cursor, target, q(pk[0]), copy_in, rows):
                 return
             stage = "sluice_stage"
             cursor.execute(f"DROP TABLE IF EXISTS {q(stage)}", ())
@@ -778,6 +787,34 @@ class _Writer:
             cursor.execute(f"DROP TABLE {q(stage)}", ())
         finally:
             cursor.close()
+
+    def _append(self, cursor: Any, target: str, first_pk: str, copy_in: str, rows: Any) -> bool:
+        """Upsert by plain COPY when no row of the table can conflict: True if it did.
+
+        An upsert costs PostgreSQL about twice a COPY (staging table, then `ON CONFLICT`), and
+        the common case, a first load or an incrementing table, only adds rows after the highest
+        key. When the batch's keys are integers and the table holds no row between the batch's
+        smallest and largest leading key (one index probe), nothing can conflict and the rows
+        are copied straight in. A row that appeared meanwhile raises a unique violation; the
+        savepoint then undoes the COPY and the caller upserts as usual.
+        """
+        span = _integer_span(rows)
+        if span is None:
+            return False
+        cursor.execute(f"SELECT 1 FROM {target} WHERE {first_pk} BETWEEN %s AND %s LIMIT 1", span)
+        if cursor.fetchone() is not None:
+            return False
+        cursor.execute("SAVEPOINT sluice_append", ())
+        try:
+            _copy(cursor, copy_in, rows)
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+                raise
+            cursor.execute("ROLLBACK TO SAVEPOINT sluice_append", ())
+            return False
+        cursor.execute("RELEASE SAVEPOINT sluice_append", ())
+        self.appended += len(rows)
+        return True
 
     def _mysql(
         self, conn: Any, name: TableName, kind: str, cols: list[str], pk: list[str], rows: list
@@ -881,6 +918,20 @@ def _copy(cursor: Any, statement: str, rows: list | pa.Table) -> None:
             out = pa.BufferOutputStream()
             pacsv.write_csv(batch, out, options)
             copy.write(out.getvalue())
+
+
+def _integer_span(rows: list | pa.Table) -> tuple[int, int] | None:
+    """(smallest, largest) of the first column when it holds integers only, else None."""
+    if isinstance(rows, pa.Table):
+        column = rows.column(0)
+        if not rows.num_rows or not pa.types.is_integer(column.type) or column.null_count:
+            return None
+        span = pc.min_max(column)
+        return span["min"].as_py(), span["max"].as_py()
+    firsts = [row[0] for row in rows]
+    if not firsts or any(type(v) is not int for v in firsts):
+        return None
+    return min(firsts), max(firsts)
 
 
 def _csv_ready(data: pa.Table) -> pa.Table:
