@@ -93,7 +93,15 @@ def test_rocketmq_bus_from_worker_keys(tmp_path: Path, caplog: pytest.LogCapture
         ),
         (
             {"bus": "rocketmq", "namesrvAddr": "h:9876", "aclEnable": "true"},
-            "aclEnable: RocketMQ ACL is not supported yet",
+            "accessKey: required key is missing (aclEnable=true)",
+        ),
+        (
+            {"bus": "rocketmq", "namesrvAddr": "h:9876", "aclEnable": "true", "accessKey": "ak"},
+            "secretKey: required key is missing (aclEnable=true)",
+        ),
+        (
+            {"bus": "rocketmq", "namesrvAddr": "h:9876", "aclEnable": "maybe"},
+            "aclEnable: ",
         ),
     ],
 )
@@ -101,6 +109,30 @@ def test_bad_bus_config_names_the_key(props: dict[str, str], message: str) -> No
     with pytest.raises(ConfigException) as info:
         WorkerConfig.from_properties(props)
     assert str(info.value).startswith(message), str(info.value)
+
+
+def test_rocketmq_bus_acl_keys(tmp_path: Path) -> None:
+    props = {
+        "storePathRootDir": str(tmp_path),
+        "bus": "rocketmq",
+        "namesrvAddr": "10.0.0.1:9876",
+        "aclEnable": "true",
+        "accessKey": "ak",
+        "secretKey": "s3cret-value",
+    }
+    bus = WorkerConfig.from_properties(props).create_bus()
+    assert isinstance(bus, RocketMQBus)
+    assert bus.log.credentials is not None
+    assert (bus.log.credentials.access_key, bus.log.credentials.secret_key) == (
+        "ak",
+        "s3cret-value",
+    )
+    assert "s3cret" not in repr(bus.log.credentials)
+    # without aclEnable the keys are ignored: requests are not signed
+    props["aclEnable"] = "false"
+    off = WorkerConfig.from_properties(props).create_bus()
+    assert isinstance(off, RocketMQBus)
+    assert off.log.credentials is None
 
 
 def test_unknown_bus_kind_is_refused(tmp_path: Path) -> None:

@@ -37,11 +37,19 @@ reference client.
 
 Connections are per process and address, pooled (one request at a time per connection, several
 requests may be pipelined on one by `Connection.pipeline`).
+
+ACL (a broker with ``aclEnable=true``): given `Credentials`, every request is signed the way
+RocketMQ 4.x's ``AclClientRPCHook`` signs it (see `sign_ext`); a request the broker's ACL refuses
+is answered with a remark that `acl_refusal` turns into a message naming the access key and the
+config keys to check (never the secret).
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import os
@@ -52,9 +60,9 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
-from sluice.sdk import ConnectException, RetriableException
+from sluice.sdk import ConfigException, ConnectException, RetriableException
 
 # request codes
 GET_ROUTEINFO_BY_TOPIC = 105
@@ -163,14 +171,65 @@ class Response:
         return self.ext.get(name, "")
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """An ACL account of a RocketMQ 4.x cluster (``plain_acl.yml``): access key, secret key and
+    an optional security token. The secret is never part of ``repr`` or of an error message."""
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    security_token: str | None = field(default=None, repr=False)
+
+
+#: extension fields of a signed request (SessionCredentials' names)
+ACCESS_KEY, SECURITY_TOKEN, SIGNATURE = "AccessKey", "SecurityToken", "Signature"
+
+
+def signature(fields: Mapping[str, str], body: bytes, secret_key: str) -> str:
+    """RocketMQ's ACL request signature: base64 of HMAC-SHA1, keyed with the UTF-8 secret key, of
+    the UTF-8 values of every extension field but ``Signature``, in field-name order, followed by
+    the body bytes (``AclUtils.combineRequestContent`` + ``AclSigner.calSignature``)."""
+    content = "".join(v for k, v in sorted(fields.items()) if k != SIGNATURE).encode("utf-8")
+    mac = hmac.new(secret_key.encode("utf-8"), content + body, hashlib.sha1)
+    return base64.b64encode(mac.digest()).decode("ascii")
+
+
+def sign_ext(ext: Mapping[str, str], body: bytes, credentials: Credentials) -> dict[str, str]:
+    """``ext`` plus ``AccessKey`` (and ``SecurityToken`` if set) and the ``Signature`` over all of
+    them and ``body``: what a broker with ACL enabled verifies."""
+    out = dict(ext)
+    out[ACCESS_KEY] = credentials.access_key
+    if credentials.security_token is not None:
+        out[SECURITY_TOKEN] = credentials.security_token
+    out[SIGNATURE] = signature(out, body, credentials.secret_key)
+    return out
+
+
+def acl_credentials(
+    values: Mapping[str, Any], enable: str, access_key: str, secret_key: str
+) -> Credentials | None:
+    """The ACL credentials of parsed config ``values`` (None unless ``values[enable]``); a missing
+    access or secret key raises :class:`ConfigException` naming it (the secret is never shown)."""
+    if not values[enable]:
+        return None
+    for key in (access_key, secret_key):
+        if not str(values.get(key) or "").strip():
+            raise ConfigException(key, f"required key is missing ({enable}=true)")
+    return Credentials(str(values[access_key]).strip(), str(values[secret_key]))
+
+
 @dataclass
 class _Request:
     code: int
     ext: Mapping[str, Any]
     body: bytes = b""
+    credentials: Credentials | None = None
     opaque: int = field(default_factory=lambda: next(_OPAQUE) & 0x7FFFFFFF)
 
     def encode(self) -> bytes:
+        ext = {k: str(v) for k, v in self.ext.items() if v is not None}
+        if self.credentials is not None:
+            ext = sign_ext(ext, self.body, self.credentials)
         header = json.dumps(
             {
                 "code": self.code,
@@ -178,7 +237,7 @@ class _Request:
                 "version": _VERSION,
                 "opaque": self.opaque,
                 "flag": 0,
-                "extFields": {k: str(v) for k, v in self.ext.items() if v is not None},
+                "extFields": ext,
             },
             separators=(",", ":"),
         ).encode()
@@ -308,8 +367,11 @@ class Pool:
         body: bytes = b"",
         *,
         timeout_s: float,
+        credentials: Credentials | None = None,
     ) -> Response:
-        return self.invoke_many(address, [(code, ext, body)], timeout_s=timeout_s)[0]
+        return self.invoke_many(
+            address, [(code, ext, body)], timeout_s=timeout_s, credentials=credentials
+        )[0]
 
     def invoke_many(
         self,
@@ -317,15 +379,19 @@ class Pool:
         requests: Sequence[tuple[int, Mapping[str, Any], bytes]],
         *,
         timeout_s: float,
+        credentials: Credentials | None = None,
     ) -> list[Response]:
-        """Pipeline ``requests`` on one connection to ``address``; responses in order.
+        """Pipeline ``requests`` on one connection to ``address``; responses in order; each
+        signed with ``credentials`` when given (ACL).
 
         A pooled connection may have gone stale (the peer restarted): requests that are safe to
         repeat are then sent once more on a fresh connection. A send is not repeated here — its
         commit counts what arrived before it sends again (see `sluice.bus._external`)."""
         conn, reused = self._acquire(address, timeout_s)
         try:
-            return conn.pipeline([_Request(code, ext, body) for code, ext, body in requests])
+            return conn.pipeline(
+                [_Request(code, ext, body, credentials) for code, ext, body in requests]
+            )
         except RemotingError:
             if not reused or any(code not in _REPEATABLE for code, _, _ in requests):
                 raise
@@ -333,7 +399,9 @@ class Pool:
             self._release(conn)
         conn = Connection(address, timeout_s)
         try:
-            return conn.pipeline([_Request(code, ext, body) for code, ext, body in requests])
+            return conn.pipeline(
+                [_Request(code, ext, body, credentials) for code, ext, body in requests]
+            )
         finally:
             self._release(conn)
 
@@ -720,6 +788,119 @@ class RocketMQUnavailable(RetriableException):
     code = "rocketmq.unavailable"
 
 
+class RocketMQAccessDenied(RocketMQError):
+    """The broker's ACL refused a request: no or unknown access key, a wrong secret, or an
+    account without the permission (on a topic, a group, or admin rights)."""
+
+    code = "rocketmq.acl"
+
+    def __init__(self, message: str, *, suggestion: str | None = None, key: str = "") -> None:
+        super().__init__(message, suggestion=suggestion)
+        self.key = key  # the config key most likely wrong
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_access_denied, (self.message, self.suggestion, self.key))
+
+
+def _access_denied(message: str, suggestion: str | None, key: str) -> RocketMQAccessDenied:
+    return RocketMQAccessDenied(message, suggestion=suggestion, key=key)
+
+
+class AclKeys(NamedTuple):
+    """The config keys that hold a cluster's ACL settings, for error messages (the bus's worker
+    keys by default; a connector names its own, e.g. ``source.access.key``)."""
+
+    enable: str = "aclEnable"
+    access_key: str = "accessKey"
+    secret_key: str = "secretKey"
+
+
+class AclRefusal(NamedTuple):
+    """What `acl_refusal` makes of a broker's ACL error: the message, what to do, and the config
+    key most likely wrong."""
+
+    message: str
+    suggestion: str
+    key: str
+
+
+_ACL_REMARKS = (
+    # (text of the AclException a 4.9.x broker's PlainPermissionManager raises, its kind)
+    ("No accessKey is configured", "no_key"),
+    ("No acl config for", "unknown_key"),
+    ("No PlainAccessResource for", "unknown_key"),
+    ("Check signature failed", "bad_signature"),
+    ("Need admin permission", "admin"),
+    ("No default permission for", "permission"),
+    ("No permission for", "permission"),
+)
+_ADMIN_REQUESTS = {
+    UPDATE_AND_CREATE_TOPIC: "creating a topic",
+    25: "updating the broker config",
+    DELETE_TOPIC_IN_BROKER: "deleting a topic",
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: "creating a consumer group",
+    207: "deleting a consumer group",
+}
+_ACL_REMARK = re.compile(r"^[\w.]*AclException:\s*|,\s*[\w.$]+\([\w.]+:\d+\)$")
+_SUBJECT = re.compile(r"(?:No default permission for|No permission for|request code=)\s*([^\s,]+)")
+
+
+def acl_refusal(
+    resp: Response, credentials: Credentials | None, keys: AclKeys | None = None
+) -> AclRefusal | None:
+    """An `AclRefusal` if ``resp`` is a refusal by the broker's ACL, else None. The message
+    names the access key (never the secret), the topic or group, and the keys to check."""
+    if resp.code == SUCCESS:
+        return None
+    kind = next((k for text, k in _ACL_REMARKS if text in resp.remark), None)
+    if kind is None:
+        return None
+    keys = keys or AclKeys()
+    # "org.apache.rocketmq.acl.common.AclException: <text>, <class>.<method>(<file>:<line>)"
+    remark = _ACL_REMARK.sub("", resp.remark.strip().splitlines()[0]).strip()[:300]
+    found = _SUBJECT.search(resp.remark)
+    subject = found.group(1) if found else ""
+    if credentials is None or kind == "no_key":
+        return AclRefusal(
+            f"the broker requires ACL credentials and none were given (broker: {remark})",
+            f"set {keys.enable}=true, {keys.access_key} and {keys.secret_key}",
+            keys.enable,
+        )
+    who = f"accessKey {credentials.access_key!r}"
+    if kind == "unknown_key":
+        return AclRefusal(
+            f"the broker has no account {who} (broker: {remark})",
+            f"check {keys.access_key} (an account of the broker's plain_acl.yml)",
+            keys.access_key,
+        )
+    if kind == "bad_signature":
+        return AclRefusal(
+            f"the broker refused the request signature of {who}: wrong secret key "
+            f"(broker: {remark})",
+            f"check {keys.secret_key} (that account's secretKey in plain_acl.yml)",
+            keys.secret_key,
+        )
+    if kind == "admin":
+        action = _ADMIN_REQUESTS.get(int(subject) if subject.isdigit() else -1, "this request")
+        return AclRefusal(
+            f"{who} is not an admin account, which {action} needs (broker: {remark})",
+            f"use an account with admin: true in {keys.access_key}, or create it beforehand",
+            keys.access_key,
+        )
+    # "topic:<name>" or "group:<name>" (a group's permission is kept on its %RETRY% topic)
+    what, _, name = subject.rpartition(":")
+    if name.startswith("%RETRY%"):
+        what, name = "group", name[len("%RETRY%") :]
+    if what in ("topic", "group") and name:
+        subject = f"{'topic' if what == 'topic' else 'consumer group'} {name!r}"
+    return AclRefusal(
+        f"{who} has no permission on {subject or 'this resource'} (broker: {remark})",
+        f"grant it in the topicPerms / groupPerms of {credentials.access_key} in the broker's "
+        f"plain_acl.yml, or use another {keys.access_key}",
+        keys.access_key,
+    )
+
+
 @dataclass(frozen=True)
 class MessageQueue:
     """One queue of a topic: its broker's name, its queue id and the broker master's address."""
@@ -751,11 +932,15 @@ class RocketMQClient:
         key: str = "namesrvAddr",
         timeout_s: float = 10.0,
         group: str = "sluice-client",
+        credentials: Credentials | None = None,
+        acl_keys: AclKeys | None = None,
     ) -> None:
         self.namesrv_addr = namesrv_addr
         self.key = key
         self.timeout_s = timeout_s
         self.group = group
+        self.credentials = credentials
+        self.acl_keys = acl_keys or AclKeys()
 
     def __repr__(self) -> str:
         return f"RocketMQClient({self.key}={self.namesrv_addr!r})"
@@ -768,7 +953,13 @@ class RocketMQClient:
         )
 
     def _failed(self, what: str, resp: Response) -> Exception:
-        message = f"{self.key}={self.namesrv_addr}: {what}: code {resp.code}: {resp.remark}"
+        where = f"{self.key}={self.namesrv_addr}: {what}"
+        refusal = acl_refusal(resp, self.credentials, self.acl_keys)
+        if refusal is not None:
+            return RocketMQAccessDenied(
+                f"{where}: {refusal.message}", suggestion=refusal.suggestion, key=refusal.key
+            )
+        message = f"{where}: code {resp.code}: {resp.remark}"
         if resp.code in TRANSIENT_CODES:
             return RocketMQUnavailable(message)
         return RocketMQError(message)
@@ -777,7 +968,9 @@ class RocketMQClient:
         errors = []
         for address in [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]:
             try:
-                return POOL.invoke(address, code, ext, timeout_s=self.timeout_s)
+                return POOL.invoke(
+                    address, code, ext, timeout_s=self.timeout_s, credentials=self.credentials
+                )
             except RemotingError as exc:
                 errors.append(str(exc))
         raise self._unavailable("no name server answered", "; ".join(errors) or "none configured")
@@ -786,7 +979,9 @@ class RocketMQClient:
         self, address: str, requests: Sequence[tuple[int, Mapping[str, Any], bytes]]
     ) -> list[Response]:
         try:
-            return POOL.invoke_many(address, requests, timeout_s=self.timeout_s)
+            return POOL.invoke_many(
+                address, requests, timeout_s=self.timeout_s, credentials=self.credentials
+            )
         except RemotingError as exc:
             raise self._unavailable(f"broker {address}", exc) from None
 
@@ -800,6 +995,18 @@ class RocketMQClient:
         if not info.get("brokerAddrTable"):
             raise self._unavailable("cluster info", "no broker is registered")
         return info
+
+    def check_access(self) -> None:
+        """Ask every master broker for its runtime info, a request any valid account may make:
+        raises `RocketMQAccessDenied` if a broker's ACL refuses the credentials (no account,
+        wrong secret, or none given while the broker requires them)."""
+        for data in self.cluster_info()["brokerAddrTable"].values():
+            address = data.get("brokerAddrs", {}).get("0")
+            if address is None:
+                continue
+            (resp,) = self._broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
+            if acl_refusal(resp, self.credentials, self.acl_keys) is not None:
+                raise self._failed(f"broker {address}", resp)
 
     def topics(self) -> list[str]:
         """The cluster's user topics (no system, retry or dead-letter topics), sorted."""

@@ -11,12 +11,21 @@ Worker keys (RocketMQ Connect's names)::
     maxMessageSize=4194304                # a record value larger than this fails its task
     rocketmq.cluster=DefaultCluster       # where new topics are created (default: the only one)
     bus.outage.timeout.ms=300000          # how long to ride out a broker outage
+    aclEnable=false                       # true: sign every request (brokers with aclEnable=true)
+    accessKey=…                           # required when aclEnable=true
+    secretKey=…                           # required when aclEnable=true (never logged)
 
 Delivery: topic writes are exactly-once per micro-batch (staging, a commit journal and per-queue
 ordered batch sends tagged `sluice.writer`, see `sluice.bus._external`); reads are exact offset
 ranges. A sink's committed offsets are also committed to its consumer group, so `mqadmin
 consumerProgress -g connect-<name>` shows its lag. Retention is the broker's
-(`fileReservedTime`). ACL (`aclEnable=true`) is not supported yet and is refused.
+(`fileReservedTime`).
+
+ACL: with ``aclEnable=true`` every request carries ``accessKey`` and a signature made with
+``secretKey`` (RocketMQ 4.x's ``AclClientRPCHook`` scheme, `sluice.clients.rocketmq.sign_ext`).
+The account needs ``admin: true`` for sluice to create topics and consumer groups, or the topics
+must exist beforehand; otherwise PUB|SUB on its topics and SUB on its groups. A request the
+broker's ACL refuses fails with a message naming the key, the topic or group and the access key.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from collections.abc import Mapping
 from sluice.bus._external import ExternalBus
 from sluice.bus.base import outage_seconds
 from sluice.bus.rocketmq._log import RocketMQLog
+from sluice.clients.rocketmq import Credentials, acl_credentials
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
 __all__ = ["WORKER_KEYS", "RocketMQBus", "RocketMQLog"]
@@ -37,9 +47,9 @@ WORKER_KEYS = ConfigDef(
     ConfigKey("rmqConsumerGroup", default="sluice-reader", doc="group the topic reader pulls as"),
     ConfigKey("operationTimeout", type="int", default=10_000, min=100, doc="ms per request"),
     ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
-    ConfigKey("aclEnable", type="bool", default=False, doc="RocketMQ ACL (not supported yet)"),
-    ConfigKey("accessKey", default="", doc="ACL access key"),
-    ConfigKey("secretKey", default="", doc="ACL secret key"),
+    ConfigKey("aclEnable", type="bool", default=False, doc="sign requests (broker ACL)"),
+    ConfigKey("accessKey", default="", doc="ACL access key (aclEnable=true)"),
+    ConfigKey("secretKey", default="", doc="ACL secret key (aclEnable=true)"),
     ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
 )
 
@@ -64,6 +74,7 @@ class RocketMQBus(ExternalBus):
         timeout_s: float = 10.0,
         max_message_size: int = 4 << 20,
         outage_s: float = 300.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.default_queues = default_queues
         self.log: RocketMQLog = RocketMQLog(
@@ -75,6 +86,7 @@ class RocketMQBus(ExternalBus):
             timeout_s=timeout_s,
             max_message_size=max_message_size,
             outage_s=outage_s,
+            credentials=credentials,
         )
 
     @classmethod
@@ -91,10 +103,7 @@ class RocketMQBus(ExternalBus):
             host, _, port = part.strip().rpartition(":")
             if not host or not port.isdigit():
                 raise ConfigException("namesrvAddr", f"expected host:port, got {part.strip()!r}")
-        if values["aclEnable"]:
-            raise ConfigException(
-                "aclEnable", "RocketMQ ACL is not supported yet by bus=rocketmq; set it to false"
-            )
+        credentials = acl_credentials(values, "aclEnable", "accessKey", "secretKey")
         return cls(
             state_dir,
             namesrv_addr=address,
@@ -105,4 +114,5 @@ class RocketMQBus(ExternalBus):
             timeout_s=values["operationTimeout"] / 1000.0,
             max_message_size=values["maxMessageSize"],
             outage_s=outage_seconds(props),
+            credentials=credentials,
         )

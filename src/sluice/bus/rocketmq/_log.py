@@ -95,9 +95,11 @@ class RocketMQLog(ExternalLog):
         timeout_s: float = 10.0,
         max_message_size: int = 4 << 20,
         outage_s: float = 300.0,
+        credentials: rm.Credentials | None = None,
     ) -> None:
         super().__init__(state_dir, outage_s=outage_s)
         self.namesrv_addr = namesrv_addr
+        self.credentials = credentials  # ACL: every request is signed with them
         self.producer_group = producer_group
         self.consumer_group = consumer_group
         self.cluster = cluster
@@ -118,7 +120,9 @@ class RocketMQLog(ExternalLog):
         errors = []
         for address in [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]:
             try:
-                return rm.POOL.invoke(address, code, ext, timeout_s=self.timeout_s)
+                return rm.POOL.invoke(
+                    address, code, ext, timeout_s=self.timeout_s, credentials=self.credentials
+                )
             except rm.RemotingError as exc:
                 errors.append(str(exc))
         raise self._unavailable("no name server answered", "; ".join(errors) or "none configured")
@@ -127,11 +131,19 @@ class RocketMQLog(ExternalLog):
         self, address: str, requests: Sequence[tuple[int, Mapping[str, Any], bytes]]
     ) -> list[rm.Response]:
         try:
-            return rm.POOL.invoke_many(address, requests, timeout_s=self.timeout_s)
+            return rm.POOL.invoke_many(
+                address, requests, timeout_s=self.timeout_s, credentials=self.credentials
+            )
         except rm.RemotingError as exc:
             raise self._unavailable(f"broker {address}", exc) from None
 
     def _failed(self, what: str, resp: rm.Response) -> BusError:
+        refusal = rm.acl_refusal(resp, self.credentials)
+        if refusal is not None:  # the broker's ACL: not transient, say which key to fix
+            return BusError(
+                f"rocketmq namesrvAddr={self.namesrv_addr}: {what}: {refusal.message} "
+                f"({refusal.suggestion})"
+            )
         message = (
             f"rocketmq namesrvAddr={self.namesrv_addr}: {what}: code {resp.code}: {resp.remark}"
         )
@@ -542,6 +554,8 @@ class RocketMQLog(ExternalLog):
             _broker, qid, address = self._queue(topic, queue)
             ext = {"consumerGroup": group, "topic": topic, "queueId": qid}
             (resp,) = self._broker(address, [(rm.QUERY_CONSUMER_OFFSET, ext, b"")])
+            if rm.acl_refusal(resp, self.credentials) is not None:
+                raise self._failed(f"offsets of group {group!r} on topic {topic!r}", resp)
             out[queue] = int(resp.field("offset")) if resp.code == rm.SUCCESS else -1
         return out
 

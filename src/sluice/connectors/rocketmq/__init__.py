@@ -3,11 +3,14 @@
 Source keys (`RocketMQSourceConnector`): `source.namesrv` (required), `source.topics` or
 `source.topics.regex`, `topic.rename.format` (default `${topic}`: the sluice topic a source topic
 is copied to; `connect.topicname` sends everything to one topic instead), `source.group`
-(consumer group of the pulls, default `sluice-replicator`), `source.timeout.ms` (10000).
+(consumer group of the pulls, default `sluice-replicator`), `source.timeout.ms` (10000), and for a
+cluster with ACL `source.acl.enable=true`, `source.access.key`, `source.secret.key`.
 
 Sink keys (`RocketMQSinkConnector`): `target.namesrv` (required), `connect.topicnames`,
 `topic.rename.format` (default `${topic}`: the target topic of a sluice topic), `target.queues`
-(8: queues of a target topic the sink creates), `target.producer.group`, `target.timeout.ms`.
+(8: queues of a target topic the sink creates), `target.producer.group`, `target.timeout.ms`,
+and `target.acl.enable`, `target.access.key`, `target.secret.key` (ACL, as on the source side;
+RocketMQ Connect's replicator calls them `src.acl.enable` … `dest.secret.key`).
 
 Example: copy `orders` to `orders-dc2` through the sluice topic `orders`::
 

@@ -18,6 +18,10 @@ key → ``KEYS``; extensions → user properties (the extension ``TAGS`` is the 
 the user property ``sluice.ts`` (ms). A missing target topic is created with ``target.queues``
 queues. A task's share of a micro-batch is held in memory until `flush` (bound it with
 ``read.max.rows``).
+
+ACL: ``target.acl.enable=true`` signs every request with ``target.access.key`` /
+``target.secret.key``. The sink creates missing target topics and its journal's consumer groups,
+so the account needs ``admin: true`` unless those exist; `validate` checks the account.
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.clients.rocketmq import MessageQueue, RocketMQClient, RocketMQUnavailable
+from sluice.clients.rocketmq import (
+    AclKeys,
+    MessageQueue,
+    RocketMQAccessDenied,
+    RocketMQClient,
+    RocketMQUnavailable,
+    acl_credentials,
+)
 from sluice.connectors._replication import check_rename, renamed, target_queue
 from sluice.sdk import (
     BatchId,
@@ -50,7 +61,11 @@ CONFIG = ConfigDef(
     ConfigKey("target.queues", type="int", default=8, min=1, doc="queues of a created topic"),
     ConfigKey("target.producer.group", default="sluice-replicator", doc="producer group"),
     ConfigKey("target.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
+    ConfigKey("target.acl.enable", type="bool", default=False, doc="sign requests (broker ACL)"),
+    ConfigKey("target.access.key", default="", doc="ACL access key (target.acl.enable=true)"),
+    ConfigKey("target.secret.key", default="", doc="ACL secret key (target.acl.enable=true)"),
 )
+ACL_KEYS = AclKeys("target.acl.enable", "target.access.key", "target.secret.key")
 _PROPERTY_SEPARATORS = ("\x01", "\x02")
 
 
@@ -60,6 +75,8 @@ def _client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> Roc
         key="target.namesrv",
         timeout_s=timeout_s or values["target.timeout.ms"] / 1000,
         group=values["target.producer.group"],
+        credentials=acl_credentials(values, *ACL_KEYS),
+        acl_keys=ACL_KEYS,
     )
 
 
@@ -215,9 +232,11 @@ class RocketMQSinkConnector(SinkConnector):
         check_rename(values["topic.rename.format"])
         probe = _client(values, timeout_s=min(5.0, values["target.timeout.ms"] / 1000))
         try:
-            probe.cluster_info()
+            probe.check_access()
         except RocketMQUnavailable as exc:
             raise ConfigException("target.namesrv", f"cannot reach the cluster: {exc}") from None
+        except RocketMQAccessDenied as exc:
+            raise ConfigException(exc.key, str(exc)) from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

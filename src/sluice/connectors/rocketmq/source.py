@@ -6,6 +6,9 @@ Unit of parallelism: one source queue; a queue belongs to one task (`max.tasks` 
 Position: ``{"topic", "brokerName", "queueId"}`` → ``{"queueOffset": <offset after the message>}``.
 A new connector starts at each queue's first stored offset.
 
+ACL: ``source.acl.enable=true`` signs every request with ``source.access.key`` /
+``source.secret.key`` (the account needs SUB on the topics; `validate` checks the account).
+
 Message mapping (as RocketMQ Connect): ``KEYS`` → record key (STRING), body → value (BYTES),
 user properties and the tag (as ``TAGS``) → extensions, the born timestamp (or the ``sluice.ts``
 property a sluice sink wrote) → timestamp.
@@ -21,10 +24,13 @@ import pyarrow as pa
 
 from sluice.clients.rocketmq import (
     SYSTEM_PROPERTIES,
+    AclKeys,
     MessageQueue,
+    RocketMQAccessDenied,
     RocketMQClient,
     RocketMQUnavailable,
     StoredMessage,
+    acl_credentials,
 )
 from sluice.connectors._replication import (
     TOPIC_KEYS,
@@ -55,7 +61,11 @@ CONFIG = ConfigDef(
     *TOPIC_KEYS,
     ConfigKey("source.group", default="sluice-replicator", doc="consumer group of the pulls"),
     ConfigKey("source.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
+    ConfigKey("source.acl.enable", type="bool", default=False, doc="sign requests (broker ACL)"),
+    ConfigKey("source.access.key", default="", doc="ACL access key (source.acl.enable=true)"),
+    ConfigKey("source.secret.key", default="", doc="ACL secret key (source.acl.enable=true)"),
 )
+ACL_KEYS = AclKeys("source.acl.enable", "source.access.key", "source.secret.key")
 _ROWS = 8192  # rows per Arrow batch
 _TOPICS_TTL_S = 10.0
 
@@ -67,6 +77,8 @@ def client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> Rock
         key="source.namesrv",
         timeout_s=timeout_s or values["source.timeout.ms"] / 1000,
         group=values["source.group"],
+        credentials=acl_credentials(values, *ACL_KEYS),
+        acl_keys=ACL_KEYS,
     )
 
 
@@ -176,7 +188,7 @@ class RocketMQSourceConnector(SourceConnector):
         check_rename(values["topic.rename.format"])
         probe = client(values, timeout_s=min(5.0, int(values["source.timeout.ms"]) / 1000))
         try:
-            probe.cluster_info()
+            probe.check_access()
             if isinstance(topics, list):
                 missing = [t for t in topics if not probe.queues(t, fresh=True)]
                 if missing:
@@ -187,6 +199,8 @@ class RocketMQSourceConnector(SourceConnector):
                     )
         except RocketMQUnavailable as exc:
             raise ConfigException("source.namesrv", f"cannot reach the cluster: {exc}") from None
+        except RocketMQAccessDenied as exc:
+            raise ConfigException(exc.key, str(exc)) from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         values = CONFIG.parse(self.config)
