@@ -822,6 +822,8 @@ class AclRefusal(NamedTuple):
     message: str
     suggestion: str
     key: str
+    #: no_key, unknown_key, bad_signature, admin (the account is not admin) or permission
+    kind: str = ""
 
 
 _ACL_REMARKS = (
@@ -865,6 +867,7 @@ def acl_refusal(
             f"the broker requires ACL credentials and none were given (broker: {remark})",
             f"set {keys.enable}=true, {keys.access_key} and {keys.secret_key}",
             keys.enable,
+            "no_key",
         )
     who = f"accessKey {credentials.access_key!r}"
     if kind == "unknown_key":
@@ -872,6 +875,7 @@ def acl_refusal(
             f"the broker has no account {who} (broker: {remark})",
             f"check {keys.access_key} (an account of the broker's plain_acl.yml)",
             keys.access_key,
+            kind,
         )
     if kind == "bad_signature":
         return AclRefusal(
@@ -879,6 +883,7 @@ def acl_refusal(
             f"(broker: {remark})",
             f"check {keys.secret_key} (that account's secretKey in plain_acl.yml)",
             keys.secret_key,
+            kind,
         )
     if kind == "admin":
         action = _ADMIN_REQUESTS.get(int(subject) if subject.isdigit() else -1, "this request")
@@ -886,6 +891,7 @@ def acl_refusal(
             f"{who} is not an admin account, which {action} needs (broker: {remark})",
             f"use an account with admin: true in {keys.access_key}, or create it beforehand",
             keys.access_key,
+            kind,
         )
     # "topic:<name>" or "group:<name>" (a group's permission is kept on its %RETRY% topic)
     what, _, name = subject.rpartition(":")
@@ -898,6 +904,7 @@ def acl_refusal(
         f"grant it in the topicPerms / groupPerms of {credentials.access_key} in the broker's "
         f"plain_acl.yml, or use another {keys.access_key}",
         keys.access_key,
+        kind,
     )
 
 
@@ -1007,6 +1014,15 @@ class RocketMQClient:
             (resp,) = self._broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
             if acl_refusal(resp, self.credentials, self.acl_keys) is not None:
                 raise self._failed(f"broker {address}", resp)
+
+    def check_readable(self, topic: str) -> None:
+        """One pull from the first queue of ``topic``: raises `RocketMQAccessDenied` if the
+        broker's ACL refuses this account reading it (or its consumer group)."""
+        for queue in self.queues(topic)[:1]:
+            ext = pull_ext(self.group, topic, queue.queue_id, 0)
+            (resp,) = self._broker(queue.address, [(PULL_MESSAGE, ext, b"")])
+            if acl_refusal(resp, self.credentials, self.acl_keys) is not None:
+                raise self._failed(f"pull of {topic}/{queue.queue_id}", resp)
 
     def topics(self) -> list[str]:
         """The cluster's user topics (no system, retry or dead-letter topics), sorted."""

@@ -72,6 +72,10 @@ class _Route:
     masters: dict[str, str]
 
 
+class _NotAdmin(BusError):
+    """The broker's ACL refused an admin request (creating a group) to a non-admin account."""
+
+
 _ROUTES: dict[tuple[int, str, str], tuple[float, _Route | None]] = {}
 _ROUTES_LOCK = threading.Lock()
 _GROUPS: set[tuple[int, str, str]] = set()  # (pid, broker, group) registered for monitoring
@@ -443,6 +447,9 @@ class RocketMQLog(ExternalLog):
         ).encode()
         (resp,) = self._broker(address, [(_UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
         if resp.code != rm.SUCCESS:
+            refusal = rm.acl_refusal(resp, self.credentials)
+            if refusal is not None and refusal.kind == "admin":
+                raise _NotAdmin(str(self._failed(f"create consumer group {group!r}", resp)))
             raise self._failed(f"create consumer group {group!r}", resp)
 
     def _register_group(self, address: str, group: str) -> None:
@@ -451,7 +458,17 @@ class RocketMQLog(ExternalLog):
         key = (os.getpid(), address, group)
         if key in _GROUPS:
             return
-        self._create_group(address, group)
+        try:
+            self._create_group(address, group)
+        except _NotAdmin:
+            # ACL: an account without admin rights cannot create groups; the broker creates the
+            # group itself on the first commit (autoCreateSubscriptionGroup), only the retry
+            # topic that mqadmin looks for is missing.
+            log.info(
+                "rocketmq: group %r not registered on %s (the account is not admin)", group, address
+            )
+            _GROUPS.add(key)
+            return
         ext = rm.create_topic_ext(f"%RETRY%{group}", 1)
         (resp,) = self._broker(address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")])
         if resp.code != rm.SUCCESS:

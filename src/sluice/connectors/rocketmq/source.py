@@ -197,6 +197,8 @@ class RocketMQSourceConnector(SourceConnector):
                         f"topic(s) {', '.join(map(repr, missing))} do not exist on "
                         f"source.namesrv={probe.namesrv_addr}",
                     )
+                for topic in topics:  # the account may read them (ACL)
+                    probe.check_readable(topic)
         except RocketMQUnavailable as exc:
             raise ConfigException("source.namesrv", f"cannot reach the cluster: {exc}") from None
         except RocketMQAccessDenied as exc:
