@@ -16,6 +16,8 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     "spark.driver.memory": "4g",
     "spark.ui.showConsoleProgress": "false",
+    # Python workers forked with pyspark, pyarrow and sluice already imported (see the module).
+    "spark.python.daemon.module": "sluice.engine.worker_daemon",
 }
 
 
