@@ -180,6 +180,19 @@ def test_reader_commits_consumer_group_offsets(
     }
 
 
+def test_a_new_groups_first_commit_keeps_every_queue(bus: RocketMQBus) -> None:
+    # The broker creates a (topic, group)'s offset table on its first commit without a lock, and
+    # handles pipelined requests on several threads: concurrent first commits each created a
+    # table, and the last one replaced the others (CI once read queue 0 back as 0).
+    topic = unique()
+    bus.create_topic(topic, 16)
+    for round_ in range(8):
+        group = f"first-{round_}-{unique()}"
+        offsets = {(topic, q): 100 + q for q in range(16)}
+        bus.log.commit_group_offsets(group, offsets)
+        assert bus.log.group_offsets(group, topic) == {q: 100 + q for q in range(16)}, group
+
+
 def test_queues_added_while_running_are_picked_up(bus: RocketMQBus, tmp_path: Path) -> None:
     topic = unique()
     bus.create_topic(topic, 2)

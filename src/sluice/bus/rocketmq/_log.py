@@ -79,6 +79,8 @@ class _NotAdmin(BusError):
 _ROUTES: dict[tuple[int, str, str], tuple[float, _Route | None]] = {}
 _ROUTES_LOCK = threading.Lock()
 _GROUPS: set[tuple[int, str, str]] = set()  # (pid, broker, group) registered for monitoring
+# (pid, broker, group, topic) whose offset table the broker has (see `commit_group_offsets`)
+_OFFSET_TABLES: set[tuple[int, str, str, str]] = set()
 
 
 class RocketMQLog(ExternalLog):
@@ -560,9 +562,21 @@ class RocketMQLog(ExternalLog):
             by_broker.setdefault(address, []).append((rm.UPDATE_CONSUMER_OFFSET, ext, b""))
         for address, requests in by_broker.items():
             self._register_group(address, group)
-            for resp in self._broker(address, requests):
-                if resp.code != rm.SUCCESS:
-                    raise self._failed(f"commit offsets of group {group!r}", resp)
+            # A broker creates a (topic, group)'s offset table on its first commit without a lock
+            # and runs pipelined requests on several threads: concurrent first commits each made
+            # a table and the last replaced the others, losing their queues. So the first commit
+            # of each topic goes alone (one per topic at once is safe), the rest after it.
+            first: dict[str, tuple[int, Mapping[str, Any], bytes]] = {}
+            for request in requests:
+                table = (os.getpid(), address, group, request[1]["topic"])
+                if table not in _OFFSET_TABLES:
+                    first.setdefault(table[3], request)
+            rest = [r for r in requests if all(r is not f for f in first.values())]
+            for batch in (list(first.values()), rest):
+                for resp in self._broker(address, batch) if batch else ():
+                    if resp.code != rm.SUCCESS:
+                        raise self._failed(f"commit offsets of group {group!r}", resp)
+            _OFFSET_TABLES.update((os.getpid(), address, group, topic) for topic in first)
 
     def group_offsets(self, group: str, topic: str) -> dict[int, int]:
         """The offsets committed under ``group`` for each queue of ``topic`` (-1: none)."""
