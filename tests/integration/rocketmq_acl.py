@@ -17,11 +17,11 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sluice.clients.rocketmq import Credentials, RocketMQClient, RocketMQUnavailable
+from tests.conftest import wait_until
 
 RMQ_ROOT = Path(os.environ.get("RMQ_ROOT", "/tmp/rocketmq"))
 RELEASE = RMQ_ROOT / "rocketmq-all-4.9.4-bin-release"
@@ -209,20 +209,17 @@ def start(root: Path, timeout_s: float = 120.0) -> AclCluster:
         launch("namesrv", "128m", "org.apache.rocketmq.namesrv.NamesrvStartup")
         launch("broker", "256m", "org.apache.rocketmq.broker.BrokerStartup")
         probe = RocketMQClient(cluster.namesrv, timeout_s=2.0)
-        deadline = time.monotonic() + timeout_s
-        while True:
+
+        def registered() -> bool:
             for proc in cluster.processes:
                 if proc.poll() is not None:
                     raise RuntimeError(f"an ACL cluster JVM exited ({proc.returncode})")
             try:
-                info = probe.cluster_info()
-                if cluster.broker in str(info.get("brokerAddrTable")):
-                    break
+                return cluster.broker in str(probe.cluster_info().get("brokerAddrTable"))
             except RocketMQUnavailable:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the ACL broker did not register within {timeout_s}s")
-            time.sleep(0.25)
+                return False
+
+        wait_until(registered, timeout_s, "the ACL broker to register", every=0.25)
         for proc in cluster.processes:  # what up.sh checks too: loopback only
             bad = [a for a in _listening_ports(proc.pid) if not a.startswith("127.")]
             if bad:

@@ -62,7 +62,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from sluice.sdk import ConfigException, ConnectException, RetriableException
+from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
 
 # request codes
 GET_ROUTEINFO_BY_TOPIC = 105
@@ -813,6 +813,20 @@ class AclKeys(NamedTuple):
     enable: str = "aclEnable"
     access_key: str = "accessKey"
     secret_key: str = "secretKey"
+
+    @classmethod
+    def prefixed(cls, prefix: str) -> AclKeys:
+        """A connector's keys: ``<prefix>.acl.enable``, ``.access.key``, ``.secret.key``."""
+        return cls(f"{prefix}.acl.enable", f"{prefix}.access.key", f"{prefix}.secret.key")
+
+    def config_keys(self) -> tuple[ConfigKey, ...]:
+        """Their declarations for a connector's `ConfigDef`."""
+        when = f"{self.enable}=true"
+        return (
+            ConfigKey(self.enable, type="bool", default=False, doc="sign requests (broker ACL)"),
+            ConfigKey(self.access_key, default="", doc=f"ACL access key ({when})"),
+            ConfigKey(self.secret_key, default="", doc=f"ACL secret key ({when})"),
+        )
 
 
 class AclRefusal(NamedTuple):

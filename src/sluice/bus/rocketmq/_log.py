@@ -567,11 +567,13 @@ class RocketMQLog(ExternalLog):
             # a table and the last replaced the others, losing their queues. So the first commit
             # of each topic goes alone (one per topic at once is safe), the rest after it.
             first: dict[str, tuple[int, Mapping[str, Any], bytes]] = {}
+            rest = []
             for request in requests:
-                table = (os.getpid(), address, group, request[1]["topic"])
-                if table not in _OFFSET_TABLES:
-                    first.setdefault(table[3], request)
-            rest = [r for r in requests if all(r is not f for f in first.values())]
+                topic = request[1]["topic"]
+                if topic in first or (os.getpid(), address, group, topic) in _OFFSET_TABLES:
+                    rest.append(request)
+                else:
+                    first[topic] = request
             for batch in (list(first.values()), rest):
                 for resp in self._broker(address, batch) if batch else ():
                     if resp.code != rm.SUCCESS:

@@ -54,6 +54,7 @@ from sluice.sdk import (
     SinkTask,
 )
 
+ACL_KEYS = AclKeys.prefixed("target")
 CONFIG = ConfigDef(
     ConfigKey("target.namesrv", doc="name server(s) of the target cluster, host:port[;host:port]"),
     ConfigKey("connect.topicnames", type="list", doc="sluice topics to copy (, or ;)"),
@@ -61,11 +62,8 @@ CONFIG = ConfigDef(
     ConfigKey("target.queues", type="int", default=8, min=1, doc="queues of a created topic"),
     ConfigKey("target.producer.group", default="sluice-replicator", doc="producer group"),
     ConfigKey("target.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
-    ConfigKey("target.acl.enable", type="bool", default=False, doc="sign requests (broker ACL)"),
-    ConfigKey("target.access.key", default="", doc="ACL access key (target.acl.enable=true)"),
-    ConfigKey("target.secret.key", default="", doc="ACL secret key (target.acl.enable=true)"),
+    *ACL_KEYS.config_keys(),
 )
-ACL_KEYS = AclKeys("target.acl.enable", "target.access.key", "target.secret.key")
 _PROPERTY_SEPARATORS = ("\x01", "\x02")
 
 

@@ -56,16 +56,14 @@ from sluice.sdk import (
 
 TIMESTAMP_PROPERTY = "sluice.ts"
 
+ACL_KEYS = AclKeys.prefixed("source")
 CONFIG = ConfigDef(
     ConfigKey("source.namesrv", doc="name server(s) of the source cluster, host:port[;host:port]"),
     *TOPIC_KEYS,
     ConfigKey("source.group", default="sluice-replicator", doc="consumer group of the pulls"),
     ConfigKey("source.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
-    ConfigKey("source.acl.enable", type="bool", default=False, doc="sign requests (broker ACL)"),
-    ConfigKey("source.access.key", default="", doc="ACL access key (source.acl.enable=true)"),
-    ConfigKey("source.secret.key", default="", doc="ACL secret key (source.acl.enable=true)"),
+    *ACL_KEYS.config_keys(),
 )
-ACL_KEYS = AclKeys("source.acl.enable", "source.access.key", "source.secret.key")
 _ROWS = 8192  # rows per Arrow batch
 _TOPICS_TTL_S = 10.0
 
