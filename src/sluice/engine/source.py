@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import TaskContext
@@ -361,7 +362,9 @@ def _tolerant_topic_frames(
     if not refused:
         yield topic_frame_of(batch, encoded["key"], encoded["value"])
         return
-    good = pa.array([i not in refused for i in range(batch.num_rows)], pa.bool_())
+    keep = np.ones(batch.num_rows, bool)
+    keep[list(refused)] = False
+    good = pa.array(keep)
     yield topic_frame_of(
         batch.filter(good), encoded["key"].filter(good), encoded["value"].filter(good)
     )

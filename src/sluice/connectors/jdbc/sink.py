@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 # Columns the columnar path adds beside the record fields (NUL: no field name can clash).
 _DELETE, _TOPIC, _QUEUE, _OFFSET, _POS = "\0delete", "\0topic", "\0queue", "\0offset", "\0pos"
 _META = {_DELETE, _TOPIC, _QUEUE, _OFFSET, _POS}
-_UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE
+_UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE (see `_db._error_code`)
 
 #: Rows of one multi-row statement are also capped by their approximate size (MySQL's
 #: max_allowed_packet is 16 MiB by default).
@@ -798,6 +798,8 @@ class _Writer:
         are copied straight in. A row that appeared meanwhile raises a unique violation; the
         savepoint then undoes the COPY and the caller upserts as usual.
         """
+        from sluice.connectors.jdbc._db import _error_code
+
         span = _integer_span(rows)
         if span is None:
             return False
@@ -808,7 +810,7 @@ class _Writer:
         try:
             _copy(cursor, copy_in, rows)
         except Exception as exc:
-            if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
+            if _error_code(exc) != _UNIQUE_VIOLATION:
                 raise
             cursor.execute("ROLLBACK TO SAVEPOINT sluice_append", ())
             return False
