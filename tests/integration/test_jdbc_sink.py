@@ -447,3 +447,34 @@ def test_another_unique_index_still_fails_the_upsert_naming_the_table(pg: Db) ->
     with pytest.raises(ConnectException, match=r"writing to table 'people'.*people_name_key"):
         _write(pg, _people([(2, "ann", None)]), **UPSERT)
     assert _content(pg) == [(1, "ann", None)]
+
+
+def test_instants_reach_postgresql_exactly_whatever_their_arrow_zone(pg: Db) -> None:
+    # the COPY path writes zoned timestamps as zone-less UTC text plus "+00" (see _csv_ready)
+    pg.execute("CREATE TABLE times (id INT PRIMARY KEY, at TIMESTAMPTZ, wall TIMESTAMP)")
+    instants = [
+        datetime(1, 1, 1, tzinfo=UTC),
+        datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(1969, 12, 31, 23, 59, 59, 500000, tzinfo=UTC),
+        datetime(2024, 3, 31, 0, 59, 59, 999999, tzinfo=UTC),  # Paris: just before DST starts
+        datetime(2024, 3, 31, 1, 0, tzinfo=UTC),  # and when it starts
+        None,
+    ]
+    for zone in ("UTC", "Europe/Paris"):
+        type_ = pa.struct(
+            [
+                pa.field("id", pa.int32(), nullable=False),
+                pa.field("at", pa.timestamp("us", tz=zone)),
+                pa.field("wall", pa.timestamp("ms", tz=zone)),
+            ]
+        )
+        rows = [
+            {"id": i, "at": v, "wall": v and v.replace(microsecond=v.microsecond // 1000 * 1000)}
+            for i, v in enumerate(instants)
+        ]
+        pg.execute("DELETE FROM times")
+        _write(pg, pa.array(rows, type_), topic="times", **UPSERT)
+        got = pg.rows("SELECT id, at, wall FROM times ORDER BY id")
+        assert [(i, at) for i, at, _ in got] == list(enumerate(instants)), zone
+        walls = [None if w is None else w.replace(tzinfo=UTC) for _, _, w in got]
+        assert walls == [r["wall"] for r in rows], zone

@@ -430,10 +430,22 @@ def test_dates_in_positions() -> None:
 def test_columnar_helpers() -> None:
     from sluice.connectors.jdbc.sink import _arrow_times, _csv_ready, _last_per_key
 
-    data = pa.table({"k": [1, 2, 1, 3, 2], "_pos": list(range(5))}).rename_columns(["k", "\0pos"])
-    assert _last_per_key(data, ["k"]).to_pylist() == [2, 3, 4]
-    odd = pa.table({"k": pa.array([[1], [2], [1]]), "\0pos": [0, 1, 2]})  # lists: no hash kernel
-    assert _last_per_key(odd, ["k"]).to_pylist() == [1, 2]
+    def last(keys: pa.Array, *more: pa.Array) -> list[int] | None:
+        data = pa.table([keys, *more], names=[f"k{i}" for i in range(1 + len(more))])
+        found = _last_per_key(data, data.column_names)
+        return None if found is None else found.to_pylist()
+
+    assert last(pa.array([1, 2, 1, 3, 2])) == [2, 3, 4]  # one integer key: numpy
+    assert last(pa.array([5, 5, 5], pa.int8())) == [2]
+    assert last(pa.array([-3, 0, 7])) is None  # in key order: no repeat, nothing to take
+    assert last(pa.array([7, 0, -3])) is None  # no repeat, any order
+    assert last(pa.array([1, None, 1, None])) == [2, 3]  # nulls: Arrow's group-by
+    assert last(pa.array(["a", "b", "a"])) == [1, 2]
+    assert last(pa.array(["a", "b"])) is None
+    assert last(pa.array([1, 1, 2]), pa.array(["x", "y", "x"])) is None  # two key columns
+    assert last(pa.array([1, 1, 1]), pa.array(["x", "y", "x"])) == [1, 2]
+    assert last(pa.array([[1], [2], [1]])) == [1, 2]  # lists: no hash kernel, Python
+    assert last(pa.array([[1], [2]])) is None
     times = _arrow_times(pa.table({"t": pa.array([0, 86_399_999, None], pa.int32())}), [0])
     assert times.column(0).to_pylist() == [time(0), time(23, 59, 59, 999000), None]
     with pytest.raises(ConnectException, match=r"86400000 ms is not a time of day"):

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -518,7 +519,7 @@ _OFFSETS_CACHE: dict[str, pa.Array] = {}
 def _arange(n: int) -> pa.Array:
     cached = _OFFSETS_CACHE.get("a")
     if cached is None or len(cached) < n:
-        cached = pa.array(range(max(n, 1 << 20)), pa.int64())
+        cached = pa.array(np.arange(max(n, 1 << 20), dtype=np.int64))
         _OFFSETS_CACHE["a"] = cached
     return cached.slice(0, n)
 

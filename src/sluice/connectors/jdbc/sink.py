@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -689,9 +690,9 @@ class _Writer:
                     start = i
             return
         # upsert / update: the last record per key wins
-        data = data.append_column(_POS, pa.array(range(data.num_rows), pa.int64()))
-        if pk:
-            data = data.take(_last_per_key(data, pk))
+        last = _last_per_key(data, pk) if pk else None
+        if last is not None:
+            data = data.take(last)
         deleted = data.column(_DELETE)
         if _count(deleted):
             self._emit(conn, table, columns, "delete", data.filter(deleted).select(pk), len(pk))
@@ -937,9 +938,17 @@ def _integer_span(rows: list | pa.Table) -> tuple[int, int] | None:
 
 
 def _csv_ready(data: pa.Table) -> pa.Table:
-    """`data` with what CSV cannot carry for PostgreSQL made text: bytes as `\\x…` hex."""
+    """`data` with what CSV cannot carry for PostgreSQL made text: bytes as `\\x…` hex, instants
+    as UTC text with an explicit `+00`."""
     for i, f in enumerate(data.schema):
-        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+            # Arrow's own text for zoned timestamps costs ~1 µs a value (a zone lookup each): three
+            # quarters of the whole CSV write. Arrow keeps instants in UTC, so the zone-less text
+            # of the same values plus "+00" is the same instant at a fifteenth of the cost.
+            naive = data.column(i).cast(pa.timestamp(f.type.unit))
+            utc = pc.binary_join_element_wise(naive.cast(pa.string()), "+00", "")
+            data = data.set_column(i, f.name, utc)
+        elif pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
             values = data.column(i).to_pylist()
             hexed = pa.array([None if v is None else "\\x" + v.hex() for v in values], pa.string())
             data = data.set_column(i, f.name, hexed)
@@ -948,12 +957,16 @@ def _csv_ready(data: pa.Table) -> pa.Table:
     return data
 
 
-def _last_per_key(data: pa.Table, pk: list[str]) -> pa.Array:
-    """Row indices (ascending) of the last row of each key (`_POS` numbers the rows)."""
+def _last_per_key(data: pa.Table, pk: list[str]) -> pa.Array | None:
+    """Row indices (ascending) of the last row of each key; None when no key repeats."""
+    if len(pk) == 1:
+        column = data.column(pk[0])
+        if pa.types.is_integer(column.type) and not column.null_count:
+            return _last_per_integer(column.to_numpy())
     try:
-        last = data.group_by(pk, use_threads=False).aggregate([(_POS, "max")])
+        numbered = data.append_column(_POS, pa.array(np.arange(data.num_rows, dtype=np.int64)))
+        last = numbered.group_by(pk, use_threads=False).aggregate([(_POS, "max")])
         positions = last.column(f"{_POS}_max").combine_chunks()
-        return pc.take(positions, pc.sort_indices(positions))
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         # key types Arrow cannot group by: do it in Python
         columns = [data.column(k).to_pylist() for k in pk]
@@ -962,7 +975,26 @@ def _last_per_key(data: pa.Table, pk: list[str]) -> pa.Array:
             for key in zip(*columns, strict=True)
         ]
         latest = {key: i for i, key in enumerate(keys)}
-        return pa.array(sorted(latest.values()), pa.int64())
+        return None if len(latest) == len(keys) else pa.array(sorted(latest.values()), pa.int64())
+    if len(positions) == data.num_rows:
+        return None
+    return pc.take(positions, pc.sort_indices(positions))
+
+
+def _last_per_integer(keys: np.ndarray) -> pa.Array | None:
+    """`_last_per_key` for one integer key column, in numpy: a first load or an incrementing
+    table arrives in key order, which one comparison pass proves free of repeats; otherwise a
+    stable sort keeps each key's rows in arrival order, so the last of each run wins."""
+    if len(keys) < 2 or bool(np.all(keys[1:] > keys[:-1])):
+        return None
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    last = np.empty(len(keys), dtype=bool)
+    last[-1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+    if bool(last.all()):
+        return None
+    return pa.array(np.sort(order[last]))
 
 
 def _arrow_times(data: pa.Table, positions: list[int]) -> pa.Table:
