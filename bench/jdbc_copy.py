@@ -246,11 +246,18 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
         encoded = timed(
             f"{converter} encode", lambda: [encoder.arrow(b.column("value")) for b in batches]
         )
-        decoded = timed(
+        timed(
             f"{converter} decode",
             lambda: [decoder.arrow(e).values.cast(spark_arrow_type(schema)) for e in encoded],
         )
-    for mode in ("insert", "upsert"):
+    from sluice.connectors.jdbc import sink as sink_module
+
+    real_submit = sink_module._EarlyWrites.submit
+
+    def at_flush_only(self: Any, table: Any, piece: Any) -> None:
+        self.abandon()
+
+    for mode, early in (("insert", True), ("upsert", True), ("upsert", False)):
         fresh_target("dst_stage")
         config = {
             "connection.url": f"jdbc:postgresql://127.0.0.1:5432/test?currentSchema={NS}",
@@ -269,35 +276,36 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
 
         def write(task: Any = task) -> None:
             first = 0
-            for value in decoded:
-                n = len(value)
-                task.put_batch(
-                    pa.RecordBatch.from_arrays(
-                        [
-                            pa.array(["t"] * n, pa.string()),
-                            pa.array([0] * n, pa.int32()),
-                            pa.array(range(first, first + n), pa.int64()),
-                            pa.nulls(n, pa.binary()),
-                            value,
-                            pa.nulls(n, pa.timestamp("us", tz="UTC")),
-                            pa.nulls(n, pa.string()),
-                        ],
-                        names=[
-                            "topic",
-                            "queue_id",
-                            "queue_offset",
-                            "key",
-                            "value",
-                            "timestamp",
-                            "headers",
-                        ],
-                    )
-                )
-                first += n
+            for piece in encoded:  # decoded piece by piece, as a sink task reads its topic
+                value = decoder.arrow(piece).values.cast(spark_arrow_type(schema))
+                task.put_batch(_sink_frame(value, first))
+                first += len(value)
             task.flush(BatchId("r", 1))
 
-        timed(f"PostgreSQL sink {mode} (COPY)", write)
+        sink_module._EarlyWrites.submit = real_submit if early else at_flush_only
+        try:
+            when = "while decoding" if early else "at flush only"
+            timed(f"decode + PostgreSQL sink {mode} (COPY), written {when}", write)
+        finally:
+            sink_module._EarlyWrites.submit = real_submit
     return out
+
+
+def _sink_frame(value: pa.Array, first: int) -> pa.RecordBatch:
+    """`value` as the rows a sink task gets from topic "t" (queue 0, offsets from `first`)."""
+    n = len(value)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array(["t"] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first, first + n), pa.int64()),
+            pa.nulls(n, pa.binary()),
+            value,
+            pa.nulls(n, pa.timestamp("us", tz="UTC")),
+            pa.nulls(n, pa.string()),
+        ],
+        names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
+    )
 
 
 def main() -> None:

@@ -478,3 +478,80 @@ def test_instants_reach_postgresql_exactly_whatever_their_arrow_zone(pg: Db) -> 
         assert [(i, at) for i, at, _ in got] == list(enumerate(instants)), zone
         walls = [None if w is None else w.replace(tzinfo=UTC) for _, _, w in got]
         assert walls == [r["wall"] for r in rows], zone
+
+
+@pytest.fixture
+def early_on_every_piece(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sluice.connectors.jdbc import sink as sink_module
+
+    monkeypatch.setattr(sink_module._EarlyWrites, "min_rows", 1)
+
+
+def test_batches_are_written_as_they_arrive_with_the_effect_of_one_write(
+    pg: Db, early_on_every_piece: None
+) -> None:
+    _table(pg)
+    _write(pg, _people([(1, "one", None), (5, "five", None)]))
+    task = sink_task(
+        pg.config(
+            insert__mode="upsert", pk__mode="record_key", pk__fields="id", delete__enabled="true"
+        )
+    )
+    pieces = [
+        ([2, 3, 4], [(0, "two", None), (0, "three", None), (0, "four", None)]),
+        ([3, 5, 1], [(0, "three again", None), None, (0, "one again", None)]),  # 5 deleted
+        ([4, 6, 3], [None, (0, "six", Decimal("6")), (0, "three at last", None)]),
+    ]
+    first = 0
+    for keys, rows in pieces:
+        values = pa.array([None if r is None else dict(zip(PEOPLE.names, r)) for r in rows], PEOPLE)
+        task.put_batch(sink_frame(values, "people", key=pa.array(keys, pa.int64()), first=first))
+        first += len(keys)
+    assert _content(pg) == [(1, "one", None), (5, "five", None)]  # nothing before flush
+    result = task.flush(BatchId("run", 1))
+    assert result["early"] is True
+    assert _content(pg) == [
+        (1, "one again", None),
+        (2, "two", None),
+        (3, "three at last", None),
+        (6, "six", Decimal("6.00")),
+    ]
+
+
+def test_writing_early_steps_aside_for_a_new_column(pg: Db, early_on_every_piece: None) -> None:
+    _table(pg)
+    task = sink_task(pg.config(auto__evolve="true", **UPSERT))
+    task.put_batch(sink_frame(_people([(1, "one", None)]), "people"))
+    wider = pa.struct([*PEOPLE, pa.field("city", pa.string())])
+    row = {"id": 2, "name": "two", "score": None, "city": "Kyiv"}
+    task.put_batch(sink_frame(pa.array([row], wider), "people", first=1))
+    result = task.flush(BatchId("run", 1))
+    assert result["early"] is False
+    assert _content(pg) == [(1, "one", None, None), (2, "two", None, "Kyiv")]
+
+
+def test_writing_early_steps_aside_on_an_error_and_flush_names_it(
+    pg: Db, early_on_every_piece: None
+) -> None:
+    _table(pg)
+    pg.execute("INSERT INTO people VALUES (2, 'old', NULL)")
+    task = sink_task(pg.config(insert__mode="insert"))
+    task.put_batch(sink_frame(_people([(1, "one", None)]), "people"))
+    task.put_batch(sink_frame(_people([(2, "two", None)]), "people", first=1))
+    with pytest.raises(ConnectException, match=r"writing to table 'people'.*people_pkey"):
+        task.flush(BatchId("run", 1))
+    assert _content(pg) == [(2, "old", None)]  # row 1, written early, was rolled back
+
+
+def test_a_task_stopped_before_flush_leaves_nothing_behind(
+    pg: Db, early_on_every_piece: None
+) -> None:
+    _table(pg)
+    task = sink_task(pg.config(insert__mode="insert"))
+    task.put_batch(sink_frame(_people([(1, "one", None), (2, "two", None)]), "people"))
+    task.stop()
+    assert _content(pg) == []
+    # rolled back, not left open: the same keys are free at once (an open transaction would
+    # hold them, and this insert would wait for it; lock_timeout turns that into an error)
+    pg.execute("SET lock_timeout = '2s'; INSERT INTO people VALUES (1, 'x', NULL), (2, 'y', NULL)")
+    assert _write(pg, _people([(3, "three", None)]), insert__mode="insert")["early"] is True

@@ -30,6 +30,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import queue
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -105,7 +107,11 @@ def _parse_json(raw: Any, what: str) -> Any:
 
 
 class JdbcSinkTask(SinkTask):
-    """Buffers its share of a micro-batch, then writes it in one transaction at `flush`."""
+    """Buffers its share of a micro-batch, then writes it in one transaction at `flush`.
+
+    Into PostgreSQL, Arrow batches are also written as they arrive, by `_EarlyWrites`, in a
+    transaction that `flush` commits; the buffer is kept for the cases it steps aside.
+    """
 
     def start(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database
@@ -115,6 +121,7 @@ class JdbcSinkTask(SinkTask):
         self._tables: dict[TableName, _Table] = {}
         self._count = 0
         self._format_cache: dict[str, TableName] = {}
+        self._early: _EarlyWrites | None = None
 
     # -- collecting ---------------------------------------------------------------------------
     def _table(self, topic: str | None) -> _Table:
@@ -258,6 +265,10 @@ class JdbcSinkTask(SinkTask):
             for name, f in types.items():
                 table.types.setdefault(name, f)
             table.where.add(_where(t, None, None))
+            if self.db.dialect.name == "postgresql" and not table.ops:
+                if self._early is None:
+                    self._early = _EarlyWrites(self.db, self.settings)
+                self._early.submit(table, part)
         self._count += n
 
     def _decode(
@@ -305,6 +316,8 @@ class JdbcSinkTask(SinkTask):
         self, table: _Table, value: Any, key: Any, where: str, types: dict[str, pa.Field]
     ) -> None:
         s = self.settings
+        if self._early is not None:
+            self._early.abandon()  # the per-record path is written at flush, in order
         table.where.add(where.rsplit(" offset ", 1)[0])
         if types and not table.types:
             table.types = dict(types)
@@ -364,18 +377,26 @@ class JdbcSinkTask(SinkTask):
             if table.ops and table.segments:
                 _segments_to_ops(table)  # a table fed both ways: one (per-record) path
         rows = sum(len(t.ops) + sum(seg.num_rows for seg in t.segments) for t in tables)
-        writer = _Writer(self.db, self.settings)
         started = time.monotonic()
-        _with_retries(self.settings, lambda: writer.write(tables), f"writing {rows} records")
+        early, self._early = self._early, None
+        if early is not None and early.finish():
+            writer = early.writer
+        else:
+            writer = _Writer(self.db, self.settings)
+            _with_retries(self.settings, lambda: writer.write(tables), f"writing {rows} records")
         self._tables.clear()
         return {
             "rows": rows,
+            "early": early is not None and writer is early.writer,
             "appended": writer.appended,
             "tables": [str(t.name) for t in tables],
             "seconds": round(time.monotonic() - started, 3),
         }
 
     def stop(self) -> None:
+        if self._early is not None:
+            self._early.abandon()
+            self._early = None
         self._tables = {}
 
 
@@ -492,6 +513,111 @@ def _transient(settings: SinkSettings, exc: BaseException) -> bool:
     from sluice.connectors.jdbc._dialect import dialect_for
 
     return dialect_for(settings.connection.dialect).is_transient(exc)
+
+
+class _EarlyWrites:
+    """Writes a task's Arrow batches to PostgreSQL while the task is still reading the next.
+
+    A sink task receives its share of a micro-batch in pieces (`put_batch`), each read from the
+    topic and decoded in turn. Written only at `flush`, PostgreSQL waits while the task decodes
+    and the task waits while PostgreSQL ingests. Here a thread writes each piece as it arrives,
+    in order (at least `min_rows` rows at a time), in one transaction that `flush` commits
+    (`finish`), so both work at once. Writing the pieces one after the other in one transaction
+    has the effect of writing them together: the last record per key still wins, because a later
+    piece's upsert finds the earlier one's rows.
+
+    It steps aside — rolls back and leaves everything to `_Writer.write` at `flush`, with its
+    retries and error messages — on the per-record path, a field the table does not have yet
+    (adding a column would wait on this very transaction), or any error.
+    """
+
+    _DONE, _ABORT = object(), object()
+    #: pieces are written once a table has this many rows waiting: a topic read in small chunks
+    #: must not cost a COPY (and a key probe) per chunk
+    min_rows = 50_000
+
+    def __init__(self, db: Any, settings: SinkSettings) -> None:
+        self.db = db
+        self.writer = _Writer(db, settings)
+        self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._failed = False
+        self._committed = False
+        # the thread's own: each table's prepared columns, and pieces not yet written
+        self._tables: dict[TableName, tuple[_Table, dict[str, str]]] = {}
+        self._pending: dict[TableName, list[pa.Table]] = {}
+
+    def submit(self, table: _Table, piece: pa.Table) -> None:
+        if self._failed:
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="sluice-jdbc-early", daemon=True)
+            self._thread.start()
+        self._pieces.put((table.name, table.pk, dict(table.types), piece))
+
+    def finish(self) -> bool:
+        """Commit what was written: True if that is everything submitted."""
+        if self._thread is None or self._failed:
+            self.abandon()
+            return False
+        self._pieces.put(self._DONE)
+        self._thread.join()
+        return self._committed
+
+    def abandon(self) -> None:
+        """Roll back and step aside."""
+        self._failed = True
+        if self._thread is not None and self._thread.is_alive():
+            self._pieces.put(self._ABORT)
+            self._thread.join()
+
+    def _run(self) -> None:
+        # Any exception ends the thread with `_failed` set: `finish` and `abandon` then find it
+        # dead, and `submit` stops queueing.
+        try:
+            with self.db.connect(attempts=1) as conn:
+                conn.commit()
+                trans = conn.begin()
+                try:
+                    self._write_until_done(conn)
+                    trans.commit()
+                    self._committed = True
+                finally:
+                    if not self._committed:
+                        with contextlib.suppress(Exception):  # the connection may be gone
+                            trans.rollback()
+        except Exception as exc:
+            log.debug("writing early stepped aside: %s", exc)
+            self._failed = True
+
+    def _write_until_done(self, conn: Any) -> None:
+        while (item := self._pieces.get()) is not self._DONE:
+            if item is self._ABORT:
+                raise ConnectException("abandoned")
+            self._collect(conn, *item)
+        for name in list(self._pending):
+            self._write(conn, name)
+
+    def _collect(
+        self, conn: Any, name: TableName, pk: list[str], types: dict[str, pa.Field], piece: pa.Table
+    ) -> None:
+        if name not in self._tables:
+            table = _Table(name, segments=[piece], pk=pk, types=types)
+            with self.db.connect(attempts=1) as ddl:  # committed on its own, as in `write`
+                self._tables[name] = (table, self.writer._prepare(ddl, table))
+                ddl.commit()
+        columns = self._tables[name][1]
+        if any(c not in columns for c in piece.column_names if c not in _META):
+            raise ConnectException(f"table {str(name)!r} needs new columns: written at flush")
+        pending = self._pending.setdefault(name, [])
+        pending.append(piece)
+        if sum(p.num_rows for p in pending) >= self.min_rows:
+            self._write(conn, name)
+
+    def _write(self, conn: Any, name: TableName) -> None:
+        table, columns = self._tables[name]
+        table.segments = self._pending.pop(name)
+        self.writer._write_columnar(conn, table, columns)
 
 
 class _Writer:
