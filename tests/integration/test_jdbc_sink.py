@@ -504,7 +504,10 @@ def test_batches_are_written_as_they_arrive_with_the_effect_of_one_write(
     ]
     first = 0
     for keys, rows in pieces:
-        values = pa.array([None if r is None else dict(zip(PEOPLE.names, r)) for r in rows], PEOPLE)
+        values = pa.array(
+            [None if r is None else dict(zip(PEOPLE.names, r, strict=True)) for r in rows],
+            PEOPLE,
+        )
         task.put_batch(sink_frame(values, "people", key=pa.array(keys, pa.int64()), first=first))
         first += len(keys)
     assert _content(pg) == [(1, "one", None), (5, "five", None)]  # nothing before flush
