@@ -204,6 +204,7 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
     from sluice.engine.converters import spark_arrow_type
     from sluice.sdk import BatchId, ReadLimit, SinkTaskContext
     from sluice.store.schemas import SqliteSchemaRegistry
+    from sluice.testing import sink_frame
 
     out: list[tuple[str, float, str]] = []
 
@@ -278,7 +279,7 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
             first = 0
             for piece in encoded:  # decoded piece by piece, as a sink task reads its topic
                 value = decoder.arrow(piece).values.cast(spark_arrow_type(schema))
-                task.put_batch(_sink_frame(value, first))
+                task.put_batch(sink_frame(value, "t", first=first))
                 first += len(value)
             task.flush(BatchId("r", 1))
 
@@ -289,23 +290,6 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
         finally:
             sink_module._EarlyWrites.submit = real_submit
     return out
-
-
-def _sink_frame(value: pa.Array, first: int) -> pa.RecordBatch:
-    """`value` as the rows a sink task gets from topic "t" (queue 0, offsets from `first`)."""
-    n = len(value)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(["t"] * n, pa.string()),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(first, first + n), pa.int64()),
-            pa.nulls(n, pa.binary()),
-            value,
-            pa.nulls(n, pa.timestamp("us", tz="UTC")),
-            pa.nulls(n, pa.string()),
-        ],
-        names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
-    )
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 PG_HOST = os.environ.get("SLUICE_TEST_PG", "127.0.0.1:5432")
@@ -147,23 +146,6 @@ def _namespace(dialect: str) -> Iterator[Db]:
 
 
 # -- driving connectors without Spark -------------------------------------------------------------
-def sink_frame(value: pa.Array, topic: str, *, key: pa.Array | None = None, first: int = 0):
-    """A sink-frame batch (what a sink task receives) carrying `value` records of `topic`."""
-    n = len(value)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([topic] * n, pa.string()),
-            pa.array([0] * n, pa.int32()),
-            pa.array(range(first, first + n), pa.int64()),
-            key if key is not None else pa.nulls(n, pa.binary()),
-            value,
-            pa.nulls(n, pa.timestamp("us", tz="UTC")),
-            pa.nulls(n, pa.string()),
-        ],
-        names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
-    )
-
-
 def source_task(config: dict[str, str], max_tasks: int = 1) -> list[Any]:
     """Plan a JDBC source like the runtime does and start its tasks (driver side)."""
     from sluice.connectors.jdbc import JdbcSourceConnector, JdbcSourceTask

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from sluice.sdk import BatchId, ConfigException, ConnectException, ConnectRecord
+from sluice.testing import sink_frame
 from tests.integration import jdbc_db
-from tests.integration.jdbc_db import Db, sink_frame, sink_task
+from tests.integration.jdbc_db import Db, sink_task
 
 db, my, pg = jdbc_db.db, jdbc_db.my, jdbc_db.pg  # fixtures
 

@@ -3,7 +3,8 @@
 `DirectoryQueueSource` is a poll-only source over a folder of message files (a stand-in for a
 pop-style queue: a message is "acknowledged" by deleting its file), so the at-least-once path runs
 across Spark's processes. `JsonLinesSink` appends every record it receives as one JSON line with its
-topic, queue and offset: handy to check what reached a sink.
+topic, queue and offset: handy to check what reached a sink. `sink_frame` builds the rows a sink
+task's `put_batch` receives, for driving a task directly.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+
+import pyarrow as pa
 
 from sluice.sdk import (
     ConfigDef,
@@ -21,6 +24,27 @@ from sluice.sdk import (
     SourceConnector,
     SourceTask,
 )
+
+
+def sink_frame(
+    value: pa.Array, topic: str, *, key: pa.Array | None = None, first: int = 0
+) -> pa.RecordBatch:
+    """A sink-frame batch (what a sink task receives) carrying `value` records of `topic`, in
+    queue 0 from offset `first`."""
+    n = len(value)
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([topic] * n, pa.string()),
+            pa.array([0] * n, pa.int32()),
+            pa.array(range(first, first + n), pa.int64()),
+            key if key is not None else pa.nulls(n, pa.binary()),
+            value,
+            pa.nulls(n, pa.timestamp("us", tz="UTC")),
+            pa.nulls(n, pa.string()),
+        ],
+        names=["topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers"],
+    )
+
 
 _QUEUE_CONFIG = ConfigDef(
     ConfigKey("queue.dir", doc="folder whose *.msg files are the messages"),

@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 # Columns the columnar path adds beside the record fields (NUL: no field name can clash).
 _DELETE, _TOPIC, _QUEUE, _OFFSET, _POS = "\0delete", "\0topic", "\0queue", "\0offset", "\0pos"
-_META = {_DELETE, _TOPIC, _QUEUE, _OFFSET, _POS}
+_META = {_DELETE, _TOPIC, _QUEUE, _OFFSET}
 _UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE (see `_db._error_code`)
 
 #: Rows of one multi-row statement are also capped by their approximate size (MySQL's
@@ -265,7 +265,7 @@ class JdbcSinkTask(SinkTask):
             for name, f in types.items():
                 table.types.setdefault(name, f)
             table.where.add(_where(t, None, None))
-            if self.db.dialect.name == "postgresql" and not table.ops:
+            if self.db.dialect.name == "postgresql":  # `_add` turns it off for the per-record path
                 if self._early is None:
                     self._early = _EarlyWrites(self.db, self.settings)
                 self._early.submit(table, part)
