@@ -74,7 +74,12 @@ def typed_row(i: int) -> dict[str, Any]:
         "name": f"naïve 😀 {i}",
         "price": Decimal(f"{'-' if i % 2 else ''}1234567890123456789012345678.{i:010d}"),
         "day": date(1970, 1, 1).fromordinal(date(2020, 1, 1).toordinal() + i),
-        "at": time(i % 24, i % 60, i % 60, (i % 1000) * 1000),
+        # microseconds, sub-millisecond digits included (23:59:59.999999 for i = 22)
+        "at": (
+            time(23, 59, 59, 999_999)
+            if i == 22
+            else time(i % 24, i % 60, i % 60, (i * 1001) % 1_000_000)
+        ),
         "ts": datetime(2024, 2, 29, 12, 0, 0, i % 1_000_000, tzinfo=UTC),
         "blob": bytes([i % 256, 0, 255]),
         "tags": [f"t{i}", None, "é"],
@@ -169,3 +174,69 @@ def read_dir(folder: str) -> pa.Table | None:
     if not tables:
         return None
     return pa.concat_tables(tables, promote_options="permissive").sort_by("queue_offset")
+
+
+# -- a source whose partitions differ in shape ---------------------------------------------------
+PERSON = Schema.struct(
+    ("id", Schema.of(FieldType.INT64, optional=False)),
+    ("name", Schema.string()),
+)
+ORDER = Schema.struct(
+    ("id", Schema.of(FieldType.INT64, optional=False)),
+    ("amount", Schema.decimal(10, 2)),
+    ("at", Schema.timestamp()),
+)
+SHAPES = {"people": PERSON, "orders": ORDER}
+
+
+def shaped_row(shape: str, i: int) -> dict[str, Any]:
+    """Record `i` of partition `shape`."""
+    if shape == "people":
+        return {"id": i, "name": f"person {i} ☃"}
+    return {
+        "id": i,
+        "amount": Decimal(f"{i}.{i % 100:02d}"),
+        "at": datetime(2024, 1, 1, 0, 0, i % 60, i, tzinfo=UTC),
+    }
+
+
+_SHAPED = ConfigDef(
+    ConfigKey("count", type="int", default=10),
+    ConfigKey("topic.prefix", default="shaped-"),
+    ConfigKey("connect.topicname", default=""),
+    ConfigKey("stray", type="bool", default=False, doc="own a partition no schema lists"),
+)
+
+
+class ShapedTask(TypedTask):
+    """`count` records in each of the partitions `people` and `orders`, each to its own topic."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        keys = _SHAPED.parse(config)
+        self.count, self.prefix, self.stray = keys["count"], keys["topic.prefix"], keys["stray"]
+
+    def partitions(self) -> list[RecordPartition]:
+        return [{"shape": s} for s in (*SHAPES, *(["stray"] if self.stray else []))]
+
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterable[ConnectRecord]:
+        shape = partition["shape"]
+        for i in range(start["next"] if start else 0, end["next"]):
+            yield ConnectRecord(
+                value=shaped_row(shape, i), topic=self.prefix + shape, offset={"next": i + 1}
+            )
+
+
+class ShapedSource(SourceConnector):
+    """Two partitions of different value schemas (`PERSON`, `ORDER`), like two tables."""
+
+    config_def = _SHAPED
+    task_class = ShapedTask
+    delivery = "exactly-once"
+
+    def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
+        return [({"shape": s}, schema) for s, schema in SHAPES.items()]
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.config)]

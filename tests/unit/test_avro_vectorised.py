@@ -60,7 +60,7 @@ def leaf_values(s: Schema) -> st.SearchStrategy[Any]:
         if name == "Date":
             return edges(-(2**31), 2**31 - 1, DAY_0001_01_01, DAY_9999_12_31)
         if name == "Time":
-            return edges(0, 86_399_999)
+            return edges(0, 86_399_999_999, 45_296_000_001)
         if name == "Timestamp":
             return edges(*INT64, DAY_0001_01_01 * 86_400_000_000, 253_402_300_799_999_999)
         bound = 10**s.precision - 1

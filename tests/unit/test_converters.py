@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
+from datetime import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +43,8 @@ INT_RANGES = {
     FieldType.INT32: (-(2**31), 2**31 - 1),
     FieldType.INT64: (-(2**63), 2**63 - 1),
 }
+#: Microseconds since midnight: 00:00:00, 00:00:00.000001, 12:34:56.000001, 23:59:59.999999.
+TIME_EDGES = [0, 1, 45_296_000_001, 86_399_999_999]
 # Text without lone surrogates (Arrow strings are UTF-8), emoji included.
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
     ["😀👍🏽", "naïve", "", '"quoted" \\ back', "line\nbreak", "\x00nul"]
@@ -98,7 +102,7 @@ def values(schema: Schema, *, top: bool = False) -> st.SearchStrategy[Any]:
         if s.logical.value == "Date":
             base = st.integers(-(2**31), 2**31 - 1)
         elif s.logical.value == "Time":
-            base = st.integers(0, 86_399_999)
+            base = st.integers(0, 86_399_999_999) | st.sampled_from(TIME_EDGES)
         elif s.logical.value == "Timestamp":
             # The JSON form carries epoch milliseconds: ±292,471 years (Spark's own bounds).
             base = st.integers(-MAX_MILLIS * 1000, MAX_MILLIS * 1000)
@@ -149,11 +153,12 @@ def normal(value: Any) -> Any:
 
 
 def millis(schema: Schema, value: Any) -> Any:
-    """What the JSON form keeps of a physical value: timestamps floored to milliseconds."""
+    """What the JSON form keeps of a physical value: times and timestamps floored to
+    milliseconds."""
     if value is None:
         return None
     s = schema
-    if s.logical is not None and s.logical.value == "Timestamp":
+    if s.logical is not None and s.logical.value in ("Time", "Timestamp"):
         return (value // 1000) * 1000
     if s.type is FieldType.STRUCT:
         return {f.name: millis(f.schema, value[f.name]) for f in s.fields}
@@ -292,7 +297,7 @@ def test_json_writes_kafka_connect_shapes() -> None:
     row = {
         "price": decimal_of(-12345, 2),
         "day": 1,
-        "at": 1000,
+        "at": 86_399_999_999,  # 23:59:59.999999
         "ts": 1_500_999,
         "blob": b"\x01\x02",
         "ids": [(7, "seven")],
@@ -304,7 +309,7 @@ def test_json_writes_kafka_connect_shapes() -> None:
     assert doc["payload"] == {
         "price": "z8c=",  # -12345 as two's complement bytes 0xCF 0xC7, like BigInteger
         "day": 1,
-        "at": 1000,
+        "at": 86_399_999,  # Kafka's int32 milliseconds, rounded down
         "ts": 1500,
         "blob": "AQI=",
         "ids": [[7, "seven"]],
@@ -316,6 +321,13 @@ def test_json_writes_kafka_connect_shapes() -> None:
     assert fields["price"]["name"] == "org.apache.kafka.connect.data.Decimal"
     assert fields["price"]["parameters"]["scale"] == "2"
     assert fields["day"]["name"] == "org.apache.kafka.connect.data.Date"
+    assert fields["at"] == {  # as Kafka writes a Time: int32 (of milliseconds)
+        "field": "at",
+        "name": "org.apache.kafka.connect.data.Time",
+        "optional": True,
+        "type": "int32",
+        "version": 1,
+    }
     assert fields["ts"] == {
         "field": "ts",
         "name": "org.apache.kafka.connect.data.Timestamp",
@@ -329,6 +341,74 @@ def test_json_writes_kafka_connect_shapes() -> None:
     )
     raw = numeric.encoder(schema).arrow(from_physical([row], schema))[0].as_py()
     assert raw.startswith(b'{"price":-123.45,"day":1,')
+
+
+TIMES = Schema.struct(("t", Schema.time()))
+#: 00:00:00, 23:59:59.999999, 12:34:56.000001, 00:00:00.000001, null
+TIME_ROWS = [{"t": v} for v in (0, 86_399_999_999, 45_296_000_001, 1, None)]
+
+
+def test_avro_carries_microsecond_times_exactly(registry: SqliteSchemaRegistry) -> None:
+    converter = _converter("AvroConverter", registry)
+    array = from_physical(TIME_ROWS, TIMES)
+    assert array.type == pa.struct([("t", pa.time64("us"))])
+    for encoder in (converter.encoder(TIMES), converter.encoder(Schema.time())):
+        # flat schemas are written with numpy, others with fastavro: check both
+        assert encoder.arrow_mode == "vectorised"
+    nested = Schema.struct(("l", Schema.array(Schema.time())))
+    for schema, values in ((TIMES, array), (nested, from_physical([{"l": [0, 1]}], nested))):
+        topic = converter.encoder(schema).arrow(values)
+        result = converter.decoder(schema).arrow(topic)
+        assert result.errors is None
+        assert result.values.to_pylist() == values.to_pylist()
+    assert array.to_pylist() == [
+        {"t": time(0)},
+        {"t": time(23, 59, 59, 999_999)},
+        {"t": time(12, 34, 56, 1)},
+        {"t": time(0, 0, 0, 1)},
+        {"t": None},
+    ]
+    # a `long` on the wire (after the union branch 1 of ["null", long])
+    raw = converter.encoder(TIMES).arrow(array)[1].as_py()
+    assert raw[5:] == b"\x02\xfe\xff\xba\xdd\x83\x05"
+
+
+def test_avro_refuses_a_time_outside_a_day(registry: SqliteSchemaRegistry) -> None:
+    converter = _converter("AvroConverter", registry)
+    schema = Schema.struct(("t", Schema.time(optional=False)))
+    topic = converter.encoder(schema).arrow(from_physical([{"t": 0}], schema))[0].as_py()
+    for micros in (86_400_000_000, -1):
+        zigzag = (micros << 1) ^ (micros >> 63)
+        varint = bytearray()
+        while zigzag >= 0x80:
+            varint.append(zigzag & 0x7F | 0x80)
+            zigzag >>= 7
+        varint.append(zigzag)
+        result = converter.decoder(schema).arrow(pa.array([topic[:5] + bytes(varint)]))
+        assert result.errors.to_pylist() == [f"value.t: {micros} is not a time of day in µs"]
+        assert result.values.to_pylist() == [None]
+
+
+def test_json_carries_times_as_kafka_milliseconds() -> None:
+    """Kafka's wire format: int32 ms of the day; the sub-millisecond digits are cut (rounding
+    down, as for timestamps), so 23:59:59.999999 reads back as 23:59:59.999."""
+    for options in JSON_OPTIONS:
+        converter = _converter("JsonConverter", **options)
+        topic = converter.encoder(TIMES).arrow(from_physical(TIME_ROWS, TIMES))
+        payloads = [json.loads(raw) for raw in topic.to_pylist()]
+        if options.get("schemas.enable") != "false":
+            assert {p["schema"]["fields"][0]["type"] for p in payloads} == {"int32"}
+            payloads = [p["payload"] for p in payloads]
+        assert payloads == [{"t": v} for v in (0, 86_399_999, 45_296_000, 0, None)]
+        result = converter.decoder(TIMES).arrow(topic)
+        assert result.errors is None
+        assert result.values.to_pylist() == [
+            {"t": time(0)},
+            {"t": time(23, 59, 59, 999_000)},
+            {"t": time(12, 34, 56)},
+            {"t": time(0)},
+            {"t": None},
+        ]
 
 
 def test_kafka_written_json_reads_back() -> None:
@@ -477,12 +557,14 @@ def test_avro_schema_mapping() -> None:
         ("1st field", Schema.of(FieldType.INT8, optional=False)),
         ("ts", Schema.timestamp()),
         ("m", Schema.map_(Schema.of(FieldType.INT64, optional=False), Schema.decimal(9, 3))),
+        ("t", Schema.time(optional=False)),
         name="com.example.Row",
     )
     avro = avro_schema(schema)
     assert avro["type"] == "record" and avro["name"] == "Row"
-    first, ts, m = avro["fields"]
+    first, ts, m, t = avro["fields"]
     assert first == {"name": "_1st_field", "type": {"type": "int", "connect.type": "int8"}}
+    assert t == {"name": "t", "type": {"type": "long", "logicalType": "time-micros"}}
     assert ts == {
         "name": "ts",
         "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}],
@@ -514,6 +596,10 @@ def test_connect_json_schema_round_trip(schema: Schema) -> None:
         ({"type": "int32", "optional": "yes"}, "schema.optional: expected true or false"),
         ({"type": "int64", "name": "org.apache.kafka.connect.data.Date"}, "must have type int32"),
         (
+            {"type": "int32", "name": "org.apache.kafka.connect.data.Time"},
+            "schema: org.apache.kafka.connect.data.Time must have type int64, not int32",
+        ),
+        (
             {"type": "struct", "fields": [{"type": "int8"}]},
             "schema.fields[0]: needs a string 'field'",
         ),
@@ -531,6 +617,19 @@ def test_connect_json_schema_round_trip(schema: Schema) -> None:
 def test_bad_connect_schemas_are_reported(data: Any, message: str) -> None:
     with pytest.raises(SchemaFormatError, match=message.replace("[", r"\[").replace("]", r"\]")):
         from_connect(data)
+
+
+def test_an_int32_time_is_refused_not_read_as_microseconds() -> None:
+    kafka_time = {"type": "int32", "name": "org.apache.kafka.connect.data.Time"}
+    with pytest.raises(SchemaFormatError) as caught:
+        from_connect(kafka_time)
+    assert "sluice's Time is int64 microseconds; an int32 Time is Kafka's milliseconds" in str(
+        caught.value
+    )
+    # sluice's own form, and Kafka's form only where the JSON envelope needs it
+    assert to_connect(Schema.time())["type"] == "int64"
+    assert to_connect(Schema.array(Schema.time()), kafka=True)["items"]["type"] == "int32"
+    assert from_connect(to_connect(Schema.time(optional=False))) == Schema.time(optional=False)
 
 
 def test_kafka_decimal_without_precision_reads_as_38() -> None:
@@ -668,21 +767,40 @@ def test_missing_and_conflicting_topic_schemas(registry: SqliteSchemaRegistry) -
         plan_decoders(config, ["a", "b"], registry)
     registry.register("a-value", canonical(Schema.string()))
     with pytest.raises(
-        ConfigException, match=r"topic\(s\) b have no registered value schema, but a do"
+        ConfigException, match=r"topic\(s\) b have no registered value schema yet \(a do\)"
     ):
         plan_decoders(config, ["a", "b"], registry)
+    # different schemas: a decoder per topic (the sink then runs fused)
     registry.register("b-value", canonical(Schema.of(FieldType.INT64)))
-    with pytest.raises(ConfigException, match=r"different value schemas \(a: string; b: int64\)"):
-        plan_decoders(config, ["a", "b"], registry)
+    mixed = plan_decoders(config, ["a", "b"], registry)
+    assert mixed.mixed
+    assert mixed.of("a").value.schema == Schema.string()
+    assert mixed.of("b").value.schema == Schema.of(FieldType.INT64)
+    assert mixed.of("a").key is mixed.of("b").key  # keys alike: one decoder
     registry.register("b-value", canonical(Schema.string()))
-    assert plan_decoders(config, ["a", "b"], registry).value.schema == Schema.string()
+    same = plan_decoders(config, ["a", "b"], registry)
+    assert not same.mixed and same.value.schema == Schema.string()
     # schemaless JSON with no registered schema: the JSON text, as a STRING
     plain = {"value.converter": "JsonConverter", "value.converter.schemas.enable": "false"}
     assert plan_decoders(plain, ["c"], registry).value.schema == Schema.string()
+
+    # Avro (no SQL form): a topic without a schema yet takes it when its first records come
+    avro = {"value.converter": "AvroConverter"}
+    late = plan_decoders(avro, ["c"], registry)
     with pytest.raises(
-        ConfigException, match=r"AvroConverter needs the value schema of topic\(s\) c"
+        ConfigException,
+        match=r"value.converter: AvroConverter needs the value schema of topic 'c', and none "
+        r"is registered",
     ):
-        plan_decoders({"value.converter": "AvroConverter"}, ["c"], registry)
+        late.resolve_late()  # what a sink on the JVM path does when it starts
+    schema = Schema.struct(("id", Schema.of(FieldType.INT64)))
+    encoder = _converter("AvroConverter", registry).encoder(schema)
+    records = encoder.arrow(pa.array([{"id": 7}], schema.to_arrow()))
+    registry.register("c-value", canonical(schema))  # the source's first micro-batch
+    decoded = pickle.loads(pickle.dumps(late)).value.arrow(records)  # on an executor
+    assert decoded.values.to_pylist() == [{"id": 7}] and decoded.errors is None
+    both = plan_decoders(avro, ["a", "d"], registry)  # one known, one not yet: decoded apart
+    assert both.mixed and both.of("a").value.schema == Schema.string()
 
 
 def test_check_errors_raises_the_first_record_error() -> None:
@@ -708,12 +826,55 @@ def test_schema_of_spark_types_keeps_hints(spark: Any) -> None:
     from sluice.engine.converters import schema_of
 
     hint = Schema.struct(("t", Schema.time()), ("n", Schema.string()), name="com.x.Y")
-    spark_type = StructType.fromDDL("t int, n string, extra timestamp")
+    spark_type = StructType.fromDDL("t time(6), n string, extra timestamp, t3 time(3)")
     got = schema_of(spark_type, hint)
     assert got.name == "com.x.Y"
-    assert [f.schema for f in got.fields] == [Schema.time(), Schema.string(), Schema.timestamp()]
+    assert [f.schema for f in got.fields] == [
+        Schema.time(),
+        Schema.string(),
+        Schema.timestamp(),
+        Schema.time(),  # TIME(0..6) all fit in microseconds
+    ]
+    # An int is an int, whatever the hint says (a Time is Spark's TIME since Spark has one).
+    assert schema_of(StructType.fromDDL("t int"), hint).fields[0].schema == Schema.of(
+        FieldType.INT32
+    )
     with pytest.raises(ConfigException, match=r"value.converter: no converter supports the Spark"):
         schema_of(StructType.fromDDL("i interval day"))
+    with pytest.raises(
+        ConfigException, match=r"key.converter: the Spark type time\(9\) has more digits"
+    ):
+        schema_of(StructType.fromDDL("t time(9)"), key="key.converter")
+
+
+def test_the_session_always_enables_spark_times(spark: Any) -> None:
+    from sluice.engine.session import build_session
+
+    # the test session's own settings, plus a worker config trying to turn TIME off
+    conf = {"spark.master": "local[2]", "spark.driver.memory": "2g"}
+    again = build_session({**conf, "spark.sql.timeType.enabled": "false"}, log_level="ERROR")
+    assert again.conf.get("spark.sql.timeType.enabled") == "true"
+    assert again.sql("SELECT time_from_micros(1) AS t").collect()[0].t == time(0, 0, 0, 1)
+
+
+def test_spark_times_come_back_as_microseconds() -> None:
+    from sluice.engine.converters import sluice_frame, spark_frame_schema
+
+    value = Schema.struct(("t", Schema.time()), ("l", Schema.array(Schema.time())))
+    rows = [{"t": 86_399_999_999, "l": [1, None]}, None]
+    ours = pa.RecordBatch.from_arrays([from_physical(rows, value)], names=["value"])
+    spark = spark_frame_schema(ours.schema)
+    assert spark.field("value").type == pa.struct(
+        [("t", pa.time64("ns")), ("l", pa.list_(pa.time64("ns")))]
+    )
+    back = sluice_frame(ours.cast(spark))
+    assert back.schema == ours.schema and back.to_pylist() == ours.to_pylist()
+    assert sluice_frame(back) is back  # nothing to do
+    nanos = pa.RecordBatch.from_arrays(
+        [pa.array([1_001], pa.int64()).cast(pa.time64("ns"))], names=["value"]
+    )
+    with pytest.raises(ConnectException, match=r"a TIME value has digits below the microsecond"):
+        sluice_frame(nanos)
 
 
 def test_physical_types() -> None:
@@ -868,6 +1029,46 @@ def test_base64_decimals_in_sql_at_the_edges(spark: Any, registry: SqliteSchemaR
 
 
 @pytest.mark.spark
+def test_json_times_in_spark_sql(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """The SQL form writes Spark's TIME as Kafka's milliseconds, reads them back as TIME, and
+    names a value that is not a time of day."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    config = {"value.converter": "JsonConverter"}
+    codecs = plan_encoders(config, Schema.string(), TIMES, registry)
+    assert codecs.value.has_sql
+    register_schemas(registry, "t", codecs)
+    keys = pa.nulls(len(TIME_ROWS), pa.string())
+    sql_bytes = (
+        encode_frame(_source_frame(spark, keys, _spark_value(TIME_ROWS, TIMES)), codecs)
+        .toArrow()
+        .column("value")
+        .combine_chunks()
+    )
+    python_bytes = codecs.value.arrow(from_physical(TIME_ROWS, TIMES))
+    assert sql_bytes.to_pylist() == python_bytes.to_pylist()
+    head = b'{"schema":{},"payload":'
+    raws = [*sql_bytes.to_pylist(), head + b'{"t":86400000}}', head + b'{"t":-1}}']
+    decoders = plan_decoders(config, ["t"], registry)
+    frame = decode_frame(
+        _topic_frame(spark, pa.nulls(len(raws), pa.string()), pa.array(raws, pa.binary())),
+        SinkCodecs(decoders.key, decoders.value),
+    ).toArrow()
+    bad = "JsonConverter: record t/3@{}: value.t is not a time of day in ms"
+    assert frame.column("error").to_pylist() == [None] * 5 + [bad.format(5), bad.format(6)]
+    assert decoded_rows(frame.column("value").combine_chunks(), TIMES) == [
+        {"t": v} for v in (0, 86_399_999_000, 45_296_000_000, 0, None)
+    ] + [None, None]
+
+
+@pytest.mark.spark
 def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaRegistry) -> None:
     """Avro and the number converters run as mapInArrow steps on the JVM path."""
     from sluice.engine.converters import (
@@ -884,12 +1085,16 @@ def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaR
         ("d", Schema.decimal(38, 5)),
         ("m", Schema.map_(Schema.of(FieldType.INT32, optional=False), Schema.string())),
     )
-    rows = [{"t": 5, "ts": -1, "d": decimal_of(-(10**38) + 1, 5), "m": [(1, "é😀")]}, None]
+    rows = [
+        {"t": 86_399_999_999, "ts": -1, "d": decimal_of(-(10**38) + 1, 5), "m": [(1, "é😀")]},
+        {"t": 1, "ts": 0, "d": None, "m": None},
+        None,
+    ]
     config = {"key.converter": "LongConverter", "value.converter": "AvroConverter"}
     codecs = plan_encoders(config, Schema.of(FieldType.INT64), schema, registry)
     assert codecs.fusable and not codecs.value.has_sql
     register_schemas(registry, "t", codecs)
-    keys = pa.array([-(2**63), None], pa.int64())
+    keys = pa.array([-(2**63), 0, None], pa.int64())
     encoded = encode_frame(_source_frame(spark, keys, _spark_value(rows, schema)), codecs).toArrow()
     decoders = plan_decoders(config, ["t"], registry)
     out = decode_frame(
@@ -898,8 +1103,8 @@ def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaR
         ),
         decoders,
     ).toArrow()
-    assert out.column("error").to_pylist() == [None, None]
-    assert out.column("key").to_pylist() == [-(2**63), None]
+    assert out.column("error").to_pylist() == [None, None, None]
+    assert out.column("key").to_pylist() == [-(2**63), 0, None]
     assert decoded_rows(out.column("value").combine_chunks(), schema) == normal(rows)
 
 

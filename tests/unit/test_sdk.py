@@ -55,7 +55,7 @@ def test_every_type_maps_to_arrow_and_spark() -> None:
         pa.string(),
         pa.binary(),
         pa.date32(),
-        pa.time32("ms"),
+        pa.time64("us"),
         pa.timestamp("us", tz="UTC"),
         pa.decimal128(38, 10),
         pa.list_(pa.string()),
@@ -65,7 +65,7 @@ def test_every_type_maps_to_arrow_and_spark() -> None:
     assert not arrow.field("i64").nullable
     assert ALL_TYPES.to_spark_ddl() == (
         "struct<`i8`:tinyint,`i16`:smallint,`i32`:int,`i64`:bigint not null,`f32`:float,"
-        "`f64`:double,`b`:boolean,`s`:string,`raw`:binary,`d`:date,`t`:int,`ts`:timestamp,"
+        "`f64`:double,`b`:boolean,`s`:string,`raw`:binary,`d`:date,`t`:time(6),`ts`:timestamp,"
         "`dec`:decimal(38,10),`arr`:array<string>,`m`:map<string,bigint>,`nested`:struct<`x`:int>>"
     )
 
@@ -132,7 +132,7 @@ def test_records_to_batch_and_back() -> None:
                 "n": 1,
                 "amount": Decimal("12.34"),
                 "day": date(1, 1, 1),
-                "at": time(23, 59),
+                "at": time(23, 59, 59, 999999),
                 "blob": b"\x00\xff",
             },
             key="k1",
@@ -162,6 +162,7 @@ def test_records_to_batch_and_back() -> None:
     assert back[0].key == "k1" and back[0].extensions == {"h": "v"} and back[0].timestamp == ts
     assert back[0].partition == {"topic": "default-topic", "queueId": "3"}
     assert back[0].offset == {"queueOffset": 11}  # the position after the record
+    assert back[0].value["at"] == time(23, 59, 59, 999999)  # microseconds, exactly
     assert back[1].value is None
 
 

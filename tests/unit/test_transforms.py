@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from typing import Any
 
@@ -524,13 +524,71 @@ def test_timestamp_converter_value_fields(spark: Any) -> None:
     rows = run(spark, df, {**base, "transforms.c.field": "day", "transforms.c.target.type": "Date"})
     assert rows[0].value.day == date(2024, 5, 6)
     rows = run(spark, df, {**base, "transforms.c.field": "day", "transforms.c.target.type": "Time"})
-    assert rows[0].value.day.timestamp() == (7 * 3600 + 8 * 60 + 9.123)
+    assert rows[0].value.day == time(7, 8, 9, 123000)  # a Spark TIME: sluice's Time
     rows = run(
         spark,
         df,
         {**base, "transforms.c.field": "updated", "transforms.c.target.type": "Timestamp"},
     )
     assert rows[0].value.updated.timestamp() == T0.timestamp()
+
+
+def test_times_in_cast_mask_and_timestamp_converter_follow_kafka(spark: Any) -> None:
+    """A Time is Spark's TIME(6): Cast gives Kafka's milliseconds of the day and `HH:mm:ss.SSSZ`,
+    MaskField midnight, TimestampConverter reads it as that time on 1970-01-01 UTC (as Kafka's
+    java.util.Date) and writes it from a timestamp's UTC time of day, microseconds kept."""
+    at = time(23, 59, 59, 999_999)
+    df = frame(spark, "string", "struct<t:time(6),u:time(6)>", [("t", "k", (at, None))])
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")  # Kafka works in UTC
+    try:
+        cast = {"transforms": "c", "transforms.c.class": "Cast$Value"}
+        rows = run(spark, df, {**cast, "transforms.c.spec": "t:int32,u:int64"})
+        assert values(rows) == [{"t": 86_399_999, "u": None}]
+        rows = run(spark, df, {**cast, "transforms.c.spec": "t:string,u:string"})
+        assert values(rows) == [{"t": "23:59:59.999Z", "u": None}]
+        error = fails(spark, df, {**cast, "transforms.c.spec": "t:boolean"})
+        assert error.key == "transforms.c.spec"
+        assert "cannot cast 't' of type time(6) to boolean" in str(error)
+        mask = {"transforms": "m", "transforms.m.class": "MaskField$Value"}
+        rows = run(spark, df, {**mask, "transforms.m.fields": "t,u"})
+        assert values(rows) == [{"t": time(0), "u": None}]
+        convert = {"transforms": "c", "transforms.c.class": "TimestampConverter$Value"}
+        rows = run(
+            spark, df, {**convert, "transforms.c.field": "t", "transforms.c.target.type": "unix"}
+        )
+        assert rows[0].value.t == 86_399_999
+        rows = run(
+            spark,
+            df,
+            {
+                **convert,
+                "transforms.c.field": "t",
+                "transforms.c.target.type": "unix",
+                "transforms.c.unix.precision": "microseconds",
+            },
+        )
+        assert rows[0].value.t == 86_399_999_999
+        rows = run(
+            spark,
+            df,
+            {**convert, "transforms.c.field": "t", "transforms.c.target.type": "Timestamp"},
+        )
+        day_one = datetime(1970, 1, 1, 23, 59, 59, 999_999, tzinfo=UTC)
+        assert rows[0].value.t.timestamp() == day_one.timestamp()
+        rows = run(
+            spark, df, {**convert, "transforms.c.field": "t", "transforms.c.target.type": "Time"}
+        )
+        assert rows[0].value.t == at
+        stamps = frame(spark, "string", "struct<ts:timestamp>", [("t", "k", (T0,))])
+        rows = run(
+            spark,
+            stamps,
+            {**convert, "transforms.c.field": "ts", "transforms.c.target.type": "Time"},
+        )
+        assert rows[0].value.ts == time(7, 8, 9, 123000)  # the UTC time of day
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
 
 
 def test_timestamp_converter_whole_key_reads_strings_as_utc_in_any_session_zone(

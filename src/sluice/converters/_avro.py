@@ -40,6 +40,7 @@ from sluice.converters._schemas import (
 from sluice.sdk import ConfigException, FieldType, Logical, Schema
 
 MAGIC = b"\x00"
+MICROS_PER_DAY = 86_400_000_000
 _INVALID = re.compile(r"[^A-Za-z0-9_]")
 _AVRO_PRIMITIVES = {
     FieldType.INT8: "int",
@@ -72,15 +73,16 @@ class AvroConverter(Converter):
 
     Mapping: INT8/INT16 → int (`"connect.type": "int8"`), INT32 → int, INT64 → long, FLOAT32 →
     float, FLOAT64 → double, BOOLEAN, STRING, BYTES; Decimal(p, s) → bytes `decimal`; Date →
-    int `date`; Time → int `time-millis`; Timestamp → long `timestamp-micros` (exact); optional →
-    `["null", T]` with default null; maps with STRING keys → map, others → array of `{key,value}`
-    records. Field names that Avro does not allow are rewritten (`_` for invalid characters) in
-    the Avro schema only; records keep their names. Every type round-trips exactly.
+    int `date`; Time → long `time-micros` (exact); Timestamp → long `timestamp-micros` (exact);
+    optional → `["null", T]` with default null; maps with STRING keys → map, others → array of
+    `{key,value}` records. Field names that Avro does not allow are rewritten (`_` for invalid
+    characters) in the Avro schema only; records keep their names. Every type round-trips exactly.
     Flat schemas (a struct of leaves, or one leaf) run vectorised with numpy (`_avro_vector`),
     others per record in Python (fastavro), to the same bytes; no Spark SQL form.
     """
 
     uses_registry = True
+    decodes_in_sql = False
 
     def needs_schema(self) -> bool:
         return True
@@ -160,7 +162,7 @@ def _avro_type(s: Schema, path: str, names: _Names) -> Any:
     if s.logical is Logical.DATE:
         return {"type": "int", "logicalType": "date"}
     if s.logical is Logical.TIME:
-        return {"type": "int", "logicalType": "time-millis"}
+        return {"type": "long", "logicalType": "time-micros"}
     if s.logical is Logical.TIMESTAMP:
         return {"type": "long", "logicalType": "timestamp-micros"}
     if s.type in _SMALL_INTS:
@@ -429,8 +431,8 @@ def _from_avro(s: Schema, where: str) -> Callable[[Any], Any]:
     if s.logical is Logical.TIME:
 
         def time(v: int) -> int:
-            if not 0 <= v < 86_400_000:
-                raise _Bad(f"{where}: {v} is not a time of day in ms")
+            if not 0 <= v < MICROS_PER_DAY:
+                raise _Bad(f"{where}: {v} is not a time of day in µs")
             return v
 
         return time

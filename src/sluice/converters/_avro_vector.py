@@ -43,7 +43,7 @@ _KIND = {
 _LOGICAL_KIND = {
     Logical.DECIMAL: "decimal",
     Logical.DATE: "int",
-    Logical.TIME: "int",
+    Logical.TIME: "long",
     Logical.TIMESTAMP: "long",
 }
 # Bit length of each byte value (for the minimal two's complement of decimals).
@@ -292,7 +292,7 @@ _INT_RANGES = {
     FieldType.INT16: (-(2**15), 2**15 - 1),
     FieldType.INT32: (-(2**31), 2**31 - 1),
 }
-_MILLIS_PER_DAY = 86_400_000
+_MICROS_PER_DAY = 86_400_000_000
 
 
 class _Reader:
@@ -353,11 +353,10 @@ def _leaf_values(
     k = kind(schema)
     if k in ("int", "long"):
         values = reader.varints(rows)
-        if k == "int":
-            if schema.logical is Logical.TIME:
-                low, high = 0, _MILLIS_PER_DAY - 1
-            else:
-                low, high = _INT_RANGES.get(schema.type, _INT_RANGES[FieldType.INT32])
+        if schema.logical is Logical.TIME:
+            reader.ok[rows[(values < 0) | (values >= _MICROS_PER_DAY)]] = False
+        elif k == "int":
+            low, high = _INT_RANGES.get(schema.type, _INT_RANGES[FieldType.INT32])
             reader.ok[rows[(values < low) | (values > high)]] = False
         return values, physical_type(schema)
     if k == "float":

@@ -162,6 +162,9 @@ class Converter:
 
     config_def: ClassVar[ConfigDef] = ConfigDef()
     uses_registry: ClassVar[bool] = False
+    #: False when its decoders never have a Spark SQL form (they run in Arrow): a sink may then
+    #: start before a topic's schema is registered and take it when its first records arrive.
+    decodes_in_sql: ClassVar[bool] = True
 
     def __init__(self) -> None:
         self.options: dict[str, Any] = {}

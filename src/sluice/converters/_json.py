@@ -88,11 +88,13 @@ class JsonConverter(Converter):
     * `schemas.cache.size`: accepted for compatibility; sluice keeps no schema cache.
 
     Types as Kafka writes them: bytes as base64 text, Date as int32 days, Time as int32
-    milliseconds of the day, Timestamp as int64 epoch **milliseconds** (sluice keeps microseconds:
-    the sub-millisecond part is lost, rounding down), maps with non-STRING keys as an array of
-    `[key, value]` pairs. NaN and ±Infinity are written as the strings `"NaN"`, `"Infinity"`,
-    `"-Infinity"` (as Spark writes them). A null key/value is written as null (a tombstone);
-    an envelope whose payload is null reads back as null.
+    **milliseconds** of the day (the envelope's schema says `int32`, as Kafka's does), Timestamp
+    as int64 epoch **milliseconds**. sluice keeps microseconds in both: the sub-millisecond part
+    is lost, rounding down (23:59:59.999999 is written as 86399999), and values read back are
+    whole milliseconds. Use AvroConverter to carry them exactly. Maps with non-STRING keys are
+    written as an array of `[key, value]` pairs. NaN and ±Infinity are written as the strings
+    `"NaN"`, `"Infinity"`, `"-Infinity"` (as Spark writes them). A null key/value is written as
+    null (a tombstone); an envelope whose payload is null reads back as null.
 
     Sinks decode with the topic's registered schema (see `sluice.converters`); the per-record
     schema in an envelope is checked to be present, not compared. Where the SQL form reads
@@ -187,7 +189,8 @@ class _JsonEncoder(_PerProcessPython, Encoder):
         self.envelope = envelope
         self.numeric = numeric
         self.has_sql = _sql_capable(schema)
-        self.schema_text = canonical(schema)
+        # Kafka's form (Time as int32): the payload carries Kafka's milliseconds.
+        self.schema_text = canonical(schema, kafka=True)
         self._py: Callable[[Any], Any] | None = None
 
     # SQL ------------------------------------------------------------------------------------------
@@ -259,6 +262,8 @@ def _to_json_ready(
     appended to `checks` as (condition, message)."""
     if s.logical is Logical.DATE:
         return f"unix_date({e})"
+    if s.logical is Logical.TIME:
+        return f"CAST(time_to_millis({e}) AS INT)"  # whole ms, rounding down
     if s.logical is Logical.TIMESTAMP:
         return f"unix_millis({e})"
     if s.logical is Logical.DECIMAL:
@@ -347,8 +352,8 @@ def _decimal_to_base64(e: str) -> str:
 def _py_encoder(schema: Schema, where: str, numeric: bool) -> Callable[[Any], Any]:
     """A function: physical Python value of `schema` (not None) → what `json.dumps` writes."""
     s = schema
-    if s.logical is Logical.TIMESTAMP:
-        return lambda v: v // 1000
+    if s.logical in (Logical.TIME, Logical.TIMESTAMP):
+        return lambda v: v // 1000  # microseconds → Kafka's milliseconds, rounding down
     if s.logical is Logical.DECIMAL:
         if numeric:
             return lambda v: _RAW + format(v, "f")
@@ -607,10 +612,11 @@ def _from_json_ready(
     if s.logical is Logical.DATE:
         return f"date_from_unix_date({e})"
     if s.logical is Logical.TIME:
+        bounds = f"{e} BETWEEN 0 AND {MILLIS_PER_DAY - 1}"
         checks.append(
-            (f"({e} < 0 OR {e} >= {MILLIS_PER_DAY})", f"{where} is not a time of day in ms")
+            (f"({e} IS NOT NULL AND NOT ({bounds}))", f"{where} is not a time of day in ms")
         )
-        return e
+        return f"CASE WHEN {bounds} THEN time_from_millis({e}) END"
     if s.logical is Logical.TIMESTAMP:
         bounds = f"{e} BETWEEN -{MAX_MILLIS} AND {MAX_MILLIS}"
         checks.append((f"({e} IS NOT NULL AND NOT ({bounds}))", f"{where} is out of range"))
@@ -712,7 +718,8 @@ def _py_decoder(schema: Schema, where: str, numeric: bool) -> Callable[[Any], An
     if s.logical is Logical.DATE:
         return _int_reader(where, "a date (int32 days)", *_INT_RANGES[FieldType.INT32])
     if s.logical is Logical.TIME:
-        return _int_reader(where, "a time of day in ms", 0, MILLIS_PER_DAY - 1)
+        time_millis = _int_reader(where, "a time of day in ms", 0, MILLIS_PER_DAY - 1)
+        return lambda v: time_millis(v) * 1000
     if s.logical is Logical.TIMESTAMP:
         millis = _int_reader(where, "epoch milliseconds", -MAX_MILLIS, MAX_MILLIS)
         return lambda v: millis(v) * 1000

@@ -4,10 +4,13 @@ The **Connect JSON form** is the schema shape of Kafka Connect's `JsonConverter`
 (`{"type": "struct", "fields": [{"field": "id", "type": "int32", "optional": false}, …]}`), with
 logical types as named schemas (`org.apache.kafka.connect.data.Decimal` + `parameters.scale`,
 `…Date`, `…Time`, `…Timestamp`). It is also what the schema registry stores, so one text names one
-schema everywhere (registry id, JSON envelope, Avro writer schema derivation).
+schema everywhere (registry id, Avro writer schema derivation). Time and Timestamp keep Kafka's
+names but carry sluice's microseconds, so both are `int64` here (Kafka's Time is an `int32` of
+milliseconds); `to_connect(schema, kafka=True)` gives the form Kafka's JsonConverter writes and
+reads, with Time as `int32`, for the JSON envelope, whose payload carries milliseconds.
 
 Arrow types come in two flavours here: `arrow_type` (logical, every field nullable: what decoders
-return) and `physical_type` (dates/times as int32, timestamps as int64 microseconds): what
+return) and `physical_type` (dates as int32 days, times and timestamps as int64 microseconds): what
 per-record Python code reads and builds, because Python's `date`/`datetime` cannot hold every value
 Arrow can (year 0 or 10000), and ints are faster anyway.
 """
@@ -38,7 +41,7 @@ _BY_NAME = {name: logical for logical, name in _LOGICAL_NAMES.items()}
 _PHYSICAL = {
     Logical.DECIMAL: FieldType.BYTES,
     Logical.DATE: FieldType.INT32,
-    Logical.TIME: FieldType.INT32,
+    Logical.TIME: FieldType.INT64,
     Logical.TIMESTAMP: FieldType.INT64,
 }
 
@@ -48,9 +51,13 @@ class SchemaFormatError(ValueError):
 
 
 # -- Connect JSON form -----------------------------------------------------------------------------
-def to_connect(schema: Schema) -> dict[str, Any]:
-    """The Kafka Connect JSON form of `schema`."""
-    out: dict[str, Any] = {"type": schema.type.value.lower(), "optional": schema.optional}
+def to_connect(schema: Schema, *, kafka: bool = False) -> dict[str, Any]:
+    """The Kafka Connect JSON form of `schema`; `kafka` writes Time as Kafka's `int32` (of
+    milliseconds: what JsonConverter's payload carries) instead of sluice's `int64`."""
+    type_ = schema.type
+    if kafka and schema.logical is Logical.TIME:
+        type_ = FieldType.INT32
+    out: dict[str, Any] = {"type": type_.value.lower(), "optional": schema.optional}
     if schema.logical is not None:
         out["name"] = _LOGICAL_NAMES[schema.logical]
         out["version"] = 1
@@ -62,18 +69,20 @@ def to_connect(schema: Schema) -> dict[str, Any]:
     elif schema.name:
         out["name"] = schema.name
     if schema.type is FieldType.STRUCT:
-        out["fields"] = [{"field": f.name, **to_connect(f.schema)} for f in schema.fields]
+        out["fields"] = [
+            {"field": f.name, **to_connect(f.schema, kafka=kafka)} for f in schema.fields
+        ]
     elif schema.type is FieldType.ARRAY:
-        out["items"] = to_connect(_child(schema.value_schema, schema))
+        out["items"] = to_connect(_child(schema.value_schema, schema), kafka=kafka)
     elif schema.type is FieldType.MAP:
-        out["keys"] = to_connect(_child(schema.key_schema, schema))
-        out["values"] = to_connect(_child(schema.value_schema, schema))
+        out["keys"] = to_connect(_child(schema.key_schema, schema), kafka=kafka)
+        out["values"] = to_connect(_child(schema.value_schema, schema), kafka=kafka)
     return out
 
 
-def canonical(schema: Schema) -> str:
+def canonical(schema: Schema, *, kafka: bool = False) -> str:
     """The Connect JSON form as canonical text (sorted keys, no spaces): one text per schema."""
-    return json.dumps(to_connect(schema), sort_keys=True, separators=(",", ":"))
+    return json.dumps(to_connect(schema, kafka=kafka), sort_keys=True, separators=(",", ":"))
 
 
 def from_connect(data: Any, path: str = "schema") -> Schema:
@@ -94,9 +103,15 @@ def from_connect(data: Any, path: str = "schema") -> Schema:
     logical = _BY_NAME.get(name) if name else None
     if logical is not None:
         if _PHYSICAL[logical] is not type_:
+            # Reading an int32 Time as microseconds would be off by 1000: refuse it instead.
+            hint = (
+                " (sluice's Time is int64 microseconds; an int32 Time is Kafka's milliseconds)"
+                if logical is Logical.TIME
+                else ""
+            )
             raise SchemaFormatError(
                 f"{path}: {name} must have type {_PHYSICAL[logical].value.lower()}, "
-                f"not {type_.value.lower()}"
+                f"not {type_.value.lower()}{hint}"
             )
         if logical is Logical.DECIMAL:
             return _decimal(data, path, optional)
@@ -150,11 +165,11 @@ def _child(child: Schema | None, parent: Schema) -> Schema:
 # -- Arrow -----------------------------------------------------------------------------------------
 def arrow_type(schema: Schema, *, physical: bool = False) -> pa.DataType:
     """The Arrow type of `schema` with every field nullable; `physical` keeps dates, times and
-    timestamps as their integers (int32 days, int32 ms, int64 µs)."""
+    timestamps as their integers (int32 days, int64 µs of the day, int64 µs since the epoch)."""
     if schema.logical is Logical.DATE:
         return pa.int32() if physical else pa.date32()
     if schema.logical is Logical.TIME:
-        return pa.int32() if physical else pa.time32("ms")
+        return pa.int64() if physical else pa.time64("us")
     if schema.logical is Logical.TIMESTAMP:
         return pa.int64() if physical else pa.timestamp("us", tz="UTC")
     if schema.type is FieldType.ARRAY:
@@ -177,14 +192,14 @@ def physical_type(schema: Schema) -> pa.DataType:
 
 
 def to_physical(array: pa.Array, schema: Schema) -> pa.Array:
-    """`array` (any Arrow form of `schema`: time32 or int32 times, any time zone, large strings…)
-    cast to its physical type."""
+    """`array` (any Arrow form of `schema`: time64 of any unit or int64 times, any time zone, large
+    strings…) cast to its physical type; a time64[ns] with sub-microsecond digits raises."""
     target = physical_type(schema)
     if array.type == target:
         return array
     if isinstance(array, pa.ChunkedArray):
         array = array.combine_chunks()
-    # Two steps: to the logical type first (a zoned timestamp or a time32 cannot always go to its
+    # Two steps: to the logical type first (a zoned timestamp or a time64 cannot always go to its
     # integer directly inside nested types), then to the integers.
     logical = arrow_type(schema)
     if array.type != logical:

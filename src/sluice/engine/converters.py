@@ -22,6 +22,7 @@ Sources register the schemas they write (`register_schemas`, `SchemaRegistration
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +37,7 @@ from pyspark.sql.types import BinaryType, DataType, StringType, StructType
 from sluice import converters
 from sluice.converters import (
     Converter,
+    Decoded,
     Decoder,
     Encoder,
     RecordError,
@@ -43,7 +45,6 @@ from sluice.converters import (
     canonical,
     converter_class,
     converter_from_config,
-    describe,
     from_connect,
     record_error,
     subject,
@@ -51,6 +52,10 @@ from sluice.converters import (
 from sluice.sdk import ConfigException, ConnectException, Field, FieldType, Logical, Schema
 
 CONVERTER_KEYS = ("key.converter", "value.converter")
+#: Time at the Spark boundary (Spark's TIME(6) in Arrow) and inside sluice (`Schema.time()`).
+SPARK_TIME = pa.time64("ns")
+SLUICE_TIME = pa.time64("us")
+_TIME = re.compile(r"time\((\d)\)")
 ERROR_COLUMNS = ("error", "raw_key", "raw_value")
 RECORD_COLUMNS = ("topic", "queue_id", "queue_offset", "key", "value", "timestamp", "headers")
 _TMP = "__sluice_"
@@ -87,18 +92,47 @@ class SourceCodecs:
 
 @dataclass(frozen=True)
 class SinkCodecs:
-    """A sink's key and value decoders."""
+    """A sink's key and value decoders.
+
+    A sink whose topics have different registered schemas has decoders per topic (`topics`) and
+    decodes each topic's records with its own (`of`); it runs fused, since a Spark frame has one
+    type. `key`/`value` are then the first topic's.
+    """
 
     key: Decoder
     value: Decoder
+    topics: tuple[tuple[str, SinkCodecs], ...] = ()
+
+    @property
+    def mixed(self) -> bool:
+        """True when the topics differ in schema."""
+        return bool(self.topics)
+
+    def of(self, topic: str | None) -> SinkCodecs:
+        """The decoders of `topic`'s records."""
+        for name, codecs in self.topics:
+            if name == topic:
+                return codecs
+        return self
+
+    def resolve_late(self) -> None:
+        """Look up now the schemas of topics that had none when the sink was planned (see
+        `_LateDecoder`); `ConfigException` naming the topic if one still has none."""
+        for decoder in self.decoders():
+            if isinstance(decoder, _LateDecoder):
+                decoder.resolve()
+
+    def decoders(self) -> list[Decoder]:
+        """Every decoder: key and value, of each topic when they differ."""
+        return [d for c in ([c for _, c in self.topics] or [self]) for d in (c.key, c.value)]
 
     @property
     def fusable(self) -> bool:
-        return self.key.prefers_arrow and self.value.prefers_arrow
+        return all(d.prefers_arrow for d in self.decoders())
 
     @property
     def can_fail(self) -> bool:
-        return not all(isinstance(d, _NEVER_FAIL) for d in (self.key, self.value))
+        return not all(isinstance(d, _NEVER_FAIL) for d in self.decoders())
 
 
 def plan_encoders(
@@ -131,13 +165,16 @@ def plan_decoders(
     config: dict[str, str], topics: Sequence[str], registry: SchemaRegistry | None
 ) -> SinkCodecs:
     """Decoders for a sink reading `topics`, with their registered schemas (driver)."""
-    decoders = []
+    names = list(topics) or [""]
+    decoders: dict[str, dict[str, Decoder]] = {}
     for role in ("key", "value"):
         converter = converter_from_config(config, role, registry)
-        schema = None
+        schemas: dict[str, Schema | None] = dict.fromkeys(names)
+        # a topic not registered yet takes its schema when its first records arrive (fused)
+        late = converter.uses_registry and converter.needs_schema() and not converter.decodes_in_sql
         if converter.uses_registry:
-            schema = _topics_schema(converter, topics, registry)
-            if schema is None and converter.needs_schema():
+            schemas = _topics_schemas(converter, names, registry, late=late)
+            if converter.needs_schema() and not late and not any(schemas.values()):
                 raise ConfigException(
                     converter.key,
                     f"{converter.name} needs the {role} schema of topic(s) "
@@ -145,37 +182,81 @@ def plan_decoders(
                     suggestion="start the source connector that writes them first; it "
                     "registers its schemas when it starts",
                 )
-        decoders.append(converter.decoder(schema))
-    return SinkCodecs(decoders[0], decoders[1])
+        made: dict[Schema | None, Decoder] = {}  # one decoder per distinct schema
+        decoders[role] = {
+            t: _LateDecoder(converter, t)
+            if s is None and late
+            else made[s]
+            if s in made
+            else made.setdefault(s, converter.decoder(s))
+            for t, s in schemas.items()
+        }
+    key, value = decoders["key"], decoders["value"]
+    first = SinkCodecs(key[names[0]], value[names[0]])
+    if all(key[t] is first.key and value[t] is first.value for t in names):
+        return first
+    return SinkCodecs(
+        first.key, first.value, tuple((t, SinkCodecs(key[t], value[t])) for t in names)
+    )
 
 
-def _topics_schema(
-    converter: Converter, topics: Sequence[str], registry: SchemaRegistry | None
-) -> Schema | None:
+class _LateDecoder(Decoder):
+    """The decoder of a topic that had no registered schema when the sink started: built from
+    the topic's registered schema when the topic's first records are decoded (on an executor,
+    once per process). Only for converters with no SQL form, so the sink runs in Arrow (fused)
+    and nothing needs the type before records arrive."""
+
+    arrow_mode = "per-record"  # not known before the schema is; no SQL form either way
+
+    def __init__(self, converter: Converter, topic: str) -> None:
+        self.converter = converter.name
+        self.role = converter.role
+        self.topic = topic
+        self._factory = converter
+        self._inner: Decoder | None = None
+
+    def resolve(self) -> Decoder:
+        if self._inner is None:
+            registry = self._factory.registry
+            found = registry.latest(subject(self.topic, self.role)) if registry else None
+            if found is None:
+                raise ConfigException(
+                    self._factory.key,
+                    f"{self.converter} needs the {self.role} schema of topic {self.topic!r}, and "
+                    "none is registered",
+                    suggestion="start the source connector that writes it; it registers its "
+                    "schemas with its first micro-batch",
+                )
+            self._inner = self._factory.decoder(from_connect(json.loads(found.schema)))
+        return self._inner
+
+    @property
+    def schema(self) -> Schema:  # type: ignore[override]
+        return self.resolve().schema
+
+    def arrow(self, array: pa.Array) -> Decoded:
+        return self.resolve().arrow(array)
+
+
+def _topics_schemas(
+    converter: Converter, topics: Sequence[str], registry: SchemaRegistry | None, *, late: bool
+) -> dict[str, Schema | None]:
+    """The registered schema of each topic (for `converter`'s role): all of them, or none,
+    unless the missing ones may come `late`."""
     if registry is None:
         raise ConfigException(converter.key, f"{converter.name} needs a schema registry")
     found = {t: registry.latest(subject(t, converter.role)) for t in topics}
     known = {t: r for t, r in found.items() if r is not None}
-    if not known:
-        return None
     missing = sorted(t for t, r in found.items() if r is None)
-    if missing:
+    if known and missing and not late:
         raise ConfigException(
             converter.key,
-            f"topic(s) {', '.join(missing)} have no registered {converter.role} schema, but "
-            f"{', '.join(sorted(known))} do; a sink's topics must share one schema",
+            f"topic(s) {', '.join(missing)} have no registered {converter.role} schema yet "
+            f"({', '.join(sorted(known))} do)",
+            suggestion="start the sink once the sources writing these topics have committed a "
+            "first batch",
         )
-    texts = {r.schema for r in known.values()}
-    if len(texts) > 1:
-        shapes = "; ".join(
-            f"{t}: {describe(from_connect(json.loads(r.schema)))}" for t, r in sorted(known.items())
-        )
-        raise ConfigException(
-            converter.key,
-            f"the topics have different {converter.role} schemas ({shapes}); "
-            "a sink's topics must share one schema",
-        )
-    return from_connect(json.loads(texts.pop()))
+    return {t: (from_connect(json.loads(r.schema)) if r else None) for t, r in found.items()}
 
 
 # -- Spark types → schemas -------------------------------------------------------------------------
@@ -196,7 +277,7 @@ def schema_of(
     type_: DataType, hint: Schema | None = None, *, key: str = "value.converter"
 ) -> Schema:
     """The schema of a Spark column type. `hint` (the connector's schema) restores what Spark
-    types do not say: a Time is an int, struct names. Errors name the converter `key`."""
+    types do not say: struct names. Errors name the converter `key`."""
     return _schema_of(type_.jsonValue(), hint, None, key)
 
 
@@ -210,7 +291,13 @@ def _schema_of(t: Any, hint: Schema | None, nullable: bool | None, key: str) -> 
         if t.startswith("decimal("):
             precision, scale = (int(x) for x in t[len("decimal(") : -1].split(","))
             return Schema.decimal(precision, scale, optional=optional)
-        if t == "integer" and hint is not None and hint.logical is Logical.TIME:
+        time = _TIME.fullmatch(t)
+        if time is not None:
+            # TIME(0) … TIME(6) fit in microseconds; Spark's TIME(7..9) would not.
+            if int(time[1]) > 6:
+                raise ConfigException(
+                    key, f"the Spark type {t} has more digits than sluice's Time (microseconds)"
+                )
             return Schema.time(optional=optional)
         if t in _SPARK_PRIMITIVES:
             name = hint.name if hint is not None and hint.logical is None else None
@@ -255,9 +342,9 @@ def spark_ddl(schema: Schema) -> str:
 
 
 def spark_arrow_type(schema: Schema) -> pa.DataType:
-    """The Arrow type Spark exchanges for `spark_ddl(schema)`: Times as int32 milliseconds."""
+    """The Arrow type Spark exchanges for `spark_ddl(schema)`: Times as time64[ns]."""
     if schema.logical is Logical.TIME:
-        return pa.int32()
+        return SPARK_TIME
     if schema.type is FieldType.STRUCT:
         return pa.struct([pa.field(f.name, spark_arrow_type(f.schema)) for f in schema.fields])
     if schema.type is FieldType.ARRAY and schema.value_schema is not None:
@@ -268,21 +355,45 @@ def spark_arrow_type(schema: Schema) -> pa.DataType:
 
 
 def spark_frame_schema(schema: pa.Schema) -> pa.Schema:
-    """`schema` with every Time (time32) as int32: what Spark accepts for an `int` column."""
-    return pa.schema([pa.field(f.name, _no_time(f.type), f.nullable) for f in schema])
+    """`schema` with every Time as time64[ns]: what Spark accepts for a `time(6)` column (it
+    refuses time64[us] with DATA_SOURCE_RETURN_SCHEMA_MISMATCH / UNSUPPORTED_ARROWTYPE)."""
+    return _retimed(schema, SPARK_TIME)
 
 
-def _no_time(t: pa.DataType) -> pa.DataType:
-    if pa.types.is_time32(t):
-        return pa.int32()
+def sluice_frame(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch Spark handed to Python with its times (time64[ns]) back in sluice's time64[us].
+    Sub-microsecond digits (none come from sluice; a sink-side `sql` transform could make a
+    TIME(9)) raise rather than being cut."""
+    schema = _retimed(batch.schema, SLUICE_TIME)
+    if schema == batch.schema:
+        return batch
+    try:
+        return batch.cast(schema)
+    except pa.ArrowInvalid as exc:
+        raise ConnectException(
+            f"a TIME value has digits below the microsecond, which sluice's Time cannot carry "
+            f"({exc})",
+            suggestion="cut them in the transform, e.g. CAST(… AS TIME(6))",
+        ) from None
+
+
+def _retimed(schema: pa.Schema, unit: pa.DataType) -> pa.Schema:
+    return pa.schema(
+        [pa.field(f.name, _time_as(f.type, unit), f.nullable, f.metadata) for f in schema]
+    )
+
+
+def _time_as(t: pa.DataType, unit: pa.DataType) -> pa.DataType:
+    if pa.types.is_time(t):
+        return unit
     if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, _no_time(f.type), f.nullable) for f in t])
+        return pa.struct([pa.field(f.name, _time_as(f.type, unit), f.nullable) for f in t])
     if pa.types.is_list(t):
         return pa.list_(
-            pa.field(t.value_field.name, _no_time(t.value_type), t.value_field.nullable)
+            pa.field(t.value_field.name, _time_as(t.value_type, unit), t.value_field.nullable)
         )
     if pa.types.is_map(t):
-        return pa.map_(_no_time(t.key_type), _no_time(t.item_type))
+        return pa.map_(_time_as(t.key_type, unit), _time_as(t.item_type, unit))
     return t
 
 
@@ -526,39 +637,72 @@ def check_errors(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 # -- schema registration of the topics a source writes ---------------------------------------------
+#: A source of several shapes tags each topic-frame batch with its shape's index (an int32 column
+#: the registration reads and removes before the topic writer sees the batch).
+SHAPE_COLUMN = "__sluice_shape"
+
+
+def with_shape(batch: pa.RecordBatch, shape: int) -> pa.RecordBatch:
+    """`batch` tagged with its shape (see `SHAPE_COLUMN`)."""
+    return batch.append_column(SHAPE_COLUMN, pa.repeat(pa.scalar(shape, pa.int32()), len(batch)))
+
+
 @dataclass(frozen=True)
 class SchemaRegistration:
     """Registers a source's schemas for every topic it writes, before a micro-batch is published.
 
     Wraps a `BatchConsumer` (fused pipelines: `write`/`commit`/`abort`); `writer` wraps a Spark
     stream writer data source the same way. Topics named by `connect.topicname` are registered
-    when the query is planned; this catches the others (e.g. chosen by `RegexRouter`).
+    when the query is planned; this catches the others (e.g. chosen by `RegexRouter`, or one per
+    table). `codecs` has one entry per shape of the source; batches of a source with several
+    shapes carry `SHAPE_COLUMN`, which is removed here.
     """
 
     registry: SchemaRegistry
-    codecs: SourceCodecs
+    codecs: tuple[SourceCodecs, ...]
     inner: Any = field(default=None, compare=False)
     #: Topics written with other schemas (the dead-letter topic): never registered.
     skip: frozenset[str] = frozenset()
 
-    def topics_of(self, batches: Iterator[pa.RecordBatch], seen: set[str]) -> Iterator[Any]:
+    def topics_of(
+        self, batches: Iterator[pa.RecordBatch], seen: set[tuple[str, int]]
+    ) -> Iterator[Any]:
+        """`batches` without their shape column, noting each (topic, shape) written."""
         for batch in batches:
-            if batch.num_rows and "topic" in batch.schema.names:
-                seen.update(t for t in batch.column("topic").unique().to_pylist() if t)
+            shape = 0
+            names = batch.schema.names
+            if SHAPE_COLUMN in names:
+                if batch.num_rows:
+                    shape = batch.column(SHAPE_COLUMN)[0].as_py()
+                batch = batch.drop_columns([SHAPE_COLUMN])
+            if batch.num_rows and "topic" in names:
+                seen.update((t, shape) for t in batch.column("topic").unique().to_pylist() if t)
             yield batch
 
-    def register(self, topics: Sequence[str]) -> None:
-        for topic in sorted(set(topics) - self.skip):
-            register_schemas(self.registry, topic, self.codecs)
+    def register(self, written: Sequence[tuple[str, int]]) -> None:
+        shapes: dict[str, int] = {}
+        for topic, shape in sorted(set(written)):
+            if topic in self.skip:
+                continue
+            if shapes.setdefault(topic, shape) != shape:
+                first = self.codecs[shapes[topic]].registered
+                other = self.codecs[shape].registered
+                if first != other:
+                    raise ConnectException(
+                        f"topic {topic!r} got records of two value schemas in one micro-batch; "
+                        "a topic carries one (route each shape to its own topic)"
+                    )
+        for topic, shape in sorted(shapes.items()):
+            register_schemas(self.registry, topic, self.codecs[shape])
 
     # BatchConsumer (fused)
     def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> Any:
-        seen: set[str] = set()
+        seen: set[tuple[str, int]] = set()
         receipt = self.inner.write(self.topics_of(batches, seen), partition_id)
         return (receipt, sorted(seen))
 
     def commit(self, receipts: list[Any], batch_id: int) -> None:
-        self.register([t for _, topics in receipts for t in topics])
+        self.register([t for _, written in receipts for t in written])
         self.inner.commit([r for r, _ in receipts], batch_id)
 
     def abort(self, receipts: list[Any], batch_id: int) -> None:
@@ -569,15 +713,22 @@ class SchemaRegistration:
         registration = self
 
         def stream_writer(self: DataSource, schema: Any, overwrite: bool) -> _RegisteringWriter:
-            return _RegisteringWriter(source.streamWriter(self, schema, overwrite), registration)
+            inner = source.streamWriter(self, _without_shape(schema), overwrite)
+            return _RegisteringWriter(inner, registration)
 
         return type(source.__name__, (source,), {"streamWriter": stream_writer})
+
+
+def _without_shape(schema: Any) -> Any:
+    if isinstance(schema, StructType) and SHAPE_COLUMN in schema.fieldNames():
+        return StructType([f for f in schema.fields if f.name != SHAPE_COLUMN])
+    return schema
 
 
 @dataclass
 class _Tagged(WriterCommitMessage):
     inner: Any
-    topics: list[str]
+    topics: list[tuple[str, int]]
 
 
 class _RegisteringWriter(DataSourceStreamArrowWriter):
@@ -586,7 +737,7 @@ class _RegisteringWriter(DataSourceStreamArrowWriter):
         self.registration = registration
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Tagged:
-        seen: set[str] = set()
+        seen: set[tuple[str, int]] = set()
         message = self.inner.write(self.registration.topics_of(iterator, seen))
         return _Tagged(message, sorted(seen))
 

@@ -11,6 +11,7 @@ record (measured in bench/README.md).
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import zlib
@@ -18,7 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from sluice.engine.converters import SinkCodecs, SourceCodecs, decode_batch, encode_batch
@@ -145,7 +148,15 @@ def topic_frame_of(
     )
 
 
-def from_topic_frame(batch: pa.RecordBatch, codecs: SinkCodecs) -> pa.RecordBatch:
+def from_topic_frames(batch: pa.RecordBatch, codecs: SinkCodecs) -> Iterator[pa.RecordBatch]:
     """A topic-reader batch with key and value decoded (the sink frame), plus the error columns
-    when a converter can fail (see `sluice.engine.converters.decode_batch`)."""
-    return decode_batch(batch, codecs)
+    when a converter can fail (see `sluice.engine.converters.decode_batch`). Topics whose schemas
+    differ are decoded apart: one batch per run of records of one topic, in order."""
+    if not codecs.mixed or not batch.num_rows:
+        yield decode_batch(batch, codecs)
+        return
+    topics = batch.column("topic")
+    codes = np.asarray(pc.dictionary_encode(topics).indices)
+    bounds = [0, *(np.flatnonzero(codes[1:] != codes[:-1]) + 1).tolist(), batch.num_rows]
+    for lo, hi in itertools.pairwise(bounds):
+        yield decode_batch(batch.slice(lo, hi - lo), codecs.of(topics[lo].as_py()))

@@ -6,6 +6,8 @@ engine does not depend on a bus backend.
 
 from __future__ import annotations
 
+import functools
+
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource
@@ -13,6 +15,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sluice.converters import SchemaRegistry
 from sluice.engine.converters import (
+    SHAPE_COLUMN,
     SchemaRegistration,
     SinkCodecs,
     SourceCodecs,
@@ -139,11 +142,25 @@ def start_source_query(
     chain: list[Transform] | None = None,
     registry: SchemaRegistry | None = None,
 ) -> StreamingQuery:
-    """Start the query that moves a source connector's records into topics (JVM path)."""
-    frame, codecs = source_frame(spark, plan, config, chain or [], registry)
+    """Start the query that moves a source connector's records into topics (JVM path).
+
+    A source whose partitions differ in shape reads each shape through its own Spark source
+    (a frame has one type), transformed and encoded on its own; the encoded branches, all
+    alike, are unioned into one topic write.
+    """
+    built = [source_frame(spark, b, config, chain or [], registry) for b in plan.branches()]
+    codecs = tuple(c for _, c in built)
+    registering = registry is not None and any(c.registered for c in codecs)
+    frames = [
+        frame.withColumn(SHAPE_COLUMN, F.lit(shape).cast("int"))
+        if registering and len(built) > 1
+        else frame
+        for shape, (frame, _) in enumerate(built)
+    ]
+    frame = functools.reduce(lambda a, b: a.unionByName(b), frames)
     if plan.tolerant and plan.errors is not None:
         writer = DeadLetterRouting(plan.errors, plan.counters).writer(writer)
-    if registry is not None and codecs.registered:
+    if registering:
         skip = frozenset([plan.errors.policy.dlq_topic] if plan.errors else [])
         writer = SchemaRegistration(registry, codecs, skip=skip).writer(writer)
     spark.dataSource.register(writer)

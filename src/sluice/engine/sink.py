@@ -18,8 +18,8 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from sluice.converters import SchemaRegistry
-from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders
-from sluice.engine.direct import BatchConsumer, from_topic_frame, receipt_row
+from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders, sluice_frame
+from sluice.engine.direct import BatchConsumer, from_topic_frames, receipt_row
 from sluice.engine.errors import ErrorPolicy, ErrorReporter, sink_dead_letters, split_errors
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy
@@ -148,7 +148,7 @@ class SinkRunner:
         tolerated: list[pa.RecordBatch] = []
         try:
             for decoded in batches:
-                batch = self._without_errors(decoded, tolerated)
+                batch = self._without_errors(sluice_frame(decoded), tolerated)
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
                     retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
@@ -204,7 +204,7 @@ class SinkRunner:
         ctx = TaskContext.get()
         pid = ctx.partitionId() if ctx else 0
         codecs = self.plan.codecs or plan_decoders(self.plan.config, (), None)
-        frames = (from_topic_frame(b, codecs) for b in batches)
+        frames = (f for b in batches for f in from_topic_frames(b, codecs))
         yield receipt_row(pid, self.write(frames, pid))
 
     def _connector(self) -> SinkConnector:

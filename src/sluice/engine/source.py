@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,7 +26,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, ReadMaxRows
 
-from sluice.engine.converters import EncodeError, SourceCodecs, refusal, spark_frame_schema
+from sluice.engine.converters import (
+    EncodeError,
+    SourceCodecs,
+    refusal,
+    spark_frame_schema,
+    with_shape,
+)
 from sluice.engine.direct import (
     RECEIPT_DDL,
     BatchConsumer,
@@ -73,6 +79,15 @@ _RECORDS_PER_BATCH = 10_000
 
 
 @dataclass(frozen=True)
+class Shape:
+    """One value schema of a source, and the partitions (keys) whose records have it; None: every
+    partition (a connector with one value schema)."""
+
+    value_schema: Schema
+    partitions: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
 class SourcePlan:
     """Everything a source query needs, fixed when the connector starts; pickled to Spark."""
 
@@ -81,20 +96,24 @@ class SourcePlan:
     task_class: type
     task_configs: tuple[dict[str, str], ...]
     key_schema: Schema
-    value_schema: Schema
+    #: The value schemas: one, or one per group of partitions (`SourceConnector.value_schemas`).
+    shapes: tuple[Shape, ...]
     topic: str | None
     limit: ReadLimit
     staging_dir: str
     max_tasks: int = 1
     positions: PositionStore | None = field(default=None, compare=False)
     #: Fused pipeline: the topic writer the read tasks hand their records to (see engine.direct),
-    #: and the encoders the tasks apply first.
+    #: and the encoders the tasks apply first, one per shape.
     direct: BatchConsumer | None = field(default=None, compare=False)
-    codecs: SourceCodecs | None = field(default=None, compare=False)
+    codecs: tuple[SourceCodecs, ...] | None = field(default=None, compare=False)
     #: `errors.*`: with `errors.tolerance=all`, records that do not fit the schema (or do not
     #: encode) become dead letters (see `sluice.engine.errors`), counted in `counters`.
     errors: ErrorReporter | None = field(default=None, compare=False)
     counters: Any = field(default=None, compare=False)
+    #: On the JVM path each shape is a branch of the query with its own Spark source (a frame has
+    #: one type): the branch reads the partitions of `shapes[branch]` only (see `branches`).
+    branch: int | None = None
 
     @property
     def tolerant(self) -> bool:
@@ -106,7 +125,41 @@ class SourcePlan:
 
     @property
     def format_name(self) -> str:
-        return f"sluice-source-{self.name}"
+        suffix = "" if self.branch is None else f"-shape{self.branch}"
+        return f"sluice-source-{self.name}{suffix}"
+
+    @property
+    def value_schema(self) -> Schema:
+        """The value schema of a one-shape plan (or of a branch)."""
+        if self.branch is not None:
+            return self.shapes[self.branch].value_schema
+        if len(self.shapes) > 1:
+            raise ValueError(f"source {self.name} has {len(self.shapes)} value schemas")
+        return self.shapes[0].value_schema
+
+    def shape_of(self, partition: RecordPartition) -> int:
+        """The index of `partition`'s shape; `ConnectException` if no shape lists it."""
+        if len(self.shapes) == 1 and self.shapes[0].partitions is None:
+            return 0
+        key = partition_key(partition)
+        for index, shape in enumerate(self.shapes):
+            if shape.partitions is None or key in shape.partitions:
+                return index
+        raise ConnectException(
+            f"source {self.name}: partition {key} is not listed by the connector's "
+            "value_schemas(), so its records have no schema"
+        )
+
+    def reads(self, partition: RecordPartition) -> bool:
+        """True if this plan (or branch) reads `partition`."""
+        shape = self.shape_of(partition)
+        return self.branch is None or shape == self.branch
+
+    def branches(self) -> list[SourcePlan]:
+        """The plans of the JVM path's branches: one per shape (the plan itself if it has one)."""
+        if len(self.shapes) == 1:
+            return [self]
+        return [replace(self, branch=i) for i in range(len(self.shapes))]
 
 
 def plan_source(
@@ -140,7 +193,7 @@ def plan_source(
         task_class=connector.task_class,
         task_configs=tuple(dict(c) for c in task_configs),
         key_schema=connector.key_schema(),
-        value_schema=connector.value_schema(),
+        shapes=_shapes(name, connector, config),
         topic=config.get("connect.topicname"),
         limit=limit,
         staging_dir=staging_dir,
@@ -149,6 +202,34 @@ def plan_source(
         errors=ErrorReporter(ErrorPolicy.from_config(config), name),
         counters=counters,
     )
+
+
+def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tuple[Shape, ...]:
+    """The connector's value schemas, partitions with equal schemas grouped into one shape."""
+    listed = connector.value_schemas()
+    if not listed:
+        return (Shape(connector.value_schema()),)
+    if not issubclass(connector.task_class, ReplayableSourceTask):
+        raise ConnectException(
+            f"source {name}: only a replayable source's partitions may differ in value schema "
+            f"({connector.task_class.__name__} is poll-only)"
+        )
+    groups: dict[Schema, set[str]] = {}
+    seen: dict[str, Schema] = {}
+    for partition, schema in listed:
+        key = partition_key(partition)
+        if seen.setdefault(key, schema) != schema:
+            raise ConnectException(f"source {name}: value_schemas() lists {key} twice")
+        groups.setdefault(schema, set()).add(key)
+    topic = config.get("connect.topicname")
+    if topic and len(groups) > 1:
+        raise ConfigException(
+            "connect.topicname",
+            f"names one topic, {topic!r}, for partitions of {len(groups)} different value "
+            "schemas; a topic carries one",
+            suggestion="give each its own topic (e.g. topic.prefix), or one connector per shape",
+        )
+    return tuple(Shape(schema, frozenset(keys)) for schema, keys in groups.items())
 
 
 def source_data_source(plan: SourcePlan) -> type[DataSource]:
@@ -197,14 +278,14 @@ class _Frame:
     (the `dead_letter` column; see `sluice.engine.errors`) of the same batches.
     """
 
-    def __init__(self, plan: SourcePlan, task_id: int = 0) -> None:
+    def __init__(self, plan: SourcePlan, task_id: int = 0, shape: int = 0) -> None:
         self.plan = plan
         self.task_id = task_id
-        self.records = source_frame_schema(plan.key_schema, plan.value_schema)
+        self.records = source_frame_schema(plan.key_schema, plan.shapes[shape].value_schema)
         self.logical = self.records
         if plan.tolerant:
             self.logical = self.records.append(pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE))
-        # What Spark accepts for the DDL it was promised: Times travel as int32 milliseconds.
+        # What Spark accepts for the DDL it was promised: Times travel as time64[ns].
         self.schema = spark_frame_schema(self.logical)
 
     def from_records(self, records: list[ConnectRecord]) -> pa.RecordBatch:
@@ -322,22 +403,33 @@ class _Frame:
             yield self.from_records(pending)
 
 
-def _emit(plan: SourcePlan, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """What a read task outputs: its batches, or — fused — the topic writer's receipt for them."""
+def _emit(
+    plan: SourcePlan, batches: Iterator[tuple[int, pa.RecordBatch]]
+) -> Iterator[pa.RecordBatch]:
+    """What a read task outputs: its batches (each with the index of its shape), or — fused —
+    the topic writer's receipt for them."""
     if plan.direct is None:
-        yield from batches
+        yield from (batch for _, batch in batches)
         return
     ctx = TaskContext.get()
     pid = ctx.partitionId() if ctx else 0
     codecs = plan.codecs
     if codecs is None:
         raise ConnectException(f"source {plan.name}: a fused plan needs its encoders")
-    if plan.tolerant:
-        frame = _Frame(plan, pid)
-        frames = (f for b in batches for f in _tolerant_topic_frames(b, codecs, frame, plan))
-    else:
-        frames = (to_topic_frame(b, codecs) for b in batches)
-    yield receipt_row(pid, plan.direct.write(frames, pid))
+    frames = [_Frame(plan, pid, i) for i in range(len(plan.shapes))] if plan.tolerant else []
+    # Several shapes: each topic frame says which, for SchemaRegistration to register its schemas.
+    tagged = len(plan.shapes) > 1 and any(c.registered for c in codecs)
+
+    def topic_frames(shape: int, batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+        if plan.tolerant:
+            out = _tolerant_topic_frames(batch, codecs[shape], frames[shape], plan)
+        else:
+            out = iter([to_topic_frame(batch, codecs[shape])])
+        for frame in out:
+            yield with_shape(frame, shape) if tagged else frame
+
+    encoded = (f for shape, batch in batches for f in topic_frames(shape, batch))
+    yield receipt_row(pid, plan.direct.write(encoded, pid))
 
 
 def _tolerant_topic_frames(
@@ -410,11 +502,15 @@ class _ReplayableReader(DataSourceStreamReader):
             self._tasks = [_new_task(self.plan, i) for i in range(len(self.plan.task_configs))]
         return self._tasks
 
+    def _owned(self, task: ReplayableSourceTask) -> list[RecordPartition]:
+        """The task's partitions that this plan (or branch) reads."""
+        return [p for p in task.partitions() if self.plan.reads(p)]
+
     def initialOffset(self) -> dict:
         # Spark asks again when it plans batch 0: answer the same both times.
         if self._initial is None:
             stored = self.plan.positions.load(self.plan.name) if self.plan.positions else {}
-            owned = {partition_key(p) for t in self._all_tasks() for p in t.partitions()}
+            owned = {partition_key(p) for t in self._all_tasks() for p in self._owned(t)}
             self._initial = {"p": {k: v for k, v in stored.items() if k in owned}}
         return self._initial
 
@@ -430,7 +526,7 @@ class _ReplayableReader(DataSourceStreamReader):
         begin = start.get("p", {})
         end: dict[str, Any] = {}
         for task in self._all_tasks():
-            for partition in task.partitions():
+            for partition in self._owned(task):
                 key = partition_key(partition)
                 offset = task.latest(partition, begin.get(key), budget)
                 if offset is not None:
@@ -442,7 +538,7 @@ class _ReplayableReader(DataSourceStreamReader):
         planned: list[tuple[int, list[tuple[RecordPartition, Any, Any]]]] = []
         for index, task in enumerate(self._all_tasks()):
             ranges = []
-            for partition in task.partitions():
+            for partition in self._owned(task):
                 key = partition_key(partition)
                 if key in stop and stop[key] != begin.get(key):
                     ranges.append((partition, begin.get(key), stop[key]))
@@ -467,11 +563,15 @@ class _ReplayableReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         index, ranges = partition.value
         task = _new_task(self.plan, index)
-        frame = _Frame(self.plan, index)
+        frames: dict[int, _Frame] = {}
 
-        def batches() -> Iterator[pa.RecordBatch]:
+        def batches() -> Iterator[tuple[int, pa.RecordBatch]]:
             for part, begin, stop in ranges:
-                yield from frame.batches(task.read(part, begin, stop), part)
+                shape = self.plan.shape_of(part)
+                if shape not in frames:
+                    frames[shape] = _Frame(self.plan, index, shape)
+                for batch in frames[shape].batches(task.read(part, begin, stop), part):
+                    yield shape, batch
 
         try:
             yield from _emit(self.plan, batches())
@@ -562,7 +662,7 @@ class _PollingReader(DataSourceStreamReader):
                     for i in range(reader.num_record_batches):
                         yield reader.get_batch(i)
 
-        yield from _emit(self.plan, batches())
+        yield from _emit(self.plan, ((0, batch) for batch in batches()))
 
     def commit(self, end: dict) -> None:
         tasks = self._all_tasks()

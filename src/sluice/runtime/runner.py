@@ -22,7 +22,12 @@ from pyspark.sql.streaming import StreamingQuery
 from sluice.bus.base import Bus
 from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.checkpoint import last_committed_offsets
-from sluice.engine.converters import SchemaRegistration, plan_encoders, register_schemas
+from sluice.engine.converters import (
+    SchemaRegistration,
+    SinkCodecs,
+    plan_encoders,
+    register_schemas,
+)
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
@@ -86,6 +91,28 @@ def failure_cause(trace: str) -> str:
     if python:
         return python[-1]
     return trace.strip().splitlines()[0] if trace.strip() else "unknown failure"
+
+
+def _check_mixed_sink(conf: dict[str, str], codecs: SinkCodecs, topics: list[str]) -> None:
+    """A sink whose topics differ in schema runs fused (a Spark frame has one type): refuse what
+    needs the JVM path, naming the key."""
+    why = f"its topics have different schemas ({', '.join(topics)})"
+    if conf.get("transforms"):
+        raise ConfigException(
+            "transforms",
+            f"a sink cannot transform records when {why}",
+            suggestion="start one sink connector per topic (or per schema), or transform on the "
+            "source side",
+        )
+    if conf.get("pipeline.fused", "true").strip().lower() == "false":
+        raise ConfigException("pipeline.fused", f"must stay true for a sink when {why}")
+    for decoder in codecs.decoders():
+        if decoder.arrow_mode is None:
+            raise ConfigException(
+                f"{decoder.role}.converter",
+                f"{decoder.converter} cannot decode in Arrow, which a sink needs when {why}",
+                suggestion="use AvroConverter, or one sink connector per topic",
+            )
 
 
 @dataclass
@@ -225,12 +252,15 @@ class ConnectorRunner:
             if dlq_topic:
                 self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
             writer_id = f"{name}/{run}"
-            codecs = plan_encoders(conf, plan.key_schema, plan.value_schema, registry)
-            if fusable(conf, codecs):
-                if plan.topic:
-                    register_schemas(registry, plan.topic, codecs)
+            codecs = tuple(
+                plan_encoders(conf, plan.key_schema, shape.value_schema, registry)
+                for shape in plan.shapes
+            )
+            if all(fusable(conf, c) for c in codecs):
+                if plan.topic:  # one shape: several are refused with a topic (plan_source)
+                    register_schemas(registry, plan.topic, codecs[0])
                 direct = self.bus.topic_appender(writer_id=writer_id)
-                if codecs.registered:  # register the schemas of every topic it writes
+                if any(c.registered for c in codecs):  # register every topic it writes
                     skip = frozenset([dlq_topic] if dlq_topic else [])
                     direct = SchemaRegistration(registry, codecs, direct, skip)
                 plan = replace(plan, direct=direct, codecs=codecs)
@@ -277,6 +307,11 @@ class ConnectorRunner:
                 dlq=dlq,
             )
             fused = plan.codecs is not None and fusable(conf, plan.codecs)
+            if plan.codecs is not None and not fused:
+                plan.codecs.resolve_late()  # Spark needs every type now: the error names it
+            if plan.codecs is not None and plan.codecs.mixed:
+                _check_mixed_sink(conf, plan.codecs, topics)
+                fused = True
             runner = SinkRunner(plan)
             reader = self.bus.topic_reader(
                 name=name,

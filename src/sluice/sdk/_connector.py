@@ -164,6 +164,17 @@ class SourceConnector(Connector):
         """The schema of record values (after `start`). Default: optional STRING."""
         return Schema.string()
 
+    def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
+        """Each partition's value schema, for a connector whose partitions differ in shape (the
+        tables of a database, each written to its own topic). Driver, once, after `start`.
+
+        When it lists any, it replaces `value_schema()`: every partition the tasks own must be
+        listed, and the records of one topic must share one schema. Only replayable sources
+        (`ReplayableSourceTask`) may differ in shape. Default: none; every record has
+        `value_schema()`.
+        """
+        return []
+
     def default_read_limit(self) -> ReadLimit:
         """The per-partition read limit of one micro-batch when the config sets none."""
         return ReadLimit(max_rows=1_000_000)

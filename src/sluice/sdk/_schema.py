@@ -4,6 +4,10 @@ The field types are RocketMQ Connect's (`FieldType`): INT8 … FLOAT64, BOOLEAN,
 MAP, STRUCT, plus the logical types Date, Time, Timestamp and Decimal(precision, scale). A `Schema`
 maps one-to-one onto an Arrow type (how records cross the Python/JVM boundary) and a Spark SQL DDL
 type string (so this module never imports Spark).
+
+Time and Timestamp carry microseconds where Kafka Connect has milliseconds (INT32 / INT64), so that
+database TIME(6) and TIMESTAMP(6) values travel exactly; their names in Kafka Connect's JSON schema
+form stay Kafka's (`org.apache.kafka.connect.data.Time`, `…Timestamp`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class Logical(Enum):
     """Logical types layered on a physical one (same meaning as Kafka/RocketMQ Connect)."""
 
     DATE = "Date"  # INT32 days since 1970-01-01
-    TIME = "Time"  # INT32 milliseconds since midnight
+    TIME = "Time"  # INT64 microseconds since midnight (0 to 86_399_999_999)
     TIMESTAMP = "Timestamp"  # INT64 microseconds since the epoch, UTC
     DECIMAL = "Decimal"  # BYTES: exact decimal with `precision` and `scale`
 
@@ -133,7 +137,9 @@ class Schema:
 
     @staticmethod
     def time(*, optional: bool = True) -> Schema:
-        return Schema(FieldType.INT32, optional=optional, logical=Logical.TIME)
+        """A time of day: microseconds since midnight (Arrow `time64[us]`, Python `datetime.time`).
+        Kafka Connect's Time has milliseconds; sluice keeps microseconds, as for Timestamp."""
+        return Schema(FieldType.INT64, optional=optional, logical=Logical.TIME)
 
     @staticmethod
     def timestamp(*, optional: bool = True) -> Schema:
@@ -159,7 +165,7 @@ class Schema:
         if self.logical is Logical.DATE:
             return pa.date32()
         if self.logical is Logical.TIME:
-            return pa.time32("ms")
+            return pa.time64("us")
         if self.logical is Logical.TIMESTAMP:
             return pa.timestamp("us", tz="UTC")
         if self.logical is Logical.DECIMAL:
@@ -184,9 +190,9 @@ class Schema:
         if self.logical is Logical.DATE:
             return "date"
         if self.logical is Logical.TIME:
-            # Spark has no TIME type that Arrow interchange accepts everywhere: carry the
-            # milliseconds since midnight as an int, as the physical type does.
-            return "int"
+            # Spark's TIME (a preview type: sluice's session enables it, see
+            # sluice.engine.session); it crosses the Python/JVM boundary as Arrow time64[ns].
+            return "time(6)"
         if self.logical is Logical.TIMESTAMP:
             return "timestamp"
         if self.logical is Logical.DECIMAL:

@@ -21,6 +21,7 @@ from sluice.transforms.records import (
     duplicates,
     field_types,
     is_string,
+    is_time,
     option_error,
     sql_type,
     type_label,
@@ -482,9 +483,9 @@ class MaskField(KeyOrValue):
 
     Kafka's `MaskField$Key`/`$Value`. Options: `fields` (list), `replacement` (optional). Without a
     replacement a field becomes '' (strings), 0 (numbers), false (booleans), the epoch
-    (dates/timestamps), an empty array/map, or NULL (other types). A replacement applies to string
-    and numeric fields only and must parse as the field's type. NULL fields stay NULL. Compiles to
-    SQL.
+    (dates/timestamps), midnight (times), an empty array/map, or NULL (other types). A replacement
+    applies to string and numeric fields only and must parse as the field's type. NULL fields stay
+    NULL. Compiles to SQL.
     """
 
     config_def = ConfigDef(
@@ -551,6 +552,8 @@ def _empty_of(type_: Any) -> str:
         return "DATE'1970-01-01'"
     if kind in ("timestamp", "timestamp_ntz"):
         return f"CAST(timestamp_seconds(0) AS {sql_type(type_)})"
+    if is_time(type_):
+        return f"CAST(TIME'00:00:00' AS {sql_type(type_)})"
     if kind == "array":
         return f"CAST(array() AS {sql_type(type_)})"
     if kind == "map":
@@ -589,8 +592,14 @@ CAST_TYPES = {
     "boolean": "BOOLEAN",
     "string": "STRING",
 }
-# Kafka renders a Timestamp cast to string as ISO-8601 in UTC.
+# Kafka renders a Timestamp (and a Time) cast to string as ISO-8601 in UTC.
 _ISO_UTC = literal("yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")
+_ISO_TIME_UTC = literal("HH:mm:ss.SSS'Z'")
+
+
+def _time_as_timestamp(time: str) -> str:
+    """SQL of a TIME as Kafka sees a Time: that time of day on 1970-01-01 UTC."""
+    return f"timestamp_micros(time_to_micros({time}))"
 
 
 def utc_format(timestamp: str, pattern: str) -> str:
@@ -606,8 +615,9 @@ class Cast(KeyOrValue):
     or `field:type` pairs (`id:int64,score:float64`). Types: int8, int16, int32, int64, float32,
     float64, boolean, string. Conversions are Spark's `CAST` (ANSI: a string that is not a number
     fails the query), except: timestamps cast to integers give epoch milliseconds and to strings
-    ISO-8601 UTC, dates epoch milliseconds, binary to string base64, and structs/arrays/maps to
-    string JSON. Compiles to SQL.
+    ISO-8601 UTC, dates epoch milliseconds, times milliseconds since midnight and strings
+    `HH:mm:ss.SSSZ` (as Kafka), binary to string base64, and structs/arrays/maps to string JSON.
+    Compiles to SQL.
     """
 
     config_def = ConfigDef(ConfigKey("spec", type="list", doc="type, or field:type,field2:type"))
@@ -637,13 +647,17 @@ class Cast(KeyOrValue):
                 return f"base64({expression})"
             if kind == "timestamp":
                 return utc_format(expression, _ISO_UTC)
+            if is_time(source):
+                return utc_format(_time_as_timestamp(expression), _ISO_TIME_UTC)
             return f"CAST({expression} AS STRING)"
         if kind in ("struct", "array", "map", "binary") or (
-            kind in ("date", "timestamp") and target == "boolean"
+            (kind in ("date", "timestamp") or is_time(source)) and target == "boolean"
         ):
             raise option_error(self, "spec", f"cannot cast {what} of type {kind} to {target}")
         if kind == "timestamp":
             expression = f"unix_millis({expression})"
+        elif is_time(source):
+            expression = f"time_to_millis({expression})"
         elif kind == "date":
             expression = f"CAST(unix_date({expression}) AS BIGINT) * 86400000"
         return f"CAST({expression} AS {CAST_TYPES[target]})"
@@ -702,9 +716,9 @@ class TimestampConverter(KeyOrValue):
     the whole key/value), `target.type` (string, unix, Date, Time, Timestamp), `format` (datetime
     pattern, needed to write or read strings; Spark's patterns, close to SimpleDateFormat),
     `unix.precision` (seconds, milliseconds (default), microseconds, nanoseconds). The input may be
-    a string, an integer (epoch in `unix.precision`), a date or a timestamp. As in Kafka, strings
-    are read and written in UTC; Date is midnight UTC (a Spark date); Time is the time of day on
-    1970-01-01 (a Spark timestamp, since Spark has no time type). Compiles to SQL.
+    a string, an integer (epoch in `unix.precision`), a date, a time or a timestamp. As in Kafka,
+    strings are read and written in UTC; Date is midnight UTC (a Spark date); Time is the UTC time
+    of day (a Spark TIME(6), sluice's Time), and read as that time on 1970-01-01. Compiles to SQL.
     """
 
     config_def = ConfigDef(
@@ -733,6 +747,8 @@ class TimestampConverter(KeyOrValue):
             return f"from_utc_timestamp(CAST({expression} AS TIMESTAMP), current_timezone())"
         if kind == "date":
             return f"timestamp_seconds(CAST(unix_date({expression}) AS BIGINT) * 86400)"
+        if is_time(source):
+            return _time_as_timestamp(expression)
         if kind in INTEGRAL:
             return {
                 "seconds": f"timestamp_seconds({expression})",
@@ -745,8 +761,8 @@ class TimestampConverter(KeyOrValue):
                 raise option_error(self, "format", f"required to read {what}, a string")
             parsed = f"to_timestamp({expression}, {literal(self.options['format'])})"
             return f"from_utc_timestamp({parsed}, current_timezone())"
-        message = f"cannot convert {what} of type {kind} (expected a string, integer, date or "
-        message += "timestamp)"
+        message = f"cannot convert {what} of type {kind} (expected a string, integer, date, "
+        message += "time or timestamp)"
         if self.options["field"] is None:
             raise ConfigException(f"transforms.{self.name}", message)
         raise option_error(self, "field", message)
@@ -758,7 +774,7 @@ class TimestampConverter(KeyOrValue):
         if target == "Date":
             return f"date_from_unix_date(CAST(floor(unix_micros({ts}) / {_DAY_MICROS}) AS INT))"
         if target == "Time":
-            return f"timestamp_micros(pmod(unix_micros({ts}), {_DAY_MICROS}))"
+            return f"time_from_micros(pmod(unix_micros({ts}), {_DAY_MICROS}))"
         if target == "string":
             return utc_format(ts, literal(self.options["format"]))
         return {

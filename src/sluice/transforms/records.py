@@ -27,6 +27,7 @@ from sluice.sdk import (
 INTEGRAL = ("byte", "short", "integer", "long")
 FRACTIONAL = ("float", "double")
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+_TIME = re.compile(r"time\(\d\)")
 # Spark's JSON names whose DDL spelling differs (the others, e.g. `string`, `decimal(10,2)`, parse).
 _DDL_NAMES = {"integer": "INT", "long": "BIGINT", "short": "SMALLINT", "byte": "TINYINT"}
 
@@ -58,6 +59,11 @@ def is_string(type_: Any) -> bool:
     return isinstance(type_, str) and (
         type_ == "string" or type_.startswith(("string ", "char(", "varchar("))
     )
+
+
+def is_time(type_: Any) -> bool:
+    """Spark's TIME(p) (sluice's Time is TIME(6))."""
+    return isinstance(type_, str) and _TIME.fullmatch(type_) is not None
 
 
 def decimal_of(type_: Any) -> tuple[int, int] | None:
