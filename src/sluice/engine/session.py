@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Mapping
@@ -18,21 +19,49 @@ DEFAULTS: dict[str, str] = {
     "spark.ui.showConsoleProgress": "false",
     # Python workers forked with pyspark, pyarrow and sluice already imported (see the module).
     "spark.python.daemon.module": "sluice.engine.worker_daemon",
+    # The JIT's optimising tier (C2) only for code that stays hot ten times longer than its
+    # defaults: the driver's streaming loop, planning and RPC are lukewarm and cost C2 ~4 s of CPU
+    # per 30 s JDBC copy; the row loops of transforms on the JVM path are hot enough to get there.
+    # Measured in bench/README.md (C1 alone was faster for fused pipelines, 1.2-1.9x slower
+    # with transforms).
+    "spark.driver.extraJavaOptions": " ".join(
+        (
+            "-XX:Tier4InvocationThreshold=50000",
+            "-XX:Tier4MinInvocationThreshold=6000",
+            "-XX:Tier4CompileThreshold=150000",
+            "-XX:Tier4BackEdgeThreshold=400000",
+        )
+    ),
+}
+
+#: Settings sluice needs whatever the worker config says (they win over `conf`).
+REQUIRED: dict[str, str] = {
+    # sluice's Time travels as Spark's TIME(6) (a preview type in Spark 4.3). With the flag off
+    # (Spark's default) a Python data source can produce TIME values and `to_json`/`CAST … AS
+    # STRING` read them, but every function returning a TIME (`CAST(… AS TIME)`,
+    # `time_from_millis`, `make_time`), `mapInArrow` and the Arrow stream writers of topics and
+    # sinks fail with UNSUPPORTED_TIME_TYPE. With it on, all of them work (checked on 4.3.0).
+    "spark.sql.timeType.enabled": "true",
 }
 
 
 def build_session(
     conf: Mapping[str, str] | None = None, *, app_name: str = "sluice", log_level: str = "WARN"
 ) -> SparkSession:
-    """Start (or reuse) the process's SparkSession with sluice's defaults; `conf` wins.
+    """Start (or reuse) the process's SparkSession with sluice's defaults; `conf` wins, except
+    over `REQUIRED`.
 
-    Points Spark's Python workers at this interpreter: otherwise they start whatever `python3` is on
-    PATH, which lacks sluice and fails with "Python worker failed to connect back".
+    Points Spark's Python processes at this interpreter (through `spark_python`): otherwise they
+    start whatever `python3` is on PATH, which lacks sluice and fails with "Python worker failed to
+    connect back". A `PYSPARK_PYTHON` naming another interpreter is left alone.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    # The driver-side planners of Python data sources start with PYSPARK_DRIVER_PYTHON.
+    for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+        if os.environ.get(name, sys.executable) == sys.executable:
+            os.environ[name] = spark_python()
     settings = dict(DEFAULTS)
     settings.update(conf or {})
+    settings.update(REQUIRED)
     builder = SparkSession.builder.appName(app_name).master(
         settings.pop("spark.master", "local[*]")
     )
@@ -41,6 +70,60 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def spark_python() -> str:
+    """A launcher of this interpreter for the Python processes Spark starts, which starts them
+    without the pyspark and py4j zips of this pyspark installation on `PYTHONPATH`.
+
+    Spark puts `$SPARK_HOME/python/lib/pyspark.zip` (and its own jar) ahead of everything on the
+    `PYTHONPATH` of every Python process it starts (workers, their daemons, the planners and
+    streaming readers of Python data sources). A zip holds no bytecode, so each such process
+    compiled the pyspark modules it imports, and each task re-read the zips' directories: 1.3 s of
+    CPU per process start against 0.3 s from site-packages, several processes per query
+    (measured in bench/README.md). Spark's `SPARK_HOME` here is the pip-installed pyspark package,
+    so the zip is the same code as site-packages, and its jars hold no Python; the entries of any
+    other Spark installation are kept. The launcher is a small POSIX shell script, written once
+    per distinct text.
+    """
+    import shlex
+    import tempfile
+
+    import pyspark
+
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    lib = os.path.join(home, "python", "lib")
+    zips = sorted(os.path.join(lib, n) for n in os.listdir(lib) if n.endswith(".zip"))
+    # Spark also adds the jar it runs from (no Python inside): every task's import-cache reset
+    # re-read its directory of 6,000 entries.
+    jars = shlex.quote(os.path.join(home, "jars", "")) + "*.jar"
+    patterns = "|".join([*(shlex.quote(z) for z in zips), jars])
+    script = f"""#!/bin/sh
+# Written by sluice.engine.session.spark_python: runs {sys.executable} for Spark without this
+# pyspark installation's zips on PYTHONPATH (they duplicate site-packages, without bytecode).
+set -f
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+    case "$entry" in
+        {patterns}) ;;
+        *) kept="${{kept:+$kept:}}$entry" ;;
+    esac
+done
+unset IFS
+PYTHONPATH=$kept
+export PYTHONPATH
+exec {shlex.quote(sys.executable)} "$@"
+"""
+    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"sluice-python-{os.getuid()}-{digest}")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(script)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, path)
+    return path
 
 
 def activate(spark: SparkSession) -> None:
