@@ -75,7 +75,7 @@ MY_TYPES = f"""
     d38 DECIMAL(38,10), d0 DECIMAL(38,0), f32 FLOAT, f64 DOUBLE, flag BIT(1), yr YEAR,
     c CHAR(8), vc VARCHAR(200), tx TEXT, e ENUM('red','green','blue'), js JSON,
     bn BINARY(4), vb VARBINARY(16), bl BLOB,
-    dt DATE, tm TIME(3), dtm DATETIME(6), tsz TIMESTAMP(6) NULL,
+    dt DATE, tm TIME(6), dtm DATETIME(6), tsz TIMESTAMP(6) NULL,
     `{WEIRD.replace("%", "%%")}` VARCHAR(20)
 """
 PG_TARGET = f"""
@@ -85,7 +85,7 @@ PG_TARGET = f"""
     d38 NUMERIC(38,10), d0 NUMERIC(38,0), f32 REAL, f64 DOUBLE PRECISION, flag BOOLEAN,
     yr SMALLINT, c CHAR(8), vc VARCHAR(200), tx TEXT, e TEXT, js JSONB,
     bn BYTEA, vb BYTEA, bl BYTEA,
-    dt DATE, tm TIME(3), dtm TIMESTAMP(6), tsz TIMESTAMPTZ(6),
+    dt DATE, tm TIME(6), dtm TIMESTAMP(6), tsz TIMESTAMPTZ(6),
     "{WEIRD.replace('"', '""').replace("%", "%%")}" VARCHAR(20)
 """
 LONG_TEXT = "line 1\nline 2\ttab 'single' \"double\" back\\slash 🚀 " + "ü" * 3000
@@ -216,7 +216,12 @@ MY_ROWS = [
         datetime(2024, 10, 27, 0, 59, 59, 999999),
         "x",
     ),
+    # times to the microsecond, at the edges of a day
+    (6, *([None] * 24), "23:59:59.999999", None, None, None),
+    (7, *([None] * 24), "00:00:00.000001", None, None, None),
+    (8, *([None] * 24), "12:34:56.000001", None, None, None),
 ]
+MICRO_TIMES = [time(23, 59, 59, 999_999), time(0, 0, 0, 1), time(12, 34, 56, 1)]
 
 
 def _as_naive(v: Any) -> Any:
@@ -284,10 +289,11 @@ def test_mariadb_to_postgresql_value_for_value(runner, my: Db, pg: Db) -> None:
     runner.start("to-pg", _sink(pg, "types", **AVRO))
     _wait_rows(runner, pg, "types", len(MY_ROWS))
     source, target = _normalised(my, "types"), _normalised(pg, "types")
-    assert [r["id"] for r in target] == [1, 2, 3, 4, 5]
+    assert [r["id"] for r in target] == [1, 2, 3, 4, 5, 6, 7, 8]
     for s, t in zip(source, target, strict=True):
         assert s == t
     assert target[0]["tx"] == LONG_TEXT and target[0][WEIRD] == "ok"
+    assert [r["tm"] for r in target[5:]] == MICRO_TIMES
     assert target[2]["dtm"] == datetime(2024, 3, 10, 2, 30)  # not shifted by any DST rule
 
 
@@ -295,13 +301,13 @@ def test_mariadb_to_postgresql_value_for_value(runner, my: Db, pg: Db) -> None:
 PG_TYPES = f"""
     id INTEGER PRIMARY KEY, i16 SMALLINT, i32 INTEGER, i64 BIGINT, d38 NUMERIC(38,10),
     d5 NUMERIC(5,2), f32 REAL, f64 DOUBLE PRECISION, flag BOOLEAN, c CHAR(8), vc VARCHAR(200),
-    tx TEXT, e mood, js JSON, jb JSONB, u UUID, ba BYTEA, dt DATE, tm TIME(3),
+    tx TEXT, e mood, js JSON, jb JSONB, u UUID, ba BYTEA, dt DATE, tm TIME,
     ts TIMESTAMP(6), tsz TIMESTAMPTZ(6), "{WEIRD.replace('"', '""').replace("%", "%%")}" TEXT
 """
 MY_TARGET = f"""
     id INT PRIMARY KEY, i16 SMALLINT, i32 INT, i64 BIGINT, d38 DECIMAL(38,10), d5 DECIMAL(5,2),
     f32 FLOAT, f64 DOUBLE, flag BOOLEAN, c CHAR(8), vc VARCHAR(200), tx LONGTEXT,
-    e ENUM('sad','ok','happy'), js JSON, jb JSON, u CHAR(36), ba LONGBLOB, dt DATE, tm TIME(3),
+    e ENUM('sad','ok','happy'), js JSON, jb JSON, u CHAR(36), ba LONGBLOB, dt DATE, tm TIME(6),
     ts DATETIME(6), tsz DATETIME(6), `{WEIRD.replace("%", "%%")}` TEXT
 """
 PG_ROWS = [
@@ -378,6 +384,10 @@ PG_ROWS = [
         "%s",
     ),
     (4, *([None] * 21)),
+    # PostgreSQL's plain TIME has microseconds
+    (5, *([None] * 17), MICRO_TIMES[0], None, None, None),
+    (6, *([None] * 17), MICRO_TIMES[1], None, None, None),
+    (7, *([None] * 17), MICRO_TIMES[2], None, None, None),
 ]
 
 
@@ -410,7 +420,76 @@ def test_postgresql_to_mariadb_value_for_value(runner, my: Db, pg: Db) -> None:
     for s, t in zip(source, target, strict=True):
         s["u"] = s["u"] and str(s["u"])
         assert s == t
+    assert [r["id"] for r in target] == [1, 2, 3, 4, 5, 6, 7]
     assert target[0]["tm"] == time(23, 59, 59, 999000)
+    assert [r["tm"] for r in target[4:]] == MICRO_TIMES
+
+
+# -- a database of differently shaped tables ------------------------------------------------------
+def test_a_database_of_different_tables_through_one_source_and_one_sink(
+    runner, my: Db, pg: Db
+) -> None:
+    """The motivating use case: MariaDB tables of different shapes, one source (a topic per
+    table, each with its own schema), one sink writing every topic into its own PostgreSQL table
+    (`auto.create`), value for value, following new rows while running."""
+    my.execute(
+        f"CREATE TABLE {my.q('customers')} (id INT NOT NULL AUTO_INCREMENT PRIMARY KEY, "
+        "name VARCHAR(100) NOT NULL, email VARCHAR(200), born DATE) CHARSET utf8mb4"
+    )
+    my.execute(
+        f"CREATE TABLE {my.q('orders')} (id BIGINT NOT NULL PRIMARY KEY, customer INT NOT NULL, "
+        "total DECIMAL(12,2), placed DATETIME(6) NOT NULL, note TEXT) CHARSET utf8mb4"
+    )
+    weird = WEIRD.replace("%", "%%")
+    my.execute(
+        f"CREATE TABLE {my.q('blobs')} (id INT NOT NULL PRIMARY KEY, payload BLOB, "
+        f"flag BOOLEAN, `{weird}` VARCHAR(20))"
+    )
+    my.executemany(
+        f"INSERT INTO {my.q('customers')} (id, name, email, born) VALUES (%s, %s, %s, %s)",
+        [
+            (i, f"cüstomer {i} 🚀", None if i % 3 else f"c{i}@x.org", date(1990, 1, i))
+            for i in range(1, 21)
+        ],
+    )
+    my.executemany(
+        f"INSERT INTO {my.q('orders')} VALUES (%s, %s, %s, %s, %s)",
+        [
+            (i, i % 20 + 1, Decimal(f"{i}.{i % 100:02d}"), datetime(2024, 3, 31, 1, 0, 0, i), None)
+            for i in range(1, 31)
+        ],
+    )
+    my.executemany(
+        f"INSERT INTO {my.q('blobs')} VALUES (%s, %s, %s, %s)",
+        [(1, bytes(range(256)), True, "ok"), (2, b"", False, None), (3, None, None, "%s")],
+    )
+    tables = ("customers", "orders", "blobs")
+    # the sink first: it takes each topic's schema when the topic's first records arrive
+    runner.start("to-pg", _sink(pg, ",".join(tables), auto__create="true", **AVRO))
+    runner.start(
+        "from-maria",
+        _source(
+            my,
+            mode="incrementing",
+            table__whitelist="customers,orders,blobs",
+            incrementing__column__name="id",
+            **AVRO,
+        ),
+    )
+    for table, count in zip(tables, (20, 30, 3), strict=True):
+        _wait_rows(runner, pg, table, count)
+    # new rows while running, in two of the tables
+    my.executemany(
+        f"INSERT INTO {my.q('customers')} (name) VALUES (%s)", [("late one",), ("late two",)]
+    )
+    my.execute(
+        f"INSERT INTO {my.q('orders')} VALUES (%s, %s, %s, %s, %s)",
+        (31, 1, Decimal("-0.01"), datetime(9999, 12, 31, 23, 59, 59, 999999), "last"),
+    )
+    _wait_rows(runner, pg, "customers", 22)
+    _wait_rows(runner, pg, "orders", 31)
+    for table in tables:
+        assert _normalised(pg, table) == _normalised(my, table), table
 
 
 # -- following changes -----------------------------------------------------------------------------

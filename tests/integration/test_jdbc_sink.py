@@ -129,7 +129,7 @@ def test_auto_create_gives_every_type_its_column(db: Db) -> None:
         ("raw", pa.binary(), True),
         ("dec", pa.decimal128(38, 10), True),
         ("day", pa.date32(), True),
-        ("at", pa.time32("ms"), True),
+        ("at", pa.time64("us"), True),
         ("ts", pa.timestamp("us", tz="UTC"), True),
     ]
     type_ = pa.struct([pa.field(n, t, nullable=nul) for n, t, nul in fields])
@@ -145,7 +145,7 @@ def test_auto_create_gives_every_type_its_column(db: Db) -> None:
         "raw": bytes(range(256)),
         "dec": Decimal("-9999999999999999999999999999.9999999999"),
         "day": date(1, 1, 1),
-        "at": time(23, 59, 59, 999000),
+        "at": time(23, 59, 59, 999_999),
         "ts": datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
     }
     empty = dict.fromkeys(row)
@@ -173,6 +173,42 @@ def test_auto_create_gives_every_type_its_column(db: Db) -> None:
         (db.namespace,),
     )
     assert nullable[0] == ("id", "NO") and {n for _, n in nullable[1:]} == {"YES"}
+    precision = db.rows(
+        "SELECT data_type, datetime_precision FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = 'made' AND column_name = 'at'",
+        (db.namespace,),
+    )
+    assert precision == [("time without time zone" if db.dialect == "postgresql" else "time", 6)]
+
+
+SINK_TIMES = [time(0), time(0, 0, 0, 1), time(12, 34, 56, 1), time(23, 59, 59, 999_999), None]
+
+
+def test_times_are_written_to_the_microsecond(db: Db) -> None:
+    """Insert (PostgreSQL COPY, MySQL multi-row INSERT), upsert over existing rows (a staging
+    table / ON DUPLICATE KEY UPDATE) and per-record `put` all write every digit."""
+    column = "TIME" if db.dialect == "postgresql" else "TIME(6)"  # PostgreSQL's TIME has µs
+    db.execute(f"CREATE TABLE {db.q('clock')} (id INT PRIMARY KEY, t {column})")
+    type_ = pa.struct([pa.field("id", pa.int32(), nullable=False), pa.field("t", pa.time64("us"))])
+
+    def read() -> list:
+        got = [t for _, t in _content(db, "clock")]
+        if db.dialect == "mysql":  # PyMySQL reads TIME as a timedelta
+            got = [None if t is None else (datetime.min + t).time() for t in got]
+        return got
+
+    _write(db, pa.array([{"id": i, "t": t} for i, t in enumerate(SINK_TIMES)], type_), "clock")
+    assert read() == SINK_TIMES
+    upsert = dict(insert__mode="upsert", pk__mode="record_value", pk__fields="id")
+    backwards = list(reversed(SINK_TIMES))
+    _write(
+        db, pa.array([{"id": i, "t": t} for i, t in enumerate(backwards)], type_), "clock", **upsert
+    )
+    assert read() == backwards
+    task = sink_task(db.config(**upsert))
+    task.put([ConnectRecord(value={"id": 0, "t": time(1, 2, 3, 4)}, topic="clock")])
+    task.flush(BatchId("run", 4))
+    assert read()[0] == time(1, 2, 3, 4)
 
 
 def test_auto_evolve_adds_nullable_columns(db: Db) -> None:

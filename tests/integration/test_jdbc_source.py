@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 import pyarrow as pa
 import pytest
@@ -259,6 +259,35 @@ def test_split_cuts_a_large_first_load_into_ordered_ranges(db: Db) -> None:
     assert task.split(partition, {"incrementing": rows - 100}, end, 4) == []  # too small
 
 
+def test_incrementing_ranges_over_ids_with_gaps(db: Db) -> None:
+    """Incrementing ranges are spans of ids (no scan of max.rows rows to find their end): at
+    most `max_rows` ids, fewer rows where ids have gaps, and a gap is crossed at once."""
+    _plain_table(db)
+    ids = [*range(1, 11), *range(100, 111), 5000]
+    _insert(db, "items", ids)
+    (task,) = source_task(db.config(mode="incrementing", table__whitelist="items"))
+    partition = task.partitions()[0]
+    ends, start = [], None
+    while (end := task.latest(partition, start, ReadLimit(max_rows=4))) != start:
+        ends.append(end["incrementing"])
+        start = end
+    assert ends == [4, 8, 10, 103, 107, 110, 5000]
+    positions: dict = {}
+    assert _ids(read_all(task, 4, positions)) == ids
+    # a split of a range with a gap: pieces are spans of ids, read in order, each row once
+    _insert(db, "items", range(20_001, 70_001))
+    end = task.latest(partition, {"incrementing": 5000}, ReadLimit(max_rows=1_000_000))
+    assert end == {"incrementing": 70_000}
+    cuts = task.split(partition, {"incrementing": 5000}, end, 3)
+    assert [c["incrementing"] for c in cuts] == [45_000]  # two spans of 25,000 ids (≥ 20,000)
+    got = []
+    for lo, hi in itertools.pairwise([{"incrementing": 5000}, *cuts, end]):
+        got += [
+            v["id"] for b in task.read(partition, lo, hi) for v in b.column("value").to_pylist()
+        ]
+    assert got == list(range(20_001, 70_001))
+
+
 def test_read_continues_after_its_sessions_are_killed(db: Db) -> None:
     db.execute(f"CREATE TABLE {db.q('wide')} (id INT PRIMARY KEY, payload VARCHAR(500) NOT NULL)")
     rows = 20_000
@@ -450,14 +479,57 @@ def test_nullable_cursor_columns_are_refused_unless_allowed(db: Db) -> None:
         source_task(db.config(mode="incrementing", table__whitelist="loose"))
 
 
-def test_tables_of_different_shapes_are_refused(db: Db) -> None:
+def test_tables_of_different_shapes_each_have_their_schema(db: Db) -> None:
+    from sluice.connectors.jdbc import JdbcSourceConnector
+
+    _plain_table(db, "a", rows=3)
+    db.execute(f"CREATE TABLE {db.q('b')} (id INT PRIMARY KEY, other INT)")
+    db.executemany(f"INSERT INTO {db.q('b')} VALUES (%s, %s)", [(1, 10), (2, None)])
+    # `c` is `a` but for NULL-ability: it shares a's shape, with `name` optional in both
+    db.execute(
+        f"CREATE TABLE {db.q('c')} (id INT PRIMARY KEY, name VARCHAR(50), modified "
+        f"{'TIMESTAMP(6)' if db.dialect == 'postgresql' else 'DATETIME(6)'} NOT NULL)"
+    )
+    config = db.config(mode="bulk", table__whitelist="a,b,c", topic__prefix="t-")
+    connector = JdbcSourceConnector()
+    connector.start(config)
+    schemas = {p["table"]: s for p, s in connector.value_schemas()}
+    assert [f.name for f in schemas["b"].fields] == ["id", "other"]
+    assert schemas["a"] == schemas["c"]
+    assert [f.schema.optional for f in schemas["a"].fields] == [False, True, False]
+    (task,) = source_task(config)
+    values = {}
+    for partition in task.partitions():
+        end = task.latest(partition, None, ReadLimit())
+        batches = list(task.read(partition, None, end)) if end is not None else []
+        values[partition["table"]] = [v for b in batches for v in b.column("value").to_pylist()]
+        for batch in batches:
+            assert batch.column("topic")[0].as_py() == f"t-{partition['table']}"
+            assert batch.column("value").type == schemas[partition["table"]].to_arrow()
+    assert values["b"] == [{"id": 1, "other": 10}, {"id": 2, "other": None}]
+    assert [v["id"] for v in values["a"]] == [1, 2, 3] and values["c"] == []
+
+
+def test_tables_of_one_shape_keep_one_schema(db: Db) -> None:
+    from sluice.connectors.jdbc import JdbcSourceConnector
+
+    _plain_table(db, "a")
+    _plain_table(db, "b")
+    connector = JdbcSourceConnector()
+    connector.start(db.config(mode="bulk", table__whitelist="a,b"))
+    assert connector.value_schemas() == []
+    assert [f.name for f in connector.value_schema().fields] == ["id", "name", "modified"]
+
+
+def test_differently_shaped_tables_cannot_share_a_topic(db: Db) -> None:
     _plain_table(db, "a")
     db.execute(f"CREATE TABLE {db.q('b')} (id INT PRIMARY KEY, other INT)")
     with pytest.raises(
         ConfigException,
-        match=r"table.whitelist: tables a and b have different columns.*one connector per table",
+        match=r"connect.topicname: tables a and b have different columns but would both go to "
+        r"topic 'one'",
     ):
-        source_task(db.config(mode="bulk", table__whitelist="a,b"))
+        source_task(db.config(mode="bulk", table__whitelist="a,b", connect__topicname="one"))
 
 
 @pytest.mark.parametrize(
@@ -482,12 +554,21 @@ def test_unmappable_types_are_named_at_start(request, dialect: str, ddl: str, me
         source_task(d.config(mode="bulk", table__whitelist="odd"))
 
 
+OUTSIDE_A_DAY = r"cannot be carried as time64\[us\]: is outside 00:00:00 to 23:59:59\.999999"
+
+
 @pytest.mark.parametrize(
     ("dialect", "ddl", "value", "message"),
     [
-        ("mysql", "TIME(6)", "12:00:00.123456", r"value .* has sub-millisecond digits"),
-        ("mysql", "TIME", "25:00:00", r"value .* is outside 00:00:00 to 23:59:59.999"),
-        ("postgresql", "TIME(6)", "12:00:00.123456", r"value .* has sub-millisecond digits"),
+        # MariaDB's TIME is an interval (-838:59:59 to 838:59:59): a day's worth is carried
+        ("mysql", "TIME", "25:00:00", r"value datetime.timedelta\(days=1, seconds=3600\) "),
+        ("mysql", "TIME(6)", "24:00:00", r"value datetime.timedelta\(days=1\) "),
+        (
+            "mysql",
+            "TIME(6)",
+            "-00:00:00.000001",
+            r"value datetime.timedelta\(days=-1, seconds=86399, microseconds=999999\) ",
+        ),
     ],
 )
 def test_values_that_cannot_be_carried_fail_the_read(request, dialect, ddl, value, message) -> None:
@@ -497,8 +578,68 @@ def test_values_that_cannot_be_carried_fail_the_read(request, dialect, ddl, valu
     (task,) = source_task(
         d.config(mode="incrementing", table__whitelist="odd", incrementing__column__name="id")
     )
-    with pytest.raises(ConnectException, match=r"odd: column 't': " + message):
+    with pytest.raises(ConnectException, match=r"odd: column 't': " + message + OUTSIDE_A_DAY):
         read_all(task)
+
+
+@pytest.mark.parametrize(
+    ("ddl", "value", "message"),
+    [
+        ("TIMESTAMP", "infinity", r"timestamp too large \(after year 10K\): 'infinity'"),
+        ("TIMESTAMPTZ", "-infinity", r"timestamp too small \(before year 1\): '-infinity'"),
+        ("TIMESTAMP", "0044-03-15 BC", r"timestamp too small \(before year 1\): '0044-03-15"),
+    ],
+)
+def test_postgres_timestamps_beyond_years_1_to_9999_fail_the_read(
+    pg: Db, ddl: str, value: str, message: str
+) -> None:
+    """The COPY path cannot parse them and hands the page to the driver, which names them."""
+    pg.execute(f"CREATE TABLE {pg.q('odd')} (id INT PRIMARY KEY, t {ddl})")
+    pg.execute(f"INSERT INTO {pg.q('odd')} VALUES (1, '2024-01-01'), (2, %s)", (value,))
+    (task,) = source_task(
+        pg.config(mode="incrementing", table__whitelist="odd", incrementing__column__name="id")
+    )
+    with pytest.raises(ConnectException, match=r"reading odd: " + message):
+        read_all(task)
+
+
+TIMES = ["00:00:00", "00:00:00.000001", "12:34:56.000001", "23:59:59.999999", None]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "ddl"),
+    [("postgresql", "TIME"), ("postgresql", "TIME(6)"), ("mysql", "TIME(6)")],
+)
+def test_times_are_read_to_the_microsecond_on_every_path(
+    request, monkeypatch, dialect: str, ddl: str
+) -> None:
+    """PostgreSQL's plain TIME has microseconds; so has MariaDB's TIME(6). The fast paths (COPY,
+    GROUP_CONCAT) and the driver's path read the same values."""
+    from sluice.connectors.jdbc import source as source_module
+
+    d = request.getfixturevalue("pg" if dialect == "postgresql" else "my")
+    d.execute(f"CREATE TABLE {d.q('times')} (id INT PRIMARY KEY, t {ddl})")
+    d.executemany(f"INSERT INTO {d.q('times')} VALUES (%s, %s)", list(enumerate(TIMES)))
+    config = d.config(
+        mode="incrementing", table__whitelist="times", incrementing__column__name="id"
+    )
+    expected = [time(0), time(0, 0, 0, 1), time(12, 34, 56, 1), time(23, 59, 59, 999_999), None]
+    page = source_module._PgCopyPage if dialect == "postgresql" else source_module._MyCsvPage
+    real = page.fetch
+    fast_pages: list[bool] = []
+
+    def fetch(*a, **k):  # type: ignore[no-untyped-def]
+        got = real(*a, **k)
+        fast_pages.append(got is not None)
+        return got
+
+    monkeypatch.setattr(page, "fetch", fetch)
+    (task,) = source_task(config)
+    assert [v["t"] for v in read_all(task)] == expected
+    assert fast_pages and all(fast_pages)  # not read again through the driver
+    monkeypatch.setattr(page, "fetch", lambda *a, **k: None)
+    (task,) = source_task(config)
+    assert [v["t"] for v in read_all(task)] == expected
 
 
 def test_concurrent_latest_and_read_share_the_engine(db: Db) -> None:
@@ -528,7 +669,7 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
     pg.execute(
         f"CREATE TABLE {pg.q('all')} (id INT PRIMARY KEY, i16 SMALLINT, i64 BIGINT, "
         "d NUMERIC(38,10), r REAL, f DOUBLE PRECISION, b BOOLEAN, c CHAR(3), v VARCHAR(20), "
-        "t TEXT, e mood, j JSON, jb JSONB, u UUID, ba BYTEA, dt DATE, tm TIME(3), "
+        "t TEXT, e mood, j JSON, jb JSONB, u UUID, ba BYTEA, dt DATE, tm TIME, "
         "ts TIMESTAMP(6), tz TIMESTAMPTZ(6))"
     )
     rows = [
@@ -549,7 +690,7 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
             "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
             b"\x00\x01\xff",
             "0001-01-01",
-            "23:59:59.999",
+            "23:59:59.999999",
             "9999-12-31 23:59:59.999999",
             "1970-01-01 00:00:00+00",
         ),
@@ -599,6 +740,7 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
     assert all(same(a, b) for a, b in zip(fast, driver, strict=True)), (fast, driver)
     assert fast[0]["v"] == 'quote " comma , nl \n' and fast[2]["v"] == "NULL"  # not a null
     assert fast[0]["ba"] == b"\x00\x01\xff" and fast[0]["t"] == "" and fast[2]["t"] == "null"
+    assert fast[0]["tm"] == time(23, 59, 59, 999_999)
     assert fast[1] == {"id": 2, **dict.fromkeys(list(fast[1])[1:])}
 
 
@@ -608,7 +750,7 @@ def test_mysql_csv_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None
         "i16 SMALLINT, i24 MEDIUMINT, u32 INT UNSIGNED, i64 BIGINT, u64 BIGINT UNSIGNED, "
         "d DECIMAL(38,10), r FLOAT, f DOUBLE, b1 BIT(1), b12 BIT(12), c CHAR(3), "
         "v VARCHAR(40), t TEXT, e ENUM('sad','ok'), s SET('a','b'), j JSON, u UUID, "
-        "bi BINARY(3), vb VARBINARY(8), bl BLOB, dt DATE, tm TIME(3), y YEAR, "
+        "bi BINARY(3), vb VARBINARY(8), bl BLOB, dt DATE, tm TIME(6), y YEAR, "
         "dtm DATETIME(6), ts TIMESTAMP(6) NULL) CHARSET utf8mb4"
     )
     rows = [
@@ -617,7 +759,7 @@ def test_mysql_csv_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None
             "-1234567890123456789012345678.0123456789", 1.1754944e-38, 2.2250738585072014e-308,
             1, 0xFFF, "ab", 'quote " comma , nl \n tab \t 🚀 \\ ', "", "ok", "a,b",
             '{"a": [1, "x"]}', "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", b"\x00\x01\xff",
-            b"\x00", b"\n\x00\"'", "0001-01-01", "23:59:59.999", 1901,
+            b"\x00", b"\n\x00\"'", "0001-01-01", "23:59:59.999999", 1901,
             "9999-12-31 23:59:59.999999", "1970-01-01 00:00:01",
         ),
         (2, *([None] * 27)),
@@ -656,28 +798,62 @@ def test_mysql_csv_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None
     as_float32 = pa.array([1.1754944e-38, 3.4028234e38], pa.float32()).to_pylist()
     assert [fast[0]["r"], fast[2]["r"]] == as_float32
     assert fast[2]["t"] == "null" and fast[2]["vb"] == b""
+    assert fast[0]["tm"] == time(23, 59, 59, 999_999)
 
 
-def test_mysql_pages_too_big_for_one_value_take_the_driver_path(my: Db, monkeypatch) -> None:
+def test_mysql_pages_too_big_for_one_value_are_read_in_fewer_rows(my: Db, monkeypatch) -> None:
     _plain_table(my, rows=50)
     my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
     my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('x', 10000)")
     from sluice.connectors.jdbc import source as source_module
 
     monkeypatch.setattr(source_module._MyCsvPage, "max_bytes", 100_000)
-    tries: list[bool] = []
+    pages: list[tuple[int, bool]] = []  # (LIMIT, fitted)
     real = source_module._MyCsvPage.fetch
 
-    def fetch(self, *a, **k):  # type: ignore[no-untyped-def]
-        page = real(self, *a, **k)
-        tries.append(page is None and self.too_big)
+    def fetch(self, conn, tail, params):  # type: ignore[no-untyped-def]
+        page = real(self, conn, tail, params)
+        pages.append((int(tail.rsplit(" LIMIT ", 1)[1]), page is not None))
         return page
 
     monkeypatch.setattr(source_module._MyCsvPage, "fetch", fetch)
     (task,) = source_task(my.config(mode="incrementing", table__whitelist="items"))
     values = read_all(task)
     assert _ids(values) == list(range(1, 51)) and {len(v["name"]) for v in values} == {10000}
-    assert tries == [True]  # tried once, then the driver's path for the rest
+    # 10,000 rows of ~10 kB do not fit in one 100 kB value, nor 2,500 … 40: a quarter each time,
+    # down to 9; then pages of ~5 rows, half the largest value, all on the fast path
+    assert pages[:6] == [
+        (10000, False),
+        (2500, False),
+        (625, False),
+        (156, False),
+        (39, False),
+        (9, True),
+    ]
+    assert all(fitted and size <= 5 for size, fitted in pages[6:]), pages
+
+
+def test_a_mysql_row_too_big_for_one_value_takes_the_driver_path(my: Db, monkeypatch) -> None:
+    _plain_table(my, rows=3)
+    my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
+    my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('y', 20000) WHERE id = 2")
+    from sluice.connectors.jdbc import source as source_module
+
+    monkeypatch.setattr(source_module._MyCsvPage, "max_bytes", 10_000)
+    tries: list[bool] = []
+    real = source_module._MyCsvPage.fetch
+
+    def fetch(self, *a, **k):  # type: ignore[no-untyped-def]
+        page = real(self, *a, **k)
+        tries.append(page is not None)
+        return page
+
+    monkeypatch.setattr(source_module._MyCsvPage, "fetch", fetch)
+    (task,) = source_task(my.config(mode="incrementing", table__whitelist="items"))
+    values = read_all(task)
+    assert [len(v["name"]) for v in values] == [5, 20000, 5]
+    # pages shrink until row 1 fits alone; row 2 alone does not: the driver from then on
+    assert tries.count(True) == 1 and tries[-1] is False, tries
 
 
 def test_validate_tries_once_while_start_retries(db: Db, caplog) -> None:

@@ -130,7 +130,7 @@ def test_source_settings() -> None:
     s = SourceSettings.parse(base)
     assert s.mode == "timestamp+incrementing" and s.timestamp_columns == ("a", "b")
     assert s.whitelist == (TableName("d", "x"), TableName("d", "y"))
-    assert s.uses_timestamp and s.uses_incrementing and s.batch_max_rows == 10_000
+    assert s.uses_timestamp and s.uses_incrementing and s.batch_max_rows == 50_000
 
 
 def test_sink_settings() -> None:
@@ -172,7 +172,7 @@ def _my(data_type: str, column_type: str, precision=None, scale=None) -> Mapped:
         ("enum", "enum('a','b')", None, None, "string", "plain"),
         ("json", "json", None, None, "string", "plain"),
         ("longblob", "longblob", None, None, "binary", "plain"),
-        ("time", "time(3)", None, None, "int", "time"),
+        ("time", "time(6)", None, None, "time(6)", "time"),
         ("datetime", "datetime(6)", None, None, "timestamp", "timestamp"),
     ],
 )
@@ -276,18 +276,21 @@ def test_values_to_arrow() -> None:
     assert to_arrow(
         [2**64 - 1], _mapped("uint64", Schema.decimal(20, 0)), pa.decimal128(20, 0)
     ).to_pylist() == [Decimal(2**64 - 1)]
-    ms = to_arrow(
-        [timedelta(hours=23, milliseconds=7), time(1, 2, 3, 4000), None],
+    us = to_arrow(
+        [timedelta(hours=23, minutes=59, seconds=59, microseconds=999_999), time(0, 0, 0, 1), None],
         _mapped("time", Schema.time()),
-        pa.time32("ms"),
+        pa.time64("us"),
     )
-    assert ms.to_pylist() == [time(23, 0, 0, 7000), time(1, 2, 3, 4000), None]
+    assert us.type == pa.time64("us")
+    assert us.to_pylist() == [time(23, 59, 59, 999_999), time(0, 0, 0, 1), None]
     with pytest.raises(ValueError, match=r"value '0000-00-00' cannot be carried .*not a valid"):
         to_arrow(["0000-00-00"], _mapped("date", Schema.date()), pa.date32())
     with pytest.raises(ValueError, match=r"value Decimal\('1.234'\) cannot be carried"):
         to_arrow([Decimal("1.234")], _mapped("decimal", Schema.decimal(5, 2)), pa.decimal128(5, 2))
     with pytest.raises(ValueError, match=r"value datetime.timedelta\(days=-1.*outside"):
-        to_arrow([timedelta(hours=-1)], _mapped("time", Schema.time()), pa.time32("ms"))
+        to_arrow([timedelta(hours=-1)], _mapped("time", Schema.time()), pa.time64("us"))
+    with pytest.raises(ValueError, match=r"value datetime.timedelta\(days=1\).*23:59:59.999999"):
+        to_arrow([timedelta(hours=24)], _mapped("time", Schema.time()), pa.time64("us"))
 
 
 # -- sink pieces ----------------------------------------------------------------------------------
@@ -299,7 +302,8 @@ def test_auto_create_types() -> None:
     assert sql_type(pa.timestamp("us", tz="UTC"), False, pk=False, where="x") == "DATETIME(6)"
     assert sql_type(pa.string(), False, pk=True, where="x") == "VARCHAR(255)"
     assert sql_type(pa.string(), False, pk=False, where="x") == "LONGTEXT"
-    assert sql_type(pa.time32("ms"), False, pk=False, where="x") == "TIME(3)"
+    assert sql_type(pa.time64("us"), False, pk=False, where="x") == "TIME(6)"
+    assert sql_type(pa.time64("us"), True, pk=False, where="x") == "TIME(6)"
     with pytest.raises(ConnectException, match=r"t: field 'f': sluice has no column type for list"):
         sql_type(pa.list_(pa.int32()), True, pk=False, where="t: field 'f'")
 
@@ -428,7 +432,7 @@ def test_dates_in_positions() -> None:
 
 
 def test_columnar_helpers() -> None:
-    from sluice.connectors.jdbc.sink import _arrow_times, _csv_ready, _last_per_key
+    from sluice.connectors.jdbc.sink import _csv_ready, _last_per_key
 
     def last(keys: pa.Array, *more: pa.Array) -> list[int] | None:
         data = pa.table([keys, *more], names=[f"k{i}" for i in range(1 + len(more))])
@@ -446,11 +450,19 @@ def test_columnar_helpers() -> None:
     assert last(pa.array([1, 1, 1]), pa.array(["x", "y", "x"])) == [1, 2]
     assert last(pa.array([[1], [2], [1]])) == [1, 2]  # lists: no hash kernel, Python
     assert last(pa.array([[1], [2]])) is None
-    times = _arrow_times(pa.table({"t": pa.array([0, 86_399_999, None], pa.int32())}), [0])
-    assert times.column(0).to_pylist() == [time(0), time(23, 59, 59, 999000), None]
-    with pytest.raises(ConnectException, match=r"86400000 ms is not a time of day"):
-        _arrow_times(pa.table({"t": pa.array([86_400_000], pa.int32())}), [0])
     ready = _csv_ready(pa.table({"b": pa.array([b"\x00\xff", None, b""])}))
     assert ready.column(0).to_pylist() == ["\\x00ff", None, "\\x"]
     with pytest.raises(ConnectException, match=r"field 'n': list<item: int64> values cannot"):
         _csv_ready(pa.table({"n": pa.array([[1]])}))
+
+
+def test_fast_path_times_keep_microseconds_and_leave_other_values_to_the_driver() -> None:
+    from sluice.connectors.jdbc.source import _time_micros
+
+    got = _time_micros(pa.array([0, 1, 86_399_999_999, None], pa.int64()))
+    assert got is not None and got.type == pa.time64("us")
+    assert got.to_pylist() == [time(0), time(0, 0, 0, 1), time(23, 59, 59, 999_999), None]
+    # Outside a day (a MySQL TIME can be negative or reach 838:59:59): the driver's path reads
+    # the page again and names the value.
+    assert _time_micros(pa.array([-1], pa.int64())) is None
+    assert _time_micros(pa.array([86_400_000_000], pa.int64())) is None

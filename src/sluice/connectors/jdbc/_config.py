@@ -43,7 +43,7 @@ SOURCE_CONFIG = ConfigDef(
     ConfigKey(
         "poll.interval.ms", type="int", default=5000, min=0, doc="idle look-ups; bulk reloads"
     ),
-    ConfigKey("batch.max.rows", type="int", default=10_000, min=1, doc="rows per fetch"),
+    ConfigKey("batch.max.rows", type="int", default=50_000, min=1, doc="rows per fetch, at most"),
     ConfigKey("topic.prefix", default="", doc="topic = prefix + table name"),
     ConfigKey("connect.topicname", default="", doc="one topic for every table"),
     ConfigKey("timestamp.delay.interval.ms", type="int", default=0, min=0, doc="settle time"),

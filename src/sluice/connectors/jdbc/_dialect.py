@@ -17,15 +17,15 @@ CHAR, VARCHAR, *TEXT, ENUM, SET, JSON  CHAR, VARCHAR, TEXT, JSON(B), UUID,    ST
 UUID, INET4/6                          enums, XML, CITEXT, INET, CIDR
 BINARY, VARBINARY, *BLOB, BIT(n>1)     BYTEA                                  BYTES
 DATE                                   DATE                                   Date
-TIME (0 ≤ t < 24 h)                    TIME                                   Time (ms)
+TIME(n) (0 ≤ t < 24 h)                 TIME(n) (t < 24:00:00)                 Time (µs)
 DATETIME, TIMESTAMP                    TIMESTAMP, TIMESTAMPTZ                 Timestamp (µs, UTC)
 =====================================  =====================================  ===================
 
 Anything else (DECIMAL/NUMERIC wider than 38 digits or without a declared precision, spatial types,
 INTERVAL, TIMETZ, arrays, ranges, composite types, MONEY, BIT VARYING…) is refused at start with
-the column and its type named. Values are checked too: a TIME with sub-millisecond digits or
-outside a day, or a date/timestamp outside years 1 to 9999, fails the read naming table, column and
-value — never silently truncated.
+the column and its type named. Values are checked too: a TIME outside a day (MySQL's TIME may be
+negative or reach 838:59:59), or a date/timestamp outside years 1 to 9999, fails the read naming
+table, column and value — never silently truncated. Times carry all six fractional digits.
 
 Timestamps without a time zone (DATETIME, TIMESTAMP WITHOUT TIME ZONE) are read and written as UTC
 wall-clock values: sessions run with the time zone set to UTC on both sides, so a value arrives as

@@ -65,7 +65,9 @@ def decode(value: Any) -> Any:
     return value
 
 
-def _time_ms(value: Any) -> int:
+def _time_us(value: Any) -> int:
+    """A TIME value (PostgreSQL: `time`; MySQL: `timedelta`, which can exceed a day or be
+    negative) as microseconds since midnight."""
     if isinstance(value, timedelta):
         micros = value // timedelta(microseconds=1)
     elif isinstance(value, time):
@@ -74,10 +76,8 @@ def _time_ms(value: Any) -> int:
     else:
         raise ValueError(f"expected a time, got {type(value).__name__}")
     if not 0 <= micros < _DAY_US:
-        raise ValueError("is outside 00:00:00 to 23:59:59.999 (sluice's Time is a time of day)")
-    if micros % 1000:
-        raise ValueError("has sub-millisecond digits (sluice's Time carries milliseconds)")
-    return micros // 1000
+        raise ValueError("is outside 00:00:00 to 23:59:59.999999 (sluice's Time is a time of day)")
+    return micros
 
 
 def _converted(values: Sequence[Any], conv: str) -> list[Any] | Sequence[Any]:
@@ -86,7 +86,7 @@ def _converted(values: Sequence[Any], conv: str) -> list[Any] | Sequence[Any]:
     if conv == "bit1":
         return [None if v is None else int.from_bytes(v, "big") != 0 for v in values]
     if conv == "time":
-        return [None if v is None else _time_ms(v) for v in values]
+        return [None if v is None else _time_us(v) for v in values]
     if conv in ("timestamp", "date"):
         for v in values:
             if v is not None and not isinstance(v, date):
@@ -100,7 +100,7 @@ def to_arrow(values: Sequence[Any], mapped: Mapped, type_: pa.DataType) -> pa.Ar
     try:
         converted = _converted(values, mapped.conv)
         if mapped.conv == "time":
-            return pa.array(converted, pa.int32()).cast(type_)
+            return pa.array(converted, pa.int64()).cast(type_)
         return pa.array(converted, type_)
     except ValueError:
         bad = _first_bad(values, mapped, type_)
@@ -114,7 +114,7 @@ def _first_bad(values: Sequence[Any], mapped: Mapped, type_: pa.DataType) -> str
         try:
             converted = _converted([v], mapped.conv)
             if mapped.conv == "time":
-                pa.array(converted, pa.int32())
+                pa.array(converted, pa.int64())
             else:
                 pa.array(converted, type_)
         except (ValueError, pa.ArrowException, TypeError, OverflowError) as exc:

@@ -35,7 +35,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC
 from decimal import Decimal
 from typing import Any
 
@@ -87,7 +87,6 @@ class _Table:
     pk: list[str] = field(default_factory=list)  # pk field names of the columnar path
     types: dict[str, pa.Field] = field(default_factory=dict)  # from typed (struct) values
     where: set[str] = field(default_factory=set)  # topic/queue coordinates, for messages
-    time_columns: set[str] = field(default_factory=set)  # target columns of type TIME
 
 
 def _json_value(value: Any) -> Any:
@@ -693,9 +692,6 @@ class _Writer:
                 self._add_column(conn, table, name)
             return self._prepare(conn, table)
         mapping = {f: names.get(f) or names[f.lower()] for f in fields}
-        # Spark has no TIME type: a Time field reaches a sink as int32 milliseconds of the day
-        # (see sluice.sdk Schema.to_spark_ddl). Give TIME columns a time again.
-        table.time_columns = {c.name for c in existing if c.type_name == "time"}
         if self.settings.insert_mode == "upsert" and writes:
             pk = {mapping[n] for n in self._pk_names(table)}
             if pk and pk not in self.db.unique_keys(conn, table.name):
@@ -833,7 +829,6 @@ class _Writer:
     ) -> None:
         cols = [columns[f] for f in data.column_names]
         pk = cols if kind == "delete" else cols[:npk]
-        data = _arrow_times(data, [i for i, c in enumerate(cols) if c in table.time_columns])
         if self.pg:
             self._pg(conn, table.name, kind, cols, pk, data)
         else:
@@ -853,9 +848,6 @@ class _Writer:
         npk = len(ops[0].pk)
         pk = cols[:npk] if kind != "delete" else cols
         rows = [op.pk for op in ops] if kind == "delete" else [op.values for op in ops]
-        times = [i for i, c in enumerate(cols) if c in table.time_columns]
-        if times:
-            rows = [_times(row, times) for row in rows]
         if self.pg:
             self._pg(conn, table.name, kind, cols, pk, rows)
         else:
@@ -1008,18 +1000,6 @@ class _Writer:
             yield chunk
 
 
-def _times(row: tuple, positions: list[int]) -> tuple:
-    """`row` with int milliseconds-of-day at `positions` as `datetime.time`."""
-    values = list(row)
-    for i in positions:
-        v = values[i]
-        if isinstance(v, int) and not isinstance(v, bool):
-            if not 0 <= v < 86_400_000:
-                raise ConnectException(f"{v} ms is not a time of day (0 to 86399999)")
-            values[i] = (datetime.min + timedelta(milliseconds=v)).time()
-    return tuple(values)
-
-
 def _runs(ops: list[_Op]) -> Iterable[tuple[bool, tuple[str, ...], list[_Op]]]:
     """Consecutive records of the same kind and fields (insert mode keeps record order)."""
     run: list[_Op] = []
@@ -1121,21 +1101,6 @@ def _last_per_integer(keys: np.ndarray) -> pa.Array | None:
     if bool(last.all()):
         return None
     return pa.array(np.sort(order[last]))
-
-
-def _arrow_times(data: pa.Table, positions: list[int]) -> pa.Table:
-    """`data` with int milliseconds-of-day at `positions` as time32[ms] (see `_times`)."""
-    for i in positions:
-        column = data.column(i)
-        if pa.types.is_integer(column.type):
-            low, high = pc.min(column).as_py(), pc.max(column).as_py()
-            if (low is not None and low < 0) or (high is not None and high >= 86_400_000):
-                bad = low if low is not None and low < 0 else high
-                raise ConnectException(f"{bad} ms is not a time of day (0 to 86399999)")
-            data = data.set_column(
-                i, data.schema.field(i).name, column.cast(pa.int32()).cast(pa.time32("ms"))
-            )
-    return data
 
 
 _PG_TYPES = {
