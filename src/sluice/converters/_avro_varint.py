@@ -54,6 +54,8 @@ def sizes(z: np.ndarray) -> np.ndarray:
 def encode(z: np.ndarray, size: np.ndarray, width: int) -> np.ndarray:
     """The varints of `z` (sizes `size`) left-aligned in a (len(z), width) byte matrix; bytes past
     a varint's size hold zeros. `width` is at least the largest size."""
+    if width == 1:  # below 128: the byte is the value
+        return z.astype(np.uint8)[:, None]
     x = z & _U(2**56 - 1)
     for low, high, shift in reversed(_STEPS):
         x = (x & low) | ((x << shift) & high)
