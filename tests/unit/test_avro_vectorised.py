@@ -462,7 +462,8 @@ def test_damaged_records_mid_block_fall_back(registry: SqliteSchemaRegistry) -> 
 
 def test_invalid_utf8_and_odd_encodings_fall_back(registry: SqliteSchemaRegistry) -> None:
     """Bytes fastavro refuses or reads differently than the usual encoding: invalid UTF-8, a
-    branch written as a 2-byte varint, a 9-byte varint for a small value, a Time past midnight."""
+    branch written as a 2-byte varint, a 9-byte varint for a small value, varints past 64 bits,
+    a Time past midnight."""
     schema = Schema.struct(
         ("s", Schema.string()), ("l", Schema.of(FieldType.INT64)), ("t", Schema.time())
     )
@@ -477,12 +478,20 @@ def test_invalid_utf8_and_odd_encodings_fall_back(registry: SqliteSchemaRegistry
         header + b"\x82\x00\x06abc\x02\x04\x02\x02",  # branch 1 as 0x82 0x00
         header + b"\x02\x06abc\x02" + b"\x84" + b"\x80" * 7 + b"\x00" + b"\x02\x02",  # l=2, 9 bytes
         header + b"\x02\x06abc\x02\x04\x02" + _per_record_varint(86_400_000_000),  # t: 24:00
+        header + b"\x02\x06abc\x02\x80\x01\x02\x02",  # l=64: 2 bytes, the first 0x80
+        # Past 64 bits: 10 bytes with more than bit 63 in the last, and 11 bytes (fastavro wraps).
+        header + b"\x02\x06abc\x02" + b"\x80" * 9 + b"\x02\x02\x02",
+        header + b"\x02\x06abc\x02" + b"\xff" * 10 + b"\x01\x02\x02",
         header + b"\x02\x06abc\x02\x04\x02\x02",
     ]
-    array = pa.array(raws, pa.binary())
-    fast = _outcome(decoder.arrow, array, schema)
-    assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
-    values, errors = fast
+    # All together, and each alone beside a usual record (the one-byte shortcut then applies to
+    # every other column).
+    for some in [raws, *([raws[0], raw] for raw in raws)]:
+        array = pa.array(some, pa.binary())
+        fast = _outcome(decoder.arrow, array, schema)
+        assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
+    values, errors = _outcome(decoder.arrow, pa.array(raws, pa.binary()), schema)
     assert values[2]["s"] == "😀"
     assert values[3] == values[4] == values[0]
-    assert errors[1] and errors[5] and not any(errors[i] for i in (0, 2, 3, 4, 6))
+    assert errors[1] and errors[5] and not any(errors[i] for i in (0, 2, 3, 4, 6, 9))
+    assert values[6]["l"] == 64
