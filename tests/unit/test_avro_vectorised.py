@@ -498,3 +498,19 @@ def test_invalid_utf8_and_odd_encodings_fall_back(registry: SqliteSchemaRegistry
     assert values[3] == values[4] == values[0]
     assert errors[1] and errors[5] and not any(errors[i] for i in (0, 2, 3, 4, 6, 9))
     assert values[6]["l"] == 64
+
+
+def test_output_past_2_gib_falls_back_to_fastavro(
+    registry: SqliteSchemaRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.converters import _avro_vector
+
+    schema = Schema.struct(("s", Schema.string()), ("i", Schema.of(FieldType.INT32)))
+    array = from_physical([{"s": "x" * 100, "i": 1}, None, {"s": None, "i": 2}], schema)
+    encoder = _avro(registry).encoder(schema)
+    header = MAGIC + encoder.schema_id.to_bytes(4, "big")
+    physical = to_physical(array, schema)
+    assert _avro_vector.encode(physical, encoder._flat, header) is not None
+    monkeypatch.setattr(_avro_vector, "_data_size", lambda _: 2**31)  # as if 2 GiB of text
+    assert _avro_vector.encode(physical, encoder._flat, header) is None
+    assert encoder.arrow(array).to_pylist() == _per_record(encoder, array).to_pylist()

@@ -271,6 +271,10 @@ def _encode_leaf(
     return run
 
 
+class _TooLarge(Exception):
+    """A block's records would not fit a binary array (2 GiB)."""
+
+
 _JOIN = pc.JoinOptions(null_handling="replace", null_replacement="")
 
 
@@ -294,6 +298,9 @@ def _encode_block(
         run = _encode_leaf(child, schema, present, run, pieces)
     if run.parts or not pieces:
         pieces.append(run.close())
+    if sum(_data_size(piece) for piece in pieces) >= 2**31:
+        # (Null payloads may span bytes: an upper bound, so at worst a needless fallback.)
+        raise _TooLarge
     # Arrow interleaves the runs and the string payloads record by record.
     joined = pc.binary_join_element_wise(*pieces, b"", options=_JOIN)
     nulls = n - int(rows.sum())
@@ -339,7 +346,7 @@ def encode(
             _encode_block(array.slice(s, BLOCK), columns, header, scratch)
             for s in range(0, n, BLOCK)
         ]
-    except pa.ArrowCapacityError:  # one block alone past 2 GiB
+    except _TooLarge:
         return None
     if sum(_data_size(b) for b in blocks) >= 2**31:
         return None
