@@ -51,15 +51,24 @@ def sizes(z: np.ndarray) -> np.ndarray:
     return out
 
 
-def encode(z: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The varints of `z` (sizes `size`) as two little-endian words each: bytes 0-7, then
-    bytes 8-9 (zero unless the varint is longer than 8). Bytes past a varint's size are zero."""
+def encode(z: np.ndarray, size: np.ndarray, width: int) -> np.ndarray:
+    """The varints of `z` (sizes `size`) left-aligned in a (len(z), width) byte matrix; bytes past
+    a varint's size hold zeros. `width` is at least the largest size."""
+    if width == 1:  # below 128: the byte is the value
+        return z.astype(np.uint8)[:, None]
     x = z & _U(2**56 - 1)
     for low, high, shift in reversed(_STEPS):
         x = (x & low) | ((x << shift) & high)
     x |= _CONTINUE[size]
-    rest = ((z >> _U(56)) & _U(0x7F)) | np.where(size > 9, _U(0x80), _U(0)) | (z >> _U(63) << _U(8))
-    return x, rest
+    words = x.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
+    if width <= 8:
+        return words[:, :width]
+    out = np.zeros((len(z), width), dtype=np.uint8)
+    out[:, :8] = words
+    out[:, 8] = ((z >> _U(56)) & _U(0x7F)) | np.where(size > 9, _U(0x80), _U(0))
+    if width > 9:
+        out[:, 9] = z >> _U(63)
+    return out
 
 
 def decode(words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

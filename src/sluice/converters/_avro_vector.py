@@ -143,71 +143,41 @@ class _Scratch:
         return self.values[:size].reshape(n, width), self.used[:size].reshape(n, width)
 
 
-# Masks of the first s bytes of a word (a byte 1 each), s = 0 … 8.
-_LEFT = np.array([((1 << (8 * s)) - 1) & 0x0101010101010101 for s in range(9)], dtype=np.uint64)
-
-
 class _Run:
     """The bytes of consecutive fields between two string payloads, one row per record: each
-    field is a word per record (its bytes little-endian, at most 8) plus how many of them the
-    record uses, the first ones (or the last). Laid side by side in a matrix and compressed
-    row-major, the used bytes are the records' bytes."""
+    field is a byte matrix plus how many of its bytes each record uses (left- or right-aligned).
+    Laid side by side and compressed row-major, the used bytes are the records' bytes."""
 
     def __init__(self, n: int, scratch: _Scratch) -> None:
         self.n = n
         self.scratch = scratch
-        self.parts: list[tuple[np.ndarray | int, int, np.ndarray, bool]] = []
+        self.parts: list[tuple[np.ndarray, np.ndarray, bool]] = []
         self.lens = np.zeros(n, dtype=np.int64)
 
-    def add(
-        self, words: np.ndarray | int, width: int, size: np.ndarray, *, right: bool = False
-    ) -> None:
-        """A field of `width` (1 … 8) bytes, byte j of `words[i]` being record i's byte j
-        (`words` may be one int for all); record i uses `size[i]` of them, the first (or
-        with `right` the last)."""
-        self.parts.append((words, width, size, right))
+    def add(self, values: np.ndarray, size: np.ndarray, *, right: bool = False) -> None:
+        self.parts.append((values, size, right))
         self.lens += size
 
     def close(self) -> pa.Array:
         """The run as a binary array (one value per record)."""
-        width = sum(w for _, w, _, _ in self.parts)
-        # Each field is written as one word per record, in order, each overwriting the spill of
-        # the one before; 8 spare bytes a row keep the last field's spill in its row. (Byte by
-        # byte, numpy pays per byte column: ~30% slower here.)
-        stride = width + 8
-        matrix, used = self.scratch.matrices(self.n, stride)
+        width = sum(values.shape[1] for values, _, _ in self.parts)
+        matrix, used = self.scratch.matrices(self.n, width)
         col = 0
-        for words, w, size, right in self.parts:
-            if w == 1:
-                matrix[:, col] = words
-                np.greater(size, 0, out=used[:, col])
-            else:
-                mask = _LEFT[w] & ~_LEFT[w - size] if right else _LEFT[size]
-                itemsize = 2 if w == 2 else 4 if w <= 4 else 8
-                _column(matrix, col, itemsize)[...] = words
-                _column(used.view(np.uint8), col, itemsize)[...] = mask
-            col += w
-        return _binary(_offsets(self.lens), matrix[:, :width][used[:, :width]])
-
-
-def _column(matrix: np.ndarray, col: int, itemsize: int) -> np.ndarray:
-    """The `itemsize` bytes at `col` of every row of a C-contiguous byte matrix, as unsigned
-    little-endian integers (unaligned)."""
-    dtype = np.dtype(f"<u{itemsize}")
-    return np.ndarray((len(matrix),), dtype, matrix, offset=col, strides=(matrix.shape[1],))
+        # One byte column at a time: numpy copies a long strided column fast, but pays per row
+        # for a block a few bytes wide.
+        for values, size, right in self.parts:
+            w = values.shape[1]
+            for j in range(w):
+                matrix[:, col] = values[:, j]
+                np.greater(size, w - 1 - j if right else j, out=used[:, col])
+                col += 1
+        return _binary(_offsets(self.lens), matrix[used])
 
 
 def _add_varints(run: _Run, values: np.ndarray, present: np.ndarray) -> None:
     z = np.where(present, varint.zigzag(values), np.uint64(0))
     size = varint.sizes(z) * present
-    width = max(1, int(size.max(initial=0)))
-    if width == 1:  # below 128: the byte is the value
-        run.add(z, 1, size)
-        return
-    low, rest = varint.encode(z, size)
-    run.add(low, min(width, 8), np.minimum(size, 8))
-    if width > 8:
-        run.add(rest, width - 8, np.maximum(size - 8, 0))
+    run.add(varint.encode(z, size, max(1, int(size.max(initial=0)))), size)
 
 
 def _encode_leaf(
@@ -222,22 +192,21 @@ def _encode_leaf(
     elif k == "boolean":
         bits = np.unpackbits(_buffer(array, 1), bitorder="little")[off : off + n]
         bits = np.concatenate([bits, np.zeros(n - len(bits), np.uint8)])  # (no buffer)
-        run.add(bits, 1, present.astype(np.int64))
+        run.add(bits[:, None], present.astype(np.int64))
     elif k == "float":
         # fastavro writes a FLOAT32 that went through a Python float: do the same round trip so
         # a signalling NaN comes out quieted exactly as it does there.
         raw = _fixed(array, np.float32).astype(np.float64).astype("<f4")
-        run.add(raw.view("<u4"), 4, present * 4)
+        run.add(raw.view(np.uint8).reshape(-1, 4), present * 4)
     elif k == "double":
         raw = _fixed(array, np.float64).astype("<f8", copy=False)
-        run.add(raw.view("<u8"), 8, present * 8)
+        run.add(raw.view(np.uint8).reshape(-1, 8), present * 8)
     elif k == "decimal":
         flat = _buffer(array, 1)
         if len(flat) < (off + n) * 16:  # no buffer: every slot is null
             flat = np.zeros((off + n) * 16, np.uint8)
-        flat = flat[off * 16 : (off + n) * 16]
         # Arrow decimal128 is 16-byte little-endian two's complement; Avro wants big-endian.
-        big = flat.reshape(n, 16)[:, ::-1]
+        big = flat[off * 16 : (off + n) * 16].reshape(n, 16)[:, ::-1]
         sign = np.where(big[:, 0] >= 0x80, 0xFF, 0).astype(np.uint8)
         magnitude = big ^ sign[:, None]  # ~v for negatives: the bits that must be kept
         nonzero = magnitude != 0
@@ -246,16 +215,8 @@ def _encode_leaf(
         bits = np.where(nonzero.any(axis=1), (15 - first) * 8 + _BITLEN[top], 0)
         lens = (bits + 8) // 8 * present  # minimal length keeping the sign bit (toByteArray)
         _add_varints(run, lens, present)
-        # The big-endian bytes as two words, high then low; the value is their last `lens`.
-        halves = flat.view("<u8").reshape(n, 2)
-        high, low = halves[:, 1].byteswap(), halves[:, 0].byteswap()
         width = max(1, int(lens.max(initial=0)))
-        if width <= 8:
-            run.add(low >> np.uint64(8 * (8 - width)), width, lens, right=True)
-        else:
-            high >>= np.uint64(8 * (16 - width))
-            run.add(high, width - 8, np.maximum(lens - 8, 0), right=True)
-            run.add(low, 8, np.minimum(lens, 8), right=True)
+        run.add(big[:, 16 - width :], lens, right=True)
     else:
         # string / bytes: the Arrow data buffer already holds exactly the bytes Avro wants.
         offsets = np.frombuffer(array.buffers()[1], dtype=np.int32)[off : off + n + 1]
@@ -286,15 +247,17 @@ def _encode_block(
     union = columns[0][0] is not None
     children = [array.field(i) for i in range(len(columns))] if union else [array]
     run = _Run(n, scratch)
-    for i in range(0, len(header), 8):
-        chunk = header[i : i + 8]
-        run.add(int.from_bytes(chunk, "little"), len(chunk), rows * len(chunk))
+    if header:
+        run.add(
+            np.broadcast_to(np.frombuffer(header, np.uint8), (n, len(header))),
+            rows * len(header),
+        )
     pieces: list[pa.Array] = []
     for (_, schema), child in zip(columns, children, strict=True):
         present = rows & _valid(child)
         if schema.optional and union:
             # ["null", T]: branch 0 (byte 0x00) for null, 1 (zig-zag 2) for a value.
-            run.add((present * 2).astype(np.uint8), 1, rows.astype(np.int64))
+            run.add((present * 2).astype(np.uint8)[:, None], rows.astype(np.int64))
         run = _encode_leaf(child, schema, present, run, pieces)
     if run.parts or not pieces:
         pieces.append(run.close())
