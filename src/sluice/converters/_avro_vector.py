@@ -1,4 +1,5 @@
-"""Avro binary for flat schemas, column by column with numpy (no Python loop over records).
+"""Avro binary for flat schemas, column by column with numpy and Arrow compute (no Python loop
+over records).
 
 A *flat* schema is a STRUCT whose fields are all leaves (INT8 … INT64, FLOAT32/64, BOOLEAN, STRING,
 BYTES, Decimal, Date, Time, Timestamp; optional or not), or a bare leaf. Its Avro encoding is the
@@ -11,11 +12,16 @@ fields one after another, each one of (Avro 1.11 specification, "Binary Encoding
   unscaled value's minimal big-endian two's complement;
 * an optional field (`["null", T]`): the branch as a `long` (0 null, 1 value), then T if present.
 
-`encode` writes every record of an Arrow array into one buffer; `decode` parses all records a
-field at a time. Both produce exactly what the per-record fastavro path in `_avro` produces (the
-property tests compare them byte for byte); anything the decoder is not sure of (another schema
-id, truncated or trailing bytes, out-of-range values, invalid UTF-8) is left to that path, so its
-error texts stay the only ones.
+Both work in blocks of `BLOCK` records. `encode` lays each run of fields between two string
+payloads out as a byte matrix (one row a record) and compresses away the bytes no record uses;
+Arrow then interleaves runs and payloads record by record. `decode` keeps a read position per
+record and parses all records a field at a time: varints 8 bytes at a time (`_avro_varint`),
+strings cut out of the buffer by Arrow.
+
+Both produce exactly what the per-record fastavro path in `_avro` produces (the property tests
+compare them byte for byte); anything the decoder is not sure of (another schema id, truncated or
+trailing bytes, out-of-range values, invalid UTF-8) is left to that path, so its error texts stay
+the only ones.
 """
 
 from __future__ import annotations
