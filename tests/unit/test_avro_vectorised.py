@@ -3,6 +3,7 @@ same bytes, the same refusals (same record), the same values and error texts whe
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from sluice.converters import Decoded, arrow_type, canonical, converter_from_config
 from sluice.converters._avro import MAGIC, _AvroEncoder
+from sluice.converters._avro_vector import BLOCK
 from sluice.converters._base import string_errors
 from sluice.converters._json import decimal_of
 from sluice.converters._schemas import from_physical, to_physical
@@ -256,3 +258,256 @@ def test_vectorised_decode_reads_other_writer_versions(registry: SqliteSchemaReg
         "value is not Avro with a schema id (expected byte 0x00 and a 4-byte id, got 00)",
         None,
     ]
+
+
+# -- edges: word-at-a-time varints, strings built by Arrow, blocks ------------------------------
+def _same_as_per_record(registry: SqliteSchemaRegistry, schema: Schema, rows: list[Any]) -> None:
+    """The vectorised encoding is fastavro's byte for byte, and decoding it gives the rows back
+    (and the same as decoding it per record)."""
+    converter = _avro(registry)
+    encoder, decoder = converter.encoder(schema), converter.decoder(schema)
+    array = from_physical(rows, schema)
+    fast = encoder.arrow(array)
+    fast.validate(full=True)
+    assert fast.to_pylist() == _per_record(encoder, array).to_pylist()
+    result = decoder.arrow(fast)
+    assert result.errors is None
+    assert decoded_rows(result.values, schema) == normal(rows)
+    assert _outcome(decoder.arrow, fast, schema) == _outcome(
+        lambda a: _decode_per_record(decoder, a), fast, schema
+    )
+
+
+def _varint_edges(low: int, high: int) -> list[int]:
+    """Values whose zig-zag varint is 1 … 10 bytes, at both ends of each length."""
+    values = {low, high, 0, -1, 1}
+    for k in range(1, 10):
+        for v in (2 ** (7 * k - 1), -(2 ** (7 * k - 1))):  # zig-zag 2**(7k): k+1 bytes
+            values.update({v - 1, v, v + 1})
+    return sorted(v for v in values if low <= v <= high)
+
+
+@pytest.mark.parametrize("type_", [FieldType.INT32, FieldType.INT64])
+@pytest.mark.parametrize("optional", [False, True])
+def test_varints_at_every_length(
+    registry: SqliteSchemaRegistry, type_: FieldType, optional: bool
+) -> None:
+    values = _varint_edges(*INT_RANGES[type_])
+    if type_ is FieldType.INT64:
+        sizes = {len(_per_record_varint(v)) for v in values}
+        assert sizes == set(range(1, 11))
+    schema = Schema.struct(("v", Schema.of(type_, optional=optional)), ("s", Schema.string()))
+    # Each varint at every alignment of the 8-byte words, by a string of 0 … 7 bytes before.
+    rows = [{"v": v, "s": "x" * (i % 8)} for i, v in enumerate(values)]
+    _same_as_per_record(registry, schema, rows)
+    _same_as_per_record(registry, Schema.of(type_, optional=optional), values)
+
+
+def _per_record_varint(value: int) -> bytes:
+    z = ((value << 1) ^ (value >> 63)) & (2**64 - 1)
+    out = bytearray()
+    while z >= 0x80:
+        out.append(z & 0x7F | 0x80)
+        z >>= 7
+    return bytes([*out, z])
+
+
+def test_varint_module_against_python() -> None:
+    import numpy as np
+
+    from sluice.converters import _avro_varint as varint
+
+    values = _varint_edges(*INT_RANGES[FieldType.INT64])
+    z = varint.zigzag(np.array(values, dtype=np.int64))
+    sizes = varint.sizes(z)
+    matrix = varint.encode(z, sizes, 10)
+    data = b"".join(_per_record_varint(v) for v in values)
+    assert [bytes(row[:s]) for row, s in zip(matrix, sizes, strict=True)] == [
+        _per_record_varint(v) for v in values
+    ]
+    assert not any(row[s:].any() for row, s in zip(matrix, sizes, strict=True))
+    buffer = np.frombuffer(data + bytes(16), np.uint8)
+    starts = np.cumsum([0, *(len(_per_record_varint(v)) for v in values[:-1])])
+    words = np.ndarray((len(buffer) - 7,), "<u8", buffer, strides=(1,))
+    got, got_sizes = varint.decode(words[starts])
+    long = got_sizes > 8
+    got[long], got_sizes[long], fits = varint.decode_long(buffer, starts[long])
+    assert fits.all()
+    assert varint.unzigzag(got).tolist() == values
+    assert got_sizes.tolist() == sizes.tolist()
+
+
+EDGE_SCHEMA = Schema.struct(
+    ("i", Schema.of(FieldType.INT32)),
+    ("l", Schema.of(FieldType.INT64)),
+    ("f", Schema.of(FieldType.FLOAT32)),
+    ("d", Schema.of(FieldType.FLOAT64)),
+    ("b", Schema.of(FieldType.BOOLEAN)),
+    ("s", Schema.string()),
+    ("y", Schema.bytes_()),
+    ("m", Schema.decimal(38, 2)),
+    ("t", Schema.time()),
+    ("ts", Schema.timestamp()),
+    ("dt", Schema.date()),
+)
+FULL_ROW = {
+    "i": -7,
+    "l": 2**40,
+    "f": 1.5,
+    "d": -0.0,
+    "b": True,
+    "s": "naïve 😀",
+    "y": b"\x00\xff",
+    "m": decimal_of(-12345, 2),
+    "t": 45_296_000_001,
+    "ts": 1_704_067_200_000_000,
+    "dt": 19_723,
+}
+
+
+def test_nulls_in_every_optional_column(registry: SqliteSchemaRegistry) -> None:
+    rows: list[Any] = [FULL_ROW, None, dict.fromkeys(FULL_ROW)]
+    for name in FULL_ROW:  # one null at a time, each column
+        rows.append({**FULL_ROW, name: None})
+    rows.append(FULL_ROW)
+    _same_as_per_record(registry, EDGE_SCHEMA, rows)
+
+
+def test_empty_and_multibyte_strings_and_bytes(registry: SqliteSchemaRegistry) -> None:
+    texts = ["", "a", "é", "€", "😀", "😀👍🏽" * 30, "\x00", "", "ü" * 200, "end"]
+    blobs = [b"", b"\x00", b"", b"\xff" * 300, b"\x80\x80", b"", b"x", b"", b"", b"\x7f"]
+    schema = Schema.struct(("s", Schema.string(optional=False)), ("y", Schema.bytes_()))
+    _same_as_per_record(
+        registry, schema, [{"s": s, "y": y} for s, y in zip(texts, blobs, strict=True)]
+    )
+    _same_as_per_record(registry, Schema.string(), [*texts, None])
+    _same_as_per_record(registry, Schema.bytes_(optional=False), blobs)
+    # All values empty: the data buffers are empty.
+    _same_as_per_record(registry, schema, [{"s": "", "y": b""}] * 3)
+
+
+def test_decimals_at_every_length(registry: SqliteSchemaRegistry) -> None:
+    """Two's complement of 1 … 16 bytes, both signs, both ends of each length."""
+    unscaled = {0, 1, -1, 10**38 - 1, -(10**38 - 1)}
+    for k in range(1, 17):
+        for v in (2 ** (8 * k - 1), -(2 ** (8 * k - 1))):
+            unscaled.update({v - 1, v, v + 1})
+    values = [decimal_of(u, 3) for u in sorted(unscaled) if abs(u) < 10**38]
+    schema = Schema.struct(("m", Schema.decimal(38, 3)), ("s", Schema.string()))
+    rows = [{"m": v, "s": "x" * (i % 8)} for i, v in enumerate(values)]
+    _same_as_per_record(registry, schema, rows)
+
+
+def test_floats_keep_their_bits(registry: SqliteSchemaRegistry) -> None:
+    values = [0.0, -0.0, math.inf, -math.inf, math.nan, 2.0**-149, 2.0**127, -1.25]
+    schema = Schema.struct(
+        ("f", Schema.of(FieldType.FLOAT32)), ("d", Schema.of(FieldType.FLOAT64, optional=False))
+    )
+    _same_as_per_record(registry, schema, [{"f": v, "d": v} for v in values])
+
+
+def _bench_like_rows(n: int) -> tuple[Schema, list[Any]]:
+    schema = Schema.struct(
+        ("id", Schema.of(FieldType.INT64, optional=False)),
+        ("name", Schema.string()),
+        ("x", Schema.of(FieldType.FLOAT64)),
+    )
+    rows = [
+        None if i % 1000 == 999 else {"id": i * 7919, "name": f"n{i}" * (i % 3), "x": i / 3}
+        for i in range(n)
+    ]
+    return schema, rows
+
+
+@pytest.mark.parametrize(
+    "n", [BLOCK - 1, BLOCK, BLOCK + 1, 65_535, 65_536, 65_537], ids=lambda n: f"{n}_records"
+)
+def test_record_counts_at_block_boundaries(registry: SqliteSchemaRegistry, n: int) -> None:
+    schema, rows = _bench_like_rows(n)
+    converter = _avro(registry)
+    encoder, decoder = converter.encoder(schema), converter.decoder(schema)
+    array = from_physical(rows, schema)
+    fast = encoder.arrow(array)
+    assert fast.equals(_per_record(encoder, array))
+    result = decoder.arrow(fast)
+    assert result.errors is None
+    assert result.values.equals(array)
+
+
+def test_damaged_records_mid_block_fall_back(registry: SqliteSchemaRegistry) -> None:
+    """Records the vectorised reader refuses, in the middle of the first and second blocks, go
+    through fastavro with its error texts; every other record decodes as written."""
+    schema, rows = _bench_like_rows(BLOCK + 5_000)
+    converter = _avro(registry)
+    encoder, decoder = converter.encoder(schema), converter.decoder(schema)
+    raws = encoder.arrow(from_physical(rows, schema)).to_pylist()
+    other = registry.schema_id(canonical(Schema.struct(("zz_other", Schema.string()))))
+    damage = {
+        100: lambda r: r[:-1],  # truncated
+        BLOCK // 2: lambda r: r + b"\x00",  # trailing byte
+        BLOCK + 17: lambda r: r[:1] + other.to_bytes(4, "big") + r[5:],  # another writer
+        BLOCK + 2_500: lambda r: r[:-1] + b"\x07",  # the last byte no longer ends a varint
+    }
+    for at, how in damage.items():
+        assert raws[at] is not None
+        raws[at] = how(raws[at])
+    array = pa.array(raws, pa.binary())
+    fast = _outcome(decoder.arrow, array, schema)
+    assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
+    values, errors = fast
+    assert {100, BLOCK // 2} <= {i for i, e in enumerate(errors) if e} <= set(damage)
+    kept = [i for i in range(len(rows)) if i not in damage]
+    assert [values[i] for i in kept] == normal([rows[i] for i in kept])
+
+
+def test_invalid_utf8_and_odd_encodings_fall_back(registry: SqliteSchemaRegistry) -> None:
+    """Bytes fastavro refuses or reads differently than the usual encoding: invalid UTF-8, a
+    branch written as a 2-byte varint, a 9-byte varint for a small value, varints past 64 bits,
+    a Time past midnight."""
+    schema = Schema.struct(
+        ("s", Schema.string()), ("l", Schema.of(FieldType.INT64)), ("t", Schema.time())
+    )
+    converter = _avro(registry)
+    encoder, decoder = converter.encoder(schema), converter.decoder(schema)
+    header = MAGIC + encoder.schema_id.to_bytes(4, "big")
+    good = b"\x02\x06abc\x02\x04\x02\x02"  # s="abc", l=2, t=1
+    raws = [
+        header + good,
+        header + b"\x02\x04\xc3\x28\x02\x04\x02\x02",  # invalid UTF-8
+        header + b"\x02\x08\xf0\x9f\x98\x80\x02\x04\x02\x02",  # 😀
+        header + b"\x82\x00\x06abc\x02\x04\x02\x02",  # branch 1 as 0x82 0x00
+        header + b"\x02\x06abc\x02" + b"\x84" + b"\x80" * 7 + b"\x00" + b"\x02\x02",  # l=2, 9 bytes
+        header + b"\x02\x06abc\x02\x04\x02" + _per_record_varint(86_400_000_000),  # t: 24:00
+        header + b"\x02\x06abc\x02\x80\x01\x02\x02",  # l=64: 2 bytes, the first 0x80
+        # Past 64 bits: 10 bytes with more than bit 63 in the last, and 11 bytes (fastavro wraps).
+        header + b"\x02\x06abc\x02" + b"\x80" * 9 + b"\x02\x02\x02",
+        header + b"\x02\x06abc\x02" + b"\xff" * 10 + b"\x01\x02\x02",
+        header + b"\x02\x06abc\x02\x04\x02\x02",
+    ]
+    # All together, and each alone beside a usual record (the one-byte shortcut then applies to
+    # every other column).
+    for some in [raws, *([raws[0], raw] for raw in raws)]:
+        array = pa.array(some, pa.binary())
+        fast = _outcome(decoder.arrow, array, schema)
+        assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
+    values, errors = _outcome(decoder.arrow, pa.array(raws, pa.binary()), schema)
+    assert values[2]["s"] == "😀"
+    assert values[3] == values[4] == values[0]
+    assert errors[1] and errors[5] and not any(errors[i] for i in (0, 2, 3, 4, 6, 9))
+    assert values[6]["l"] == 64
+
+
+def test_output_past_2_gib_falls_back_to_fastavro(
+    registry: SqliteSchemaRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sluice.converters import _avro_vector
+
+    schema = Schema.struct(("s", Schema.string()), ("i", Schema.of(FieldType.INT32)))
+    array = from_physical([{"s": "x" * 100, "i": 1}, None, {"s": None, "i": 2}], schema)
+    encoder = _avro(registry).encoder(schema)
+    header = MAGIC + encoder.schema_id.to_bytes(4, "big")
+    physical = to_physical(array, schema)
+    assert _avro_vector.encode(physical, encoder._flat, header) is not None
+    monkeypatch.setattr(_avro_vector, "_data_size", lambda _: 2**31)  # as if 2 GiB of text
+    assert _avro_vector.encode(physical, encoder._flat, header) is None
+    assert encoder.arrow(array).to_pylist() == _per_record(encoder, array).to_pylist()
