@@ -183,14 +183,14 @@ def plan_decoders(
                     "registers its schemas when it starts",
                 )
         made: dict[Schema | None, Decoder] = {}  # one decoder per distinct schema
-        decoders[role] = {
-            t: _LateDecoder(converter, t)
-            if s is None and late
-            else made[s]
-            if s in made
-            else made.setdefault(s, converter.decoder(s))
-            for t, s in schemas.items()
-        }
+        decoders[role] = {}
+        for topic, schema in schemas.items():
+            if schema is None and late:
+                decoders[role][topic] = _LateDecoder(converter, topic)
+                continue
+            if schema not in made:
+                made[schema] = converter.decoder(schema)
+            decoders[role][topic] = made[schema]
     key, value = decoders["key"], decoders["value"]
     first = SinkCodecs(key[names[0]], value[names[0]])
     if all(key[t] is first.key and value[t] is first.value for t in names):

@@ -102,9 +102,14 @@ def fusable(config: dict[str, str], codecs: SourceCodecs | SinkCodecs) -> bool:
 
     `pipeline.fused=false` forces the JVM path (records cross into Spark's rows and back).
     """
-    if config.get("pipeline.fused", "true").strip().lower() == "false" or config.get("transforms"):
+    if jvm_path_forced(config) or config.get("transforms"):
         return False
     return codecs.fusable
+
+
+def jvm_path_forced(config: dict[str, str]) -> bool:
+    """True if the connector's config sets `pipeline.fused=false`."""
+    return config.get("pipeline.fused", "true").strip().lower() == "false"
 
 
 def start_fused_query(

@@ -33,6 +33,7 @@ from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.pipeline import (
     fusable,
+    jvm_path_forced,
     start_fused_query,
     start_sink_query,
     start_source_query,
@@ -104,7 +105,7 @@ def _check_mixed_sink(conf: dict[str, str], codecs: SinkCodecs, topics: list[str
             suggestion="start one sink connector per topic (or per schema), or transform on the "
             "source side",
         )
-    if conf.get("pipeline.fused", "true").strip().lower() == "false":
+    if jvm_path_forced(conf):
         raise ConfigException("pipeline.fused", f"must stay true for a sink when {why}")
     for decoder in codecs.decoders():
         if decoder.arrow_mode is None:

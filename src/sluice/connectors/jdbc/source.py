@@ -168,15 +168,14 @@ def plan_source(config: Mapping[str, str], *, attempts: int | None = None) -> So
 def _unify_shapes(tables: list[TablePlan], settings: SourceSettings) -> list[TablePlan]:
     """Tables whose columns agree but for NULL-ability share one value schema (a column is
     optional if it is in any of them); a topic gets the tables of one shape only."""
-    groups: dict[str, list[TablePlan]] = {}
-    for plan in tables:
-        groups.setdefault(json.dumps(_loose(plan.value_schema())), []).append(plan)
-    unified: dict[str, TablePlan] = {}
+    groups: dict[str, list[int]] = {}
+    for i, plan in enumerate(tables):
+        groups.setdefault(json.dumps(_loose(plan.value_schema())), []).append(i)
+    out = list(tables)
     for members in groups.values():
-        schema = _union_optional([m.value_schema() for m in members])
-        for m in members:
-            unified[_describe_table(m)] = m.with_schema(schema)
-    out = [unified[_describe_table(t)] for t in tables]
+        schema = _union_optional([tables[i].value_schema() for i in members])
+        for i in members:
+            out[i] = tables[i].with_schema(schema)
     by_topic: dict[str, TablePlan] = {}
     for plan in out:
         other = by_topic.setdefault(plan.topic, plan)
@@ -568,9 +567,7 @@ class JdbcSourceTask(ReplayableSourceTask):
             # new id, then the last id up to first + max_rows - 1 (at most max_rows rows, exactly
             # that many when ids have no gaps). The range ends at a row that exists, so a row
             # committed late with an id past it is still read.
-            first = conn.exec_driver_sql(
-                f"SELECT {terms} FROM {src}{where} ORDER BY {terms} LIMIT 1", tuple(params)
-            ).first()
+            first = self._first(conn, plan, where, params)
             if first is None:
                 return start
             cap = [first[0] + int(limit.max_rows) - 1]
@@ -587,6 +584,14 @@ class JdbcSourceTask(ReplayableSourceTask):
         if row is None:
             return start
         return self._offset(tuple(row), start, plan)
+
+    def _first(self, conn: Any, plan: TablePlan, where: str, params: list[Any]) -> Any:
+        """The smallest cursor values of the rows `where` selects (None if there are none)."""
+        terms = ", ".join(self._term_sql(t) for t in plan.terms)
+        return conn.exec_driver_sql(
+            f"SELECT {terms} FROM {self._source_sql(plan)}{where} ORDER BY {terms} LIMIT 1",
+            tuple(params),
+        ).first()
 
     def _last(self, conn: Any, plan: TablePlan, where: str, params: list[Any]) -> Any:
         """The greatest cursor values of the rows `where` selects (None if there are none)."""
@@ -695,11 +700,7 @@ class JdbcSourceTask(ReplayableSourceTask):
     ) -> list[RecordOffset]:
         """Cuts of an incrementing range into `parts` equal spans of ids (no count of its rows:
         a span of n ids holds at most n rows, and exactly n when ids have no gaps)."""
-        terms = self._term_sql(plan.terms[0])
-        first = conn.exec_driver_sql(
-            f"SELECT {terms} FROM {self._source_sql(plan)}{where} ORDER BY {terms} LIMIT 1",
-            tuple(params),
-        ).first()
+        first = self._first(conn, plan, where, params)
         if first is None:
             return []
         low, high = int(first[0]), int(upper)
