@@ -48,3 +48,9 @@ def runner(spark: object, tmp_path: object) -> Iterator[object]:
     r = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=100)
     yield r
     r.close()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.servers import stop_started
+
+    stop_started()

@@ -1,0 +1,120 @@
+# Shared pieces of scripts/servers/*.sh (sourced, not run). Each server script defines
+# do_up / do_down / do_status and ends with `dispatch "$@"`.
+set -euo pipefail
+
+SERVERS_DIR=${SLUICE_SERVERS_DIR:-/tmp/sluice-servers}
+SERVERS_CACHE=${SLUICE_SERVERS_CACHE:-$HOME/.cache/sluice-servers}
+NAME=${NAME:-$(basename "$0" .sh)}
+DATA=$SERVERS_DIR/$NAME/data
+LOGS=$SERVERS_DIR/$NAME/log
+RUN=$SERVERS_DIR/$NAME/run
+
+log() { printf '[servers %s %s] %s\n' "$NAME" "$(date +%H:%M:%S)" "$*" >&2; }
+die() { local code=$1; shift; echo "servers: $NAME: $*" >&2; exit "$code"; }
+
+# apt_ensure PKG...: install the Debian packages that are missing (as root), else exit 3 naming them.
+apt_ensure() {
+    local missing=() p
+    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" = 0 ] || die 3 "missing Debian package(s): ${missing[*]} (apt-get install ${missing[*]})"
+    log "installing ${missing[*]}"
+    mkdir -p "$SERVERS_DIR"
+    local aptlog=$SERVERS_DIR/apt.log
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
+        apt-get update -qq >>"$aptlog" 2>&1
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1 \
+            || die 3 "apt-get install ${missing[*]} failed, see $aptlog"
+    fi
+}
+
+# pid_alive PIDFILE [PATTERN]: the pid in PIDFILE runs (and its command line contains PATTERN).
+pid_alive() {
+    local pid
+    [ -f "$1" ] || return 1
+    pid=$(cat "$1" 2>/dev/null) || return 1
+    [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] || return 1
+    [ -z "${2:-}" ] || tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$2"
+}
+
+port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+# start_bg PIDFILE LOGFILE CMD...: run CMD detached (own session), its pid written to PIDFILE.
+start_bg() {
+    local pidf=$1 out=$2; shift 2
+    mkdir -p "$(dirname "$pidf")" "$(dirname "$out")"
+    rm -f "$pidf"
+    SERVERS_PIDFILE="$pidf" setsid bash -c 'echo $$ > "$SERVERS_PIDFILE"; exec "$@"' server "$@" \
+        >>"$out" 2>&1 </dev/null &
+    local _
+    for _ in $(seq 1 100); do [ -s "$pidf" ] && return 0; sleep 0.05; done
+    die 5 "could not start $1"
+}
+
+# wait_port PORT PIDFILE LOGFILE [SECONDS]: until PIDFILE's process listens on PORT.
+wait_port() {
+    local port=$1 pidf=$2 out=$3 secs=${4:-90} _
+    for _ in $(seq 1 $((secs * 4))); do
+        ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && return 0
+        pid_alive "$pidf" || { tail -n 40 "$out" >&2 || true; die 5 "exited before listening on :$port (log: $out)"; }
+        sleep 0.25
+    done
+    tail -n 40 "$out" >&2 || true
+    die 5 "did not listen on :$port within ${secs}s (log: $out)"
+}
+
+# assert_loopback PID...: every listening socket of these processes is on a loopback address.
+assert_loopback() {
+    local pids bad
+    pids=$(printf '%s|' "$@"); pids=${pids%|}
+    bad=$(ss -Hltnup 2>/dev/null | grep -E "pid=($pids)," | awk '{print $5}' \
+        | grep -v -E '^(127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]|\[?::1\]?):[0-9]+$' || true)
+    [ -z "$bad" ] || { do_down >&2 || true; die 4 "listens on a non-loopback address: $bad (stopped)"; }
+}
+
+# stop_pidfile PIDFILE [SECONDS]: TERM, wait, then KILL the process of PIDFILE.
+stop_pidfile() {
+    local pidf=$1 secs=${2:-30} pid _
+    pid_alive "$pidf" || { rm -f "$pidf"; return 0; }
+    pid=$(cat "$pidf")
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 $((secs * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -KILL "$pid" 2>/dev/null || true
+    rm -f "$pidf"
+}
+
+# maven_libs DIR GROUP:ARTIFACT:VERSION...: the jars of these artifacts and all they need, copied
+# into DIR by `mvn dependency:copy-dependencies` once (cached; DIR/.complete marks a whole copy).
+maven_libs() {
+    local dir=$1; shift
+    [ -f "$dir/.complete" ] && return 0
+    command -v mvn >/dev/null || die 3 "Maven is needed to fetch jars (apt-get install maven)"
+    local work=$dir.pom deps="" c g a v
+    mkdir -p "$work"
+    for c in "$@"; do
+        IFS=: read -r g a v <<<"$c"
+        deps+="<dependency><groupId>$g</groupId><artifactId>$a</artifactId><version>$v</version></dependency>"
+    done
+    cat >"$work/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>
+<groupId>sluice.servers</groupId><artifactId>$NAME-libs</artifactId><version>1</version>
+<packaging>pom</packaging><dependencies>$deps</dependencies></project>
+POM
+    log "fetching $* from Maven Central into $dir"
+    rm -rf "$dir"
+    mvn -q -B -f "$work/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+        -DoutputDirectory="$dir" >"$work/mvn.log" 2>&1 || { tail -n 30 "$work/mvn.log" >&2; die 3 "mvn could not resolve $* (log: $work/mvn.log)"; }
+    touch "$dir/.complete"
+}
+
+# dispatch ACTION: run do_up / do_down / do_status; `logs` prints where the logs are.
+dispatch() {
+    mkdir -p "$DATA" "$LOGS" "$RUN"
+    case "${1:-}" in
+        up) do_up ;;
+        down) do_down ;;
+        status) do_status ;;
+        logs) echo "$LOGS" ;;
+        *) echo "usage: $0 up|down|status|logs" >&2; exit 2 ;;
+    esac
+}
