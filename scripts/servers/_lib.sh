@@ -39,6 +39,20 @@ pid_alive() {
 
 port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
+# free_port_from_service PORT PROCESS INITSCRIPT: the Debian package's own service may hold PORT
+# after `apt-get install` (where services start): stop it through its init script, since ours has
+# the settings the tests need; if the port is still taken, exit 5 naming the process.
+free_port_from_service() {
+    local port=$1 proc=$2 init=$3
+    port_busy "$port" || return 0
+    if ss -Hltnp "sport = :$port" 2>/dev/null | grep -qF "\"$proc\"" && [ -x "$init" ]; then
+        log "stopping the Debian service ($init) that holds :$port"
+        "$init" stop >&2 || true
+    fi
+    port_busy "$port" && die 5 "port $port is used by another process: $(ss -Hltnp "sport = :$port")"
+    return 0
+}
+
 # start_bg PIDFILE LOGFILE CMD...: run CMD detached (own session), its pid written to PIDFILE.
 start_bg() {
     local pidf=$1 out=$2; shift 2

@@ -53,14 +53,7 @@ do_up() {
     do_prepare
     have_bins || die 3 "no MariaDB binaries after installing mariadb-server"
     if pid_alive "$PIDF" mariadbd && ready; then echo "mariadb up 127.0.0.1:$PORT already running"; return 0; fi
-    if port_busy "$PORT"; then
-        # The Debian package's own service may hold the port: stop it, ours has the settings tests need.
-        if ss -Hltnp "sport = :$PORT" 2>/dev/null | grep -qE '"(mariadbd|mysqld)"' && [ -x /etc/init.d/mariadb ]; then
-            log "stopping the Debian mariadb service on :$PORT"
-            /etc/init.d/mariadb stop >>"$OUT" 2>&1 || true
-        fi
-        port_busy "$PORT" && die 5 "port $PORT is used by another process: $(ss -Hltnp "sport = :$PORT")"
-    fi
+    free_port_from_service "$PORT" mariadbd /etc/init.d/mariadb
     local user
     user=$(id -un)
     if [ "$(id -u)" = 0 ]; then
