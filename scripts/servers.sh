@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Bring up, stop or report the servers the tests and benchmarks use, loopback only.
 #
-#   scripts/servers.sh up|down|status|logs NAME...
+#   scripts/servers.sh prepare|up|down|status|logs NAME...
 #
+# `prepare` installs what the servers need (Debian packages, jars) without starting anything, so a
+# CI run can do all its downloads first, in one place.
 # NAME is one of the scripts in scripts/servers/ (postgres, mariadb, redis, rabbitmq, mosquitto,
 # nats, kafka, kafka-cluster, rocketmq, ...); `all` means every one of them. Each is idempotent:
 # `up` leaves a server that is already running alone and says so, `down` stops only what these
@@ -15,12 +17,14 @@
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-usage() { echo "usage: $0 up|down|status|logs NAME... (names: $(names | tr '\n' ' ')all)" >&2; exit 2; }
+usage() { echo "usage: $0 prepare|up|down|status|logs NAME... (names: $(names | tr '\n' ' ')all)" >&2; exit 2; }
 names() { for f in "$here"/servers/*.sh; do b=$(basename "$f" .sh); [ "${b#_}" = "$b" ] && echo "$b"; done; }
 
 [ $# -ge 2 ] || usage
 action=$1; shift
-case "$action" in up|down|status|logs) ;; *) usage ;; esac
+case "$action" in prepare|up|down|status|logs) ;; *) usage ;; esac
+# one run id for every script below: `apt-get update` runs at most once per run
+export SLUICE_SERVERS_RUN=${SLUICE_SERVERS_RUN:-$$.$(date +%s)}
 targets=()
 for n in "$@"; do
     if [ "$n" = all ]; then mapfile -t -O "${#targets[@]}" targets < <(names)
@@ -30,6 +34,6 @@ for n in "$@"; do
 done
 rc=0
 for n in "${targets[@]}"; do
-    bash "$here/servers/$n.sh" "$action" || { rc=$?; [ "$action" = up ] && exit $rc; }
+    bash "$here/servers/$n.sh" "$action" || { rc=$?; case "$action" in up|prepare) exit $rc ;; esac; }
 done
 exit $rc
