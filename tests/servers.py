@@ -19,6 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "servers.sh"
 _lock = threading.Lock()
 _addresses: dict[str, str] = {}
 _started: list[str] = []
+_prepared: set[str] = set()
 
 
 def ensure(name: str) -> str:
@@ -42,6 +43,25 @@ def ensure(name: str) -> str:
         if parts[3:4] == ["started"]:
             _started.append(name)
         return _addresses[name]
+
+
+def prepare(name: str) -> None:
+    """Install what server `name` needs (packages, jars) without starting it, once per run.
+
+    For tests that run private instances of a server's binaries (to stop and start them at will).
+    """
+    with _lock:
+        if name in _prepared:
+            return
+        done = subprocess.run(
+            ["bash", str(SCRIPT), "prepare", name], capture_output=True, text=True, timeout=1800
+        )
+        if done.returncode != 0:
+            raise RuntimeError(
+                f"scripts/servers.sh prepare {name} failed (exit {done.returncode}):\n"
+                f"{done.stderr[-4000:]}{done.stdout[-2000:]}"
+            )
+        _prepared.add(name)
 
 
 def stop_started() -> None:
