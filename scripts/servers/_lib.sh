@@ -104,11 +104,16 @@ wait_port() {
 }
 
 # assert_loopback PID...: every listening socket of these processes is on a loopback address.
+# A UDP socket on a port the kernel picked (in ip_local_port_range) is a client's, not a listener:
+# Erlang's resolver opens one on 0.0.0.0 for each DNS query (seen in RabbitMQ's boot), so those
+# are left out; TCP listeners and fixed-port UDP sockets must all be on loopback.
 assert_loopback() {
-    local pids bad
+    local pids bad lo hi
     pids=$(printf '%s|' "$@"); pids=${pids%|}
-    bad=$(ss -Hltnup 2>/dev/null | grep -E "pid=($pids)," | awk '{print $5}' \
-        | grep -v -E '^(127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]|\[?::1\]?):[0-9]+$' || true)
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768; hi=60999; }
+    bad=$(ss -Hltnup 2>/dev/null | grep -E "pid=($pids)," | awk '{print $1, $5, $7}' \
+        | grep -v -E '^[a-z]+ (127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]|\[?::1\]?):[0-9]+ ' \
+        | awk -v lo="$lo" -v hi="$hi" '{ n = split($2, a, ":"); p = a[n] + 0 } !($1 == "udp" && p >= lo && p <= hi)' || true)
     [ -z "$bad" ] || { do_down >&2 || true; die 4 "listens on a non-loopback address: $bad (stopped)"; }
 }
 
