@@ -24,6 +24,7 @@ names() { for f in "$here"/servers/*.sh; do b=$(basename "$f" .sh); [ "${b#_}" =
 action=$1; shift
 case "$action" in prepare|up|down|status|logs) ;; *) usage ;; esac
 # one run id for every script below: `apt-get update` runs at most once per run
+servers_dir=${SLUICE_SERVERS_DIR:-/tmp/sluice-servers}
 export SLUICE_SERVERS_RUN=${SLUICE_SERVERS_RUN:-$$.$(date +%s)}
 targets=()
 for n in "$@"; do
@@ -34,6 +35,10 @@ for n in "$@"; do
 done
 rc=0
 for n in "${targets[@]}"; do
-    bash "$here/servers/$n.sh" "$action" || { rc=$?; case "$action" in up|prepare) exit $rc ;; esac; }
+    # one up/down/prepare of a server at a time, machine-wide (two test runs may ask at once);
+    # -o: the servers started under the lock do not hold it. status and logs do not wait.
+    lock=()
+    case "$action" in up|down|prepare) mkdir -p "$servers_dir"; lock=(flock -o -w 1800 "$servers_dir/.$n.lock") ;; esac
+    "${lock[@]}" bash "$here/servers/$n.sh" "$action" || { rc=$?; case "$action" in up|prepare) exit $rc ;; esac; }
 done
 exit $rc
