@@ -47,6 +47,15 @@ do_up() {
     for p in "$STREAM_PORT" "$DIST_PORT"; do
         port_busy "$p" && die 5 "port $p is used by another process: $(ss -Hltnp "sport = :$p")"
     done
+    # an epmd left by the package's own service (started at install) may listen on every address:
+    # stopped when idle, so that ours starts on loopback; one that serves other nodes is an error
+    if ss -Hltn "sport = :$EPMD_PORT" 2>/dev/null | awk '{print $4}' | grep -qvE '^(127\.[0-9.]+|\[::1\]):'; then
+        epmd -names 2>/dev/null | grep -q '^name ' && die 4 "epmd on :$EPMD_PORT listens beyond loopback and serves other Erlang nodes: $(epmd -names | tr '\n' ' ')"
+        log "stopping an idle epmd that listens beyond loopback"
+        epmd -kill >/dev/null 2>&1 || true
+        local _
+        for _ in $(seq 1 40); do port_busy "$EPMD_PORT" || break; sleep 0.25; done
+    fi
     # epmd is shared by every Erlang node of the machine: note whether this start brings it
     if port_busy "$EPMD_PORT"; then rm -f "$RUN/epmd.ours"; else touch "$RUN/epmd.ours"; fi
     : >"$RABBITMQ_CONF_ENV_FILE"
