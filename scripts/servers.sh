@@ -40,5 +40,7 @@ for n in "${targets[@]}"; do
     lock=()
     case "$action" in up|down|prepare) mkdir -p "$servers_dir"; lock=(flock -o -w 1800 "$servers_dir/.$n.lock") ;; esac
     "${lock[@]}" bash "$here/servers/$n.sh" "$action" || { rc=$?; case "$action" in up|prepare) exit $rc ;; esac; }
+    # `up` by hand (make servers-up) keeps a server that a test run started: that run leaves it up
+    if [ "$action" = up ] && [ "${SLUICE_SERVERS_CALLER:-}" != pytest ]; then rm -f "$servers_dir/$n/started-by-pytest"; fi
 done
 exit $rc

@@ -46,7 +46,11 @@ def _alive(pid: int) -> bool:
 
 def _script(action: str, name: str, timeout: float) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        ["bash", str(SCRIPT), action, name], capture_output=True, text=True, timeout=timeout
+        ["bash", str(SCRIPT), action, name],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "SLUICE_SERVERS_CALLER": "pytest"},  # see scripts/servers.sh
     )
     if done.returncode != 0:
         raise RuntimeError(

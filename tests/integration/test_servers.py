@@ -91,6 +91,13 @@ def test_a_server_started_by_hand_is_left_up(env: dict[str, str]) -> None:
     assert _up(env)
 
 
+def test_up_by_hand_keeps_a_server_a_run_started(env: dict[str, str]) -> None:
+    run = _start_run(env)  # starts it
+    subprocess.run(["bash", str(SCRIPT), "up", "nats"], env=env, check=True, capture_output=True)
+    _finish(run)
+    assert _up(env)
+
+
 def test_kept_servers_stay_up(env: dict[str, str]) -> None:
     _finish(_start_run({**env, "SLUICE_KEEP_SERVERS": "1"}))
     assert _up(env)
