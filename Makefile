@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq lint bench venv
+.PHONY: demo test test-rocketmq lint bench venv servers-prepare servers-up servers-down
 # The loopback RocketMQ 4.9.4 of ../shared/tools/rocketmq (release folder under /tmp/rocketmq).
 ROCKETMQ_TOOLS ?= $(abspath ../shared/tools/rocketmq)
 
@@ -23,7 +23,24 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-test: $(STAMP) lint
+# The servers the suite uses (scripts/servers/NAME.sh; see docs/servers.md); names without a script
+# in this checkout are left out.
+SERVERS ?= postgres mariadb redis rabbitmq mosquitto nats kafka kafka-cluster rocketmq
+SERVERS_HERE := $(foreach n,$(SERVERS),$(if $(wildcard scripts/servers/$(n).sh),$(n)))
+
+# Install what the servers need (Debian packages as root, jars), start nothing: on a machine that
+# has it all this takes well under a second. The tests start the servers they need themselves.
+servers-prepare:
+	scripts/servers.sh prepare $(SERVERS_HERE)
+
+# Keep the servers up between test runs (a run stops only what it started itself).
+servers-up:
+	scripts/servers.sh up $(SERVERS_HERE)
+
+servers-down:
+	scripts/servers.sh down all
+
+test: $(STAMP) lint servers-prepare
 	$(VENV)/bin/pytest
 
 # The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local

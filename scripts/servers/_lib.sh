@@ -1,5 +1,6 @@
 # Shared pieces of scripts/servers/*.sh (sourced, not run). Each server script defines
-# do_up / do_down / do_status and ends with `dispatch "$@"`.
+# do_up / do_down / do_status, optionally do_prepare (install packages, fetch jars, start nothing;
+# without it `prepare` does nothing), and ends with `dispatch "$@"`.
 set -euo pipefail
 
 SERVERS_DIR=${SLUICE_SERVERS_DIR:-/tmp/sluice-servers}
@@ -13,19 +14,44 @@ log() { printf '[servers %s %s] %s\n' "$NAME" "$(date +%H:%M:%S)" "$*" >&2; }
 die() { local code=$1; shift; echo "servers: $NAME: $*" >&2; exit "$code"; }
 
 # apt_ensure PKG...: install the Debian packages that are missing (as root), else exit 3 naming them.
+# Scripts may run side by side (pytest sessions, `servers.sh prepare`): apt runs under one lock, and
+# `apt-get update` runs at most once per run ($SLUICE_SERVERS_RUN, set by servers.sh), only when the
+# package lists are absent (a fresh image) or an install failed.
 apt_ensure() {
-    local missing=() p
-    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+    local missing=()
+    _apt_missing "$@"
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" = 0 ] || die 3 "missing Debian package(s): ${missing[*]} (apt-get install ${missing[*]})"
-    log "installing ${missing[*]}"
     mkdir -p "$SERVERS_DIR"
-    local aptlog=$SERVERS_DIR/apt.log
-    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1; then
-        apt-get update -qq >>"$aptlog" 2>&1
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$aptlog" 2>&1 \
-            || die 3 "apt-get install ${missing[*]} failed, see $aptlog"
+    local aptlog=$SERVERS_DIR/apt.log lock
+    exec {lock}>"$SERVERS_DIR/apt.lock"
+    flock -w 1800 "$lock" || die 3 "apt lock $SERVERS_DIR/apt.lock held for 30 min"
+    _apt_missing "$@"  # another script may have installed them while this one waited
+    if [ ${#missing[@]} -gt 0 ]; then
+        log "installing ${missing[*]}"
+        compgen -G '/var/lib/apt/lists/*_Packages*' >/dev/null || _apt_update "$aptlog"
+        if ! _apt_install "$aptlog" "${missing[@]}"; then
+            _apt_update "$aptlog"
+            _apt_install "$aptlog" "${missing[@]}" || die 3 "apt-get install ${missing[*]} failed, see $aptlog"
+        fi
     fi
+    exec {lock}>&-
+}
+_apt_missing() {
+    missing=()
+    local p
+    for p in "$@"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+}
+_apt_install() {
+    local aptlog=$1; shift
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >>"$aptlog" 2>&1
+}
+_apt_update() {
+    local stamp=$SERVERS_DIR/apt.updated run=${SLUICE_SERVERS_RUN:-$$}
+    [ "$(cat "$stamp" 2>/dev/null)" = "$run" ] && return 0
+    log "apt-get update"
+    apt-get update -qq >>"$1" 2>&1 || die 3 "apt-get update failed, see $1"
+    echo "$run" >"$stamp"
 }
 
 # pid_alive PIDFILE [PATTERN]: the pid in PIDFILE runs (and its command line contains PATTERN).
@@ -38,6 +64,20 @@ pid_alive() {
 }
 
 port_busy() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
+
+# free_port_from_service PORT PROCESS INITSCRIPT: the Debian package's own service may hold PORT
+# after `apt-get install` (where services start): stop it through its init script, since ours has
+# the settings the tests need; if the port is still taken, exit 5 naming the process.
+free_port_from_service() {
+    local port=$1 proc=$2 init=$3
+    port_busy "$port" || return 0
+    if ss -Hltnp "sport = :$port" 2>/dev/null | grep -qF "\"$proc\"" && [ -x "$init" ]; then
+        log "stopping the Debian service ($init) that holds :$port"
+        "$init" stop >&2 || true
+    fi
+    port_busy "$port" && die 5 "port $port is used by another process: $(ss -Hltnp "sport = :$port")"
+    return 0
+}
 
 # start_bg PIDFILE LOGFILE CMD...: run CMD detached (own session), its pid written to PIDFILE.
 start_bg() {
@@ -64,11 +104,16 @@ wait_port() {
 }
 
 # assert_loopback PID...: every listening socket of these processes is on a loopback address.
+# A UDP socket on a port the kernel picked (in ip_local_port_range) is a client's, not a listener:
+# Erlang's resolver opens one on 0.0.0.0 for each DNS query (seen in RabbitMQ's boot), so those
+# are left out; TCP listeners and fixed-port UDP sockets must all be on loopback.
 assert_loopback() {
-    local pids bad
+    local pids bad lo hi
     pids=$(printf '%s|' "$@"); pids=${pids%|}
-    bad=$(ss -Hltnup 2>/dev/null | grep -E "pid=($pids)," | awk '{print $5}' \
-        | grep -v -E '^(127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]|\[?::1\]?):[0-9]+$' || true)
+    read -r lo hi </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { lo=32768; hi=60999; }
+    bad=$(ss -Hltnup 2>/dev/null | grep -E "pid=($pids)," | awk '{print $1, $5, $7}' \
+        | grep -v -E '^[a-z]+ (127\.[0-9.]+|\[::1\]|\[::ffff:127\.[0-9.]+\]|\[?::1\]?):[0-9]+ ' \
+        | awk -v lo="$lo" -v hi="$hi" '{ n = split($2, a, ":"); p = a[n] + 0 } !($1 == "udp" && p >= lo && p <= hi)' || true)
     [ -z "$bad" ] || { do_down >&2 || true; die 4 "listens on a non-loopback address: $bad (stopped)"; }
 }
 
@@ -107,14 +152,15 @@ POM
     touch "$dir/.complete"
 }
 
-# dispatch ACTION: run do_up / do_down / do_status; `logs` prints where the logs are.
+# dispatch ACTION: run do_up / do_down / do_status / do_prepare; `logs` prints where the logs are.
 dispatch() {
     mkdir -p "$DATA" "$LOGS" "$RUN"
     case "${1:-}" in
+        prepare) if declare -F do_prepare >/dev/null; then do_prepare; fi; echo "$NAME prepared" ;;
         up) do_up ;;
         down) do_down ;;
         status) do_status ;;
         logs) echo "$LOGS" ;;
-        *) echo "usage: $0 up|down|status|logs" >&2; exit 2 ;;
+        *) echo "usage: $0 prepare|up|down|status|logs" >&2; exit 2 ;;
     esac
 }

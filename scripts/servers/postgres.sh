@@ -20,8 +20,11 @@ as_owner() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@";
 ready() { "$PGBIN/pg_isready" -q -h 127.0.0.1 -p "$PORT"; }
 psql_do() { "$PGBIN/psql" -h 127.0.0.1 -p "$PORT" -U postgres -v ON_ERROR_STOP=1 -qtAc "$1"; }
 
+do_prepare() { find_bin || apt_ensure postgresql; }
+
 do_up() {
-    find_bin || { apt_ensure postgresql; find_bin || die 3 "no PostgreSQL server binaries after installing postgresql"; }
+    do_prepare
+    find_bin || die 3 "no PostgreSQL server binaries after installing postgresql"
     if pid_alive "$PIDF" postgres && ready; then echo "postgres up 127.0.0.1:$PORT already running"; return 0; fi
     if port_busy "$PORT"; then
         # The Debian package's own cluster may hold the port: stop it, ours has the settings tests need.

@@ -2,7 +2,8 @@
 
 The shared servers on 127.0.0.1:3306/5432 serve other tests (and other sessions on the machine):
 stopping them would break those. The outage test therefore runs its own instances of the same
-server binaries, on their own ports and data directories under /tmp, and always removes them.
+server binaries (the Debian packages that `scripts/servers.sh prepare` installs, as for the shared
+servers), on their own ports and data directories under /tmp, and always removes them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.servers import prepare
 
 
 def _free_port() -> int:
@@ -48,6 +50,7 @@ class PrivateMariaDB:
     """A mariadbd of its own (no grant tables: any user, no password)."""
 
     def __init__(self) -> None:
+        prepare("mariadb")
         self.dir = Path(tempfile.mkdtemp(prefix="sluice-mariadb-"))
         self.port = _free_port()
         self.proc: subprocess.Popen | None = None
@@ -107,6 +110,7 @@ class PrivatePostgres:
     """A PostgreSQL cluster of its own (trust authentication, user root)."""
 
     def __init__(self) -> None:
+        prepare("postgres")
         bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
         if not bins:
             pytest.fail("PostgreSQL server binaries (/usr/lib/postgresql/*/bin) are missing")

@@ -1,9 +1,11 @@
 """The real PostgreSQL and MariaDB servers of the JDBC tests: fixtures and small helpers.
 
 Every test gets its own uniquely named PostgreSQL schema (`pg`) or MariaDB database (`my`), dropped
-afterwards. A server that does not answer fails the test (never skips it): start them with
-`pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` and
-`start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd`.
+afterwards. The servers are the project's (`scripts/servers.sh up postgres mariadb`, see
+docs/servers.md), started on first use by `tests.servers.ensure` and stopped at the end of the run
+that started them. `SLUICE_TEST_PG` / `SLUICE_TEST_MYSQL` (host:port) point the tests at servers of
+your own instead (user root, no password, database `test`); nothing is started then. A server that
+does not answer fails the test (never skips it).
 """
 
 from __future__ import annotations
@@ -16,14 +18,13 @@ from typing import Any
 
 import pytest
 
+from tests.servers import ensure
+
 PG_HOST = os.environ.get("SLUICE_TEST_PG", "127.0.0.1:5432")
 MY_HOST = os.environ.get("SLUICE_TEST_MYSQL", "127.0.0.1:3306")
 
-START_HINT = {
-    "postgresql": "start it: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main "
-    "start",
-    "mysql": "start it: start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd",
-}
+# dialect -> (the scripts/servers.sh name, the variable that points at a server of one's own)
+SERVER = {"postgresql": ("postgres", "SLUICE_TEST_PG"), "mysql": ("mariadb", "SLUICE_TEST_MYSQL")}
 
 
 @dataclass
@@ -90,6 +91,9 @@ def _engine(dialect: str, database: str = "test") -> Any:
 
 def require(dialect: str) -> Any:
     """An engine on the server's `test` database; fails (not skips) if it does not answer."""
+    name, variable = SERVER[dialect]
+    if variable not in os.environ:
+        ensure(name)  # the project's server: started unless it runs
     engine = _engine(dialect)
     try:
         with engine.connect() as conn:
@@ -98,7 +102,7 @@ def require(dialect: str) -> Any:
         pytest.fail(
             f"the {dialect} test server at "
             f"{PG_HOST if dialect == 'postgresql' else MY_HOST} is unreachable ({exc}); "
-            f"{START_HINT[dialect]}",
+            f"see scripts/servers.sh status {name} and its log (scripts/servers.sh logs {name})",
             pytrace=False,
         )
     return engine
