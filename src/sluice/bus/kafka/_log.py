@@ -97,6 +97,7 @@ class _Sender:
     def __init__(self, config: dict[str, Any], timeout_s: float) -> None:
         self.errors: list[str] = []
         self.fatal: str | None = None
+        self.fenced = False
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None:
@@ -105,6 +106,7 @@ class _Sender:
         def on_error(err: Any) -> None:
             if err.fatal():
                 self.fatal = err.str()
+                self.fenced = self.fenced or _fenced(err)
 
         self.producer = _kafka().Producer(
             {
@@ -332,7 +334,9 @@ class KafkaLog(ExternalLog):
 
     def _auto_create(self, topic: str) -> None:
         try:
-            self._consumer()[0].list_topics(topic, timeout=self.timeout_s)
+            # a plain producer's metadata request asks the broker to create the topic
+            maker = self._client("meta", {}, lambda c: _kafka().Producer(c))[0]
+            maker.list_topics(topic, timeout=self.timeout_s)
         except _kafka().KafkaException as exc:
             raise self._error(f"cannot create topic {topic!r}", exc) from None
 
@@ -354,7 +358,11 @@ class KafkaLog(ExternalLog):
         level = kafka.IsolationLevel.READ_COMMITTED if committed else None
         # A leader that just moved (a new topic's partitions get theirs a moment after it is
         # listed) is asked again after a refresh, for a few seconds, before it counts as down.
-        moved = {kafka.KafkaError.NOT_LEADER_FOR_PARTITION, kafka.KafkaError.LEADER_NOT_AVAILABLE}
+        moved = {
+            kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
+            kafka.KafkaError.LEADER_NOT_AVAILABLE,
+            kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+        }
         deadline = time.monotonic() + 5.0
         while True:
             futures = self._admin().list_offsets(
@@ -501,26 +509,32 @@ class KafkaLog(ExternalLog):
         except kafka.KafkaException as exc:
             self._drop_sender(writer_id, sender)
             err = exc.args[0] if exc.args else None
-            if hasattr(err, "code") and _fenced(err):
-                raise BusError(
-                    f"kafka bootstrap.servers={self.bootstrap_servers}: writer {writer_id} "
-                    f"(transactional.id {transactional_id(writer_id)!r}) was fenced by a newer "
-                    f"producer with the same id: {err.str()}",
-                    suggestion="another worker runs this connector; nothing of this batch was "
-                    "published by this one",
-                ) from None
+            if sender.fenced or (hasattr(err, "code") and _fenced(err)):
+                raise self._fenced_error(writer_id, sender.fatal or str(err)) from None
             raise self._error(f"cannot write to topic {topic!r}", exc) from None
         if not (sender.fatal or sender.errors):
             self._wait_stable(topic, sorted(tables))
             return
+        self._drop_sender(writer_id, sender)
+        if sender.fenced:
+            raise self._fenced_error(writer_id, sender.fatal)
         if sender.fatal or sender.errors:
-            self._drop_sender(writer_id, sender)
             problem = sender.fatal or sender.errors[0]
             raise BusUnavailable(
                 f"kafka bootstrap.servers={self.bootstrap_servers}: writing topic {topic!r} "
                 f"failed: {problem}",
                 suggestion="the micro-batch is completed when it is replayed",
             )
+
+    def _fenced_error(self, writer_id: str, detail: str | None) -> BusError:
+        # Not retried here: a newer producer of this writer took over (a restarted worker);
+        # this one must stop, not fence it back. Its open transaction is aborted.
+        return BusError(
+            f"kafka bootstrap.servers={self.bootstrap_servers}: writer {writer_id} "
+            f"(transactional.id {transactional_id(writer_id)!r}) was fenced by a newer producer "
+            f"with the same id: {detail} (another worker runs this connector; nothing of this "
+            "batch was published by this one)"
+        )
 
     def _wait_stable(self, topic: str, queues: list[int]) -> None:
         """Return once read_committed readers see the transaction just committed:
