@@ -24,11 +24,11 @@ kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broke
 
 
 def _feed(path: Path, stop: threading.Event, written: list[int]) -> None:
-    """Append 200 lines every 0.1 s until stopped."""
+    """Append 50 lines every 0.1 s until stopped."""
     n = 0
     while not stop.is_set():
         with open(path, "a", encoding="utf-8") as f:
-            for _ in range(200):
+            for _ in range(50):
                 f.write(f"{n:08d} line ü {'y' * (n % 30)}\n")
                 n += 1
         written[0] = n
