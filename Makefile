@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq crash-kafka lint bench venv servers-prepare servers-up servers-down
 # The loopback RocketMQ 4.9.4 of ../shared/tools/rocketmq (release folder under /tmp/rocketmq).
 ROCKETMQ_TOOLS ?= $(abspath ../shared/tools/rocketmq)
 
@@ -48,6 +48,11 @@ test: $(STAMP) lint servers-prepare
 test-rocketmq: $(STAMP)
 	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then $(ROCKETMQ_TOOLS)/up.sh; fi
 	SLUICE_ROCKETMQ_NAMESRV=$${SLUICE_ROCKETMQ_NAMESRV:-127.0.0.1:9876} $(VENV)/bin/pytest -m rocketmq
+
+# kill -9 of a file → Kafka topic → file worker three times (the suite kills once), on the real
+# broker of scripts/servers.sh (started if needed): sink byte-identical, each line once in the topic.
+crash-kafka: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

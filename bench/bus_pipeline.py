@@ -4,13 +4,17 @@ For every bus named on the command line (`embedded`, `rocketmq`, `kafka`) it sta
 connectors together on a fresh store and a fresh topic, and times:
   hop 1       connector start → the topic holds every line (file source → topic);
   end to end  connector start → the sink file holds every byte (then checks it byte-identical).
-Prints lines/s for each, after an untimed warm-up run of 100k lines on every bus.
+Prints lines/s for each, after an untimed warm-up run of 100k lines on every bus, beside the
+plain-PySpark file → file baseline of `bench/file_pipeline.py` timed in the same run and session,
+and each bus's ratio to the embedded bus and to that baseline.
 
 RocketMQ needs a broker (`--namesrv`, default $SLUICE_ROCKETMQ_NAMESRV or 127.0.0.1:9876, e.g.
-../shared/tools/rocketmq/up.sh). Kafka runs on librdkafka's mock cluster in this process: it keeps
-only ~5 MiB per partition and one file goes to one partition, so keep `--lines` small for it.
+../shared/tools/rocketmq/up.sh). Kafka runs on the real Kafka 4 broker: `--bootstrap`, default
+the one `scripts/servers.sh up kafka` brings up (started if needed, left running). Its topic
+writes are Kafka transactions (one per micro-batch) and its reads read_committed; hop 1 counts
+offsets there, which include one commit marker per micro-batch and partition (a few hundred).
 
-Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq]
+Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq --bus kafka]
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import filecmp
 import os
 import platform
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -27,7 +32,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.file_pipeline import failed, make_file
+from bench.file_pipeline import baseline, failed, make_file
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
@@ -45,6 +50,20 @@ def make_bus(kind: str, state: str, namesrv: str, kafka: Any) -> Any:
     from sluice.bus.kafka import KafkaBus
 
     return KafkaBus(state, bootstrap_servers=kafka.bootstraps, default_queues=8)
+
+
+def kafka_broker(bootstrap: str | None) -> Any:
+    """The broker at `bootstrap`, or the one of `scripts/servers.sh up kafka` (started if need
+    be; the benchmark leaves it running)."""
+    from tests.integration.bus_helpers import RealKafka
+
+    if not bootstrap:
+        script = os.path.join(os.path.dirname(os.path.dirname(__file__)), "scripts", "servers.sh")
+        up = subprocess.run(["bash", script, "up", "kafka"], capture_output=True, text=True)
+        if up.returncode != 0:
+            raise SystemExit(f"scripts/servers.sh up kafka failed:\n{up.stderr}")
+        bootstrap = next(x.split()[2] for x in up.stdout.splitlines() if x.startswith("kafka up"))
+    return RealKafka(bootstrap)
 
 
 def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Namespace) -> dict:
@@ -108,6 +127,7 @@ def main() -> None:
     parser.add_argument(
         "--namesrv", default=os.environ.get("SLUICE_ROCKETMQ_NAMESRV", "127.0.0.1:9876")
     )
+    parser.add_argument("--bootstrap", default="", help="Kafka; default: scripts/servers.sh's")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"))
     args = parser.parse_args()
     buses = args.bus or ["embedded", "rocketmq"]
@@ -116,9 +136,7 @@ def main() -> None:
     make_file(src, args.lines)
     args.kafka = None
     if "kafka" in buses:
-        from tests.integration.bus_helpers import MockKafkaCluster
-
-        args.kafka = MockKafkaCluster(brokers=1)
+        args.kafka = kafka_broker(args.bootstrap)
     start_load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     spark = build_session({"spark.driver.memory": "4g"}, log_level="ERROR")
     # The first queries of a session pay for JVM warm-up (~10 s here): run a small file first.
@@ -126,6 +144,7 @@ def main() -> None:
     make_file(warm, 100_000)
     for kind in dict.fromkeys(buses):
         run(spark, kind, warm, args.out, 100_000, args)
+    base = baseline(spark, src, args.out)
     results = [run(spark, kind, src, args.out, args.lines, args) for kind in buses]
     spark.stop()
     mb = os.path.getsize(src) / 1e6
@@ -135,11 +154,18 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load average {load} at the end (started at {start_load})"
     )
-    print(f"{'bus':<10} {'hop 1 s':>8} {'hop 1 lines/s':>14} {'end s':>8} {'lines/s':>12}  same")
+    print(
+        f"{'bus':<10} {'hop 1 s':>8} {'hop 1 lines/s':>14} {'end s':>8} {'lines/s':>12}  "
+        f"{'÷embedded':>9} {'÷baseline':>9}  same"
+    )
+    print(f"{'PySpark':<10} {'':>8} {'':>14} {base:>8.2f} {args.lines / base:>12,.0f}")
+    embedded = next((r["end"] for r in results if r["bus"] == "embedded"), None)
     for r in results:
+        vs_embedded = f"{r['end'] / embedded:>8.2f}x" if embedded else f"{'-':>9}"
         print(
             f"{r['bus']:<10} {r['hop1']:>8.2f} {args.lines / r['hop1']:>14,.0f} "
-            f"{r['end']:>8.2f} {args.lines / r['end']:>12,.0f}  {r['identical']}"
+            f"{r['end']:>8.2f} {args.lines / r['end']:>12,.0f}  {vs_embedded} "
+            f"{r['end'] / base:>8.2f}x  {r['identical']}"
         )
     if not all(r["identical"] for r in results):
         raise SystemExit("a sink file differs from its input")

@@ -1,10 +1,11 @@
 """Real brokers for the bus tests, and one harness per backend for the shared contract suite.
 
-* Kafka: librdkafka's own mock cluster (several brokers on 127.0.0.1, real Kafka protocol),
-  created through ctypes from the librdkafka that the confluent-kafka wheel bundles. It supports
-  produce/fetch by offset, list offsets, consumer-group offset commits and the idempotent
-  producer; it has no topic admin API (topics are created here with `rd_kafka_mock_topic_create`)
-  and keeps only a few MiB per partition.
+* Kafka: the real Apache Kafka 4 broker of `scripts/servers.sh up kafka` (`kafka_cluster`, one
+  per run, started on demand by `tests.servers.ensure`). Each test uses its own topics.
+* Kafka fault injection: librdkafka's own mock cluster (`kafka_mock`: several brokers on
+  127.0.0.1, real Kafka protocol, created through ctypes from the librdkafka that the
+  confluent-kafka wheel bundles), only for what the real broker cannot give cheaply: taking every
+  broker down and up again in the middle of a commit, and a cluster without the topic admin API.
 * RocketMQ: the broker started by `../shared/tools/rocketmq/up.sh`, used when
   `SLUICE_ROCKETMQ_NAMESRV` names its name server (tests are marked `rocketmq`).
 """
@@ -109,10 +110,92 @@ class MockKafkaCluster:
 
 
 @pytest.fixture(scope="session")
-def kafka_cluster() -> Iterator[MockKafkaCluster]:
+def kafka_mock() -> Iterator[MockKafkaCluster]:
     cluster = MockKafkaCluster(brokers=3)
     yield cluster
     cluster.close()
+
+
+class RealKafka:
+    """The real broker of `scripts/servers.sh up kafka` (or `kafka-cluster`), with the few admin
+    calls the tests need (the same names as :class:`MockKafkaCluster`'s)."""
+
+    def __init__(self, bootstraps: str) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        self.bootstraps = bootstraps
+        self.admin = AdminClient({"bootstrap.servers": bootstraps})
+
+    def create_topic(self, name: str, partitions: int, replication_factor: int = -1) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        new = NewTopic(name, partitions, replication_factor=replication_factor)
+        self.admin.create_topics([new], request_timeout=30)[name].result()
+
+    def delete_records(self, topic: str, partition: int, before: int) -> None:
+        from confluent_kafka import TopicPartition
+
+        tp = TopicPartition(topic, partition, before)
+        for future in self.admin.delete_records([tp], request_timeout=30).values():
+            future.result()
+
+    def replication_factor(self, topic: str) -> int:
+        """How many copies each partition of ``topic`` has, as the brokers describe it."""
+        from confluent_kafka import TopicCollection
+
+        described = self.admin.describe_topics(TopicCollection([topic]))[topic].result()
+        return len(described.partitions[0].replicas)
+
+    def committed_values(self, topic: str) -> list[bytes]:
+        """Every value of ``topic`` as a ``read_committed`` consumer sees it (all partitions)."""
+        return [m.value() for m in self.committed_messages(topic)]
+
+    def committed_messages(self, topic: str) -> list[Any]:
+        from confluent_kafka import Consumer, IsolationLevel, TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        md = self.admin.list_topics(topic, timeout=30).topics[topic]
+        parts = [TopicPartition(topic, p) for p in md.partitions]
+        ends = {
+            tp.partition: f.result().offset
+            for tp, f in self.admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in parts},
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=30,
+            ).items()
+        }
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstraps,
+                "group.id": "sluice-test-counter",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            }
+        )
+        out: list[Any] = []
+        try:
+            live = {p for p, end in ends.items() if end > 0}
+            consumer.assign([TopicPartition(topic, p, 0) for p in live])
+            while live:
+                for m in consumer.consume(1000, timeout=1.0):
+                    if m.error() is not None:
+                        if m.error().code() == m.error()._PARTITION_EOF:
+                            if m.offset() >= ends[m.partition()]:
+                                live.discard(m.partition())
+                            continue
+                        raise RuntimeError(str(m.error()))
+                    out.append(m)
+        finally:
+            consumer.close()
+        return out
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster() -> RealKafka:
+    from tests.servers import ensure
+
+    return RealKafka(ensure("kafka"))
 
 
 # ----------------------------------------------------------------------------- harnesses
@@ -128,6 +211,9 @@ class Harness:
     can_truncate = True
     #: Whether a commit is atomic (a crash mid-commit leaves nothing to roll forward).
     atomic_commit = False
+    #: Offsets a commit adds to each queue it writes beyond its records (Kafka: the transaction's
+    #: commit marker), so offsets are dense only where this is 0.
+    marker = 0
 
     def make_bus(self, state: Path, default_queues: int = 8) -> Any:
         raise NotImplementedError
@@ -165,8 +251,10 @@ class EmbeddedHarness(Harness):
 
 class KafkaHarness(Harness):
     name = "kafka"
+    atomic_commit = True  # one transaction per commit (see sluice.bus.kafka._log)
+    marker = 1
 
-    def __init__(self, cluster: MockKafkaCluster) -> None:
+    def __init__(self, cluster: MockKafkaCluster | RealKafka) -> None:
         self.cluster = cluster
 
     def make_bus(self, state: Path, default_queues: int = 8) -> Any:
@@ -180,7 +268,7 @@ class KafkaHarness(Harness):
         )
 
     def new_topic(self, bus: Any, queues: int) -> str:
-        # The mock cluster has no CreateTopics: create it the mock's way, with the exact count.
+        # (The mock cluster has no CreateTopics: there it is created the mock's way.)
         topic = unique()
         self.cluster.create_topic(topic, queues)
         return topic
@@ -246,6 +334,14 @@ def topic_frame(
             pa.array(route if route is not None else [None] * n, pa.int32()),
         ],
         names=["topic", "key", "value", "timestamp", "headers", "route"],
+    )
+
+
+def records(bus: Any, topic: str) -> int:
+    """How many records ``topic`` holds, read back (offsets are not dense on every bus)."""
+    return sum(
+        len(read_all(bus, topic, r.queue, r.min_offset, r.max_offset))
+        for r in bus.describe(topic).ranges
     )
 
 

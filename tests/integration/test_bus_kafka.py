@@ -1,5 +1,11 @@
-"""The Kafka bus on librdkafka's mock cluster: configuration errors, an unreachable or failing
-cluster, consumer-group offsets, and topic creation without the admin API."""
+"""The Kafka bus on the real Kafka 4 broker (`scripts/servers.sh up kafka`): configuration errors,
+an unreachable cluster, consumer-group offsets, round-trips, transactions (a second writer with the
+same transactional.id fences the first) and the replication-factor key (on `kafka-cluster`).
+
+librdkafka's mock cluster (`kafka_mock`) stays only where the real broker cannot give the fault
+cheaply: every broker down and up again in the middle of a commit (the three outage tests; the
+broker is shared by the whole run and by other users of the machine, so it is not restarted), and a
+cluster without the topic admin API."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from typing import Any
 import pytest
 
 from sluice.bus._external import writer_tag
-from sluice.bus.base import BusUnavailable
+from sluice.bus.base import BusError, BusUnavailable
 from sluice.bus.kafka import KafkaBus
 from sluice.sdk import ConfigException, RetriableException
 from tests.conftest import wait_until
@@ -20,12 +26,14 @@ from tests.integration import bus_helpers
 from tests.integration.bus_helpers import (
     KafkaHarness,
     MockKafkaCluster,
+    RealKafka,
     read_all,
     topic_frame,
     unique,
 )
 
-kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: one mock cluster
+kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
+kafka_mock = bus_helpers.kafka_mock  # librdkafka's mock cluster, for fault injection
 
 
 def _closed_port() -> int:
@@ -48,9 +56,7 @@ def test_config_names_an_unknown_pass_through_key(tmp_path: Path) -> None:
         KafkaBus.from_config(props, tmp_path)
 
 
-def test_config_passes_client_options_through(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster
-) -> None:
+def test_config_passes_client_options_through(tmp_path: Path, kafka_cluster: RealKafka) -> None:
     props = {
         "bootstrap.servers": kafka_cluster.bootstraps,
         "kafka.client.id": "sluice-test",
@@ -77,9 +83,9 @@ def test_unreachable_cluster_is_a_retriable_error_naming_the_servers(tmp_path: P
 
 
 def test_topic_created_without_admin_api_gets_the_brokers_default(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, kafka_mock: MockKafkaCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
-    bus = KafkaBus(tmp_path, bootstrap_servers=kafka_cluster.bootstraps, timeout_s=20)
+    bus = KafkaBus(tmp_path, bootstrap_servers=kafka_mock.bootstraps, timeout_s=20)
     topic = unique()
     with caplog.at_level(logging.WARNING, logger="sluice.bus.kafka"):
         info = bus.create_topic(topic, 6)
@@ -90,9 +96,7 @@ def test_topic_created_without_admin_api_gets_the_brokers_default(
         bus.log.create_topic(topic, 6, exist_ok=False)
 
 
-def test_reader_commits_consumer_group_offsets(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster
-) -> None:
+def test_reader_commits_consumer_group_offsets(tmp_path: Path, kafka_cluster: RealKafka) -> None:
     harness = KafkaHarness(kafka_cluster)
     bus = harness.make_bus(tmp_path)
     topic = harness.new_topic(bus, 2)
@@ -109,12 +113,10 @@ def test_reader_commits_consumer_group_offsets(
     end = reader.latestOffset(reader.initialOffset(), None)
     assert bus.log.group_offsets("connect-snk", topic) == {0: -1001, 1: -1001}  # nothing yet
     reader.commit(end)
-    assert bus.log.group_offsets("connect-snk", topic) == {0: 2, 1: 1}
+    assert bus.log.group_offsets("connect-snk", topic) == {0: 3, 1: 2}  # + commit markers
 
 
-def test_headers_keys_and_timestamps_round_trip(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster
-) -> None:
+def test_headers_keys_and_timestamps_round_trip(tmp_path: Path, kafka_cluster: RealKafka) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     harness = KafkaHarness(kafka_cluster)
@@ -185,20 +187,22 @@ def _down_after_journal(monkeypatch: pytest.MonkeyPatch, bus: KafkaBus, cluster:
 
 
 def test_outage_longer_than_the_limit_fails_the_commit_and_the_replay_completes_it(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kafka_mock: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=0)
-    topic = KafkaHarness(kafka_cluster).new_topic(bus, 2)
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=0)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 2)
     rows = [f"o{i}".encode() for i in range(200)]
     frame = topic_frame(topic, rows, route=[i % 2 for i in range(200)])
     appender = bus.topic_appender(writer_id="w")
     staged = appender.write(iter([frame]), 0)
-    _down_after_journal(monkeypatch, bus, kafka_cluster)
+    _down_after_journal(monkeypatch, bus, kafka_mock)
     try:
-        with pytest.raises(BusUnavailable, match=r"kafka bootstrap.servers=.*writing topic"):
+        with pytest.raises(
+            BusUnavailable, match=r"kafka bootstrap.servers=.*(writing|write to) topic"
+        ):
             appender.commit([staged], 0)
     finally:
-        kafka_cluster.set_up()
+        kafka_mock.set_up()
         monkeypatch.undo()
     # Spark replays batch 0 once the cluster answers again
     deadline = time.monotonic() + 60
@@ -213,27 +217,27 @@ def test_outage_longer_than_the_limit_fails_the_commit_and_the_replay_completes_
 
 
 def test_a_short_outage_is_ridden_out_by_the_commit(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, kafka_mock: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=120)
-    topic = KafkaHarness(kafka_cluster).new_topic(bus, 2)
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=120)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 2)
     rows = [f"s{i}".encode() for i in range(300)]
     frame = topic_frame(topic, rows, route=[i % 2 for i in range(300)])
     appender = bus.topic_appender(writer_id="w")
     staged = appender.write(iter([frame]), 0)
-    _down_after_journal(monkeypatch, bus, kafka_cluster)
+    _down_after_journal(monkeypatch, bus, kafka_mock)
     pauses: list[float] = []
 
     def pause(self: Any, seconds: float) -> None:
         pauses.append(seconds)
         if len(pauses) == 2:  # the outage ends after two failed attempts
-            kafka_cluster.set_up()
+            kafka_mock.set_up()
 
     monkeypatch.setattr(type(bus.log), "_pause", pause)
     try:
         appender.commit([staged], 0)  # no error: it retried until the cluster was back
     finally:
-        kafka_cluster.set_up()
+        kafka_mock.set_up()
         monkeypatch.undo()
     assert len(pauses) >= 2 and pauses[:2] == [0.3, 0.6]
     got = [v for q in (0, 1) for v in (r["value"] for r in read_all(bus, topic, q, 0, 1_000))]
@@ -241,10 +245,10 @@ def test_a_short_outage_is_ridden_out_by_the_commit(
 
 
 def test_reader_plans_nothing_during_an_outage_and_says_so(
-    tmp_path: Path, kafka_cluster: MockKafkaCluster
+    tmp_path: Path, kafka_mock: MockKafkaCluster
 ) -> None:
-    bus = _outage_bus(kafka_cluster, tmp_path, outage_s=60)
-    topic = KafkaHarness(kafka_cluster).new_topic(bus, 1)
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
     appender = bus.topic_appender(writer_id="w")
     appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
     control = str(tmp_path / "control.json")
@@ -252,15 +256,90 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
         name="snk", topics=[topic], max_tasks=1, control_path=control, positions=None
     )(options={}).streamReader(schema=None)
     start = reader.initialOffset()
-    kafka_cluster.set_down()
+    kafka_mock.set_down()
     try:
         assert reader.latestOffset(start, None) == start  # nothing planned, no failure
         health = bus.reader_health(control)
         assert health["failures"] == 1
         assert "BusUnavailable: kafka bootstrap.servers=" in health["error"]
     finally:
-        kafka_cluster.set_up()
+        kafka_mock.set_up()
     wait_until(
-        lambda: reader.latestOffset(start, None)["q"] == {f"{topic}/0": 1}, 60, "a plan again"
+        # one record and its transaction's commit marker
+        lambda: reader.latestOffset(start, None)["q"] == {f"{topic}/0": 2},
+        60,
+        "a plan again",
     )
     assert bus.reader_health(control)["failures"] == 0
+
+
+def test_a_second_writer_with_the_same_transactional_id_fences_the_first(
+    tmp_path: Path, kafka_cluster: RealKafka
+) -> None:
+    from confluent_kafka import KafkaException, Producer
+
+    from sluice.bus.kafka._log import transactional_id
+
+    harness = KafkaHarness(kafka_cluster)
+    bus = harness.make_bus(tmp_path)
+    topic = harness.new_topic(bus, 2)
+    writer = f"conn-{unique()}/run1"
+    appender = bus.topic_appender(writer_id=writer)
+
+    def batch(tag: str) -> Any:
+        return topic_frame(topic, [f"{tag}{i}".encode() for i in range(10)], route=[0, 1] * 5)
+
+    appender.commit([appender.write(iter([batch("a")]), 0)], 0)
+    # Another process takes over the writer (same connector, same run: same transactional.id);
+    # it sends a batch in a transaction it has not committed yet.
+    txn_id = transactional_id(writer)
+    other = Producer({"bootstrap.servers": kafka_cluster.bootstraps, "transactional.id": txn_id})
+    other.init_transactions(30)
+    other.begin_transaction()
+    for i in range(5):
+        other.produce(topic, value=f"z{i}".encode(), partition=i % 2)
+    assert other.flush(30) == 0
+    # The first writer's producer is fenced: its commit is refused, nothing of it is visible.
+    with pytest.raises(BusError, match=r"was fenced by a newer producer with the same id"):
+        appender.commit([appender.write(iter([batch("b")]), 0)], 1)
+    assert sorted(kafka_cluster.committed_values(topic)) == sorted(
+        f"a{i}".encode() for i in range(10)
+    )
+    # Restarted, the first writer fences the other in turn: its open transaction is aborted and
+    # its commit refused; the replayed batch 1 is published once.
+    appender.commit([appender.write(iter([batch("b")]), 0)], 1)
+    with pytest.raises(KafkaException) as refused:
+        other.commit_transaction(30)
+    assert refused.value.args[0].fatal() or "fenc" in str(refused.value).lower()
+    values = kafka_cluster.committed_values(topic)
+    assert sorted(values) == sorted(f"{t}{i}".encode() for t in "ab" for i in range(10))
+
+
+def test_replication_factor_key_is_checked(tmp_path: Path) -> None:
+    base = {"bootstrap.servers": "127.0.0.1:9092"}
+    for bad, why in (("two", "expected an integer"), ("0", "must be -1"), ("-2", "must be -1")):
+        with pytest.raises(ConfigException, match=rf"^bus.replication.factor: {why}"):
+            KafkaBus.from_config({**base, "bus.replication.factor": bad}, tmp_path)
+    assert KafkaBus.from_config(base, tmp_path).log.replication_factor == -1
+    bus = KafkaBus.from_config({**base, "bus.replication.factor": "3"}, tmp_path)
+    assert bus.log.replication_factor == 3
+
+
+def test_topics_are_created_with_the_replication_factor_of_the_key(tmp_path: Path) -> None:
+    from tests.servers import ensure
+
+    cluster = RealKafka(ensure("kafka-cluster"))
+    props = {"bootstrap.servers": cluster.bootstraps, "bus.replication.factor": "3"}
+    bus = KafkaBus.from_config(props, tmp_path, default_queues=5)
+    topic = unique()
+    assert bus.create_topic(topic).queues == 5
+    assert cluster.replication_factor(topic) == 3
+    appender = bus.topic_appender(writer_id="w")
+    frame = topic_frame(topic, [b"x", b"y"], route=[0, 4])
+    appender.commit([appender.write(iter([frame]), 0)], 0)
+    assert sorted(cluster.committed_values(topic)) == [b"x", b"y"]
+    # more copies than brokers: the admin API's refusal, naming the topic
+    with pytest.raises(BusError, match=r"cannot create topic .*replication factor"):
+        KafkaBus.from_config({**props, "bus.replication.factor": "4"}, tmp_path).create_topic(
+            unique()
+        )

@@ -1,6 +1,7 @@
 """The replicator connectors on real brokers: 100k messages with keys, tags and properties copied
-RocketMQ → RocketMQ (two topics on the one broker) and Kafka (librdkafka's mock cluster) →
-RocketMQ, through a sluice topic on the embedded bus; and their configuration errors."""
+RocketMQ → RocketMQ (two topics on the one broker) and Kafka (the real Kafka 4 broker of
+`scripts/servers.sh`) → RocketMQ and → Kafka, through a sluice topic on the embedded bus; and their
+configuration errors."""
 
 from __future__ import annotations
 
@@ -16,11 +17,11 @@ from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
 from tests.integration import bus_helpers
-from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, MockKafkaCluster, unique
+from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, RealKafka, unique
 
 pytestmark = pytest.mark.spark
 
-kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: one mock cluster
+kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
 
 N = 100_000
 
@@ -142,12 +143,12 @@ def test_rocketmq_to_rocketmq_copies_100k_intact(runner: ConnectorRunner) -> Non
 @pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 @pytest.mark.timeout(900)
 def test_kafka_to_rocketmq_copies_100k_intact(
-    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+    runner: ConnectorRunner, kafka_cluster: RealKafka
 ) -> None:
     import confluent_kafka
 
     source = unique("ksrc")
-    kafka_cluster.create_topic(source, 8)  # a mock partition keeps only ~5 MiB
+    kafka_cluster.create_topic(source, 8)
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": kafka_cluster.bootstraps, "enable.idempotence": True}
     )
@@ -289,7 +290,7 @@ def test_a_missing_source_topic_is_named(runner: ConnectorRunner) -> None:
 
 
 def test_a_missing_kafka_source_topic_is_named(
-    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+    runner: ConnectorRunner, kafka_cluster: RealKafka
 ) -> None:
     config = {
         "connector.class": "KafkaSourceConnector",
@@ -301,7 +302,7 @@ def test_a_missing_kafka_source_topic_is_named(
 
 
 def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
-    runner: ConnectorRunner, kafka_cluster: MockKafkaCluster
+    runner: ConnectorRunner, kafka_cluster: RealKafka
 ) -> None:
     import confluent_kafka
 
@@ -348,6 +349,7 @@ def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
             "bootstrap.servers": kafka_cluster.bootstraps,
             "group.id": unique("probe"),
             "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",  # the sink writes in transactions
         }
     )
     consumer.subscribe([target])
@@ -364,6 +366,7 @@ def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
     finally:
         consumer.close()
     assert len(got) == n
+    assert len({dict(m.headers())["seq"] for m in got}) == n  # each record once
     partitions: dict[bytes | None, set[int]] = defaultdict(set)
     last: dict[bytes | None, int] = defaultdict(lambda: -1)
     for m in sorted(got, key=lambda m: (m.partition(), m.offset())):
@@ -422,7 +425,7 @@ def test_rocketmq_source_regex_copies_only_matching_topics(runner: ConnectorRunn
 
 
 def test_kafka_source_waiting_for_records_that_never_come_is_retriable(
-    kafka_cluster: MockKafkaCluster,
+    kafka_cluster: RealKafka,
 ) -> None:
     from sluice.connectors.kafka import KafkaSourceTask
     from sluice.sdk import RetriableException

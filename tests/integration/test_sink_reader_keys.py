@@ -13,11 +13,11 @@ from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
 from tests.integration import bus_helpers
-from tests.integration.bus_helpers import MockKafkaCluster, unique
+from tests.integration.bus_helpers import RealKafka, unique
 
 pytestmark = pytest.mark.spark
 
-kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: one mock cluster
+kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
 
 
 def _source(path: Path, topic: str) -> dict[str, str]:
@@ -80,7 +80,7 @@ def test_consume_from_first_offset_is_the_default(runner: ConnectorRunner, tmp_p
 
 @pytest.fixture
 def kafka_runner(
-    spark: object, tmp_path: Path, kafka_cluster: MockKafkaCluster
+    spark: object, tmp_path: Path, kafka_cluster: RealKafka
 ) -> Iterator[ConnectorRunner]:
     bus = KafkaBus(tmp_path / "bus", bootstrap_servers=kafka_cluster.bootstraps, timeout_s=20)
     r = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=100, bus=bus)
@@ -89,7 +89,7 @@ def kafka_runner(
 
 
 def test_task_group_id_names_the_consumer_group(
-    kafka_runner: ConnectorRunner, tmp_path: Path, kafka_cluster: MockKafkaCluster
+    kafka_runner: ConnectorRunner, tmp_path: Path, kafka_cluster: RealKafka
 ) -> None:
     topic = unique()
     kafka_cluster.create_topic(topic, 2)
@@ -102,10 +102,11 @@ def test_task_group_id_names_the_consumer_group(
     assert dst.read_text() == text
     log = kafka_runner.bus.log
 
-    def committed() -> int:
-        return sum(max(o, 0) for o in log.group_offsets("replica-group", topic).values())
+    def at_end() -> bool:  # the partitions' ends: 100 records and a commit marker per batch
+        ends = {r.queue: r.max_offset for r in kafka_runner.bus.describe(topic).ranges}
+        return log.group_offsets("replica-group", topic) == ends
 
-    wait_until(lambda: committed() == 100, 60, "offsets committed under task.group.id")
+    wait_until(at_end, 60, "offsets committed under task.group.id")
     assert all(o < 0 for o in log.group_offsets("connect-dst", topic).values())
 
 

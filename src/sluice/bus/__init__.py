@@ -43,7 +43,7 @@ __all__ = [
 BUS_KINDS = ("embedded", "rocketmq", "kafka")
 
 # Worker keys each backend reads (besides bus.* and kafka.* / rocketmq.* prefixes).
-_KAFKA_KEYS = frozenset({"bootstrap.servers"})
+_KAFKA_KEYS = frozenset({"bootstrap.servers", "bus.replication.factor"})
 _ROCKETMQ_KEYS = frozenset(
     {
         "namesrvAddr",

@@ -1,13 +1,37 @@
 """Topics on Kafka through confluent-kafka (librdkafka): the `TopicLog` of `bus=kafka`.
 
 * A sluice topic is a Kafka topic, a queue is a partition, a queue offset is the Kafka offset.
-* Writes go through the commit journal of :mod:`sluice.bus._external` and an idempotent producer
-  with ``enable.gapless.guarantee`` (a failure that could leave a gap in a partition is fatal
-  instead), so what reached a partition is always a prefix of what was sent; each message carries
-  the ``sluice.writer`` header. Key → Kafka key, extensions → headers, timestamp → CreateTime.
-* Reads are ``assign`` + position at the exact start offset, consuming up to the end offset, with
-  ``auto.offset.reset=error``: a range that retention removed is reported, never silently skipped.
+* Writes go through the commit journal of :mod:`sluice.bus._external`, and each commit (one
+  micro-batch of one writer to one topic) is **one Kafka transaction**. Key → Kafka key,
+  extensions → headers, timestamp → CreateTime; each message carries the ``sluice.writer`` header.
+* Reads are ``assign`` + position at the exact start offset with ``isolation.level=read_committed``,
+  up to the last stable offset (LSO), with ``auto.offset.reset=error``: a range that retention
+  removed is reported, never silently skipped. Offsets of a topic are not dense (each transaction
+  ends with a commit or abort marker, and aborted messages are skipped), so a reader stops at its
+  end offset by the consumer's position, not by counting messages.
 * Consumer-group offsets (``commit_group_offsets``) are committed for monitoring only.
+
+Why a batch is published exactly once (the journal plus transactions):
+
+* The producer of a writer has ``transactional.id = sluice-<writer id>`` (the writer id is
+  ``<connector>/<run>``: the same across restarts of the connector, different for a connector
+  started from a fresh checkpoint). Creating it calls ``init_transactions``: the transaction
+  coordinator bumps the producer epoch, **aborts the open transaction of an older producer with
+  this id** (or completes one whose commit it had already accepted), and from then on refuses
+  that older producer (a zombie: a worker that was thought dead) — its commit fails and nothing
+  it sent becomes visible to ``read_committed`` readers.
+* The journal row is written ``pending`` (with each partition's high watermark) *before* the
+  transaction begins, and ``done`` after ``commit_transaction`` returned.
+* A replay that finds no row: nothing was sent; ``done``: everything is visible, send nothing.
+  ``pending``: the earlier attempt died somewhere between the journal row and the ``done`` mark.
+  The replay's producer is a fresh one (a failed attempt drops its producer; a new process makes
+  its own), so ``init_transactions`` has settled the earlier transaction: either committed as a
+  whole or aborted as a whole, on every partition at once. Counting this writer's messages from
+  the recorded watermarks as a ``read_committed`` consumer (after waiting for the LSO to pass the
+  high watermark, so no open transaction hides any) therefore gives, per partition, either all of
+  the batch's rows or none — and only the missing rows are sent, in a new transaction. A batch is
+  thus visible to ``read_committed`` readers wholly or not at all, never twice. (The per-queue
+  "send the rest" of the journal stays correct, it is just never partial here.)
 
 Clients are created lazily, once per process and configuration (Spark reuses its Python workers,
 so a task usually finds its consumer already connected), and are never pickled.
@@ -26,7 +50,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.bus._external import WRITER_TAG, ExternalLog, headers_without_tag
+from sluice.bus._external import WRITER_TAG, ExternalLog, headers_without_tag, writer_tag
 from sluice.bus.base import (
     STORED_SCHEMA,
     BusError,
@@ -47,7 +71,12 @@ _LOCK = threading.Lock()
 # unpickles its own copy of the plan).
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENT_LOCKS: dict[tuple[Any, ...], threading.RLock] = {}
-_ABANDONED: dict[str, float] = {}  # bootstrap.servers -> when a failed producer was dropped
+_WRITERS: dict[str, str] = {}  # writer tag -> writer id, for the producer of a commit
+
+
+def transactional_id(writer_id: str) -> str:
+    """The ``transactional.id`` of a writer's producer: stable across restarts of the writer."""
+    return f"sluice-{writer_id}"
 
 
 def _kafka() -> Any:
@@ -62,11 +91,13 @@ def _kafka() -> Any:
 
 
 class _Sender:
-    """An idempotent producer plus the delivery errors it reported (only errors are reported)."""
+    """A transactional producer (initialised: older producers with its ``transactional.id`` are
+    fenced) plus the delivery errors it reported (only errors are reported)."""
 
-    def __init__(self, config: dict[str, Any]) -> None:
+    def __init__(self, config: dict[str, Any], timeout_s: float) -> None:
         self.errors: list[str] = []
         self.fatal: str | None = None
+        self.fenced = False
 
         def on_delivery(err: Any, msg: Any) -> None:
             if err is not None:
@@ -75,6 +106,7 @@ class _Sender:
         def on_error(err: Any) -> None:
             if err.fatal():
                 self.fatal = err.str()
+                self.fenced = self.fenced or _fenced(err)
 
         self.producer = _kafka().Producer(
             {
@@ -84,6 +116,7 @@ class _Sender:
                 "delivery.report.only.error": True,
             }
         )
+        self.producer.init_transactions(timeout_s)
 
 
 class KafkaLog(ExternalLog):
@@ -100,11 +133,13 @@ class KafkaLog(ExternalLog):
         client_config: Mapping[str, Any] | None = None,
         timeout_s: float = 30.0,
         outage_s: float = 300.0,
+        replication_factor: int = -1,
     ) -> None:
         super().__init__(state_dir, outage_s=outage_s)
         self.bootstrap_servers = bootstrap_servers
         self.client_config = dict(client_config or {})
         self.timeout_s = timeout_s
+        self.replication_factor = replication_factor  # -1: the broker's default.replication.factor
 
     def __repr__(self) -> str:
         return f"KafkaLog(bootstrap.servers={self.bootstrap_servers!r})"
@@ -141,43 +176,69 @@ class KafkaLog(ExternalLog):
         "auto.offset.reset": "error",
         "enable.partition.eof": False,
         "fetch.wait.max.ms": 50,
+        "isolation.level": "read_committed",
     }
 
     def _consumer(self) -> tuple[Any, threading.RLock]:
         return self._client("consumer", self._CONSUMER, lambda c: _kafka().Consumer(c))
 
     _PRODUCER = {
-        "enable.idempotence": True,
-        "enable.gapless.guarantee": True,
         "linger.ms": 5,
         "queue.buffering.max.messages": 500_000,
     }
 
-    def _sender(self) -> tuple[_Sender, threading.RLock]:
-        return self._client("producer", self._PRODUCER, _Sender)
+    def _producer_config(self, writer_id: str) -> dict[str, Any]:
+        return {**self._PRODUCER, "transactional.id": transactional_id(writer_id)}
 
-    def _drop_sender(self, sender: _Sender) -> None:
-        """Forget a producer that failed. Its queued messages are purged (so they can never be
-        sent later, behind the replay's back); requests already in flight may still land for a
-        while, which `_before_recount` waits out."""
-        config = {**self._base(), **self._PRODUCER}
+    def _sender(self, writer_id: str) -> tuple[_Sender, threading.RLock]:
+        """This process's transactional producer of ``writer_id``; creating it fences (and
+        settles the open transaction of) any older producer of the same writer."""
+        return self._client(
+            "producer", self._producer_config(writer_id), lambda c: _Sender(c, self.timeout_s)
+        )
+
+    def _drop_sender(self, writer_id: str, sender: _Sender) -> None:
+        """Forget a producer that failed: the next attempt makes a new one, whose
+        ``init_transactions`` aborts what this one left open and fences it (its requests still in
+        flight are refused by the brokers), so a recount sees a settled transaction."""
+        config = {**self._base(), **self._producer_config(writer_id)}
         key = (os.getpid(), "producer", tuple(sorted((k, str(v)) for k, v in config.items())))
         with _LOCK:
             _CLIENTS.pop(key, None)
-            _ABANDONED[self.bootstrap_servers] = time.monotonic()
         try:
-            sender.producer.purge(in_queue=True, in_flight=True, blocking=True)
+            sender.producer.purge(in_queue=True, in_flight=True, blocking=False)
             sender.producer.poll(0)
         except Exception as exc:  # it is being thrown away anyway
             log.debug("purging a failed producer: %s", exc)
 
+    def _commit(self, writer_id: str, batch_id: int, topic: str, segs: list[Any]) -> bool:
+        _WRITERS[writer_tag(writer_id)] = writer_id
+        try:
+            self._sender(writer_id)  # fence an older producer of this writer before the journal
+        except _kafka().KafkaException as exc:
+            raise self._error(f"cannot start the producer of {writer_id}", exc) from None
+        return super()._commit(writer_id, batch_id, topic, segs)
+
     def _before_recount(self, topic: str) -> None:
-        # A producer dropped after a failure may still have requests in flight: wait until they
-        # have certainly landed or failed before counting what a batch left in its partitions.
-        dropped = _ABANDONED.get(self.bootstrap_servers)
-        if dropped is not None:
-            window = int(self._base().get("request.timeout.ms", 30_000)) / 1000.0
-            time.sleep(max(0.0, dropped + window - time.monotonic()))
+        # The producer is fresh (see _commit), so this writer's earlier transaction is settled;
+        # wait until no open transaction (of any writer) keeps the LSO below the high watermark,
+        # so that counting as a read_committed consumer sees everything that is committed.
+        count = self.queue_count(topic)
+        queues = list(range(count))
+        deadline = time.monotonic() + max(self.timeout_s, 120.0)
+        high = self._list_offsets(topic, queues, latest=True, committed=False)
+        while True:
+            stable = self._list_offsets(topic, queues, latest=True)
+            if all(stable[q] >= high[q] for q in queues):
+                return
+            if time.monotonic() > deadline:
+                raise BusUnavailable(
+                    f"kafka bootstrap.servers={self.bootstrap_servers}: an open transaction "
+                    f"keeps topic {topic!r} unstable (last stable {stable}, high {high})",
+                    suggestion="a writer died mid-transaction; it is aborted after its "
+                    "transaction.timeout.ms",
+                )
+            time.sleep(0.1)
 
     def _error(self, what: str, exc: Exception, *, transient: tuple[int, ...] = ()) -> BusError:
         err = exc.args[0] if exc.args else None
@@ -236,9 +297,8 @@ class KafkaLog(ExternalLog):
                 raise FileExistsError(f"topic {topic!r} already exists")
             return self.describe(topic)
         kafka = _kafka()
-        future = self._admin().create_topics(
-            [kafka.admin.NewTopic(topic, queues)], request_timeout=self.timeout_s
-        )[topic]
+        new = kafka.admin.NewTopic(topic, queues, replication_factor=self.replication_factor)
+        future = self._admin().create_topics([new], request_timeout=self.timeout_s)[topic]
         try:
             future.result()
         except kafka.KafkaException as exc:
@@ -254,6 +314,15 @@ class KafkaLog(ExternalLog):
             if time.monotonic() > deadline:
                 raise BusError(f"kafka: topic {topic!r} was created but never became visible")
             time.sleep(0.1)
+        # a new topic's partitions get their leaders a moment after it is listed
+        while True:
+            try:
+                self._list_offsets(topic, list(range(count)), latest=True)
+                break
+            except BusUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
         if count != queues:
             log.warning(
                 "kafka topic %r has %d partitions (the broker's default), not %d",
@@ -265,7 +334,9 @@ class KafkaLog(ExternalLog):
 
     def _auto_create(self, topic: str) -> None:
         try:
-            self._sender()[0].producer.list_topics(topic, timeout=self.timeout_s)
+            # a plain producer's metadata request asks the broker to create the topic
+            maker = self._client("meta", {}, lambda c: _kafka().Producer(c))[0]
+            maker.list_topics(topic, timeout=self.timeout_s)
         except _kafka().KafkaException as exc:
             raise self._error(f"cannot create topic {topic!r}", exc) from None
 
@@ -275,25 +346,45 @@ class KafkaLog(ExternalLog):
         highs = self._list_offsets(topic, list(range(count)), latest=True)
         return {q: QueueRange(q, lows[q], highs[q]) for q in range(count)}
 
-    def _list_offsets(self, topic: str, queues: list[int], *, latest: bool) -> dict[int, int]:
+    def _list_offsets(
+        self, topic: str, queues: list[int], *, latest: bool, committed: bool = True
+    ) -> dict[int, int]:
+        """Earliest or latest offsets; the latest of ``committed`` is the last stable offset
+        (what read_committed readers can reach), otherwise the high watermark."""
         if not queues:
             return {}
         kafka = _kafka()
         spec = kafka.admin.OffsetSpec.latest() if latest else kafka.admin.OffsetSpec.earliest()
-        futures = self._admin().list_offsets(
-            {kafka.TopicPartition(topic, q): spec for q in queues},
-            request_timeout=self.timeout_s,
-        )
-        out = {}
-        try:
-            for tp, future in futures.items():
-                out[tp.partition] = future.result().offset
-        except kafka.KafkaException as exc:
-            # "no leaders found" (_NOENT) for a topic that exists: its brokers are down
-            raise self._error(
-                f"cannot list offsets of topic {topic!r}", exc, transient=(kafka.KafkaError._NOENT,)
-            ) from None
-        return out
+        level = kafka.IsolationLevel.READ_COMMITTED if committed else None
+        # A leader that just moved (a new topic's partitions get theirs a moment after it is
+        # listed) is asked again after a refresh, for a few seconds, before it counts as down.
+        moved = {
+            kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
+            kafka.KafkaError.LEADER_NOT_AVAILABLE,
+            kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+        }
+        deadline = time.monotonic() + 5.0
+        while True:
+            futures = self._admin().list_offsets(
+                {kafka.TopicPartition(topic, q): spec for q in queues},
+                request_timeout=self.timeout_s,
+                **({"isolation_level": level} if level is not None else {}),
+            )
+            out = {}
+            try:
+                for tp, future in futures.items():
+                    out[tp.partition] = future.result().offset
+                return out
+            except kafka.KafkaException as exc:
+                if exc.args[0].code() in moved and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                # "no leaders found" (_NOENT) for a topic that exists: its brokers are down
+                raise self._error(
+                    f"cannot list offsets of topic {topic!r}",
+                    exc,
+                    transient=(kafka.KafkaError._NOENT,),
+                ) from None
 
     def delete_topic(self, topic: str) -> None:
         """Delete ``topic`` (needs the topic admin API)."""
@@ -352,6 +443,8 @@ class KafkaLog(ExternalLog):
                         yield first, rows
                     elif msgs and msgs[0].offset() >= stop:
                         break  # the records left before `stop` were not data (gaps)
+                    elif self._position(consumer, topic, queue) >= stop:
+                        break  # the rest were transaction markers or aborted messages
                     elif time.monotonic() - idle_since > self.timeout_s:
                         raise BusUnavailable(
                             f"kafka bootstrap.servers={self.bootstrap_servers}: no data from "
@@ -360,6 +453,10 @@ class KafkaLog(ExternalLog):
                         )
             finally:
                 consumer.unassign()
+
+    @staticmethod
+    def _position(consumer: Any, topic: str, queue: int) -> int:
+        return int(consumer.position([_kafka().TopicPartition(topic, queue)])[0].offset)
 
     def _raise_read_error(self, topic: str, queue: int, pos: int, err: Any) -> None:
         kafka = _kafka()
@@ -373,10 +470,12 @@ class KafkaLog(ExternalLog):
 
     # -- the commit steps (see sluice.bus._external) ---------------------------------------------
     def _end_offsets(self, topic: str, queues: list[int]) -> dict[int, int]:
-        return self._list_offsets(topic, queues, latest=True)
+        # the high watermark: above every message of this writer's earlier batches, even while
+        # their commit markers are still being written (the LSO could lag below them)
+        return self._list_offsets(topic, queues, latest=True, committed=False)
 
     def _count_tagged(self, topic: str, queue: int, start: int, tag: str) -> int:
-        end = self._end_offsets(topic, [queue])[queue]
+        end = self._list_offsets(topic, [queue], latest=True)[queue]
         wanted = tag.encode()
         count = 0
         for _, rows in self._consume(topic, queue, start, end) if end > start else ():
@@ -386,35 +485,74 @@ class KafkaLog(ExternalLog):
         return count
 
     def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
-        sender, lock = self._sender()
-        with lock:  # one commit at a time per producer: its errors belong to that commit
-            self._send_locked(sender, topic, tables, tag)
+        writer_id = _WRITERS[tag]
+        sender, lock = self._sender(writer_id)
+        with lock:  # one transaction at a time per producer
+            self._send_locked(writer_id, sender, topic, tables, tag)
 
     def _send_locked(
-        self, sender: _Sender, topic: str, tables: Mapping[int, pa.Table], tag: str
+        self, writer_id: str, sender: _Sender, topic: str, tables: Mapping[int, pa.Table], tag: str
     ) -> None:
+        kafka = _kafka()
         producer = sender.producer
         sender.errors.clear()
         tag_header = (WRITER_TAG, tag.encode())
         try:
+            producer.begin_transaction()
             for queue, table in sorted(tables.items()):
                 for batch in table.to_batches(max_chunksize=_CHUNK):
                     self._produce(producer, topic, queue, batch, tag_header)
                     if sender.fatal or sender.errors:
                         break
-            left = producer.flush(self.timeout_s)
-        except _kafka().KafkaException as exc:
-            self._drop_sender(sender)
+            if not (sender.fatal or sender.errors):
+                producer.commit_transaction(self.timeout_s)
+        except kafka.KafkaException as exc:
+            self._drop_sender(writer_id, sender)
+            err = exc.args[0] if exc.args else None
+            if sender.fenced or (hasattr(err, "code") and _fenced(err)):
+                raise self._fenced_error(writer_id, sender.fatal or str(err)) from None
             raise self._error(f"cannot write to topic {topic!r}", exc) from None
-        if sender.fatal or sender.errors or left:
-            self._drop_sender(sender)
-            problem = sender.fatal or (sender.errors[0] if sender.errors else None)
-            detail = problem or f"{left} messages not acknowledged within {self.timeout_s:.0f}s"
+        if not (sender.fatal or sender.errors):
+            self._wait_stable(topic, sorted(tables))
+            return
+        self._drop_sender(writer_id, sender)
+        if sender.fenced:
+            raise self._fenced_error(writer_id, sender.fatal)
+        if sender.fatal or sender.errors:
+            problem = sender.fatal or sender.errors[0]
             raise BusUnavailable(
                 f"kafka bootstrap.servers={self.bootstrap_servers}: writing topic {topic!r} "
-                f"failed: {detail}",
+                f"failed: {problem}",
                 suggestion="the micro-batch is completed when it is replayed",
             )
+
+    def _fenced_error(self, writer_id: str, detail: str | None) -> BusError:
+        # Not retried here: a newer producer of this writer took over (a restarted worker);
+        # this one must stop, not fence it back. Its open transaction is aborted.
+        return BusError(
+            f"kafka bootstrap.servers={self.bootstrap_servers}: writer {writer_id} "
+            f"(transactional.id {transactional_id(writer_id)!r}) was fenced by a newer producer "
+            f"with the same id: {detail} (another worker runs this connector; nothing of this "
+            "batch was published by this one)"
+        )
+
+    def _wait_stable(self, topic: str, queues: list[int]) -> None:
+        """Return once read_committed readers see the transaction just committed:
+        ``commit_transaction`` returns when the coordinator has decided, before the commit
+        markers are on every partition (until then the LSO stays below the batch)."""
+        high = self._list_offsets(topic, queues, latest=True, committed=False)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            stable = self._list_offsets(topic, queues, latest=True)
+            if all(stable[q] >= high[q] for q in queues):
+                return
+            if time.monotonic() > deadline:
+                raise BusUnavailable(
+                    f"kafka bootstrap.servers={self.bootstrap_servers}: topic {topic!r} stays "
+                    f"unstable after a commit (last stable {stable}, high {high})",
+                    suggestion="another writer keeps a transaction open on it",
+                )
+            time.sleep(0.005)
 
     @staticmethod
     def _produce(
@@ -465,6 +603,14 @@ class KafkaLog(ExternalLog):
             except kafka.KafkaException as exc:
                 raise self._error(f"cannot read offsets of group {group!r}", exc) from None
         return {tp.partition: tp.offset for tp in committed}
+
+
+def _fenced(err: Any) -> bool:
+    """Whether a Kafka error says a newer producer with our transactional.id took over."""
+    kafka_error = _kafka().KafkaError
+    codes = {kafka_error._FENCED, kafka_error.INVALID_PRODUCER_EPOCH}
+    codes.add(getattr(kafka_error, "PRODUCER_FENCED", kafka_error._FENCED))
+    return err.code() in codes
 
 
 def _to_batch(rows: list[Any]) -> pa.RecordBatch:

@@ -1,7 +1,16 @@
 """KafkaSinkConnector: writes sluice topics to topics of a Kafka cluster.
 
-Delivery: at-least-once. Each task's producer is idempotent (no duplicates from its own
-retries), but a micro-batch replayed after a crash is produced again.
+Delivery: exactly-once, with Kafka transactions. Each task's share of a micro-batch is one
+transaction of a producer whose ``transactional.id`` is ``sluice-sink-<connector>-<task>``: made
+afresh for each micro-batch, its ``init_transactions`` aborts whatever an earlier producer of that
+task left open (a worker killed mid-batch, a zombie) and fences it. Inside the transaction, beside
+the records, a *batch marker* is committed: the consumer-group offset
+``(first target topic, partition 0) = batch number + 1`` (metadata: the run) of the group
+``sluice-sink-<connector>-<task>``. Records and marker become visible together or not at all. A
+replayed micro-batch reads the marker first (``read_committed``, so only committed markers
+count): if it names this batch, the records are already there and nothing is produced; if not,
+nothing of the batch is visible and it is produced in a new transaction. Readers of the target
+topics see each record once with ``isolation.level=read_committed``.
 Unit of parallelism: one task per group of sluice queues (`max.tasks`).
 
 Mapping: the record's topic → target topic by ``topic.rename.format``; sluice queue *q* → target
@@ -19,7 +28,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.connectors._replication import check_rename, renamed, target_queue
-from sluice.connectors.kafka._client import client, kafka, pass_through, probe, unavailable
+from sluice.connectors.kafka._client import (
+    client,
+    kafka,
+    log,
+    pass_through,
+    probe,
+    unavailable,
+)
 from sluice.sdk import (
     BatchId,
     ConfigDef,
@@ -51,8 +67,14 @@ def _options(config: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, 
     }
 
 
+def transactional_id(connector: str, task: int) -> str:
+    """The ``transactional.id`` of a sink task's producer (also its batch-marker group)."""
+    return f"sluice-sink-{connector}-{task}"
+
+
 class KafkaSinkTask(SinkTask):
-    """Produces its records of each micro-batch and waits for them in `flush`."""
+    """Produces its records of each micro-batch in one Kafka transaction, committed in `flush`
+    with the batch marker (see the module docstring)."""
 
     def start(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
@@ -62,9 +84,45 @@ class KafkaSinkTask(SinkTask):
         self.options = _options(config, values)
         self._partitions: dict[str, int] = {}
         self._failures: list[str] = []
+        ctx = getattr(self, "context", None)
+        name = ctx.connector_name if ctx is not None else "sink"
+        self.txn_id = transactional_id(name, ctx.task_id if ctx is not None else 0)
+        self.batch = ctx.batch_id if ctx is not None else None
+        self._txn: Any = None  # this micro-batch's producer, once its transaction began
+        self._marker: Any = None  # the TopicPartition of the batch marker
+        self._done = False  # the marker says this batch is already delivered
 
     def _producer(self) -> Any:
         return client("producer", self.options, KEY)
+
+    def _begin(self, first_topic: str) -> Any | None:
+        """This micro-batch's transactional producer (made at the first record: it fences older
+        producers of this task), or None when the batch marker says it was delivered already."""
+        if self._txn is not None or self._done:
+            return self._txn
+        k = kafka()
+        producer = _make_txn(
+            {**self.options, "transactional.id": self.txn_id}, self.timeout_s, KEY, self.servers
+        )
+        self._marker = k.TopicPartition(first_topic, 0)
+        group = {**self.options, "group.id": self.txn_id, "isolation.level": "read_committed"}
+        group.pop("enable.idempotence", None)
+        group.pop("linger.ms", None)
+        self._group = client("consumer", group, KEY)
+        if self.batch is not None:
+            try:
+                (stored,) = self._group.committed([self._marker], timeout=self.timeout_s)
+            except k.KafkaException as exc:
+                raise unavailable(KEY, self.servers, "reading the batch marker", exc) from None
+            if stored.offset >= self.batch.number + 1 and stored.metadata == self.batch.run:
+                self._done = True  # a replay of a delivered batch: produce nothing
+                return None
+        try:
+            producer.begin_transaction()
+        except k.KafkaException as exc:
+            raise unavailable(KEY, self.servers, "beginning a transaction", exc) from None
+        self._txn = producer
+        return producer
 
     def _partition_count(self, topic: str) -> int:
         count = self._partitions.get(topic)
@@ -88,9 +146,15 @@ class KafkaSinkTask(SinkTask):
             self._failures.append(f"{msg.topic()}: {err}")
 
     def put(self, records: list[ConnectRecord]) -> None:
-        producer = self._producer()
-        for r in records:
-            topic = renamed(self.rename, r.topic or "")
+        if not records:
+            return
+        topics = [renamed(self.rename, r.topic or "") for r in records]
+        for topic in set(topics):  # before producing: a retried put must not produce twice
+            self._partition_count(topic)
+        producer = self._begin(topics[0])
+        if producer is None:
+            return
+        for r, topic in zip(records, topics, strict=True):
             queue = int((r.partition or {}).get("queueId", 0))
             key = r.key.encode() if isinstance(r.key, str) else r.key
             value = r.value.encode() if isinstance(r.value, str) else r.value
@@ -98,12 +162,18 @@ class KafkaSinkTask(SinkTask):
             self._produce(producer, topic, queue, key, value, stamp, list(r.extensions.items()))
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
-        producer = self._producer()
+        if not batch.num_rows:
+            return
         millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
         columns = [
             batch.column(name).to_pylist()
             for name in ("topic", "queue_id", "key", "value", "headers")
         ]
+        for topic in set(columns[0]):  # before producing: a retried put must not produce twice
+            self._partition_count(renamed(self.rename, topic))
+        producer = self._begin(renamed(self.rename, columns[0][0]))
+        if producer is None:
+            return
         for i, (topic, queue, key, value, headers) in enumerate(zip(*columns, strict=True)):
             key = key.encode() if isinstance(key, str) else key
             value = value.encode() if isinstance(value, str) else value
@@ -139,15 +209,58 @@ class KafkaSinkTask(SinkTask):
                 producer.poll(0.1)
 
     def flush(self, batch_id: BatchId) -> Any:
-        left = self._producer().flush(self.timeout_s)
+        producer, self._txn = self._txn, None
+        if producer is None:
+            return None  # no records, or a replay of a delivered batch
+        k = kafka()
         failures, self._failures = self._failures, []
-        if left:
-            raise unavailable(KEY, self.servers, f"{left} records not acknowledged", "timeout")
-        if failures:
-            raise RetriableException(
-                f"{KEY}={self.servers}: {len(failures)} records were not delivered: {failures[0]}"
+        try:
+            if failures:
+                producer.abort_transaction(self.timeout_s)
+                raise RetriableException(
+                    f"{KEY}={self.servers}: {len(failures)} records were not delivered "
+                    f"(the transaction is aborted): {failures[0]}"
+                )
+            marker = k.TopicPartition(
+                self._marker.topic, 0, batch_id.number + 1, metadata=batch_id.run
             )
+            producer.send_offsets_to_transaction(
+                [marker], self._group.consumer_group_metadata(), self.timeout_s
+            )
+            producer.commit_transaction(self.timeout_s)
+        except k.KafkaException as exc:
+            err = exc.args[0]
+            if err.fatal():  # fenced: a newer producer of this task took over
+                raise ConnectException(
+                    f"{KEY}={self.servers}: the transaction of {self.txn_id} was refused: "
+                    f"{err.str()}",
+                    suggestion="another worker runs this task; nothing of this batch is visible",
+                ) from None
+            # Undecided or aborted: the replay's new producer settles it, then reads the marker.
+            raise unavailable(KEY, self.servers, "committing the transaction", exc) from None
         return None
+
+    def stop(self) -> None:
+        producer, self._txn = self._txn, None
+        if producer is not None:  # the batch failed before flush: nothing of it becomes visible
+            try:
+                producer.abort_transaction(self.timeout_s)
+            except kafka().KafkaException:
+                pass  # the next producer of this task aborts it in init_transactions
+
+
+def _make_txn(config: dict[str, Any], timeout_s: float, key: str, servers: str) -> Any:
+    """A new transactional producer, initialised (older producers of its id are fenced)."""
+    k = kafka()
+    try:
+        producer = k.Producer({**config, "logger": log})
+    except (k.KafkaException, ValueError, TypeError) as exc:
+        raise ConfigException(key, f"invalid client configuration: {exc}") from None
+    try:
+        producer.init_transactions(timeout_s)
+    except k.KafkaException as exc:
+        raise unavailable(key, servers, "initialising the transactional producer", exc) from None
+    return producer
 
 
 class KafkaSinkConnector(SinkConnector):
@@ -156,7 +269,7 @@ class KafkaSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = KafkaSinkTask
-    delivery = "at-least-once"
+    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

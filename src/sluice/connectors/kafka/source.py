@@ -69,6 +69,8 @@ class _Source:
             "group.id": "sluice-replicator",
             "enable.auto.commit": False,
             "auto.offset.reset": "error",
+            # only committed transactions; the high watermark it is given is the LSO
+            "isolation.level": "read_committed",
         }
 
     def consumer(self) -> Any:
@@ -164,6 +166,8 @@ class KafkaSourceTask(ReplayableSourceTask):
                     pos = m.offset() + 1
                 if messages:
                     idle_since = time.monotonic()
+                elif consumer.position([k.TopicPartition(topic, number)])[0].offset >= stop:
+                    pos = stop  # the rest were transaction markers or aborted records
                 elif time.monotonic() - idle_since > self.source.timeout_s:
                     raise RetriableException(
                         f"{KEY}={self.source.servers}: no data from {topic}/{number} at offset "
