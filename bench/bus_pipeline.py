@@ -7,7 +7,7 @@ connectors together on a fresh store and a fresh topic, and times:
 Prints lines/s for each, after an untimed warm-up run of 100k lines on every bus.
 
 RocketMQ needs a broker (`--namesrv`, default $SLUICE_ROCKETMQ_NAMESRV or 127.0.0.1:9876, e.g.
-../shared/tools/rocketmq/up.sh). Kafka runs on librdkafka's mock cluster in this process: it keeps
+`scripts/servers.sh up rocketmq`). Kafka runs on librdkafka's mock cluster in this process: it keeps
 only ~5 MiB per partition and one file goes to one partition, so keep `--lines` small for it.
 
 Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq]

@@ -5,8 +5,8 @@
   produce/fetch by offset, list offsets, consumer-group offset commits and the idempotent
   producer; it has no topic admin API (topics are created here with `rd_kafka_mock_topic_create`)
   and keeps only a few MiB per partition.
-* RocketMQ: the broker started by `../shared/tools/rocketmq/up.sh`, used when
-  `SLUICE_ROCKETMQ_NAMESRV` names its name server (tests are marked `rocketmq`).
+* RocketMQ: the 5.x broker of `scripts/servers.sh up rocketmq`, started on demand for the tests
+  marked `rocketmq` (`rocketmq_namesrv`); `SLUICE_ROCKETMQ_NAMESRV` points them at another one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-ROCKETMQ_NAMESRV = os.environ.get("SLUICE_ROCKETMQ_NAMESRV", "")
+ROCKETMQ_NAMESRV = os.environ.get("SLUICE_ROCKETMQ_NAMESRV") or "127.0.0.1:9876"
+
+
+def rocketmq_namesrv() -> str:
+    """The test broker's name server: `SLUICE_ROCKETMQ_NAMESRV` if set, else the one of
+    `scripts/servers.sh up rocketmq` (started unless it runs already)."""
+    if os.environ.get("SLUICE_ROCKETMQ_NAMESRV"):
+        return ROCKETMQ_NAMESRV
+    from tests.servers import ensure
+
+    address = ensure("rocketmq")
+    assert address == ROCKETMQ_NAMESRV, (address, ROCKETMQ_NAMESRV)
+    return address
 
 
 # ------------------------------------------------------------------------------- Kafka mock
@@ -207,12 +219,7 @@ BACKENDS = [
     pytest.param(
         "rocketmq",
         id="rocketmq",
-        marks=[
-            pytest.mark.rocketmq,
-            pytest.mark.skipif(
-                not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set (no broker)"
-            ),
-        ],
+        marks=[pytest.mark.rocketmq],
     ),
 ]
 
