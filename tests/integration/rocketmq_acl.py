@@ -11,7 +11,8 @@ request signature as 4.x) and authorization providers. It never touches the main
 Accounts (no ``globalWhiteRemoteAddresses``: every request must be signed):
 
 * ``ADMIN`` — ``admin: true``: creates topics and groups, reads and writes every topic;
-* ``LOW`` — ``admin: false``, ``defaultTopicPerm: DENY``: may only use topic `GRANTED_TOPIC`.
+* ``LOW`` — ``admin: false``, ``defaultTopicPerm: DENY``: may only use topic `GRANTED_TOPIC`
+  (Pub, Sub, and Get, which 5.x wants for offset ranges: see `grant_get`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,10 @@ def start(root: Path) -> AclCluster:
     namesrv_port, broker_port = _free_ports()
     (root / "conf").mkdir(parents=True)
     (root / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
+    # mqadmin signs with the account of conf/tools.yml (for `grant_get` below)
+    (root / "conf" / "tools.yml").write_text(
+        f"accessKey: {ADMIN.access_key}\nsecretKey: {ADMIN.secret_key}\n"
+    )
     (root / "broker-acl.conf").write_text(broker_conf(root))
     env = {
         **os.environ,
@@ -143,4 +148,25 @@ def start(root: Path) -> AclCluster:
             f"the ACL cluster did not come up (exit {done.returncode}):\n"
             f"{done.stderr[-4000:]}{done.stdout[-1000:]}"
         )
+    try:
+        grant_get(cluster)
+    except BaseException:
+        cluster.stop()
+        raise
     return cluster
+
+
+def grant_get(cluster: AclCluster) -> None:
+    """ACL 2.0 asks for action Get on a topic to read its queues' offset range (GET_MAX_OFFSET,
+    GET_MIN_OFFSET), which ACL 1.0 never checked; the import turns `PUB|SUB` into Pub and Sub
+    only. So `LOW` gets Get on `GRANTED_TOPIC` too, as a 5.x operator would grant a consumer."""
+    args = ["-b", cluster.broker, "-s", f"User:{LOW.access_key}", "-r", f"Topic:{GRANTED_TOPIC}"]
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "admin", "updateAcl", *args, "-a", "Pub,Sub,Get", "-d", "Allow"],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0 or "success" not in done.stdout.lower():
+        raise RuntimeError(f"mqadmin updateAcl failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
