@@ -12,7 +12,7 @@
 # their own JVMs from the same jars); `admin` runs mqadmin (rocketmq-tools) with this cluster's
 # classpath, e.g. `rocketmq.sh admin topicList -n 127.0.0.1:9876`.
 #
-# Env: SLUICE_ROCKETMQ_VERSION (5.3.3; a 4.9.x version works too, see docs/bus.md),
+# Env: SLUICE_ROCKETMQ_VERSION (5.3.3; other 5.x versions untested, 4.9.x would need its logback conf),
 # SLUICE_ROCKETMQ_NAME (rocketmq: the folder under $SLUICE_SERVERS_DIR, so a second cluster can run
 # beside this one), SLUICE_ROCKETMQ_NAMESRV_PORT (9876), SLUICE_ROCKETMQ_BROKER_PORT (10911),
 # SLUICE_ROCKETMQ_BROKER_CONF (a file of extra broker.conf lines, e.g. ACL settings),
