@@ -47,6 +47,7 @@ do_prepare() {
     local major
     major=$(java -XshowSettings:properties -version 2>&1 | awk -F' = ' '/java.specification.version/ {print $2}')
     [ "${major%%.*}" -ge 11 ] 2>/dev/null || die 3 "RocketMQ needs Java >= 11, java on PATH is $major"
+    [ -f "$LIB/.complete" ] || command -v mvn >/dev/null || apt_ensure maven
     maven_libs "$LIB" "org.apache.rocketmq:rocketmq-namesrv:$VERSION" \
         "org.apache.rocketmq:rocketmq-broker:$VERSION" "org.apache.rocketmq:rocketmq-tools:$VERSION"
     if [ ! -f "$SHIM" ] || [ "$HERE/loopback_bind.c" -nt "$SHIM" ]; then
