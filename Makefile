@@ -5,8 +5,6 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-rocketmq crash-kafka lint bench venv servers-prepare servers-up servers-down
-# The loopback RocketMQ 4.9.4 of ../shared/tools/rocketmq (release folder under /tmp/rocketmq).
-ROCKETMQ_TOOLS ?= $(abspath ../shared/tools/rocketmq)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,10 +42,11 @@ test: $(STAMP) lint servers-prepare
 	$(VENV)/bin/pytest
 
 # The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local
-# one that $(ROCKETMQ_TOOLS)/up.sh starts (idempotent; it explains what is missing if it cannot).
+# RocketMQ 5.x of `scripts/servers.sh up rocketmq` (the tests start it on demand; this target
+# leaves it running for the next run, `scripts/servers.sh down rocketmq` stops it).
 test-rocketmq: $(STAMP)
-	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then $(ROCKETMQ_TOOLS)/up.sh; fi
-	SLUICE_ROCKETMQ_NAMESRV=$${SLUICE_ROCKETMQ_NAMESRV:-127.0.0.1:9876} $(VENV)/bin/pytest -m rocketmq
+	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then bash scripts/servers.sh up rocketmq; fi
+	$(VENV)/bin/pytest -m rocketmq
 
 # kill -9 of a file → Kafka topic → file worker three times (the suite kills once), on the real
 # broker of scripts/servers.sh (started if needed): sink byte-identical, each line once in the topic.

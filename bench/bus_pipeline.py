@@ -9,7 +9,7 @@ plain-PySpark file → file baseline of `bench/file_pipeline.py` timed in the sa
 and each bus's ratio to the embedded bus and to that baseline.
 
 RocketMQ needs a broker (`--namesrv`, default $SLUICE_ROCKETMQ_NAMESRV or 127.0.0.1:9876, e.g.
-../shared/tools/rocketmq/up.sh). Kafka runs on the real Kafka 4 broker: `--bootstrap`, default
+`scripts/servers.sh up rocketmq`). Kafka runs on the real Kafka 4 broker: `--bootstrap`, default
 the one `scripts/servers.sh up kafka` brings up (started if needed, left running). Its topic
 writes are Kafka transactions (one per micro-batch) and its reads read_committed; hop 1 counts
 offsets there, which include one commit marker per micro-batch and partition (a few hundred).

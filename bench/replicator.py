@@ -7,7 +7,7 @@ Two numbers, on one broker (two topics):
 Each message has a key (997 keys), a tag and two user properties.
 
 Needs a broker: `--namesrv` (default $SLUICE_ROCKETMQ_NAMESRV or 127.0.0.1:9876, e.g.
-../shared/tools/rocketmq/up.sh).
+`scripts/servers.sh up rocketmq`).
 
 Usage: python bench/replicator.py [--messages 100000] [--tasks 2]
 """

@@ -50,6 +50,15 @@ def runner(spark: object, tmp_path: object) -> Iterator[object]:
     r.close()
 
 
+@pytest.fixture(autouse=True)
+def _rocketmq_broker(request: pytest.FixtureRequest) -> None:
+    """Tests marked `rocketmq` get the test broker (scripts/servers.sh up rocketmq) first."""
+    if request.node.get_closest_marker("rocketmq") is not None:
+        from tests.integration.bus_helpers import rocketmq_namesrv
+
+        rocketmq_namesrv()
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     from tests.servers import stop_started
 

@@ -130,7 +130,6 @@ def test_kafka_bus_survives_kill_9(tmp_path: Path, kafka_cluster: RealKafka) -> 
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_rocketmq_bus_survives_kill_9(tmp_path: Path) -> None:
     from sluice.bus.rocketmq import RocketMQBus
 

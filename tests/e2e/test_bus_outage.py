@@ -16,20 +16,24 @@ from tests.conftest import wait_until
 from tests.e2e.test_bus_crash import _size, _start
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, unique
 
-TOOLS = Path(
-    os.environ.get(
-        "SLUICE_ROCKETMQ_TOOLS", Path(__file__).parents[3] / "shared" / "tools" / "rocketmq"
-    )
-)
+SERVERS = Path(__file__).resolve().parents[2] / "scripts" / "servers.sh"
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.rocketmq,
+    # It stops and starts the local test broker; only a run pointed elsewhere on purpose skips it.
     pytest.mark.skipif(
-        ROCKETMQ_NAMESRV != "127.0.0.1:9876" or not (TOOLS / "up.sh").exists(),
-        reason="needs the local broker of ../shared/tools/rocketmq (up.sh/down.sh) to restart",
+        ROCKETMQ_NAMESRV != "127.0.0.1:9876",
+        reason="SLUICE_ROCKETMQ_NAMESRV names another broker: this test restarts the local one",
     ),
 ]
+
+
+def _servers(action: str) -> None:
+    done = subprocess.run(
+        ["bash", str(SERVERS), action, "rocketmq"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def _lines(start: int, stop: int) -> str:
@@ -55,8 +59,7 @@ def test_pipeline_rides_out_a_broker_restart(tmp_path: Path) -> None:
     try:
         wait_until(lambda: _size(dst) == _size(src) or proc.poll() is not None, 300, "part 1")
         assert proc.poll() is None, log.read_text()[-3000:]
-        down = subprocess.run([str(TOOLS / "down.sh")], capture_output=True, text=True)
-        assert down.returncode == 0, down.stdout + down.stderr
+        _servers("down")
         try:
             with open(src, "a") as f:  # written while the broker is down
                 f.write(_lines(50_000, 100_000))
@@ -69,8 +72,7 @@ def test_pipeline_rides_out_a_broker_restart(tmp_path: Path) -> None:
             assert "BusUnavailable: rocketmq namesrvAddr=127.0.0.1:9876" in outage["error"]
             assert proc.poll() is None, log.read_text()[-3000:]
         finally:
-            up = subprocess.run([str(TOOLS / "up.sh")], capture_output=True, text=True)
-            assert up.returncode == 0, up.stdout + up.stderr
+            _servers("up")
         wait_until(lambda: _size(dst) >= _size(src) or proc.poll() is not None, 300, "part 2")
         assert proc.poll() is None, log.read_text()[-3000:]
         wait_until(lambda: json.loads(health.read_text())["failures"] == 0, 60, "healthy again")

@@ -11,9 +11,7 @@ topic holds each line exactly once, and the broker's offsets for the consumer gr
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -135,48 +133,27 @@ def test_quickstart_on_kafka_survives_kill_9(tmp_path: Path, kafka_cluster: Real
 
 
 # --------------------------------------------------------------------------------- RocketMQ
-RELEASE = Path(os.environ.get("RMQ_ROOT", "/tmp/rocketmq")) / "rocketmq-all-4.9.4-bin-release"
-_NETTY = "buffer codec common handler resolver transport transport-native-epoll"
-_NETTY += " transport-native-unix-common"
+SERVERS = Path(__file__).resolve().parents[2] / "scripts" / "servers"
 
 
-def _mqadmin_consumer_progress(group: str) -> dict[tuple[str, int], int] | None:
-    """`mqadmin consumerProgress -g <group>` from the release's jars: consumer offset per
-    (topic, queue), or None when the release or java is not on this machine. The classpath is
-    the one `../shared/tools/rocketmq/up.sh` gives the broker (Debian's netty/bcprov/zstd jars
-    stand in for the three absent from the snapshot)."""
-    java = shutil.which("java")
-    if java is None or not (RELEASE / "lib").is_dir():
-        return None
-    jars = [f"{RELEASE}/conf", f"{RELEASE}/lib/*"]
-    jars += [f"/usr/share/java/netty-{m}.jar" for m in _NETTY.split()]
-    jars += ["/usr/share/java/bcprov.jar", "/usr/share/java/zstd-jni.jar"]
-    home = RELEASE.parent / "run" / "home"
-    main = "org.apache.rocketmq.tools.command.MQAdminStartup"
-    jvm = [java, "-Xmx128m", f"-Duser.home={home}", f"-Drocketmq.home.dir={RELEASE}"]
-    out = subprocess.run(
-        [
-            *jvm,
-            "-cp",
-            ":".join(jars),
-            main,
-            "consumerProgress",
-            "-n",
-            ROCKETMQ_NAMESRV,
-            "-g",
-            group,
-        ],
+def _mqadmin_consumer_progress(group: str) -> dict[tuple[str, int], int]:
+    """`mqadmin consumerProgress -g <group>` (rocketmq-tools, from the jars of
+    `scripts/servers/rocketmq.sh admin`): consumer offset per (topic, queue)."""
+    args = ["consumerProgress", "-n", ROCKETMQ_NAMESRV, "-g", group]
+    done = subprocess.run(
+        ["bash", str(SERVERS / "rocketmq.sh"), "admin", *args],
         capture_output=True,
         text=True,
-        timeout=120,
-    ).stdout
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout[-2000:]
+    out = done.stdout
     # rows: "<topic> <broker> <qid> <broker offset> <consumer offset> <client ip> <diff> <time>"
     row = re.compile(r"^(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s", re.MULTILINE)
     return {(m[1], int(m[3])): int(m[5]) for m in row.finditer(out)}
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_quickstart_on_rocketmq_survives_kill_9(tmp_path: Path) -> None:
     from sluice.bus.rocketmq import RocketMQBus
 
@@ -192,6 +169,5 @@ def test_quickstart_on_rocketmq_survives_kill_9(tmp_path: Path) -> None:
     before, lines = _quickstart(tmp_path, conf, topic, committed)
     assert 0 < before < lines
     assert probe.count(topic) == lines  # each line appended exactly once
-    progress = _mqadmin_consumer_progress("connect-dst")
-    if progress is not None:  # RocketMQ's own tool sees the same offsets
-        assert sum(o for (t, _), o in progress.items() if t == topic) == lines
+    progress = _mqadmin_consumer_progress("connect-dst")  # RocketMQ's own tool agrees
+    assert sum(o for (t, _), o in progress.items() if t == topic) == lines

@@ -6,8 +6,8 @@
   127.0.0.1, real Kafka protocol, created through ctypes from the librdkafka that the
   confluent-kafka wheel bundles), only for what the real broker cannot give cheaply: taking every
   broker down and up again in the middle of a commit, and a cluster without the topic admin API.
-* RocketMQ: the broker started by `../shared/tools/rocketmq/up.sh`, used when
-  `SLUICE_ROCKETMQ_NAMESRV` names its name server (tests are marked `rocketmq`).
+* RocketMQ: the 5.x broker of `scripts/servers.sh up rocketmq`, started on demand for the tests
+  marked `rocketmq` (`rocketmq_namesrv`); `SLUICE_ROCKETMQ_NAMESRV` points them at another one.
 """
 
 from __future__ import annotations
@@ -24,7 +24,19 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-ROCKETMQ_NAMESRV = os.environ.get("SLUICE_ROCKETMQ_NAMESRV", "")
+ROCKETMQ_NAMESRV = os.environ.get("SLUICE_ROCKETMQ_NAMESRV") or "127.0.0.1:9876"
+
+
+def rocketmq_namesrv() -> str:
+    """The test broker's name server: `SLUICE_ROCKETMQ_NAMESRV` if set, else the one of
+    `scripts/servers.sh up rocketmq` (started unless it runs already)."""
+    if os.environ.get("SLUICE_ROCKETMQ_NAMESRV"):
+        return ROCKETMQ_NAMESRV
+    from tests.servers import ensure
+
+    address = ensure("rocketmq")
+    assert address == ROCKETMQ_NAMESRV, (address, ROCKETMQ_NAMESRV)
+    return address
 
 
 # ------------------------------------------------------------------------------- Kafka mock
@@ -295,12 +307,7 @@ BACKENDS = [
     pytest.param(
         "rocketmq",
         id="rocketmq",
-        marks=[
-            pytest.mark.rocketmq,
-            pytest.mark.skipif(
-                not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set (no broker)"
-            ),
-        ],
+        marks=[pytest.mark.rocketmq],
     ),
 ]
 

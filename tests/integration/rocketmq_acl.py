@@ -1,9 +1,12 @@
-"""A second, ACL-enabled RocketMQ 4.9.4 (name server + broker) for the ACL tests.
+"""A second, ACL-enabled RocketMQ 5.x (name server + broker) for the ACL tests.
 
-It reuses what ``../shared/tools/rocketmq/up.sh`` prepares (the release folder, the Debian jars it
-puts on the classpath, its LD_PRELOAD loopback shim), so ``up.sh`` must have run first; it never
-touches that broker. Everything of its own lives under one directory: a RocketMQ home with the
-``plain_acl.yml`` below, the store and the logs. Ports are free loopback ports picked at start.
+It is `scripts/servers/rocketmq.sh` again (the same Maven Central jars, JVM flags, loopback shim
+and check), run with its own name, data folder and free loopback ports, and with the ACL keys below
+added to its broker.conf. RocketMQ 5.3.3 dropped ACL 1.0 (``aclEnable`` + ``plain_acl.yml``
+enforced as such); its ACL 2.0 imports a ``plain_acl.yml`` at start-up
+(``migrateAuthFromV1Enabled``): each account becomes a user (``admin: true`` a super user) and its
+topic/group permissions ACL policies, enforced by the default authentication (the same HMAC-SHA1
+request signature as 4.x) and authorization providers. It never touches the main test broker.
 
 Accounts (no ``globalWhiteRemoteAddresses``: every request must be signed):
 
@@ -14,28 +17,14 @@ Accounts (no ``globalWhiteRemoteAddresses``: every request must be signed):
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from sluice.clients.rocketmq import Credentials, RocketMQClient, RocketMQUnavailable
-from tests.conftest import wait_until
+from sluice.clients.rocketmq import Credentials, RocketMQClient
 
-RMQ_ROOT = Path(os.environ.get("RMQ_ROOT", "/tmp/rocketmq"))
-RELEASE = RMQ_ROOT / "rocketmq-all-4.9.4-bin-release"
-SHIM = RMQ_ROOT / "run" / "libloopback_bind.so"
-NETTY = [
-    "buffer",
-    "codec",
-    "common",
-    "handler",
-    "resolver",
-    "transport",
-    "transport-native-epoll",
-    "transport-native-unix-common",
-]
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "servers" / "rocketmq.sh"
 
 ADMIN = Credentials("sluiceAdmin", "admin-secret-1")
 LOW = Credentials("sluiceLow", "low-secret-2")
@@ -59,15 +48,33 @@ accounts:
 """
 
 
-def missing_prerequisites() -> list[str]:
-    """What ``up.sh`` should have left on this machine and is not there."""
-    needed = [RELEASE / "lib" / "rocketmq-broker-4.9.4.jar", SHIM]
-    needed += [Path(f"/usr/share/java/netty-{m}.jar") for m in NETTY]
-    needed += [Path("/usr/share/java/bcprov.jar"), Path("/usr/share/java/zstd-jni.jar")]
-    missing = [str(p) for p in needed if not p.exists()]
-    if shutil.which("java") is None:
-        missing.append("java on PATH")
-    return missing
+def broker_conf(root: Path) -> str:
+    """The broker.conf lines that turn ACL 2.0 on and import `PLAIN_ACL` (users and ACLs kept in
+    RocksDB under ``root``)."""
+    return "\n".join(
+        [
+            "brokerClusterName=AclCluster",
+            "brokerName=broker-acl",
+            "autoCreateTopicEnable=false",
+            "authenticationEnabled=true",
+            "authenticationProvider="
+            "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider",
+            "authenticationMetadataProvider="
+            "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider",
+            "authorizationEnabled=true",
+            "authorizationProvider="
+            "org.apache.rocketmq.auth.authorization.provider.DefaultAuthorizationProvider",
+            "authorizationMetadataProvider="
+            "org.apache.rocketmq.auth.authorization.provider.LocalAuthorizationMetadataProvider",
+            "migrateAuthFromV1Enabled=true",
+            # ACL 2.0 wants action Get on a topic to read its queues' offset range
+            # (GET_MAX_OFFSET 30, GET_MIN_OFFSET 31), which ACL 1.0 never checked and the import
+            # of `PUB|SUB` does not give: only authenticate them, as 4.9.x did.
+            "authorizationWhitelist=30,31",
+            f"authConfigPath={root / 'auth'}",
+            "",
+        ]
+    )
 
 
 def _free(port: int) -> bool:
@@ -101,131 +108,43 @@ class AclCluster:
     root: Path
     namesrv: str
     broker: str
-    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    env: dict[str, str]
 
     def client(self, credentials: Credentials | None, **kwargs: object) -> RocketMQClient:
         return RocketMQClient(self.namesrv, credentials=credentials, **kwargs)  # type: ignore[arg-type]
 
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-            for p in sorted(self.root.glob("*.out"))
-        )
-
     def stop(self) -> None:
-        """Stop the two JVMs this cluster started (their process groups), broker first."""
-        for proc in reversed(self.processes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, 9)
-                    proc.wait(10)
-        self.processes.clear()
-
-
-def _listening_ports(pid: int) -> list[str]:
-    out = subprocess.run(["ss", "-Hltnp"], capture_output=True, text=True, check=False).stdout
-    return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
-
-
-def start(root: Path, timeout_s: float = 120.0) -> AclCluster:
-    """Start the cluster under ``root`` and wait (polling) until the broker is registered."""
-    namesrv_port, broker_port = _free_ports()
-    home = root / "home"
-    (home / "conf").mkdir(parents=True)
-    for name in ("logback_broker.xml", "logback_namesrv.xml"):
-        shutil.copy(RELEASE / "conf" / name, home / "conf" / name)
-    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
-    store = root / "store"
-    (root / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
-    (root / "broker.conf").write_text(
-        "\n".join(
-            [
-                "brokerClusterName=AclCluster",
-                "brokerName=broker-acl",
-                "brokerId=0",
-                "brokerIP1=127.0.0.1",
-                "brokerIP2=127.0.0.1",
-                f"namesrvAddr=127.0.0.1:{namesrv_port}",
-                f"listenPort={broker_port}",
-                "brokerRole=ASYNC_MASTER",
-                "flushDiskType=ASYNC_FLUSH",
-                f"storePathRootDir={store}",
-                f"storePathCommitLog={store}/commitlog",
-                "mappedFileSizeCommitLog=16777216",
-                "autoCreateTopicEnable=false",
-                "autoCreateSubscriptionGroup=true",
-                "aclEnable=true",
-                "",
-            ]
+        """Stop the two JVMs of this cluster (the script stops only what it started)."""
+        subprocess.run(
+            ["bash", str(SCRIPT), "down"], env=self.env, capture_output=True, timeout=120
         )
+
+
+def start(root: Path) -> AclCluster:
+    """Start the cluster under ``root``; the script waits until the broker is registered and
+    checks that both JVMs listen on 127.0.0.1 only."""
+    namesrv_port, broker_port = _free_ports()
+    (root / "conf").mkdir(parents=True)
+    (root / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
+    (root / "broker-acl.conf").write_text(broker_conf(root))
+    env = {
+        **os.environ,
+        "SLUICE_SERVERS_DIR": str(root),
+        "SLUICE_ROCKETMQ_NAME": "rocketmq-acl",
+        "SLUICE_ROCKETMQ_NAMESRV_PORT": str(namesrv_port),
+        "SLUICE_ROCKETMQ_BROKER_PORT": str(broker_port),
+        "SLUICE_ROCKETMQ_BROKER_CONF": str(root / "broker-acl.conf"),
+        "SLUICE_ROCKETMQ_HOME_CONF": str(root / "conf"),
+        "SLUICE_ROCKETMQ_BROKER_HEAP": "256m",
+    }
+    cluster = AclCluster(root, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}", env)
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "up"], env=env, capture_output=True, text=True, timeout=600
     )
-    classpath = [str(RELEASE / "conf"), str(RELEASE / "lib" / "*")]
-    classpath += [f"/usr/share/java/netty-{m}.jar" for m in NETTY]
-    classpath += ["/usr/share/java/bcprov.jar", "/usr/share/java/zstd-jni.jar"]
-    jvm = [
-        "-server",
-        "-XX:+UseG1GC",
-        "-XX:-OmitStackTraceInFastThrow",
-        "-Djava.net.preferIPv4Stack=true",
-        f"-Duser.home={root / 'user'}",
-        f"-Drocketmq.home.dir={home}",
-        "--add-opens",
-        "java.base/java.nio=ALL-UNNAMED",
-        "--add-opens",
-        "java.base/sun.nio.ch=ALL-UNNAMED",
-        "--add-opens",
-        "java.base/jdk.internal.ref=ALL-UNNAMED",
-        "-cp",
-        ":".join(classpath),
-    ]
-    env = {**os.environ, "ROCKETMQ_HOME": str(home), "LD_PRELOAD": str(SHIM)}
-    cluster = AclCluster(root, f"127.0.0.1:{namesrv_port}", f"127.0.0.1:{broker_port}")
-
-    def launch(name: str, heap: str, main: str) -> None:
-        with open(root / f"{name}.out", "ab") as out:
-            cluster.processes.append(
-                subprocess.Popen(
-                    [
-                        "java",
-                        f"-Xms{heap}",
-                        f"-Xmx{heap}",
-                        *jvm,
-                        main,
-                        "-c",
-                        str(root / f"{name}.conf"),
-                    ],
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    env=env,
-                    start_new_session=True,
-                )
-            )
-
-    try:
-        launch("namesrv", "128m", "org.apache.rocketmq.namesrv.NamesrvStartup")
-        launch("broker", "256m", "org.apache.rocketmq.broker.BrokerStartup")
-        probe = RocketMQClient(cluster.namesrv, timeout_s=2.0)
-
-        def registered() -> bool:
-            for proc in cluster.processes:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"an ACL cluster JVM exited ({proc.returncode})")
-            try:
-                return cluster.broker in str(probe.cluster_info().get("brokerAddrTable"))
-            except RocketMQUnavailable:
-                return False
-
-        wait_until(registered, timeout_s, "the ACL broker to register", every=0.25)
-        for proc in cluster.processes:  # what up.sh checks too: loopback only
-            bad = [a for a in _listening_ports(proc.pid) if not a.startswith("127.")]
-            if bad:
-                raise RuntimeError(f"the ACL cluster listens on non-loopback addresses {bad}")
-    except BaseException as exc:
-        logs = cluster.logs()
+    if done.returncode != 0:
         cluster.stop()
-        raise RuntimeError(f"{exc}\n{logs}") from exc
+        raise RuntimeError(
+            f"the ACL cluster did not come up (exit {done.returncode}):\n"
+            f"{done.stderr[-4000:]}{done.stdout[-1000:]}"
+        )
     return cluster

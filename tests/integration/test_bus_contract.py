@@ -1,5 +1,5 @@
 """The contract every bus backend keeps (embedded, Kafka on librdkafka's mock cluster, RocketMQ on
-a real broker when `SLUICE_ROCKETMQ_NAMESRV` is set): exact ranges, invisible staging, idempotent
+the real 5.x broker of `scripts/servers.sh`): exact ranges, invisible staging, idempotent
 commits, roll-forward after a crash mid-commit, retention, many queues, empty and unknown topics.
 """
 

@@ -83,7 +83,6 @@ def _assert_per_key_order(messages: dict[int, list]) -> None:
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 @pytest.mark.timeout(900)
 def test_rocketmq_to_rocketmq_copies_100k_intact(runner: ConnectorRunner) -> None:
     client = RocketMQClient(ROCKETMQ_NAMESRV)
@@ -140,7 +139,6 @@ def test_rocketmq_to_rocketmq_copies_100k_intact(runner: ConnectorRunner) -> Non
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 @pytest.mark.timeout(900)
 def test_kafka_to_rocketmq_copies_100k_intact(
     runner: ConnectorRunner, kafka_cluster: RealKafka
@@ -283,7 +281,6 @@ def test_bad_replicator_configs_name_the_key(runner: ConnectorRunner) -> None:
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_a_missing_source_topic_is_named(runner: ConnectorRunner) -> None:
     with pytest.raises(ConfigException, match=r"^source.topics: topic\(s\) 'no-such-topic-"):
         runner.start("bad", _rmq_source(**{"source.topics": f"no-such-topic-{unique()}"}))
@@ -384,7 +381,6 @@ def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_rocketmq_source_regex_copies_only_matching_topics(runner: ConnectorRunner) -> None:
     client = RocketMQClient(ROCKETMQ_NAMESRV)
     prefix = unique("rx")
@@ -447,7 +443,6 @@ def test_kafka_source_waiting_for_records_that_never_come_is_retriable(
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_rocketmq_source_queue_without_a_route_is_retriable() -> None:
     from sluice.clients.rocketmq import RocketMQUnavailable
     from sluice.connectors.rocketmq import RocketMQSourceTask
@@ -461,7 +456,6 @@ def test_rocketmq_source_queue_without_a_route_is_retriable() -> None:
 
 
 @pytest.mark.rocketmq
-@pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set")
 def test_rocketmq_sink_replaying_a_batch_sends_each_message_once() -> None:
     import pyarrow as pa
 

@@ -1,4 +1,4 @@
-"""RocketMQ ACL on a real broker: a second name server + broker with ``aclEnable=true``
+"""RocketMQ ACL on a real broker: a second name server + broker with ACL on
 (`tests.integration.rocketmq_acl`), started for the session next to the ACL-free test broker.
 
 The bus contract works with the right credentials; no credentials, an unknown access key, a
@@ -22,21 +22,12 @@ from tests.integration import rocketmq_acl
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, read_all, topic_frame, unique
 from tests.integration.rocketmq_acl import ADMIN, GRANTED_TOPIC, LOW, AclCluster
 
-pytestmark = [
-    pytest.mark.rocketmq,
-    pytest.mark.skipif(not ROCKETMQ_NAMESRV, reason="SLUICE_ROCKETMQ_NAMESRV is not set"),
-]
+pytestmark = [pytest.mark.rocketmq]
 
 
 @pytest.fixture(scope="session")
 def acl_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AclCluster]:
     """The ACL-enabled cluster, for the whole session (stopped at its end)."""
-    missing = rocketmq_acl.missing_prerequisites()
-    if missing:  # the RocketMQ suite runs, so up.sh ran: fail loudly rather than skip
-        pytest.fail(
-            "the ACL broker needs what ../shared/tools/rocketmq/up.sh sets up; missing: "
-            + ", ".join(missing)
-        )
     cluster = rocketmq_acl.start(tmp_path_factory.mktemp("rocketmq-acl"))
     try:
         admin = cluster.client(ADMIN)
@@ -281,6 +272,6 @@ def test_replicator_acl_errors_name_the_key(acl_cluster: AclCluster, tmp_path: P
 
 
 def test_the_main_test_broker_stays_acl_free() -> None:
-    """The other RocketMQ tests use the broker of up.sh unsigned: it must not require ACL."""
+    """The other RocketMQ tests use the main test broker unsigned: it must not require ACL."""
     client = RocketMQClient(ROCKETMQ_NAMESRV, credentials=None)
     client.check_access()

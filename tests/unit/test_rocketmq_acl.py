@@ -144,6 +144,55 @@ def test_acl_refusal_uses_the_connectors_key_names() -> None:
     assert none.suggestion == "set source.acl.enable=true, source.access.key and source.secret.key"
 
 
+# Remarks as a RocketMQ 5.3.3 broker (ACL 2.0) sends them: code 16, no exception class, and no
+# request code, so the response carries the request it answers.
+@pytest.mark.parametrize(
+    ("text", "code", "credentials", "key", "says"),
+    [
+        ("username cannot be null.", 11, None, "aclEnable", "requires ACL credentials and none"),
+        ("User:nobody is not found.", 11, rm.Credentials("nobody", "x"), "accessKey", "no account"),
+        (
+            "check signature failed.",
+            11,
+            rm.Credentials("ak", "wrong-secret"),
+            "secretKey",
+            "refused the request signature of accessKey 'ak': wrong secret key",
+        ),
+        (
+            "User:ak has no permission to access Topic:orders from 127.0.0.1, the decision is deny",
+            11,
+            rm.Credentials("ak", "x"),
+            "accessKey",
+            "accessKey 'ak' has no permission on topic 'orders'",
+        ),
+        (
+            "User:ak has no permission to access Group:readers from 127.0.0.1, decision deny",
+            14,
+            rm.Credentials("ak", "x"),
+            "accessKey",
+            "accessKey 'ak' has no permission on consumer group 'readers'",
+        ),
+        (
+            "User:ak has no permission to access Topic:new from 127.0.0.1, the decision is deny.",
+            rm.UPDATE_AND_CREATE_TOPIC,
+            rm.Credentials("ak", "x"),
+            "accessKey",
+            "accessKey 'ak' is not an admin account, which creating a topic needs",
+        ),
+    ],
+)
+def test_acl_2_refusals_of_a_5x_broker(
+    text: str, code: int, credentials: rm.Credentials | None, key: str, says: str
+) -> None:
+    refusal = rm.acl_refusal(rm.Response(16, text, {}, b"", code), credentials)
+    assert refusal is not None
+    assert refusal.key == key
+    assert says in refusal.message, refusal.message
+    assert text in refusal.message
+    if credentials is not None:
+        assert credentials.secret_key not in refusal.message + refusal.suggestion
+
+
 def test_other_errors_are_not_acl_refusals() -> None:
     assert rm.acl_refusal(rm.Response(17, "topic[x] not exist", {}, b""), None) is None
     assert rm.acl_refusal(rm.Response(0, "No accessKey is configured", {}, b""), None) is None

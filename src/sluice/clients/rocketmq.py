@@ -160,12 +160,14 @@ class RemotingError(Exception):
 
 @dataclass
 class Response:
-    """A decoded response: code, remark, response header fields and body."""
+    """A decoded response: code, remark, response header fields and body, and the code of the
+    request it answers (0 if unknown)."""
 
     code: int
     remark: str
     ext: dict[str, str]
     body: bytes
+    request: int = 0
 
     def field(self, name: str) -> str:
         return self.ext.get(name, "")
@@ -334,6 +336,7 @@ class Connection:
                     header.get("remark") or "",
                     {k: str(v) for k, v in (header.get("extFields") or {}).items()},
                     body,
+                    requests[index].code,
                 )
                 left -= 1
         except (OSError, ValueError) as exc:
@@ -849,7 +852,13 @@ _ACL_REMARKS = (
     ("Need admin permission", "admin"),
     ("No default permission for", "permission"),
     ("No permission for", "permission"),
+    # 5.3+ (ACL 2.0, code 16 NO_PERMISSION): the authentication and authorization providers
+    ("username cannot be null", "no_key"),
+    ("check signature failed", "bad_signature"),
+    ("has no permission to access", "permission"),
 )
+# 5.3+: "User:<name> is not found." (an unknown access key)
+_UNKNOWN_USER = re.compile(r"\bUser:\S+ is not found")
 _ADMIN_REQUESTS = {
     UPDATE_AND_CREATE_TOPIC: "creating a topic",
     25: "updating the broker config",
@@ -858,17 +867,27 @@ _ADMIN_REQUESTS = {
     207: "deleting a consumer group",
 }
 _ACL_REMARK = re.compile(r"^[\w.]*AclException:\s*|,\s*[\w.$]+\([\w.]+:\d+\)$")
-_SUBJECT = re.compile(r"(?:No default permission for|No permission for|request code=)\s*([^\s,]+)")
+_SUBJECT = re.compile(
+    r"(?:No default permission for|No permission for|request code=|permission to access)"
+    r"\s*([^\s,]+)"
+)
 
 
 def acl_refusal(
     resp: Response, credentials: Credentials | None, keys: AclKeys | None = None
 ) -> AclRefusal | None:
     """An `AclRefusal` if ``resp`` is a refusal by the broker's ACL, else None. The message
-    names the access key (never the secret), the topic or group, and the keys to check."""
+    names the access key (never the secret), the topic or group, and the keys to check.
+
+    Both generations of broker ACL are understood: 4.9.x's ACL 1.0 (``AclException`` remarks)
+    and 5.3+'s ACL 2.0, whose remarks name no request; for it an authorization refusal of an
+    admin request (``resp.request``, e.g. creating a topic) is reported as the "admin" kind: an
+    account imported from ``plain_acl.yml`` without ``admin: true`` never has that right."""
     if resp.code == SUCCESS:
         return None
     kind = next((k for text, k in _ACL_REMARKS if text in resp.remark), None)
+    if kind is None and _UNKNOWN_USER.search(resp.remark):
+        kind = "unknown_key"
     if kind is None:
         return None
     keys = keys or AclKeys()
@@ -887,7 +906,7 @@ def acl_refusal(
     if kind == "unknown_key":
         return AclRefusal(
             f"the broker has no account {who} (broker: {remark})",
-            f"check {keys.access_key} (an account of the broker's plain_acl.yml)",
+            f"check {keys.access_key} (an account of the broker's plain_acl.yml; a user on 5.3+)",
             keys.access_key,
             kind,
         )
@@ -895,20 +914,26 @@ def acl_refusal(
         return AclRefusal(
             f"the broker refused the request signature of {who}: wrong secret key "
             f"(broker: {remark})",
-            f"check {keys.secret_key} (that account's secretKey in plain_acl.yml)",
+            f"check {keys.secret_key} (that account's secretKey in plain_acl.yml; the user's "
+            "password on 5.3+)",
             keys.secret_key,
             kind,
         )
+    if kind == "permission" and resp.request in _ADMIN_REQUESTS:
+        kind, subject = "admin", str(resp.request)
     if kind == "admin":
         action = _ADMIN_REQUESTS.get(int(subject) if subject.isdigit() else -1, "this request")
         return AclRefusal(
             f"{who} is not an admin account, which {action} needs (broker: {remark})",
-            f"use an account with admin: true in {keys.access_key}, or create it beforehand",
+            f"use an account with admin: true (a super user on 5.3+) in {keys.access_key}, or "
+            "create it beforehand",
             keys.access_key,
             kind,
         )
-    # "topic:<name>" or "group:<name>" (a group's permission is kept on its %RETRY% topic)
+    # "topic:<name>" or "group:<name>" (a group's permission is kept on its %RETRY% topic);
+    # 5.x says "Topic:<name>" / "Group:<name>"
     what, _, name = subject.rpartition(":")
+    what = what.lower()
     if name.startswith("%RETRY%"):
         what, name = "group", name[len("%RETRY%") :]
     if what in ("topic", "group") and name:
@@ -916,7 +941,8 @@ def acl_refusal(
     return AclRefusal(
         f"{who} has no permission on {subject or 'this resource'} (broker: {remark})",
         f"grant it in the topicPerms / groupPerms of {credentials.access_key} in the broker's "
-        f"plain_acl.yml, or use another {keys.access_key}",
+        f"plain_acl.yml (an ACL of User:{credentials.access_key} on 5.3+), or use another "
+        f"{keys.access_key}",
         keys.access_key,
         kind,
     )
@@ -1145,7 +1171,7 @@ class RocketMQClient:
                         suggestion="the broker removed it (retention); reset the offsets",
                     )
                 elif resp.code == SUBSCRIPTION_GROUP_NOT_EXIST:
-                    self._create_group(queue.address)
+                    self._create_group(queue.address, self.group)
                 elif resp.code == PULL_RETRY_IMMEDIATELY:  # nothing matched: skip ahead
                     found[offset] = (b"", int(resp.field("nextBeginOffset") or offset))
                 elif resp.code != PULL_NOT_FOUND and offset == pos:
@@ -1169,10 +1195,10 @@ class RocketMQClient:
                     )
                 time.sleep(0.05)
 
-    def _create_group(self, address: str) -> None:
+    def _create_group(self, address: str, group: str) -> None:
         body = json.dumps(
             {
-                "groupName": self.group,
+                "groupName": group,
                 "consumeEnable": True,
                 "consumeFromMinEnable": True,
                 "consumeBroadcastEnable": True,
@@ -1185,7 +1211,7 @@ class RocketMQClient:
         ).encode()
         (resp,) = self._broker(address, [(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
         if resp.code != SUCCESS:
-            raise self._failed(f"create consumer group {self.group!r}", resp)
+            raise self._failed(f"create consumer group {group!r}", resp)
 
     def send(
         self,
@@ -1232,7 +1258,9 @@ class RocketMQClient:
         return int(resp.field("offset"))
 
     def commit_offset(self, group: str, topic: str, queue: MessageQueue, offset: int) -> None:
-        """Store ``offset`` for ``group`` on ``queue`` (UPDATE_CONSUMER_OFFSET)."""
+        """Store ``offset`` for ``group`` on ``queue`` (UPDATE_CONSUMER_OFFSET). A 5.x broker
+        stores offsets only for a subscription group it knows (4.9.x took any name): an unknown
+        group is created first, as its first pull would have."""
         ext = {
             "consumerGroup": group,
             "topic": topic,
@@ -1240,6 +1268,9 @@ class RocketMQClient:
             "commitOffset": offset,
         }
         (resp,) = self._broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
+        if resp.code == SUBSCRIPTION_GROUP_NOT_EXIST:
+            self._create_group(queue.address, group)
+            (resp,) = self._broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
         if resp.code != SUCCESS:
             raise self._failed(f"commit offset of group {group!r}", resp)
 
