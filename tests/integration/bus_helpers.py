@@ -312,6 +312,13 @@ BACKENDS = [
 ]
 
 
+def backends(applies: Callable[[type[Harness]], bool]) -> list[Any]:
+    """The entries of BACKENDS whose harness class a contract test applies to (so a test that
+    cannot apply to a backend is not generated for it, rather than generated and skipped)."""
+    classes = {"embedded": EmbeddedHarness, "kafka": KafkaHarness, "rocketmq": RocketMQHarness}
+    return [p for p in BACKENDS if applies(classes[p.values[0]])]
+
+
 def harness_for(name: str, request: pytest.FixtureRequest) -> Harness:
     if name == "embedded":
         return EmbeddedHarness()
