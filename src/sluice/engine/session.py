@@ -60,11 +60,15 @@ def build_session(
         if os.environ.get(name, sys.executable) == sys.executable:
             os.environ[name] = spark_python()
     settings = dict(DEFAULTS)
+    master = (conf or {}).get("spark.master", "local[*]")
+    if master.startswith("local"):
+        # Nothing outside this machine talks to a local driver: keep its RPC and block-manager
+        # ports on loopback (by default Spark binds the address the host name resolves to, or
+        # the first non-loopback interface when that is a loopback one).
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
     settings.update(conf or {})
     settings.update(REQUIRED)
-    builder = SparkSession.builder.appName(app_name).master(
-        settings.pop("spark.master", "local[*]")
-    )
+    builder = SparkSession.builder.appName(app_name).master(settings.pop("spark.master", master))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
