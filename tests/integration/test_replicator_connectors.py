@@ -525,3 +525,66 @@ def test_rocketmq_sink_replaying_a_batch_sends_each_message_once() -> None:
     wait_until(lambda: _count(target, topic) >= 2 * n, 30, "the next batch")
     seqs = [int(m.properties["seq"]) for ms in _pull_all(target, topic).values() for m in ms]
     assert sorted(seqs) == list(range(2 * n))
+
+
+def _sink_task(servers: str, target: str, connector: str, batch: object) -> object:
+    from sluice.connectors.kafka.sink import KafkaSinkTask
+    from sluice.sdk._connector import SinkTaskContext
+
+    task = KafkaSinkTask()
+    task.context = SinkTaskContext(connector_name=connector, task_id=0, batch_id=batch)
+    task.start(
+        {
+            "target.bootstrap.servers": servers,
+            "connect.topicnames": "m",
+            "topic.rename.format": target,
+        }
+    )
+    return task
+
+
+def _sink_rows(values: list[bytes]) -> object:
+    import pyarrow as pa
+
+    n = len(values)
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": ["m"] * n,
+            "queue_id": [i % 2 for i in range(n)],
+            "queue_offset": list(range(n)),
+            "key": [None] * n,
+            "value": values,
+            "timestamp": pa.array([None] * n, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "headers": [None] * n,
+        }
+    )
+
+
+def test_kafka_sink_replay_of_a_delivered_batch_produces_nothing(kafka_cluster: RealKafka) -> None:
+    from sluice.sdk import BatchId
+
+    target, name = unique("eos-unit"), unique("snk")
+    kafka_cluster.create_topic(target, 2)
+
+    def deliver(batch: BatchId, values: list[bytes]) -> None:
+        task = _sink_task(kafka_cluster.bootstraps, target, name, batch)
+        task.put_batch(_sink_rows(values))
+        task.flush(batch)
+        task.stop()
+
+    first = [f"a{i}".encode() for i in range(20)]
+    deliver(BatchId("run1", 0), first)
+    deliver(BatchId("run1", 0), first)  # Spark replays batch 0: its marker says delivered
+    deliver(BatchId("run1", 1), [b"b"])
+    deliver(BatchId("run2", 0), [b"c"])  # a fresh checkpoint (another run): new data
+    wait_until(
+        lambda: sorted(kafka_cluster.committed_values(target)) == sorted([*first, b"b", b"c"]),
+        30,
+        "each record once",
+    )
+    # Without a batch number there is no marker: every batch is delivered (none skipped).
+    deliver(BatchId("run1", -1), [b"d"])
+    deliver(BatchId("run1", -1), [b"e"])
+    wait_until(
+        lambda: len(kafka_cluster.committed_values(target)) == 24, 30, "batches without a number"
+    )

@@ -1,9 +1,10 @@
-"""Exactly-once appends to a broker without broker transactions: staging plus a commit journal.
+"""Exactly-once appends to a broker: staging plus a commit journal.
 
-Used by the Kafka and RocketMQ backends (:class:`ExternalLog`). Neither broker offers what the
-embedded log has — one atomic, idempotent "publish these rows" — in a form we can rely on (the
-librdkafka mock cluster has no transactions; RocketMQ's transactional messages are not in its
-remoting client). So a micro-batch is published in three steps:
+Used by the Kafka and RocketMQ backends (:class:`ExternalLog`). RocketMQ offers nothing like the
+embedded log's one atomic, idempotent "publish these rows" (its transactional messages are not in
+its remoting client); Kafka has transactions, and its backend sends step 3 below as one Kafka
+transaction (see :mod:`sluice.bus.kafka._log` for why a batch is then visible wholly or not at
+all, and once). So a micro-batch is published in three steps:
 
 1. **Stage** (executor, ``stage_for``): a task's rows for one queue are written to an Arrow file
    under ``<state>/staging/`` (a backend may store them already encoded as messages). The broker
@@ -12,10 +13,9 @@ remoting client). So a micro-batch is published in three steps:
    ``(writer_id, batch_id, topic)`` records ``pending`` and, for each queue the batch writes, the
    queue's end offset *before* the batch (``starts``).
 3. **Send, then mark done**: each queue's rows are sent in order (per queue, one ordered stream:
-   Kafka's idempotent producer with the gapless guarantee, RocketMQ batch sends one after the
-   other), every message tagged with a header/user property ``sluice.writer = <digest of the writer
-   id>``; when the broker has acknowledged all of them *and they are readable*, the row becomes
-   ``done``.
+   Kafka's transactional producer, RocketMQ batch sends one after the other), every message
+   tagged with a header/user property ``sluice.writer = <digest of the writer id>``; when the
+   broker has acknowledged all of them *and they are readable*, the row becomes ``done``.
 
 Replaying a micro-batch (Spark re-runs it after a crash) therefore finds one of three states:
 

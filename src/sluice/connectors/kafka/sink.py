@@ -109,7 +109,11 @@ class KafkaSinkTask(SinkTask):
         group.pop("enable.idempotence", None)
         group.pop("linger.ms", None)
         self._group = client("consumer", group, KEY)
-        if self.batch is not None:
+        if self.batch is not None and self.batch.number < 0:
+            # Spark gave no batch number (no streaming batch id in the task's context): no
+            # marker can name this batch, so none is read or written (at-least-once then).
+            log.warning("%s: no micro-batch number, the batch marker is not used", self.txn_id)
+        elif self.batch is not None:
             try:
                 (stored,) = self._group.committed([self._marker], timeout=self.timeout_s)
             except k.KafkaException as exc:
@@ -221,12 +225,13 @@ class KafkaSinkTask(SinkTask):
                     f"{KEY}={self.servers}: {len(failures)} records were not delivered "
                     f"(the transaction is aborted): {failures[0]}"
                 )
-            marker = k.TopicPartition(
-                self._marker.topic, 0, batch_id.number + 1, metadata=batch_id.run
-            )
-            producer.send_offsets_to_transaction(
-                [marker], self._group.consumer_group_metadata(), self.timeout_s
-            )
+            if batch_id.number >= 0:
+                marker = k.TopicPartition(
+                    self._marker.topic, 0, batch_id.number + 1, metadata=batch_id.run
+                )
+                producer.send_offsets_to_transaction(
+                    [marker], self._group.consumer_group_metadata(), self.timeout_s
+                )
             producer.commit_transaction(self.timeout_s)
         except k.KafkaException as exc:
             err = exc.args[0]
