@@ -126,7 +126,7 @@ def test_replayed_batch_is_not_appended_twice(harness: Harness, bus: Any) -> Non
     )
 
 
-# Only where a commit can be half-done: the embedded log and Kafka commit in one transaction.
+# Only where a commit can be half-done (the embedded log commits in one SQLite transaction).
 @pytest.mark.parametrize("harness", backends(lambda h: not h.atomic_commit), indirect=True)
 def test_crash_mid_commit_is_completed_by_the_replay(
     harness: Harness, bus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
