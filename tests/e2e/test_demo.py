@@ -8,10 +8,11 @@ and `SLUICE_DEMO_PORT` picks a free port, so a demo the developer runs is never 
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,9 +29,29 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _listener_pid(port: int) -> int | None:
+    """The process listening on 127.0.0.1:`port`, as `ss` shows it."""
+    shown = subprocess.run(
+        ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, check=False
+    ).stdout
+    match = re.search(r"pid=(\d+)", shown)
+    return int(match.group(1)) if match else None
+
+
+def _stop_everything(demo: subprocess.Popen, port: int) -> None:
+    """After a failure too: the demo's worker runs in a session of its own, so killing the demo
+    would leave it (and its JVM) running. Ctrl-C first, which stops it; kill what is left."""
+    if demo.poll() is None:
+        os.killpg(demo.pid, signal.SIGINT)
+        try:
+            demo.wait(180)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait(30)
+    worker = _listener_pid(port)
+    if worker is not None:  # its process group: the worker, its JVM and Python workers
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgid(worker), signal.SIGKILL)
 
 
 def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
@@ -79,10 +100,9 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
         wait_until(lambda: "sink lines=" in out.read_text(errors="replace"), 60, "a status line")
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets SIGINT
         code = demo.wait(180)
+        leftover = _listener_pid(port)  # before the clean-up below would kill it
     finally:
-        if demo.poll() is None:
-            os.killpg(demo.pid, signal.SIGKILL)
-            demo.wait(30)
+        _stop_everything(demo, port)
     text = out.read_text(errors="replace")
     print(text[-1500:])
     assert "pip install" not in text, "make demo reinstalled instead of reusing .venv"
@@ -101,4 +121,4 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
     # the worker got SIGTERM from the demo and shut down, not killed
     log = worker_log.read_text(errors="replace")
     assert log.rstrip().endswith("INFO sluice.worker: worker stopped"), log[-3000:]
-    assert not _listening(port), "the demo's worker still listens after the demo stopped"
+    assert leftover is None, "the demo's worker still listens after the demo stopped"
