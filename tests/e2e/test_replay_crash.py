@@ -31,8 +31,8 @@ from tests.conftest import wait_until
 pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("replay_child.py")
-MESSAGES, MAX_POLL = 600, 20  # 30 polls of the queue
-RECORDS, READ_MAX_ROWS = 30_000, 1_000  # 30 micro-batches, 200 dead letters in each
+MESSAGES, MAX_POLL = 300, 20  # 15 polls of the queue
+RECORDS, READ_MAX_ROWS = 15_000, 1_000  # 15 micro-batches, 200 dead letters in each
 BAD = [i for i in range(RECORDS) if i % 10 in (3, 7)]
 GOOD = [i for i in range(RECORDS) if i % 10 not in (3, 7)]
 
