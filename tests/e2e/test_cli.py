@@ -8,6 +8,7 @@ cover the real entry point. Every test uses its own connector names, topics and 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -235,7 +236,7 @@ def test_offsets_set_from_a_file_moves_a_source_back(cli: Cli, worker: Any) -> N
     cli.ok("connectors", "delete", sink)
 
 
-def test_a_failed_task_shows_its_trace(cli: Cli, worker: Any) -> None:
+def test_a_failed_task_shows_its_trace_and_restart_runs_it_again(cli: Cli, worker: Any) -> None:
     uid = _uid()
     src = Path(worker.tmp) / f"cli-{uid}-bad.txt"
     src.write_bytes(b"good line\n\xff\xfe not utf-8\n")
@@ -266,6 +267,31 @@ def test_a_failed_task_shows_its_trace(cli: Cli, worker: Any) -> None:
     assert "FAILED" in row and first[:40] in row
     shown = cli.ok("connectors", "status", name)
     assert "trace:" in shown and trace.strip().splitlines()[-1].strip() in shown
+
+    # fixed input, `restart`: the connector runs again and its lines reach the topic
+    src.write_bytes(b"good line\nnow good too\n")
+    topic = f"cli-failing-{uid}"
+
+    def in_topic() -> int:
+        topics = {t["name"]: t for t in cli.json("topics", "list")}
+        queues = topics[topic]["queues"] if topic in topics else []
+        return sum(q["max_offset"] - q["min_offset"] for q in queues)
+
+    out = cli.ok("connectors", "restart", name)
+    assert re.fullmatch(
+        rf"Requested restart of connector '{name}' \(state now (RESTARTING|RUNNING)\)\.\n", out
+    ), out
+    wait_until(lambda: cli.state(name) == "RUNNING", 120, "the restarted connector to run")
+    wait_until(lambda: in_topic() == 2, 120, "the fixed file's two lines in the topic")
+    # one task: the same query starts again from its checkpoint (nothing read twice)
+    body = cli.json("connectors", "restart", name, "--task", "0")
+    assert body["name"] == name and body["connector"]["state"] in ("RESTARTING", "RUNNING")
+    wait_until(lambda: cli.state(name) == "RUNNING", 120, "the restarted task to run")
+    with open(src, "ab") as f:
+        f.write(b"after the task restart\n")
+    wait_until(lambda: in_topic() == 3, 120, "the appended line in the topic, once")
+    err = cli.fails(1, "connectors", "restart", name, "--task", "4")
+    assert err.startswith("error: 404 ") and "4" in err, err
     cli.ok("connectors", "delete", name)
 
 

@@ -6,7 +6,8 @@ SparkSession. (MariaDB → PostgreSQL is covered value for value in the integrat
 direction also makes the copy faster, PostgreSQL being read with COPY.) It is killed with its whole
 process group (JVM included) at random moments — at a random fill level of the target, and a
 random time after a start — then started again until the copy completes. The target must then
-hold exactly the source's rows, value for value. `SLUICE_CRASH_SEED` fixes the random seed.
+hold exactly the source's rows, value for value, and the topic between them each row exactly once
+(the upsert would hide a row published twice). `SLUICE_CRASH_SEED` fixes the random seed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
@@ -55,6 +57,16 @@ def count(d: Db, table: str) -> int:
         return int(d.scalar(f"SELECT COUNT(*) FROM {d.q(table)}"))
     except Exception:  # the table is being created or the server restarts
         return -1
+
+
+def topic_records(root: Path, topic: str) -> int:
+    """How many records were ever published to `topic` in the child's embedded bus (the sum of
+    its queues' end offsets: retention, which only drops old segments, does not lower it)."""
+    log = EmbeddedLog(root / "bus")
+    try:
+        return sum(r.max_offset for r in log.offsets(topic).values())
+    finally:
+        log.close()
 
 
 def assert_same_rows(source: Db, target: Db, table: str, rows: int) -> None:
@@ -131,5 +143,9 @@ def test_kill_9_mid_copy_then_restart_copies_exactly_the_source(
     finally:
         if proc.poll() is None:
             kill9(proc)
-    print("kills:", "; ".join(kills))
+    published = topic_records(root, "copy")
+    print("kills:", "; ".join(kills), f"| records in the topic: {published}")
     assert_same_rows(pg, my, "big", ROWS)
+    # Every row reached the target through the topic, so the topic holds each row at least
+    # once; with exactly ROWS records in it, it holds each exactly once.
+    assert published == ROWS, f"{published - ROWS} rows published twice; kills: {kills}"

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -212,22 +215,64 @@ def test_bad_configs_name_the_key(runner, tmp_path: Path) -> None:
     assert runner.running == {}
 
 
+# Run in a process of its own by test_unreadable_file_is_named: the connector's check and the
+# task's first read of a file it may not read, each error's text printed as JSON.
+_UNREADABLE_CHILD = """
+import errno, json, sys
+from sluice.connectors.file import FileSourceConnector
+from sluice.connectors.file.source import FileSourceTask
+from sluice.sdk import ConnectException, ReadLimit
+
+path = sys.argv[1]
+seen = {}
+try:
+    open(path, "rb").close()
+    seen["open"] = "readable"
+except OSError as exc:
+    seen["open"] = errno.errorcode[exc.errno]
+try:
+    FileSourceConnector().validate({"filename": path, "connect.topicname": "t"})
+except ConnectException as exc:
+    seen["validate"] = str(exc)
+task = FileSourceTask()
+task.start({"filename": path, "connect.topicname": "t"})
+try:
+    task.latest({"filename": path}, None, ReadLimit())
+except ConnectException as exc:
+    seen["latest"] = str(exc)
+print(json.dumps(seen))
+"""
+
+
+def _without_root_file_powers() -> list[str]:
+    """A command prefix that runs a program without what lets root read any file.
+
+    As root, `setpriv` drops CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the inheritable and
+    bounding sets, so the program it starts has them in no set: file modes apply to it as to
+    anyone. As another user nothing is needed."""
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.fail("setpriv (util-linux) is needed to run the source without root's powers")
+    drop = "-dac_override,-dac_read_search"
+    return [setpriv, f"--inh-caps={drop}", f"--bounding-set={drop}"]
+
+
 def test_unreadable_file_is_named(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        # root reads anything; check the message path the permission test would take instead
-        from sluice.connectors.file.source import FileSourceTask
-
-        task = FileSourceTask()
-        task.start({"filename": str(tmp_path / "gone.txt"), "connect.topicname": "t"})
-        from sluice.sdk import ConnectException, ReadLimit
-
-        with pytest.raises(ConnectException, match=r"cannot read file .*gone.txt"):
-            task.latest({"filename": str(tmp_path / "gone.txt")}, None, ReadLimit())
-        return
+    """A file the source may not read: EACCES for real, also when the suite runs as root."""
     path = tmp_path / "secret.txt"
     path.write_text("x\n")
     path.chmod(0)
-    from sluice.connectors.file import FileSourceConnector
-
-    with pytest.raises(ConfigException, match=r"not readable"):
-        FileSourceConnector().validate({"filename": str(path), "connect.topicname": "t"})
+    done = subprocess.run(
+        [*_without_root_file_powers(), sys.executable, "-c", _UNREADABLE_CHILD, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # the precondition: this process really is refused the file, so what follows tests EACCES
+    assert seen["open"] == "EACCES", seen
+    assert seen["validate"] == f"filename: file {str(path)!r} is not readable (permission denied)"
+    assert seen["latest"] == f"cannot read file {str(path)!r}: Permission denied"

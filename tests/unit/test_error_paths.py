@@ -9,7 +9,6 @@ import pyarrow as pa
 import pytest
 
 from sluice.connectors.file import FileSourceTask
-from sluice.engine.converters import ByteArrayConverter, converter_for
 from sluice.runtime.plugins import resolve_connector
 from sluice.sdk import ConfigException, ConnectException, SourceConnector
 
@@ -32,21 +31,6 @@ def test_connector_class_errors_name_the_class() -> None:
         "FileSinkConnector"
     )
     assert resolve_connector("tests.unit.test_error_paths:NoTaskSource") is NoTaskSource
-
-
-@pytest.mark.spark
-def test_converter_errors_name_the_key(spark) -> None:
-    with pytest.raises(ConfigException, match=r"value.converter: unknown converter 'Avro'"):
-        converter_for({"value.converter": "Avro"}, "value.converter")
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import IntegerType
-
-    with pytest.raises(ConfigException, match=r"ByteArrayConverter cannot convert int"):
-        ByteArrayConverter().to_topic(F.col("value"), IntegerType())
-    alias = "org.apache.rocketmq.connect.runtime.converter.record.StringConverter"
-    assert type(converter_for({"key.converter": alias}, "key.converter")).__name__ == (
-        "StringConverter"
-    )
 
 
 def test_planning_no_task_is_an_error(tmp_path: Path) -> None:
@@ -126,31 +110,6 @@ def test_reader_continues_from_the_oldest_retained_offset(tmp_path: Path) -> Non
     batches = list(stream.read(InputPartition([("t", 0, 5, 30)])))
     offsets = [o for b in batches for o in b.column("queue_offset").to_pylist()]
     assert offsets == list(range(20, 30))
-
-
-@pytest.mark.spark
-def test_runner_refuses_double_start_and_reset_while_running(spark, tmp_path: Path) -> None:
-    from sluice.runtime.runner import ConnectorRunner
-
-    src = tmp_path / "in.txt"
-    src.write_text("a\n")
-    runner = ConnectorRunner(spark, tmp_path / "store", maintenance_interval_s=0)
-    try:
-        config = {
-            "connector.class": "FileSourceConnector",
-            "filename": str(src),
-            "connect.topicname": "t",
-        }
-        runner.start("src", config)
-        with pytest.raises(ConfigException, match=r"connector 'src' is already running"):
-            runner.start("src", config)
-        with pytest.raises(ConfigException, match=r"running; stop it before a reset"):
-            runner.reset_run("src")
-        first = runner.current_run("src")
-        runner.stop("src")
-        assert runner.reset_run("src") != first
-    finally:
-        runner.close()
 
 
 def test_failure_cause_picks_the_innermost_python_error() -> None:

@@ -61,16 +61,19 @@ class FileSourceTask(ReplayableSourceTask):
     ) -> RecordOffset | None:
         pos = int(start["position"]) if start else 0
         try:
-            size = os.stat(self.path).st_size
+            # opened before the size is trusted: a file that became unreadable (EACCES) is named
+            # here, not left to a bare PermissionError further down
+            f = open(self.path, "rb")  # noqa: SIM115 - closed by the `with` below
         except OSError as exc:
             raise ConnectException(f"cannot read file {self.path!r}: {exc.strerror}") from exc
-        if size < pos:
-            raise ConnectException(
-                f"file {self.path!r} is {size} bytes, shorter than the committed position {pos}: "
-                "it was truncated or replaced",
-                suggestion="reset the connector's offsets to re-read it from the start",
-            )
-        with open(self.path, "rb") as f:
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            if size < pos:
+                raise ConnectException(
+                    f"file {self.path!r} is {size} bytes, shorter than the committed position "
+                    f"{pos}: it was truncated or replaced",
+                    suggestion="reset the connector's offsets to re-read it from the start",
+                )
             fd = f.fileno()
             stop = size if limit.max_bytes is None else min(size, pos + max(1, limit.max_bytes))
             end = _last_line_end(fd, pos, stop)

@@ -1,0 +1,151 @@
+"""kill -9 of a process running a poll-only source and a source that dead-letters; then a restart.
+
+The child (`replay_child.py`) runs, on one SparkSession, a poll-only queue (message files,
+acknowledged by deleting them once their micro-batch committed) and a replayable source whose bad
+records go to a dead-letter topic. It is killed with its whole process group (JVM included) while
+both are mid-way, started again, and left to finish. Then the topics are read back:
+
+- poll-only is at-least-once: every message is in the topic; a message may appear twice only if it
+  was not acknowledged when the process died (its file still existed), and there are at most two
+  polls of such messages — the micro-batch in flight, and the one before it, which Spark lets the
+  source acknowledge only when it plans the next (`commit(end)` follows the next `latestOffset`);
+- dead letters are exactly-once like the topic they come with: each bad record is in the
+  dead-letter topic once, each good record in the topic once, although a batch was replayed.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sluice.bus.embedded import EmbeddedLog
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.slow
+
+CHILD = Path(__file__).with_name("replay_child.py")
+MESSAGES, MAX_POLL = 300, 20  # 15 polls of the queue
+RECORDS, READ_MAX_ROWS = 15_000, 1_000  # 15 micro-batches, 200 dead letters in each
+BAD = [i for i in range(RECORDS) if i % 10 in (3, 7)]
+GOOD = [i for i in range(RECORDS) if i % 10 not in (3, 7)]
+
+
+def _start(root: Path, queue: Path, log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    args = [str(root), str(queue), str(MAX_POLL), str(RECORDS), str(READ_MAX_ROWS)]
+    # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), *args],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def _kill9(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+
+
+def _count(log: EmbeddedLog, topic: str) -> int:
+    """Records ever published to `topic`: the sum of its queues' end offsets (0 before it is
+    created)."""
+    if not log.topic_exists(topic):
+        return 0
+    return sum(r.max_offset for r in log.offsets(topic).values())
+
+
+def _records(log: EmbeddedLog, topic: str) -> list[dict]:
+    """Every record of `topic`, in queue and offset order."""
+    out: list[dict] = []
+    for queue, r in sorted(log.offsets(topic).items()):
+        for _, batch in log.read(topic, queue, r.min_offset, r.max_offset):
+            out.extend(batch.to_pylist())
+    return out
+
+
+def _dead_letter_id(record: dict) -> int:
+    value = json.loads(record["value"])
+    value = value.get("payload", value)
+    return value["id"] if isinstance(value["id"], int) else int(value["id"].split()[-1])
+
+
+def test_kill_9_poll_only_at_least_once_and_dead_letters_once(tmp_path: Path) -> None:
+    root, queue, out = tmp_path / "store", tmp_path / "queue", tmp_path / "child.log"
+    queue.mkdir()
+    for i in range(MESSAGES):
+        (queue / f"m{i:06d}.msg").write_text(f"message {i:06d}")
+    log = EmbeddedLog(root / "bus")
+
+    def progress() -> tuple[int, int]:
+        return _count(log, "polled"), _count(log, "people-dlq")
+
+    proc = _start(root, queue, out)
+    try:
+        # mid-way: both have published something, the faster one about a third of its work
+        wait_until(
+            lambda: (
+                proc.poll() is not None
+                or (
+                    min(progress()) > 0
+                    and max(progress()[0] / MESSAGES, progress()[1] / len(BAD)) >= 0.3
+                )
+            ),
+            600,
+            "both sources to be mid-way",
+            every=0.05,
+        )
+        assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
+    finally:
+        _kill9(proc)
+    polled_at_kill, letters_at_kill = progress()
+    unacknowledged = {int(p.name[1:7]) for p in queue.glob("*.msg")}
+    assert 0 < polled_at_kill < MESSAGES and 0 < letters_at_kill < len(BAD), progress()
+
+    proc = _start(root, queue, out)
+    try:
+        wait_until(
+            lambda: (
+                proc.poll() is not None
+                or (
+                    _count(log, "people") >= len(GOOD)
+                    and _count(log, "people-dlq") >= len(BAD)
+                    and len({r["value"] for r in _records(log, "polled")}) >= MESSAGES
+                )
+            ),
+            600,
+            "every message, record and dead letter after the restart",
+            every=0.5,
+        )
+        assert proc.poll() is None, f"child failed:\n{out.read_text()[-4000:]}"
+    finally:
+        _kill9(proc)
+
+    # poll-only: nothing lost; duplicates only of unacknowledged messages, at most two polls
+    polled = collections.Counter(int(r["value"].split()[-1]) for r in _records(log, "polled"))
+    assert sorted(polled) == list(range(MESSAGES)), "messages lost"
+    twice = {m for m, n in polled.items() if n > 1}
+    duplicates = sum(polled.values()) - MESSAGES
+    print(
+        f"at the kill: {polled_at_kill}/{MESSAGES} messages in the topic, "
+        f"{len(unacknowledged)} unacknowledged; {duplicates} duplicates after the restart "
+        f"(bound {2 * MAX_POLL}); {letters_at_kill}/{len(BAD)} dead letters at the kill"
+    )
+    assert max(polled.values()) <= 2 and twice <= unacknowledged, sorted(twice - unacknowledged)
+    assert duplicates <= 2 * MAX_POLL
+
+    # dead letters: each bad record once, each good one once in the topic
+    letters = collections.Counter(_dead_letter_id(r) for r in _records(log, "people-dlq"))
+    assert sorted(letters) == BAD and set(letters.values()) == {1}, letters.most_common(3)
+    keys = sorted(int(r["key"]) for r in _records(log, "people"))
+    assert keys == GOOD
+    log.close()

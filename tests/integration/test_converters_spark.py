@@ -1,0 +1,488 @@
+"""Converters through Spark: JSON and Avro round trips in Spark SQL, decode errors as the error
+column, the session's time settings. (Arrow-level and configuration tests are in
+tests/unit/test_converters.py.)
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sluice.converters import (
+    arrow_type,
+    canonical,
+)
+from sluice.converters._json import MAX_MILLIS, decimal_of
+from sluice.converters._schemas import from_physical, to_physical
+from sluice.sdk import ConfigException, Field, FieldType, Schema
+from sluice.store.schemas import SqliteSchemaRegistry
+
+# -- strategies ------------------------------------------------------------------------------------
+INT_RANGES = {
+    FieldType.INT8: (-(2**7), 2**7 - 1),
+    FieldType.INT16: (-(2**15), 2**15 - 1),
+    FieldType.INT32: (-(2**31), 2**31 - 1),
+    FieldType.INT64: (-(2**63), 2**63 - 1),
+}
+#: Microseconds since midnight: 00:00:00, 00:00:00.000001, 12:34:56.000001, 23:59:59.999999.
+TIME_EDGES = [0, 1, 45_296_000_001, 86_399_999_999]
+# Text without lone surrogates (Arrow strings are UTF-8), emoji included.
+TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["😀👍🏽", "naïve", "", '"quoted" \\ back', "line\nbreak", "\x00nul"]
+)
+NAMES = st.text(
+    st.characters(exclude_categories=("Cs",)), min_size=1, max_size=6
+) | st.sampled_from(["id", "a b", "1st", "x.y", "`tick`", "ünï"])
+
+
+@st.composite
+def decimals(draw: Any, optional: bool) -> Schema:
+    precision = draw(st.integers(1, 38))
+    return Schema.decimal(precision, draw(st.integers(0, precision)), optional=optional)
+
+
+def leaves(optional: st.SearchStrategy[bool]) -> st.SearchStrategy[Schema]:
+    types = [*INT_RANGES, FieldType.FLOAT32, FieldType.FLOAT64, FieldType.BOOLEAN]
+    types += [FieldType.STRING, FieldType.BYTES]
+    primitive = st.builds(lambda t, o: Schema.of(t, optional=o), st.sampled_from(types), optional)
+    logical = st.builds(
+        lambda f, o: f(optional=o),
+        st.sampled_from([Schema.date, Schema.time, Schema.timestamp]),
+        optional,
+    )
+    return primitive | logical | optional.flatmap(decimals)
+
+
+def schemas(*, string_keys_only: bool = False, max_leaves: int = 8) -> st.SearchStrategy[Schema]:
+    optional = st.booleans()
+    keys = st.sampled_from([Schema.string(optional=False)])
+    if not string_keys_only:
+        keys = keys | st.sampled_from(
+            [Schema.of(FieldType.INT32, optional=False), Schema.date(optional=False)]
+        )
+
+    def extend(children: st.SearchStrategy[Schema]) -> st.SearchStrategy[Schema]:
+        struct = st.lists(
+            st.tuples(NAMES, children), min_size=1, max_size=4, unique_by=lambda p: p[0]
+        ).flatmap(
+            lambda fields: optional.map(
+                lambda o: Schema.struct(*[Field(n, s) for n, s in fields], optional=o)
+            )
+        )
+        array = st.builds(lambda c, o: Schema.array(c, optional=o), children, optional)
+        map_ = st.builds(lambda k, c, o: Schema.map_(k, c, optional=o), keys, children, optional)
+        return struct | array | map_
+
+    return st.recursive(leaves(optional), extend, max_leaves=max_leaves)
+
+
+def values(schema: Schema, *, top: bool = False) -> st.SearchStrategy[Any]:
+    """Physical Python values of `schema` (ints for dates, times and µs timestamps)."""
+    s = schema
+    if s.logical is not None:
+        if s.logical.value == "Date":
+            base = st.integers(-(2**31), 2**31 - 1)
+        elif s.logical.value == "Time":
+            base = st.integers(0, 86_399_999_999) | st.sampled_from(TIME_EDGES)
+        elif s.logical.value == "Timestamp":
+            # The JSON form carries epoch milliseconds: ±292,471 years (Spark's own bounds).
+            base = st.integers(-MAX_MILLIS * 1000, MAX_MILLIS * 1000)
+        else:
+            bound = 10**s.precision - 1
+            base = st.integers(-bound, bound).map(lambda u, sc=s.scale: decimal_of(u, sc))
+    elif s.type in INT_RANGES:
+        base = st.integers(*INT_RANGES[s.type])
+    elif s.type is FieldType.FLOAT32:
+        base = st.floats(width=32)
+    elif s.type is FieldType.FLOAT64:
+        base = st.floats()
+    elif s.type is FieldType.BOOLEAN:
+        base = st.booleans()
+    elif s.type is FieldType.STRING:
+        base = TEXT
+    elif s.type is FieldType.BYTES:
+        base = st.binary(max_size=12)
+    elif s.type is FieldType.STRUCT:
+        base = st.fixed_dictionaries({f.name: values(f.schema) for f in s.fields})
+    elif s.type is FieldType.ARRAY:
+        base = st.lists(values(s.value_schema), max_size=3)
+    else:
+        base = st.lists(
+            st.tuples(values(s.key_schema), values(s.value_schema)),
+            max_size=3,
+            unique_by=lambda p: p[0],
+        )
+    return st.none() | base if (s.optional or top) else base
+
+
+@st.composite
+def schema_and_rows(draw: Any, **kwargs: Any) -> tuple[Schema, list[Any]]:
+    schema = draw(schemas(**kwargs))
+    rows = draw(st.lists(values(schema, top=True), min_size=1, max_size=6))
+    return schema, rows
+
+
+def normal(value: Any) -> Any:
+    """Comparable form: NaN equal to itself, maps and structs as lists/dicts."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, dict):
+        return {k: normal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [normal(v) for v in value]
+    return value
+
+
+def millis(schema: Schema, value: Any) -> Any:
+    """What the JSON form keeps of a physical value: times and timestamps floored to
+    milliseconds."""
+    if value is None:
+        return None
+    s = schema
+    if s.logical is not None and s.logical.value in ("Time", "Timestamp"):
+        return (value // 1000) * 1000
+    if s.type is FieldType.STRUCT:
+        return {f.name: millis(f.schema, value[f.name]) for f in s.fields}
+    if s.type is FieldType.ARRAY:
+        return [millis(s.value_schema, v) for v in value]
+    if s.type is FieldType.MAP:
+        return [(millis(s.key_schema, k), millis(s.value_schema, v)) for k, v in value]
+    return value
+
+
+def decoded_rows(array: pa.Array, schema: Schema) -> list[Any]:
+    return normal(to_physical(array, schema).to_pylist())
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> SqliteSchemaRegistry:
+    return SqliteSchemaRegistry(tmp_path / "schemas.sqlite")
+
+
+JSON_OPTIONS = [
+    {},
+    {"decimal.format": "NUMERIC"},
+    {"schemas.enable": "false"},
+    {"schemas.enable": "false", "decimal.format": "numeric"},
+]
+
+
+TIMES = Schema.struct(("t", Schema.time()))
+#: 00:00:00, 23:59:59.999999, 12:34:56.000001, 00:00:00.000001, null
+TIME_ROWS = [{"t": v} for v in (0, 86_399_999_999, 45_296_000_001, 1, None)]
+
+
+# -- Spark types and the session ------------------------------------------------------------------
+
+
+def test_schema_of_spark_types_keeps_hints(spark: Any) -> None:
+    from pyspark.sql.types import StructType
+
+    from sluice.engine.converters import schema_of
+
+    hint = Schema.struct(("t", Schema.time()), ("n", Schema.string()), name="com.x.Y")
+    spark_type = StructType.fromDDL("t time(6), n string, extra timestamp, t3 time(3)")
+    got = schema_of(spark_type, hint)
+    assert got.name == "com.x.Y"
+    assert [f.schema for f in got.fields] == [
+        Schema.time(),
+        Schema.string(),
+        Schema.timestamp(),
+        Schema.time(),  # TIME(0..6) all fit in microseconds
+    ]
+    # An int is an int, whatever the hint says (a Time is Spark's TIME since Spark has one).
+    assert schema_of(StructType.fromDDL("t int"), hint).fields[0].schema == Schema.of(
+        FieldType.INT32
+    )
+    with pytest.raises(ConfigException, match=r"value.converter: no converter supports the Spark"):
+        schema_of(StructType.fromDDL("i interval day"))
+    with pytest.raises(
+        ConfigException, match=r"key.converter: the Spark type time\(9\) has more digits"
+    ):
+        schema_of(StructType.fromDDL("t time(9)"), key="key.converter")
+
+
+def test_the_session_always_enables_spark_times(spark: Any) -> None:
+    from sluice.engine.session import build_session
+
+    # the test session's own settings, plus a worker config trying to turn TIME off
+    conf = {"spark.master": "local[2]", "spark.driver.memory": "2g"}
+    again = build_session({**conf, "spark.sql.timeType.enabled": "false"}, log_level="ERROR")
+    assert again.conf.get("spark.sql.timeType.enabled") == "true"
+    assert again.sql("SELECT time_from_micros(1) AS t").collect()[0].t == time(0, 0, 0, 1)
+
+
+# -- through Spark SQL and the engine adapter ------------------------------------------------------
+
+
+def _source_frame(spark: Any, key: pa.Array, value: pa.Array) -> Any:
+    n = len(value)
+    table = pa.table(
+        {
+            "topic": pa.array(["t"] * n, pa.string()),
+            "key": key,
+            "value": value,
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            "headers": pa.nulls(n, pa.map_(pa.string(), pa.string())),
+            "partition_hash": pa.nulls(n, pa.int32()),
+        }
+    )
+    # A shuffle, so that Spark runs the converters' SQL compiled, as in a pipeline (it would
+    # evaluate them once, interpreted, on a local table).
+    return spark.createDataFrame(table).repartition(1)
+
+
+def _topic_frame(spark: Any, key: pa.Array, value: pa.Array) -> Any:
+    n = len(value)
+    table = pa.table(
+        {
+            "topic": pa.array(["t"] * n, pa.string()),
+            "queue_id": pa.array([3] * n, pa.int32()),
+            "queue_offset": pa.array(range(n), pa.int64()),
+            "key": key.cast(pa.binary()),
+            "value": value.cast(pa.binary()),
+            "timestamp": pa.array([0] * n, pa.timestamp("us", tz="UTC")),
+            "headers": pa.nulls(n, pa.string()),
+        }
+    )
+    return spark.createDataFrame(table).repartition(1)
+
+
+def _spark_value(rows: list[Any], schema: Schema) -> pa.Array:
+    from sluice.engine.converters import spark_arrow_type
+
+    return from_physical(rows, schema).cast(spark_arrow_type(schema))
+
+
+SPARK_TRIPS = settings(max_examples=5, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("options", JSON_OPTIONS, ids=lambda o: ",".join(o.values()) or "default")
+@SPARK_TRIPS
+@given(data=schema_and_rows(string_keys_only=True, max_leaves=6))
+def test_json_round_trip_through_spark_sql(
+    spark: Any, tmp_path_factory: Any, options: dict[str, str], data: tuple[Schema, list[Any]]
+) -> None:
+    """SQL writes what the Python form reads and the reverse; decode_frame returns the values."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    schema, rows = data
+    registry = SqliteSchemaRegistry(tmp_path_factory.mktemp("json") / "schemas.sqlite")
+    config = {"value.converter": "JsonConverter"}
+    config.update({f"value.converter.{k}": v for k, v in options.items()})
+    codecs = plan_encoders(config, Schema.string(), schema, registry)
+    assert codecs.value.has_sql and not codecs.fusable
+    register_schemas(registry, "t", codecs)
+    n = len(rows)
+    keys = pa.nulls(n, pa.string())
+    sql_bytes = (
+        encode_frame(_source_frame(spark, keys, _spark_value(rows, schema)), codecs)
+        .toArrow()
+        .column("value")
+        .combine_chunks()
+    )
+    expected = normal([millis(schema, r) for r in rows])
+    decoders = plan_decoders(config, ["t"], registry)
+    python = decoders.value.arrow(sql_bytes)  # the Python form reads what SQL wrote
+    assert python.errors is None
+    assert decoded_rows(python.values, schema) == expected
+    python_bytes = codecs.value.arrow(from_physical(rows, schema))
+    for topic_bytes in (sql_bytes, python_bytes):  # SQL reads what either wrote
+        frame = decode_frame(
+            _topic_frame(spark, keys, topic_bytes), SinkCodecs(decoders.key, decoders.value)
+        )
+        out = frame.toArrow()
+        assert out.column("error").null_count == n, out.column("error").to_pylist()
+        assert decoded_rows(out.column("value").combine_chunks(), schema) == expected
+
+
+@pytest.mark.spark
+def test_base64_decimals_in_sql_at_the_edges(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """Spark has no function for a decimal's two's-complement bytes: check the SQL against
+    Python (Java's BigInteger.toByteArray) at the 1-, 8-, 16-byte edges and at ±(10^38-1)."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    edges = [
+        0,
+        1,
+        -1,
+        127,
+        128,
+        -128,
+        -129,
+        255,
+        256,
+        2**63 - 1,
+        2**63,
+        -(2**63),
+        -(2**63) - 1,
+        2**64 - 1,
+        2**64,
+        -(2**64),
+        2**127 - 1 if 2**127 - 1 < 10**38 else 10**38 - 1,
+        10**38 - 1,
+        -(10**38 - 1),
+        12345678901234567890123456789012345678,
+    ]
+    for scale in (0, 10, 38):
+        schema = Schema.decimal(38, scale)
+        config = {"value.converter": "JsonConverter", "value.converter.schemas.enable": "false"}
+        codecs = plan_encoders(config, Schema.string(), schema, registry)
+        register_schemas(registry, f"d{scale}", codecs)
+        rows = [decimal_of(u, scale) for u in edges] + [None]
+        keys = pa.nulls(len(rows), pa.string())
+        sql_bytes = (
+            encode_frame(_source_frame(spark, keys, from_physical(rows, schema)), codecs)
+            .toArrow()
+            .column("value")
+            .combine_chunks()
+        )
+        assert sql_bytes.to_pylist() == codecs.value.arrow(from_physical(rows, schema)).to_pylist()
+        decoders = plan_decoders(config, [f"d{scale}"], registry)
+        out = decode_frame(
+            _topic_frame(spark, keys, sql_bytes), SinkCodecs(decoders.key, decoders.value)
+        ).toArrow()
+        assert out.column("value").to_pylist() == rows
+
+
+@pytest.mark.spark
+def test_json_times_in_spark_sql(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """The SQL form writes Spark's TIME as Kafka's milliseconds, reads them back as TIME, and
+    names a value that is not a time of day."""
+    from sluice.engine.converters import (
+        SinkCodecs,
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    config = {"value.converter": "JsonConverter"}
+    codecs = plan_encoders(config, Schema.string(), TIMES, registry)
+    assert codecs.value.has_sql
+    register_schemas(registry, "t", codecs)
+    keys = pa.nulls(len(TIME_ROWS), pa.string())
+    sql_bytes = (
+        encode_frame(_source_frame(spark, keys, _spark_value(TIME_ROWS, TIMES)), codecs)
+        .toArrow()
+        .column("value")
+        .combine_chunks()
+    )
+    python_bytes = codecs.value.arrow(from_physical(TIME_ROWS, TIMES))
+    assert sql_bytes.to_pylist() == python_bytes.to_pylist()
+    head = b'{"schema":{},"payload":'
+    raws = [*sql_bytes.to_pylist(), head + b'{"t":86400000}}', head + b'{"t":-1}}']
+    decoders = plan_decoders(config, ["t"], registry)
+    frame = decode_frame(
+        _topic_frame(spark, pa.nulls(len(raws), pa.string()), pa.array(raws, pa.binary())),
+        SinkCodecs(decoders.key, decoders.value),
+    ).toArrow()
+    bad = "JsonConverter: record t/3@{}: value.t is not a time of day in ms"
+    assert frame.column("error").to_pylist() == [None] * 5 + [bad.format(5), bad.format(6)]
+    assert decoded_rows(frame.column("value").combine_chunks(), TIMES) == [
+        {"t": v} for v in (0, 86_399_999_000, 45_296_000_000, 0, None)
+    ] + [None, None]
+
+
+@pytest.mark.spark
+def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    """Avro and the number converters run as mapInArrow steps on the JVM path."""
+    from sluice.engine.converters import (
+        decode_frame,
+        encode_frame,
+        plan_decoders,
+        plan_encoders,
+        register_schemas,
+    )
+
+    schema = Schema.struct(
+        ("t", Schema.time()),
+        ("ts", Schema.timestamp()),
+        ("d", Schema.decimal(38, 5)),
+        ("m", Schema.map_(Schema.of(FieldType.INT32, optional=False), Schema.string())),
+    )
+    rows = [
+        {"t": 86_399_999_999, "ts": -1, "d": decimal_of(-(10**38) + 1, 5), "m": [(1, "é😀")]},
+        {"t": 1, "ts": 0, "d": None, "m": None},
+        None,
+    ]
+    config = {"key.converter": "LongConverter", "value.converter": "AvroConverter"}
+    codecs = plan_encoders(config, Schema.of(FieldType.INT64), schema, registry)
+    assert codecs.fusable and not codecs.value.has_sql
+    register_schemas(registry, "t", codecs)
+    keys = pa.array([-(2**63), 0, None], pa.int64())
+    encoded = encode_frame(_source_frame(spark, keys, _spark_value(rows, schema)), codecs).toArrow()
+    decoders = plan_decoders(config, ["t"], registry)
+    out = decode_frame(
+        _topic_frame(
+            spark, encoded.column("key").combine_chunks(), encoded.column("value").combine_chunks()
+        ),
+        decoders,
+    ).toArrow()
+    assert out.column("error").to_pylist() == [None, None, None]
+    assert out.column("key").to_pylist() == [-(2**63), 0, None]
+    assert decoded_rows(out.column("value").combine_chunks(), schema) == normal(rows)
+
+
+@pytest.mark.spark
+def test_decode_errors_become_the_error_column(spark: Any, registry: SqliteSchemaRegistry) -> None:
+    from sluice.engine.converters import decode_frame, fail_on_errors, plan_decoders
+
+    registry.register("t-value", canonical(Schema.struct(("a", Schema.of(FieldType.INT32)))))
+    good, bad = b'{"schema":{},"payload":{"a":1}}', b'{"schema":{},"payload":{"a":"x"}}'
+    config = {"key.converter": "LongConverter", "value.converter": "JsonConverter"}
+    decoders = plan_decoders(config, ["t"], registry)
+    keys = pa.array([b"\0" * 8, b"\0" * 8, b"\x01"], pa.binary())
+    frame = decode_frame(
+        _topic_frame(spark, keys, pa.array([good, bad, good], pa.binary())), decoders
+    )
+    out = frame.toArrow().to_pylist()
+    assert [r["error"] for r in out] == [
+        None,
+        "JsonConverter: record t/3@1: value is not valid JSON for struct<a:int32>: "
+        '{"schema":{},"payload":{"a":"x"}}',
+        "LongConverter: record t/3@2: key has 1 bytes, expected 8",
+    ]
+    assert [(r["key"], r["value"]) for r in out] == [(0, {"a": 1}), (None, None), (None, None)]
+    assert [(r["raw_key"], r["raw_value"]) for r in out] == [
+        (None, None),
+        (b"\0" * 8, bad),
+        (b"\x01", good),
+    ]
+    with pytest.raises(Exception, match=r"JsonConverter: record t/3@1: value is not valid JSON"):
+        fail_on_errors(frame).where("topic = 'nothing'").collect()
+
+
+@pytest.mark.spark
+def test_sql_encoding_fails_on_a_null_required_field(spark: Any) -> None:
+    from sluice.engine.converters import encode_frame, plan_encoders
+
+    schema = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)))
+    codecs = plan_encoders({"value.converter": "JsonConverter"}, Schema.string(), schema, None)
+    rows = pa.array([{"a": 1}, {"a": None}], arrow_type(schema))
+    frame = encode_frame(_source_frame(spark, pa.nulls(2, pa.string()), rows), codecs)
+    with pytest.raises(Exception, match=r"JsonConverter: a record for topic t: value\.a is null"):
+        frame.collect()
