@@ -94,7 +94,7 @@ def test_400_is_dead_lettered_at_once_and_a_hang_is_cancelled_then_retried_then_
         "hook",
         target.url + "/{value.to}/x",
         **{
-            "timeout.ms": 300,
+            "timeout.ms": 2000,
             "retry.max.attempts": 2,
             "retry.backoff.initial.ms": 50,
             "push.flush.max.ms": 20000,
@@ -118,7 +118,7 @@ def test_400_is_dead_lettered_at_once_and_a_hang_is_cancelled_then_retried_then_
     timed_out = by_status[""]
     assert all(h["__connect.errors.attempts"] == "2" for h in timed_out)
     assert all("timed out" in h["__connect.errors.exception.message"] for h in timed_out)
-    # each hung record was tried twice (each attempt cut at 0.3 s), its second after the fresh ones
+    # each hung record was tried twice (each attempt cut at 2 s), its second after the fresh ones
     # (the server may not see an attempt the client cut before it was read: at most 6)
     hung = target.arrived("hang")
     assert len(hung) <= 6 and len({key for _, key, _ in hung}) == 3
@@ -168,7 +168,11 @@ def test_a_slow_target_parks_records_in_the_retry_topic_and_they_come_back(
     )
     wait_until(lambda: (_healthy(runner), len(target.ok("flaky")) == 5)[1], 240, "5 delivered")
     parked = topic_records(runner, "hook-push-retry")
-    assert len(parked) == 5  # each waited in the retry topic, not in the micro-batch
+    # each waited in the retry topic, not in the micro-batch; a parked record read back before
+    # it is due is parked again (the same attempts and due time), so there may be copies
+    assert {row["key"] for row in parked} == {
+        r.headers["idempotency-key"].encode() for r in target.ok("flaky")
+    }
     for row in parked:
         headers = json.loads(row["headers"])
         assert int(headers["sluice.push.attempts"]) == 1

@@ -233,6 +233,8 @@ class HttpSinkConnector(SinkConnector):
     config_def = KEYS
     task_class = HttpSinkTask
     delivery = "at-least-once"
+    #: Its tasks run on `sluice.push`: limits tunable live, progress on `GET …/push`.
+    push_runtime = True
 
     def validate(self, config: Mapping[str, str]) -> None:
         parsed = parse(config, config.get(CONNECTOR_NAME_KEY, ""))
