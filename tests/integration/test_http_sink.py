@@ -175,9 +175,11 @@ def test_a_slow_target_parks_records_in_the_retry_topic_and_they_come_back(
     }
     for row in parked:
         headers = json.loads(row["headers"])
-        assert int(headers["sluice.push.attempts"]) == 1
-        assert headers["sluice.push.status"] == "503"
-        assert float(headers["sluice.push.due"]) > float(headers["sluice.push.first"]) + 2.5
+        # parked after its failed first attempt, or still queued at the 0.5 s deadline
+        assert headers["sluice.push.attempts"] in ("0", "1")
+        if headers["sluice.push.attempts"] == "1":
+            assert headers["sluice.push.status"] == "503"
+            assert float(headers["sluice.push.due"]) > float(headers["sluice.push.first"]) + 2.5
     first = {r.headers["idempotency-key"]: r.at for r in target.seen("flaky") if r.status == 503}
     for r in target.ok("flaky"):
         assert r.at - first[r.headers["idempotency-key"]] >= 2.5  # at its due time, not before
