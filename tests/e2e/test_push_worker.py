@@ -109,9 +109,7 @@ def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
     assert applied_in < 3.0, f"applied in {applied_in:.1f} s"
     # Little's law: 2 in flight at 50 ms ≈ 40/s, 32 ≈ 640/s; the loaded test machine gets less
     assert fast > 4 * slow, f"{slow:.0f}/s → {fast:.0f}/s"
-    print(
-        f"live tuning: {slow:.0f}/s at 2 → {fast:.0f}/s at 32, applied in {applied_in:.1f} s"
-    )
+    print(f"live tuning: {slow:.0f}/s at 2 → {fast:.0f}/s at 32, applied in {applied_in:.1f} s")
     wait_until(lambda: len(target.ok("slow")) >= n, 240, "every record")
     wait_until(
         lambda: _push(push_worker, "tune")["totals"].get("succeeded") == len(target.ok("slow")),
