@@ -177,8 +177,8 @@ def test_a_slow_target_parks_records_in_the_retry_topic_and_they_come_back(
         headers = json.loads(row["headers"])
         # parked after its failed first attempt, or still queued at the 0.5 s deadline
         assert headers["sluice.push.attempts"] in ("0", "1")
-        if headers["sluice.push.attempts"] == "1":
-            assert headers["sluice.push.status"] == "503"
+        if headers["sluice.push.attempts"] == "1":  # a 503, or (loaded machine) a timeout
+            assert headers["sluice.push.status"] in ("503", "")
             assert float(headers["sluice.push.due"]) > float(headers["sluice.push.first"]) + 2.5
     first = {r.headers["idempotency-key"]: r.at for r in target.seen("flaky") if r.status == 503}
     for r in target.ok("flaky"):
