@@ -15,7 +15,7 @@ from tests.conftest import wait_until
 from tests.e2e.worker_process import WorkerProcess
 from tests.integration.push_target import Target, serve
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.slow  # a real worker process, killed with -9
 
 
 @pytest.fixture(scope="module")
