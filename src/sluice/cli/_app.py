@@ -308,6 +308,33 @@ def delete(ctx: typer.Context, name: NameArg, json_flag: JsonFlag = False) -> No
     _emit(ctx, json_flag, body, lambda _: f"Deleted connector '{name}'.")
 
 
+@connectors_app.command()
+def push(
+    ctx: typer.Context,
+    name: NameArg,
+    settings: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="Change a limit while it runs: concurrency, core_concurrency, "
+            "per_target_concurrency, queue_limit, rate_limit (repeatable, KEY=VALUE).",
+            show_default=False,
+        ),
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Show push sink NAME's limits and progress; with --set, change its limits live."""
+    changes: dict[str, str] = {}
+    for item in settings or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise typer.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        changes[key.strip()] = value.strip()
+    with _client(ctx) as client:
+        body = client.tune_push(name, changes) if changes else client.push(name)
+    _emit(ctx, json_flag, body, _render.push_table)
+
+
 # -- connectors offsets -------------------------------------------------------------------------
 
 

@@ -175,6 +175,14 @@ class Client:
         """``{"offsets": [{"partition": …, "offset": …}]}``."""
         return self.request("GET", f"/v1/connectors/{_segment(name)}/offsets")
 
+    def push(self, name: str) -> Json:
+        """A push sink's limits and progress."""
+        return self.request("GET", f"/v1/connectors/{_segment(name)}/push")
+
+    def tune_push(self, name: str, changes: Json) -> Json:
+        """PATCH a push sink's limits (applied live)."""
+        return self.request("PATCH", f"/v1/connectors/{_segment(name)}/push", json=changes)
+
     def set_offsets(self, name: str, body: Json) -> Json:
         """PATCH the connector's offsets (it must be STOPPED)."""
         return self.request("PATCH", f"/v1/connectors/{_segment(name)}/offsets", json=body)

@@ -184,6 +184,31 @@ def offsets_table(body: Mapping[str, Any]) -> RenderableType:
     return table
 
 
+def push_table(body: Any) -> RenderableType:
+    """A push sink's progress: totals, settings, then one row per task (the live snapshot)."""
+    if not isinstance(body, Mapping):
+        return Text(str(body))
+    totals = body.get("totals") or {}
+    lines = [
+        "totals: " + (", ".join(f"{k}={v}" for k, v in sorted(totals.items())) or "none yet"),
+        "settings: " + (_compact_json(body.get("settings") or {})),
+    ]
+    table = _table("TASK", "ACTIVE", "CORE/MAX", "QUEUED", "LIMIT", "RETRY Q", "P50 MS", "P99 MS")
+    for task in body.get("tasks") or []:
+        latency = task.get("latency_ms") or {}
+        table.add_row(
+            str(task.get("task")),
+            str(task.get("active")),
+            f"{task.get('core_pool_size')}/{task.get('max_pool_size')}",
+            str(task.get("queue_size")),
+            str(task.get("queue_limit")),
+            str(task.get("retry_queue_size")),
+            str(latency.get("p50", "")),
+            str(latency.get("p99", "")),
+        )
+    return Group(Text("\n".join(lines)), table)
+
+
 _TYPE_ORDER = {"source": 0, "sink": 1, "transform": 2, "converter": 3}
 
 

@@ -49,6 +49,7 @@ log = logging.getLogger("sluice.errors")
 KEY_CONVERTER = "KEY_CONVERTER"
 VALUE_CONVERTER = "VALUE_CONVERTER"
 TASK_POLL = "TASK_POLL"
+TASK_PUT = "TASK_PUT"
 
 #: The sink frame's error context after transforms (see `sluice.engine.pipeline`): a struct of the
 #: record's original topic, queue_id, queue_offset, timestamp and headers.
@@ -389,3 +390,25 @@ def _struct_nulls(array: pa.Array, path: str, found: list[tuple[str, pa.Array]])
         if not field.nullable and child.null_count:
             found.append((where, pc.and_(present, pc.is_null(child))))
         _struct_nulls(child, where, found)
+
+
+def task_letter(request: Any, class_name: str) -> DeadLetter:
+    """The dead letter of a record a sink task gave up on (a `sluice.sdk.DeadLetterRequest`):
+    its queue position, the task's message, and the task's extra headers beside its own."""
+    record = request.record
+    partition = record.partition or {}
+    offset = (record.offset or {}).get("queueOffset")
+    return DeadLetter(
+        key=render(record.key),
+        value=render(record.value),
+        timestamp=record.timestamp,
+        headers={**(record.extensions or {}), **request.headers},
+        topic=record.topic or partition.get("topic") or "",
+        partition=str(partition.get("queueId", "unknown")),
+        # a record's offset is the position after it; the dead letter names the record itself
+        offset=str(offset - 1) if isinstance(offset, int) else "unknown",
+        stage=TASK_PUT,
+        class_name=class_name,
+        exception_class=request.exception_class or "sluice.sdk.ConnectException",
+        message=request.message,
+    )

@@ -9,8 +9,10 @@ to the `control` callback, which feeds them to the topic reader.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -20,10 +22,26 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from sluice.converters import SchemaRegistry
 from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders, sluice_frame
 from sluice.engine.direct import BatchConsumer, from_topic_frames, receipt_row
-from sluice.engine.errors import ErrorPolicy, ErrorReporter, sink_dead_letters, split_errors
+from sluice.engine.errors import (
+    TOPIC_FRAME_SCHEMA,
+    DeadLetter,
+    ErrorPolicy,
+    ErrorReporter,
+    sink_dead_letters,
+    split_errors,
+    task_letter,
+)
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy
-from sluice.sdk import BatchId, ConfigException, SinkConnector, SinkTaskContext
+from sluice.sdk import (
+    TIMESTAMP_TYPE,
+    BatchId,
+    ConfigException,
+    ConnectException,
+    ProduceRequest,
+    SinkConnector,
+    SinkTaskContext,
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,8 @@ class SinkPlan:
     #: `errors.*` (tolerance, log, dead-letter queue) and the dead-letter topic's writer.
     errors: ErrorReporter | None = field(default=None, compare=False)
     dlq: BatchConsumer | None = field(default=None, compare=False)
+    #: Writes the connector's own topics (`SinkConnector.owned_topics`, `SinkTaskContext.produce`).
+    owned: BatchConsumer | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -66,6 +86,7 @@ def plan_sink(
     topics: tuple[str, ...] = (),
     registry: SchemaRegistry | None = None,
     dlq: BatchConsumer | None = None,
+    owned: BatchConsumer | None = None,
 ) -> SinkPlan:
     """Validate and start `connector` (driver) and fix its plan, with the decoders of `topics`
     (their schemas looked up in `registry`); `dlq` writes the dead-letter topic, if one is set."""
@@ -90,6 +111,7 @@ def plan_sink(
         codecs,
         errors,
         dlq if errors.policy.dlq_topic else None,
+        owned,
     )
 
 
@@ -122,6 +144,8 @@ class _TaskResult(WriterCommitMessage):
     #: Records tolerated (`errors.tolerance=all`), and the dead-letter writer's receipt for them.
     errors: int = 0
     dead_letters: Any = None
+    #: The topic writer's receipt for what the task wrote to the connector's own topics.
+    produced: Any = None
 
 
 @dataclass(frozen=True)
@@ -155,14 +179,47 @@ class SinkRunner:
             payload = task.flush(batch_id)
         finally:
             task.stop()
-        errors, dead_letters = self._report(tolerated, partition_id)
         c = task.context
+        given_up = [task_letter(r, _class_name(type(task))) for r in c.dead_letters]
+        if given_up and (self.plan.errors is None or not self.plan.errors.policy.tolerate):
+            first = given_up[0]
+            raise ConnectException(
+                f"{what} gave up on {len(given_up)} record(s), first {{topic='{first.topic}', "
+                f"queue={first.partition}, offset={first.offset}}}: {first.message}",
+                suggestion="set errors.tolerance=all (and errors.deadletterqueue.topic.name) "
+                "to dead-letter such records instead of failing",
+            )
+        errors, dead_letters = self._report(tolerated, partition_id, given_up)
+        produced = self._produce(c.produced, partition_id)
         requests = (
             [{"op": "reset", "partition": p, "offset": o} for p, o in c.offset_resets]
             + [{"op": "pause", "partition": p} for p in c.paused]
             + [{"op": "resume", "partition": p} for p in c.resumed]
         )
-        return _TaskResult(partition_id, payload, requests, retries, errors, dead_letters)
+        return _TaskResult(partition_id, payload, requests, retries, errors, dead_letters, produced)
+
+    def _produce(self, requests: list[ProduceRequest], partition_id: int) -> Any:
+        """Stage what the task wrote to the connector's own topics: the writer's receipt."""
+        if not requests:
+            return None
+        if self.plan.owned is None:
+            raise ConnectException(
+                f"sink task {partition_id} of {self.plan.name} produced to "
+                f"{requests[0].topic!r}, which its connector does not own (owned_topics)"
+            )
+        n = len(requests)
+        rows = pa.RecordBatch.from_arrays(
+            [
+                pa.array([r.topic for r in requests], pa.string()),
+                pa.array([r.key for r in requests], pa.binary()),
+                pa.array([r.value for r in requests], pa.binary()),
+                pa.array([datetime.now(UTC)] * n, TIMESTAMP_TYPE),
+                pa.array([_headers_json(r.headers) for r in requests], pa.string()),
+                pa.nulls(n, pa.int32()),
+            ],
+            schema=TOPIC_FRAME_SCHEMA,
+        )
+        return self.plan.owned.write(iter([rows]), partition_id)
 
     def _without_errors(
         self, decoded: pa.RecordBatch, tolerated: list[pa.RecordBatch]
@@ -176,9 +233,15 @@ class SinkRunner:
             tolerated.append(bad)
         return good
 
-    def _report(self, tolerated: list[pa.RecordBatch], partition_id: int) -> tuple[int, Any]:
-        """Log the tolerated records and stage their dead letters: (count, writer receipt)."""
-        if not tolerated or self.plan.errors is None:
+    def _report(
+        self,
+        tolerated: list[pa.RecordBatch],
+        partition_id: int,
+        given_up: list[DeadLetter] = (),  # type: ignore[assignment]
+    ) -> tuple[int, Any]:
+        """Log the tolerated records (and those the task gave up on) and stage their dead
+        letters: (count, writer receipt)."""
+        if (not tolerated and not given_up) or self.plan.errors is None:
             return 0, None
         codecs = self.plan.codecs
         classes = {
@@ -186,6 +249,7 @@ class SinkRunner:
             "value": codecs.value.converter if codecs else "",
         }
         letters = [x for bad in tolerated for x in sink_dead_letters(bad, classes)]
+        letters += given_up
         # Counted when the micro-batch commits (see `commit`), not here: a replay would count twice.
         rows = self.plan.errors.deliver(self.plan.errors.letters(letters, partition_id))
         if rows is None or self.plan.dlq is None:
@@ -223,6 +287,10 @@ class SinkRunner:
             except Exception:
                 self._count({"deadletterqueue-produce-failures": 1})
                 raise
+        produced = [r.produced for r in results if r.produced is not None]
+        if produced and self.plan.owned is not None:
+            # Also before the sink's commit, for the same reason: parked work is durable first.
+            self.plan.owned.commit(produced, batch_id)
         self._connector().commit(BatchId(self.plan.run, batch_id), [r.payload for r in results])
         requests = [req for r in results for req in r.requests]
         if requests and self.plan.control is not None:
@@ -238,6 +306,9 @@ class SinkRunner:
         letters = [r.dead_letters for r in receipts if r is not None and r.dead_letters]
         if letters and self.plan.dlq is not None:
             self.plan.dlq.abort(letters, batch_id)
+        produced = [r.produced for r in receipts if r is not None and r.produced is not None]
+        if produced and self.plan.owned is not None:
+            self.plan.owned.abort(produced, batch_id)
 
 
 class _SinkWriter(DataSourceStreamArrowWriter):
@@ -253,6 +324,14 @@ class _SinkWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.runner.abort([m if isinstance(m, _TaskResult) else None for m in messages], batchId)
+
+
+def _headers_json(headers: dict[str, str]) -> str | None:
+    return json.dumps(headers, sort_keys=True) if headers else None
+
+
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _note_assignment(context: SinkTaskContext, batch: pa.RecordBatch) -> None:

@@ -138,6 +138,45 @@ def reset_offsets(name: str, request: Request) -> dict[str, Any]:
     return {"message": f"The offsets of connector {name!r} have been reset"}
 
 
+@router.get("/connectors/{name}/push")
+def get_push(name: str, request: Request) -> dict[str, Any]:
+    """A push sink's live limits and progress (totals, and each task's current micro-batch)."""
+    return herder_of(request).push(name)
+
+
+@router.patch("/connectors/{name}/push")
+def tune_push(name: str, body: ConfigBody, request: Request) -> dict[str, Any]:
+    """Change a running push sink's limits (`concurrency`, `core_concurrency`,
+    `per_target_concurrency`, `queue_limit`, `rate_limit`); its tasks apply them within ~1 s."""
+    return herder_of(request).tune_push(name, body)
+
+
+@router.api_route("/connectors/{name}/task/adjust", methods=["GET", "POST"])
+def adjust_push(
+    name: str,
+    request: Request,
+    consumerCurrentQueueSizeLimit: int | None = None,
+    maxThreadSize: int | None = None,
+    coreThreadSize: int | None = None,
+) -> dict[str, Any]:
+    """The EventBridge proposal's `/task/adjust?consumerCurrentQueueSizeLimit=&maxThreadSize=&
+    coreThreadSize=`, an alias of `PATCH …/push`; any other query parameter is refused."""
+    known = {"consumerCurrentQueueSizeLimit", "maxThreadSize", "coreThreadSize"}
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown parameter; use one of {', '.join(sorted(known))}")
+    changes = {
+        k: v
+        for k, v in (
+            ("consumerCurrentQueueSizeLimit", consumerCurrentQueueSizeLimit),
+            ("maxThreadSize", maxThreadSize),
+            ("coreThreadSize", coreThreadSize),
+        )
+        if v is not None
+    }
+    return herder_of(request).tune_push(name, changes)
+
+
 @router.get("/connector-plugins")
 def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any]]:
     """Connector plugins; with `?connectorsOnly=false` also transforms, converters and predicates

@@ -107,6 +107,16 @@ class Herder(ABC):
     def reset_offsets(self, name: str) -> None: ...
 
     @abstractmethod
+    def push(self, name: str) -> dict[str, Any]:
+        """A push sink's live limits and progress: `{"connector", "settings", "totals",
+        "tasks": [...]}` (each task: the EventBridge proposal's `ProcessResult` fields and more)."""
+
+    @abstractmethod
+    def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        """Change a running push sink's limits (applied by its tasks within ~1 s, no restart);
+        unknown keys are a `BadRequest` naming the key. Returns `push(name)`."""
+
+    @abstractmethod
     def validate(self, config: dict[str, Any], class_name: str | None = None) -> dict[str, Any]:
         """Kafka Connect's validation result: `{"name", "error_count", "configs": [...]}`."""
 

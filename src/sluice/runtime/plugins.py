@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
+from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
 from sluice.connectors.rocketmq import RocketMQSinkConnector, RocketMQSourceConnector
@@ -41,6 +42,8 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSinkConnector": FileSinkConnector,
     "org.apache.rocketmq.connect.file.FileSourceConnector": FileSourceConnector,
     "org.apache.rocketmq.connect.file.FileSinkConnector": FileSinkConnector,
+    "HttpSinkConnector": HttpSinkConnector,
+    "org.apache.rocketmq.connect.http.sink.HttpSinkConnector": HttpSinkConnector,
     "JdbcSourceConnector": JdbcSourceConnector,
     "JdbcSinkConnector": JdbcSinkConnector,
     "org.apache.rocketmq.connect.jdbc.source.JdbcSourceConnector": JdbcSourceConnector,

@@ -42,6 +42,7 @@ from sluice.engine.session import activate
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
+from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.sdk import (
     ConfigDef,
@@ -164,6 +165,7 @@ class ConnectorRunner:
         self.positions.load("")  # create the database here, before Spark's processes open it
         self.counters = SqliteCounters(os.path.join(self.root, "counters.sqlite"))
         self.counters.get("")
+        self.push_board_path = os.path.join(self.root, "push.sqlite")
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}
             if trigger_interval_ms > 0
@@ -296,6 +298,9 @@ class ConnectorRunner:
             if policy.dlq_topic:
                 self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
                 dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq")
+            # Where push sinks (sluice.push) read live limits and report progress: see push_board.
+            conf[PUSH_BOARD_KEY] = self.push_board_path
+            conf[CONNECTOR_NAME_KEY] = name
             plan = plan_sink(
                 name,
                 connector,
@@ -307,6 +312,12 @@ class ConnectorRunner:
                 registry=registry,
                 dlq=dlq,
             )
+            owned = [t for t in connector.owned_topics() if t not in topics]
+            if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
+                for topic in owned:
+                    self.bus.create_topic(topic)
+                plan = replace(plan, owned=self.bus.topic_appender(writer_id=f"{name}/{run}/own"))
+                topics = [*topics, *owned]
             fused = plan.codecs is not None and fusable(conf, plan.codecs)
             if plan.codecs is not None and not fused:
                 plan.codecs.resolve_late()  # Spark needs every type now: the error names it

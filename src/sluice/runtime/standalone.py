@@ -19,6 +19,7 @@ from pyspark.sql import SparkSession
 from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.transforms import parse_transforms
+from sluice.push import PushBoard
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
 from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
@@ -310,6 +311,37 @@ class StandaloneHerder(Herder):
             {"id": {"connector": name, "task": i}, "config": config}
             for i, config in enumerate(stored.task_configs)
         ]
+
+    # -- push sinks (sluice.push) -----------------------------------------------------------------
+    def _push_sink(self, name: str) -> StoredConnector:
+        stored = self._stored(name)
+        cls = self._class_of(stored.config)
+        if cls is None or not getattr(cls, "push_runtime", False):
+            raise BadRequest(
+                f"connector {name!r} is not a push sink (connector.class="
+                f"{stored.config.get('connector.class')!r}): it has no push settings"
+            )
+        return stored
+
+    def push(self, name: str) -> dict[str, Any]:
+        self._push_sink(name)
+        running = self.runner.running.get(name)
+        return {
+            "connector": name,
+            # the Spark query's id: live tuning keeps it (no restart)
+            "query_id": str(running.query.id) if running is not None else None,
+            **PushBoard(self.runner.push_board_path).progress(name),
+        }
+
+    def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        self._push_sink(name)
+        if not changes:
+            raise BadRequest("no push setting to change: give at least one key")
+        try:
+            PushBoard(self.runner.push_board_path).set_settings(name, changes)
+        except ConfigException as exc:
+            raise BadRequest(str(exc)) from None
+        return self.push(name)
 
     # -- offsets ----------------------------------------------------------------------------------
     def offsets(self, name: str) -> list[dict[str, Any]]:

@@ -102,6 +102,10 @@ class SinkTaskContext:
     offset_resets: list[tuple[RecordPartition, RecordOffset]] = field(default_factory=list)
     paused: list[RecordPartition] = field(default_factory=list)
     resumed: list[RecordPartition] = field(default_factory=list)
+    #: Records the task gave up on (`dead_letter`), and records it wrote to its own topics
+    #: (`produce`); the runtime writes both in the micro-batch's commit.
+    dead_letters: list[DeadLetterRequest] = field(default_factory=list)
+    produced: list[ProduceRequest] = field(default_factory=list)
 
     def assignment(self) -> list[RecordPartition]:
         """The queue partitions this task reads in the current micro-batch."""
@@ -118,6 +122,56 @@ class SinkTaskContext:
     def resume(self, *partitions: RecordPartition) -> None:
         """Read these paused partitions again."""
         self.resumed.extend(dict(p) for p in partitions)
+
+    def dead_letter(
+        self,
+        record: ConnectRecord,
+        message: str,
+        *,
+        exception_class: str = "",
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Give up on `record` (executor, during `put`/`flush`): the runtime routes it as it routes
+        a record that does not convert — to `errors.deadletterqueue.topic.name` with the
+        `__connect.errors.*` headers (plus `headers`), logged, counted — when
+        `errors.tolerance=all`; with `none` the micro-batch fails naming the record. Written in
+        the micro-batch's commit, once."""
+        self.dead_letters.append(
+            DeadLetterRequest(record, message, exception_class, dict(headers or {}))
+        )
+
+    def produce(
+        self,
+        topic: str,
+        *,
+        key: bytes | None = None,
+        value: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        """Write a record to one of the connector's own topics (`SinkConnector.owned_topics`),
+        exactly once, in the micro-batch's commit (executor, during `put`/`flush`). A sink parks
+        work for later this way (a retry topic), durably before the micro-batch commits."""
+        self.produced.append(ProduceRequest(topic, key, value, dict(headers or {})))
+
+
+@dataclass(frozen=True)
+class DeadLetterRequest:
+    """A record a sink task gave up on (see `SinkTaskContext.dead_letter`)."""
+
+    record: ConnectRecord
+    message: str
+    exception_class: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProduceRequest:
+    """A record a sink task writes to its own topic (see `SinkTaskContext.produce`)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 class Connector(ABC):
@@ -186,6 +240,12 @@ class SinkConnector(Connector):
     #: True when `commit` applies the tasks' results in task order (as the file sink does): the
     #: runtime may then split one queue's range over several tasks without reordering it.
     ordered_commit: ClassVar[bool] = False
+
+    def owned_topics(self) -> list[str]:
+        """Topics this connector writes itself (`SinkTaskContext.produce`) and reads back beside
+        `connect.topicnames` — e.g. a retry topic (driver, after `start`). The runtime creates
+        them. Default: none."""
+        return []
 
     def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
         """Make a micro-batch's writes visible (driver, once all its tasks returned from `flush`).

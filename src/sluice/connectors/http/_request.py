@@ -1,0 +1,255 @@
+"""Turning records into HTTP requests: URL templates, bodies (raw, JSON, CloudEvents 1.0), headers,
+idempotency keys; and a parked request to and from the headers of a retry-topic record."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import UTC
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from sluice.connectors.http._config import _PLACEHOLDER, HttpConfig
+from sluice.sdk import ConnectRecord
+
+#: Headers of a parked request in the retry topic (the value is the body, for people to read).
+PARKED = "sluice.push."
+
+
+@dataclass
+class Request:
+    """One HTTP request and the records it carries."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: bytes
+    key: str  # the idempotency key
+    records: list[ConnectRecord] = field(default_factory=list)
+    origins: list[dict[str, Any]] = field(default_factory=list)
+
+
+def origin(record: ConnectRecord) -> dict[str, Any]:
+    """Where a record was read: topic, queue, and its own queue offset (not the one after it)."""
+    partition = record.partition or {}
+    after = (record.offset or {}).get("queueOffset")
+    return {
+        "topic": record.topic or partition.get("topic"),
+        "queue": partition.get("queueId"),
+        "offset": after - 1 if isinstance(after, int) else None,
+    }
+
+
+def idempotency_key(origins: list[dict[str, Any]]) -> str:
+    """`<topic>/<queue>/<offset>` for one record; for a batched request, a digest of its
+    records' keys (the same records give the same key on a replay)."""
+    keys = [f"{o['topic']}/{o['queue']}/{o['offset']}" for o in origins]
+    if len(keys) == 1:
+        return keys[0]
+    return "batch-" + hashlib.sha256("\n".join(keys).encode()).hexdigest()[:32]
+
+
+def target_of(url: str, by: str) -> str:
+    """The target a URL belongs to (its own queue and limits): the URL without its query, or its
+    scheme://host:port."""
+    parts = urlsplit(url)
+    if by == "host":
+        return f"{parts.scheme}://{parts.netloc}"
+    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "" if value is None else str(value)
+
+
+def expand_url(config: HttpConfig, record: ConnectRecord) -> str:
+    """The record's URL (placeholders URL-quoted; a missing header or field is an error)."""
+    if config.url.fixed:
+        return config.url.text
+    o = origin(record)
+
+    def one(match: Any) -> str:
+        name = match.group(1)
+        head, _, rest = name.partition(".")
+        if name == "topic":
+            value: Any = o["topic"]
+        elif name == "queue":
+            value = o["queue"]
+        elif name == "offset":
+            value = o["offset"]
+        elif name == "key":
+            value = record.key
+        elif head == "header":
+            value = (record.extensions or {}).get(rest)
+        else:
+            value = _field(json_value(record.value), rest)
+        if value is None:
+            raise LookupError(f"URL placeholder {{{name}}} has no value in this record")
+        return quote(_text(value), safe="")
+
+    return _PLACEHOLDER.sub(one, config.url.text)
+
+
+def _field(value: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def json_value(value: Any) -> Any:
+    """A record value as JSON data: structures as they are; text that is JSON as that JSON;
+    other text as a string; binary as base64 text."""
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            value = bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, default=str, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def raw_body(value: Any) -> tuple[bytes, str]:
+    """The value as is, with its content type."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value), "application/octet-stream"
+    if isinstance(value, str):
+        return value.encode("utf-8"), "text/plain; charset=utf-8"
+    if value is None:
+        return b"", "application/octet-stream"
+    return _dumps(value), "application/json"
+
+
+def _event(config: HttpConfig, record: ConnectRecord, key: str) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "specversion": "1.0",
+        "id": key,
+        "source": config.ce_source,
+        "type": config.ce_type,
+        "datacontenttype": "application/json",
+        "data": json_value(record.value),
+    }
+    if record.key is not None:
+        event["subject"] = _text(record.key)
+    if record.timestamp is not None:
+        ts = record.timestamp if record.timestamp.tzinfo else record.timestamp.replace(tzinfo=UTC)
+        event["time"] = ts.isoformat().replace("+00:00", "Z")
+    return event
+
+
+def build(config: HttpConfig, url: str, records: list[ConnectRecord]) -> Request:
+    """The request carrying `records` (one, or a batch) to `url`."""
+    origins = [origin(r) for r in records]
+    key = idempotency_key(origins)
+    headers: dict[str, str] = {}
+    if len(records) == 1 and config.forward:
+        for name, value in (records[0].extensions or {}).items():
+            if "*" in config.forward or name in config.forward:
+                headers[config.forward_prefix + name] = value
+    if config.body == "cloudevents" and config.ce_mode == "binary":
+        record = records[0]
+        event = _event(config, record, key)
+        del event["data"], event["datacontenttype"]
+        headers.update({f"ce-{k}": str(v) for k, v in event.items()})
+        body, ctype = raw_body(record.value)
+        if ctype == "application/json" or isinstance(json_value(record.value), (dict, list)):
+            ctype = "application/json"
+    elif config.body == "cloudevents":
+        events = [
+            _event(config, r, idempotency_key([o])) for r, o in zip(records, origins, strict=True)
+        ]
+        if len(records) == 1:
+            body, ctype = _dumps(events[0]), "application/cloudevents+json"
+        else:
+            body, ctype = _dumps(events), "application/cloudevents-batch+json"
+    elif len(records) > 1:
+        body, ctype = _dumps([json_value(r.value) for r in records]), "application/json"
+    elif config.body == "json":
+        body, ctype = _dumps(json_value(records[0].value)), "application/json"
+    else:
+        body, ctype = raw_body(records[0].value)
+    headers["Content-Type"] = ctype
+    headers.update(config.headers)  # static headers win over derived ones
+    if config.auth is not None:
+        headers[config.auth[0]] = config.auth[1]
+    headers[config.idempotency_header] = key
+    return Request(config.method, url, headers, body, key, list(records), origins)
+
+
+# -- parked requests (the retry topic) ------------------------------------------------------------
+def park_headers(
+    config: HttpConfig,
+    request: Request,
+    attempts: int,
+    first: float,
+    due: float,
+    status: Any,
+    error: str,
+) -> dict[str, str]:
+    """What a retry-topic record carries to replay `request` later, from any process. Auth headers
+    are not stored (they are added again from the config when it is replayed)."""
+    headers = dict(request.headers)
+    if config.auth is not None:
+        headers.pop(config.auth[0], None)
+    return {
+        f"{PARKED}url": request.url,
+        f"{PARKED}method": request.method,
+        f"{PARKED}headers": json.dumps(headers, sort_keys=True),
+        f"{PARKED}body": base64.b64encode(request.body).decode("ascii"),
+        f"{PARKED}key": request.key,
+        f"{PARKED}origins": json.dumps(request.origins),
+        f"{PARKED}attempts": str(attempts),
+        f"{PARKED}first": repr(first),
+        f"{PARKED}due": repr(due),
+        f"{PARKED}status": "" if status is None else str(status),
+        f"{PARKED}error": error[:500],
+    }
+
+
+def is_parked(record: ConnectRecord) -> bool:
+    return f"{PARKED}url" in (record.extensions or {})
+
+
+def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, float, float]:
+    """A retry-topic record back into (request, attempts, first attempt, due), epoch seconds."""
+    h = record.extensions
+    headers = json.loads(h[f"{PARKED}headers"])
+    if config.auth is not None:
+        headers[config.auth[0]] = config.auth[1]
+    origins = json.loads(h[f"{PARKED}origins"])
+    originals = [
+        ConnectRecord(
+            value=base64.b64decode(h[f"{PARKED}body"]),
+            topic=o["topic"],
+            partition={"topic": o["topic"], "queueId": o["queue"]},
+            offset={"queueOffset": o["offset"] + 1} if isinstance(o["offset"], int) else None,
+            timestamp=record.timestamp,
+        )
+        for o in origins
+    ]
+    request = Request(
+        h[f"{PARKED}method"],
+        h[f"{PARKED}url"],
+        headers,
+        base64.b64decode(h[f"{PARKED}body"]),
+        h[f"{PARKED}key"],
+        originals,
+        origins,
+    )
+    first = float(h.get(f"{PARKED}first") or time.time())
+    due = float(h.get(f"{PARKED}due") or time.time())
+    return request, int(h.get(f"{PARKED}attempts") or 0), first, due

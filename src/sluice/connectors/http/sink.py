@@ -1,0 +1,261 @@
+"""HttpSinkConnector: pushes each record (or a batch of records) to an HTTP endpoint.
+
+Delivery: **at-least-once to the target; exactly-once in effect for a receiver that drops
+duplicates by the idempotency key** (header `Idempotency-Key` = `<topic>/<queue>/<offset>` of the
+record, or a digest of a batched request's records). A micro-batch commits only when each of its
+records is delivered (2xx), dead-lettered (given up: a never-retried status such as 400, or the
+retry policy ran out — routed like any record the sink gives up on: `errors.tolerance=all` and
+`errors.deadletterqueue.topic.name`, headers `__connect.errors.*` plus `__connect.errors.attempts`
+and `__connect.errors.http.status`), or *parked* in the connector's retry topic
+(`retry.topic.name`, default `<connector>-push-retry`) with its due time in a header. Parked
+records are written in the same exactly-once commit as the micro-batch, and read back like the
+connector's own topics at low priority; so a kill -9 at any moment loses nothing (the micro-batch
+is replayed: records may be sent again, with the same idempotency key), and a slow or hung target
+holds a micro-batch at most `push.flush.max.ms` plus one `timeout.ms`.
+
+Unit of parallelism: one task per group of queues (`max.tasks`); inside a task, the push runtime
+(`sluice.push`) sends up to `push.concurrency` requests at once, at most `push.target.concurrency`
+per target, each target with its own bounded queue (`push.queue.limit`), its own rate limit and its
+own `Retry-After` window. Order is kept per target only with `push.target.concurrency=1` and no
+retries. Keys: see `sluice.connectors.http` and docs/http.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.connectors.http import _request as rq
+from sluice.connectors.http._config import KEYS, HttpConfig, parse
+from sluice.push import (
+    CONNECTOR_NAME_KEY,
+    PUSH_BOARD_KEY,
+    Outcome,
+    PushBoard,
+    PushRuntime,
+    parse_retry_after,
+)
+from sluice.sdk import (
+    BatchId,
+    ConfigException,
+    ConnectException,
+    ConnectRecord,
+    SinkConnector,
+    SinkTask,
+    records_from_batch,
+)
+
+_COUNTERS = ("read", "succeeded", "failed", "retried", "dead_lettered", "parked", "timeouts")
+
+
+class DeliveryFailed(ConnectException):
+    """A record the HTTP sink gave up on (its dead letter names this class)."""
+
+    code = "http.delivery"
+
+
+class HttpSinkTask(SinkTask):
+    """Hands its records of one micro-batch to a push runtime and settles each before `flush`
+    returns: delivered, dead-lettered, or parked in the retry topic."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        self.name = config.get(CONNECTOR_NAME_KEY) or "http-sink"
+        self.config: HttpConfig = parse(config, self.name)
+        self.deadline = time.time() + self.config.flush_s
+        board = config.get(PUSH_BOARD_KEY)
+        self.board = PushBoard(board) if board else None
+        self.runtime = PushRuntime(
+            self._send,
+            policy=self.config.policy,
+            limits=self.config.limits,
+            timeout_s=self.config.timeout_s,
+        )
+        self.runtime.deadline = self.deadline
+        self.runtime.on_loop_start = self._open_client
+        self.runtime.on_loop_stop = self._close_client
+        self._reported = dict.fromkeys(_COUNTERS, 0)
+        self._applied: dict[str, Any] = {}
+        self._tune()
+        self.runtime.start()
+        self._pending: dict[str, list[ConnectRecord]] = {}
+        self._pending_bytes: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="sluice-push-board", daemon=True)
+        self._ticker.start()
+
+    # -- the event loop's side --------------------------------------------------------------------
+    async def _open_client(self) -> None:
+        import httpx
+
+        limits = httpx.Limits(
+            max_connections=None, max_keepalive_connections=self.runtime.limits.core_concurrency
+        )
+        # No client timeout: the runtime cancels an attempt at timeout.ms (asyncio.wait_for).
+        self.client = httpx.AsyncClient(verify=self.config.verify, timeout=None, limits=limits)
+
+    async def _close_client(self) -> None:
+        await self.client.aclose()
+
+    async def _send(self, target: str, request: rq.Request) -> Outcome:
+        response = await self.client.request(
+            request.method, request.url, headers=request.headers, content=request.body
+        )
+        status = response.status_code
+        if 200 <= status < 300:
+            return Outcome(True, status)
+        retry_after = parse_retry_after(response.headers.get("retry-after"), time.time())
+        text = response.text[:200].strip()
+        return Outcome(False, status, retry_after, f"HTTP {status}" + (f": {text}" if text else ""))
+
+    # -- live limits and progress -----------------------------------------------------------------
+    def _tune(self) -> None:
+        if self.board is None:
+            return
+        settings = self.board.settings(self.name)
+        if settings and settings != self._applied:
+            self.runtime.set_limits(**settings)
+            self._applied = settings
+
+    def _report(self) -> None:
+        if self.board is None:
+            return
+        progress = self.runtime.progress()
+        increments = {k: progress[k] - self._reported[k] for k in _COUNTERS}
+        self._reported = {k: progress[k] for k in _COUNTERS}
+        self.board.report(self.name, self.context.task_id, progress, increments)
+
+    def _tick(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self._tune()
+                self._report()
+            except Exception:  # a busy board is retried next second; delivery goes on
+                continue
+
+    # -- the task's side --------------------------------------------------------------------------
+    def put_batch(self, batch: pa.RecordBatch) -> None:
+        self.put(records_from_batch(batch))
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        for record in records:
+            if rq.is_parked(record):
+                request, attempts, first, due = rq.unpark(self.config, record)
+                target = rq.target_of(request.url, self.config.target_by)
+                self.runtime.submit(
+                    target, request, attempts=attempts, first_epoch=first, due_epoch=due
+                )
+                continue
+            try:
+                url = rq.expand_url(self.config, record)
+            except LookupError as exc:
+                self.context.dead_letter(record, str(exc), exception_class=_class(DeliveryFailed))
+                continue
+            if self.config.batch_records == 1:
+                self._submit(url, [record])
+            else:
+                self._batch(url, record)
+
+    def _batch(self, url: str, record: ConnectRecord) -> None:
+        size = len(rq.raw_body(record.value)[0])
+        group = self._pending.setdefault(url, [])
+        if group and self._pending_bytes.get(url, 0) + size > self.config.batch_bytes:
+            self._submit(url, group)
+            group = self._pending[url] = []
+            self._pending_bytes[url] = 0
+        group.append(record)
+        self._pending_bytes[url] = self._pending_bytes.get(url, 0) + size
+        if len(group) >= self.config.batch_records:
+            self._submit(url, group)
+            self._pending[url] = []
+            self._pending_bytes[url] = 0
+
+    def _submit(self, url: str, records: list[ConnectRecord]) -> None:
+        request = rq.build(self.config, url, records)
+        self.runtime.submit(rq.target_of(url, self.config.target_by), request)
+
+    def flush(self, batch_id: BatchId) -> Any:
+        for url, group in self._pending.items():
+            if group:
+                self._submit(url, group)
+        self._pending.clear()
+        result = self.runtime.drain(self.deadline)
+        for item in result.dead:
+            request: rq.Request = item.payload
+            for record in request.records:
+                self.context.dead_letter(
+                    record,
+                    item.reason,
+                    exception_class=_class(DeliveryFailed),
+                    headers={
+                        "__connect.errors.attempts": str(item.attempts),
+                        "__connect.errors.http.status": str(item.last_status or ""),
+                    },
+                )
+        for item in result.parked:
+            request = item.payload
+            self.context.produce(
+                self.config.retry_topic,
+                key=request.key.encode(),
+                value=request.body,
+                headers=rq.park_headers(
+                    self.config,
+                    request,
+                    item.attempts,
+                    item.first_epoch or time.time(),
+                    item.due_epoch,
+                    item.last_status,
+                    item.last_error or item.reason,
+                ),
+            )
+        return None
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.runtime.close()
+        self._ticker.join(timeout=5)
+        with contextlib.suppress(Exception):  # progress is best effort; records are settled
+            self._report()
+
+
+def _class(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+class HttpSinkConnector(SinkConnector):
+    """Pushes records to HTTP endpoints: at-least-once, exactly-once in effect for a receiver that
+    deduplicates by the idempotency key (see the module docstring)."""
+
+    config_def = KEYS
+    task_class = HttpSinkTask
+    delivery = "at-least-once"
+    #: Its tasks run on `sluice.push`: limits tunable live, progress on `GET …/push`.
+    push_runtime = True
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        parsed = parse(config, config.get(CONNECTOR_NAME_KEY, ""))
+        if parsed.batch_records > 1 and parsed.body == "cloudevents" and parsed.ce_mode == "binary":
+            raise ConfigException(
+                "cloudevents.mode",
+                "binary mode sends one event per request; set batch.max.records=1 or use "
+                "structured mode",
+            )
+        topics = self.config_def.parse(config)["connect.topicnames"]
+        if parsed.retry_topic in topics:
+            raise ConfigException(
+                "retry.topic.name", f"{parsed.retry_topic!r} is also in connect.topicnames"
+            )
+
+    def start(self, config: Mapping[str, str]) -> None:
+        super().start(config)
+        self.parsed = parse(config, config.get(CONNECTOR_NAME_KEY, ""))
+
+    def owned_topics(self) -> list[str]:
+        return [self.parsed.retry_topic]
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        return [dict(self.config) for _ in range(max_tasks)]

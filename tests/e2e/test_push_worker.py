@@ -1,0 +1,197 @@
+"""Push delivery through one real worker process: live tuning over REST and the CLI, progress
+counters against what the target counted, bad input, and kill -9 mid-push then a restart (every
+record at least once; exactly once after dedup by the idempotency key)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.worker_process import WorkerProcess
+from tests.integration.push_target import Target, serve
+
+pytestmark = pytest.mark.slow  # a real worker process, killed with -9
+
+
+@pytest.fixture(scope="module")
+def target() -> Iterator[Target]:
+    t, server, thread = serve()
+    yield t
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def push_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(tmp_path_factory.mktemp("push-worker")).start()
+    yield process
+    process.terminate()
+
+
+def _source(worker: WorkerProcess, tmp: Path, topic: str, lines: list[str]) -> None:
+    src = tmp / f"{topic}.txt"
+    src.write_text("".join(f"{line}\n" for line in lines))
+    r = worker.request(
+        "POST",
+        "/v1/connectors",
+        json={
+            "name": f"src-{topic}",
+            "config": {
+                "connector.class": "FileSourceConnector",
+                "filename": str(src),
+                "connect.topicname": topic,
+            },
+        },
+    )
+    assert r.status_code == 201, r.text
+
+
+def _sink(worker: WorkerProcess, name: str, topic: str, url: str, **extra: Any) -> None:
+    config = {
+        "connector.class": "HttpSinkConnector",
+        "connect.topicnames": topic,
+        "url": url,
+        **{k: str(v) for k, v in extra.items()},
+    }
+    r = worker.request("POST", "/v1/connectors", json={"name": name, "config": config})
+    assert r.status_code == 201, r.text
+
+
+def _push(worker: WorkerProcess, name: str) -> dict[str, Any]:
+    r = worker.get(f"/v1/connectors/{name}/push")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def _rate(target: Target, prefix: str, seconds: float) -> float:
+    before = len(target.ok(prefix))
+    started = time.monotonic()
+    wait_until(lambda: time.monotonic() - started >= seconds, seconds + 5, every=0.05)
+    return (len(target.ok(prefix)) - before) / (time.monotonic() - started)
+
+
+def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
+    push_worker: WorkerProcess, target: Target, tmp_path: Path
+) -> None:
+    target.behaviour["slow"] = {"delay": 0.05}
+    n = 4000
+    _source(push_worker, tmp_path, "tune", [f"r{i}" for i in range(n)])
+    _sink(
+        push_worker,
+        "tune",
+        "tune",
+        target.url + "/slow",
+        **{"push.concurrency": 2, "push.target.concurrency": 2, "push.flush.max.ms": 600000},
+    )
+    wait_until(lambda: len(target.ok("slow")) >= 20, 240, "the first deliveries")
+    before = _push(push_worker, "tune")
+    assert before["query_id"] and before["tasks"][0]["max_pool_size"] == 2
+    slow = _rate(target, "slow", 4)
+    r = push_worker.request(
+        "PATCH",
+        "/v1/connectors/tune/push",
+        json={"concurrency": 32, "per_target_concurrency": 32, "core_concurrency": 32},
+    )
+    assert r.status_code == 200, r.text
+    tuned_at = time.monotonic()
+    wait_until(
+        lambda: _push(push_worker, "tune")["tasks"][0]["max_pool_size"] == 32, 10, "the new limit"
+    )
+    applied_in = time.monotonic() - tuned_at
+    fast = _rate(target, "slow", 4)
+    after = _push(push_worker, "tune")
+    assert after["query_id"] == before["query_id"]  # the same query: no restart
+    assert applied_in < 3.0, f"applied in {applied_in:.1f} s"
+    # Little's law: 2 in flight at 50 ms ≈ 40/s, 32 ≈ 640/s. A CPU-starved test machine gets far
+    # less at 32 (measured 15/s → 35/s at load 31 on 2 cores: the task's CPU is the bound there)
+    assert fast > 2 * slow, f"{slow:.0f}/s → {fast:.0f}/s"
+    print(f"live tuning: {slow:.0f}/s at 2 → {fast:.0f}/s at 32, applied in {applied_in:.1f} s")
+    wait_until(lambda: len(target.ok("slow")) >= n, 240, "every record")
+    wait_until(
+        lambda: _push(push_worker, "tune")["totals"].get("succeeded") == len(target.ok("slow")),
+        10,
+        "the counters to catch up",
+    )
+    totals = _push(push_worker, "tune")["totals"]
+    assert totals["succeeded"] == len(target.ok("slow")) == n  # no failures, no duplicates
+    assert totals["read"] == n and not totals.get("failed")
+
+
+def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> None:
+    r = push_worker.request("PATCH", "/v1/connectors/tune/push", json={"threads": 4})
+    assert r.status_code == 400 and "threads" in r.json()["message"], r.text
+    r = push_worker.request("PATCH", "/v1/connectors/tune/push", json={"queue_limit": -1})
+    assert r.status_code == 400 and "queue_limit" in r.json()["message"], r.text
+    r = push_worker.request("POST", "/v1/connectors/tune/task/adjust?maxThreadSize=4&bogus=1")
+    assert r.status_code == 400 and "bogus" in r.json()["message"], r.text
+    r = push_worker.request(
+        "POST", "/v1/connectors/tune/task/adjust?consumerCurrentQueueSizeLimit=17&maxThreadSize=12"
+    )
+    assert r.status_code == 200 and r.json()["settings"]["queue_limit"] == 17, r.text
+    r = push_worker.request("GET", "/v1/connectors/src-tune/push")
+    assert r.status_code == 400 and "not a push sink" in r.json()["message"], r.text
+    r = push_worker.request(
+        "POST",
+        "/v1/connectors",
+        json={
+            "name": "broken",
+            "config": {
+                "connector.class": "HttpSinkConnector",
+                "connect.topicnames": "tune",
+                "url": "http://h/{nope}",
+            },
+        },
+    )
+    assert r.status_code == 400 and "url" in r.json()["message"], r.text
+
+
+def test_kill_9_mid_push_then_restart_delivers_every_record(
+    push_worker: WorkerProcess, target: Target, tmp_path: Path
+) -> None:
+    target.behaviour["crash"] = {"delay": 0.01}
+    n = 3000
+    _source(push_worker, tmp_path, "crash", [f"c{i}" for i in range(n)])
+    _sink(
+        push_worker,
+        "crash",
+        "crash",
+        target.url + "/crash",
+        **{"push.concurrency": 8, "read.max.rows": 200},
+    )
+    wait_until(lambda: len(target.ok("crash")) >= 300, 240, "300 deliveries")
+    push_worker.kill9()
+    at_kill = len(target.ok("crash"))
+    assert at_kill < n, "all delivered before the kill: raise n"
+    push_worker.start()
+    wait_until(
+        lambda: len({r.headers["idempotency-key"] for r in target.ok("crash")}) == n,
+        300,
+        "every record after the restart",
+    )
+    received = target.ok("crash")
+    assert sorted({r.body.decode() for r in received}) == sorted(f"c{i}" for i in range(n))
+    # the topic holds each record once (the source is exactly-once), and each record's key once
+    keys = {r.headers["idempotency-key"] for r in received}
+    queues = push_worker.get("/v1/topics/crash").json()["queues"]
+    in_topic = {
+        f"crash/{q['queue_id']}/{o}"
+        for q in queues
+        for o in range(q["min_offset"], q["max_offset"])
+    }
+    assert sum(q["max_offset"] - q["min_offset"] for q in queues) == n
+    assert keys == in_topic  # one key per record of the topic: dedup by it is exactly once
+    duplicates = len(received) - n
+    print(f"kill -9 at {at_kill} delivered: {duplicates} duplicates, dropped by idempotency key")
+    wait_until(
+        lambda: _push(push_worker, "crash")["totals"].get("succeeded", 0) >= n,
+        30,
+        "the counters",
+    )
+    totals = _push(push_worker, "crash")["totals"]
+    # counters reach the store every second: a kill -9 may lose the last second's increments
+    assert n <= totals["succeeded"] <= len(received)

@@ -1,0 +1,141 @@
+"""HttpSinkConnector config and request building (pure logic): every bad key is named."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from sluice.connectors.http import HttpSinkConnector, parse
+from sluice.connectors.http import _request as rq
+from sluice.push import PushBoard, parse_limits
+from sluice.sdk import ConfigException, ConnectRecord
+
+BASE = {"connect.topicnames": "t", "url": "http://127.0.0.1:9/x"}
+
+
+def _bad(key: str, **changes: str) -> str:
+    with pytest.raises(ConfigException) as exc:
+        HttpSinkConnector().validate({**BASE, **changes})
+    assert exc.value.key == key, exc.value
+    return str(exc.value)
+
+
+def test_bad_config_names_the_key() -> None:
+    assert "unbalanced" in _bad("url", url="http://h/{topic")
+    assert "unknown placeholder {nope}" in _bad("url", url="http://h/{nope}")
+    assert "http://" in _bad("url", url="ftp://h/x")
+    assert "unknown auth type 'OAUTH_AUTH'" in _bad("auth.type", **{"auth.type": "OAUTH_AUTH"})
+    assert "unknown auth type" in _bad("authType", authType="kerberos")  # the alias, as written
+    assert "positive" in _bad("timeout.ms", **{"timeout.ms": "-5"})
+    assert "positive" in _bad("timeout", timeout="0")
+    assert _bad("auth.bearer.token", **{"auth.type": "bearer"})
+    assert _bad("auth.basic.user", authType="BASIC_AUTH")
+    assert "JSON" in _bad("headers", headers="X-A: b")
+    assert _bad("method", method="DELETE")
+    assert _bad("rate.limit.per.second", **{"rate.limit.per.second": "-1"})
+    assert _bad("retry.jitter", **{"retry.jitter": "1.5"})
+    assert _bad(
+        "cloudevents.mode",
+        **{"body.format": "cloudevents", "cloudevents.mode": "binary", "batch.max.records": "5"},
+    )
+    assert _bad("retry.topic.name", **{"retry.topic.name": "t"})
+    assert "contradicts" in _bad("urlPattern", urlPattern="http://h/other")
+
+
+def test_rocketmq_keys_are_aliases() -> None:
+    config = parse(
+        {
+            **BASE,
+            "urlPattern": BASE["url"],
+            "authType": "API_KEY_AUTH",
+            "apiKeyName": "X-K",
+            "apiKeyValue": "v",
+            "timeout": "1500",
+            "headerParameters": '{"A": "1"}',
+        }
+    )
+    assert config.auth == ("X-K", "v") and config.timeout_s == 1.5 and config.headers == {"A": "1"}
+
+
+def _record(value: object, **kw: object) -> ConnectRecord:
+    return ConnectRecord(
+        value=value,
+        topic="t",
+        partition={"topic": "t", "queueId": "3"},
+        offset={"queueOffset": 18},
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_url_template_and_idempotency_key() -> None:
+    config = parse({**BASE, "url": "http://h/{topic}/{value.user.id}/{header.k}/{key}"})
+    record = _record('{"user": {"id": "a b"}}', key="k1", extensions={"k": "v"})
+    assert rq.expand_url(config, record) == "http://h/t/a%20b/v/k1"
+    with pytest.raises(LookupError, match=r"header\.k"):
+        rq.expand_url(config, _record('{"user": {"id": 1}}', key="x"))
+    request = rq.build(parse(BASE), "http://h/x", [record])
+    assert request.headers["Idempotency-Key"] == "t/3/17"  # the record's own offset
+    assert rq.target_of("http://h:1/a?q=1", "url") == "http://h:1/a"
+    assert rq.target_of("http://h:1/a?q=1", "host") == "http://h:1"
+
+
+def test_bodies_raw_json_cloudevents_and_batches() -> None:
+    record = _record('{"a": 1}', key="k")
+    raw = rq.build(parse(BASE), "http://h", [record])
+    assert raw.body == b'{"a": 1}' and raw.headers["Content-Type"].startswith("text/plain")
+    js = rq.build(parse({**BASE, "body.format": "json"}), "http://h", [record])
+    assert json.loads(js.body) == {"a": 1} and js.headers["Content-Type"] == "application/json"
+    ce = rq.build(parse({**BASE, "body.format": "cloudevents"}), "http://h", [record])
+    event = json.loads(ce.body)
+    assert ce.headers["Content-Type"] == "application/cloudevents+json"
+    assert event["specversion"] == "1.0" and event["id"] == "t/3/17" and event["data"] == {"a": 1}
+    assert event["subject"] == "k" and event["source"] == "sluice/http-sink"
+    binary = rq.build(
+        parse({**BASE, "body.format": "cloudevents", "cloudevents.mode": "binary"}),
+        "http://h",
+        [record],
+    )
+    assert binary.headers["ce-id"] == "t/3/17" and binary.headers["ce-specversion"] == "1.0"
+    assert binary.body == b'{"a": 1}' and binary.headers["Content-Type"] == "application/json"
+    batch = rq.build(parse(BASE), "http://h", [record, _record("plain")])
+    assert json.loads(batch.body) == [{"a": 1}, "plain"]
+    assert batch.headers["Idempotency-Key"].startswith("batch-")
+
+
+def test_parked_requests_round_trip_without_the_secret() -> None:
+    config = parse({**BASE, "auth.type": "bearer", "auth.bearer.token": "s3cret"})
+    request = rq.build(config, "http://h/x", [_record(b"\x00\xff")])
+    headers = rq.park_headers(config, request, 2, 100.0, 160.0, 503, "HTTP 503")
+    assert "s3cret" not in json.dumps(headers)
+    assert base64.b64decode(headers["sluice.push.body"]) == b"\x00\xff"
+    parked = ConnectRecord(value=b"", topic="hook-push-retry", extensions=headers)
+    assert rq.is_parked(parked)
+    again, attempts, first, due = rq.unpark(config, parked)
+    assert (attempts, first, due) == (2, 100.0, 160.0)
+    assert again.headers["Authorization"] == "Bearer s3cret" and again.body == b"\x00\xff"
+    assert again.records[0].offset == {"queueOffset": 18} and again.key == "t/3/17"
+
+
+def test_push_settings_validate_and_merge(tmp_path) -> None:
+    assert parse_limits({"maxThreadSize": "12", "coreThreadSize": 12}) == {
+        "concurrency": 12,
+        "core_concurrency": 12,
+    }
+    with pytest.raises(ConfigException) as exc:
+        parse_limits({"concurrency": 4, "threads": 2})
+    assert exc.value.key == "threads"
+    with pytest.raises(ConfigException) as exc:
+        parse_limits({"queue_limit": 0})
+    assert exc.value.key == "queue_limit"
+    board = PushBoard(str(tmp_path / "push.sqlite"))
+    board.set_settings("c", {"concurrency": 4})
+    assert board.set_settings("c", {"consumerCurrentQueueSizeLimit": 17}) == {
+        "concurrency": 4,
+        "queue_limit": 17,
+    }
+    board.report("c", 0, {"active": 1}, {"read": 5, "succeeded": 4})
+    board.report("c", 0, {"active": 0}, {"read": 1, "succeeded": 2})
+    p = board.progress("c")
+    assert p["totals"] == {"read": 6, "succeeded": 6} and p["tasks"][0]["active"] == 0
