@@ -223,22 +223,14 @@ class KafkaLog(ExternalLog):
         # The producer is fresh (see _commit), so this writer's earlier transaction is settled;
         # wait until no open transaction (of any writer) keeps the LSO below the high watermark,
         # so that counting as a read_committed consumer sees everything that is committed.
-        count = self.queue_count(topic)
-        queues = list(range(count))
-        deadline = time.monotonic() + max(self.timeout_s, 120.0)
-        high = self._list_offsets(topic, queues, latest=True, committed=False)
-        while True:
-            stable = self._list_offsets(topic, queues, latest=True)
-            if all(stable[q] >= high[q] for q in queues):
-                return
-            if time.monotonic() > deadline:
-                raise BusUnavailable(
-                    f"kafka bootstrap.servers={self.bootstrap_servers}: an open transaction "
-                    f"keeps topic {topic!r} unstable (last stable {stable}, high {high})",
-                    suggestion="a writer died mid-transaction; it is aborted after its "
-                    "transaction.timeout.ms",
-                )
-            time.sleep(0.1)
+        self._wait_stable(
+            topic,
+            list(range(self.queue_count(topic))),
+            timeout_s=max(self.timeout_s, 120.0),
+            problem="is kept unstable by an open transaction",
+            suggestion="a writer died mid-transaction; it is aborted after its "
+            "transaction.timeout.ms",
+        )
 
     def _error(self, what: str, exc: Exception, *, transient: tuple[int, ...] = ()) -> BusError:
         err = exc.args[0] if exc.args else None
@@ -536,21 +528,33 @@ class KafkaLog(ExternalLog):
             "batch was published by this one)"
         )
 
-    def _wait_stable(self, topic: str, queues: list[int]) -> None:
-        """Return once read_committed readers see the transaction just committed:
-        ``commit_transaction`` returns when the coordinator has decided, before the commit
-        markers are on every partition (until then the LSO stays below the batch)."""
+    def _wait_stable(
+        self,
+        topic: str,
+        queues: list[int],
+        *,
+        timeout_s: float | None = None,
+        problem: str = "stays unstable after a commit",
+        suggestion: str = "another writer keeps a transaction open on it",
+    ) -> None:
+        """Return once read_committed readers see everything committed so far, i.e. once the
+        last stable offset (LSO) of each queue has reached its high watermark.
+
+        After our own commit this is needed because ``commit_transaction`` returns when the
+        coordinator has decided, before the commit markers are on every partition (until then
+        the LSO stays below the batch); before a recount, because another writer's open
+        transaction holds the LSO back."""
         high = self._list_offsets(topic, queues, latest=True, committed=False)
-        deadline = time.monotonic() + self.timeout_s
+        deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
         while True:
             stable = self._list_offsets(topic, queues, latest=True)
             if all(stable[q] >= high[q] for q in queues):
                 return
             if time.monotonic() > deadline:
                 raise BusUnavailable(
-                    f"kafka bootstrap.servers={self.bootstrap_servers}: topic {topic!r} stays "
-                    f"unstable after a commit (last stable {stable}, high {high})",
-                    suggestion="another writer keeps a transaction open on it",
+                    f"kafka bootstrap.servers={self.bootstrap_servers}: topic {topic!r} "
+                    f"{problem} (last stable {stable}, high {high})",
+                    suggestion=suggestion,
                 )
             time.sleep(0.005)
 
