@@ -75,6 +75,8 @@ class Target:
         body = b""
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client died before its whole body arrived (kill -9): not received
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
