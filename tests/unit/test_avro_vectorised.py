@@ -21,7 +21,7 @@ from sluice.converters._json import decimal_of
 from sluice.converters._schemas import from_physical, to_physical
 from sluice.sdk import Field, FieldType, Schema
 from sluice.store.schemas import SqliteSchemaRegistry
-from tests.unit.test_converters import INT_RANGES, NAMES, TEXT, decoded_rows, normal
+from tests.converter_cases import INT_RANGES, NAMES, TEXT, decoded_rows, normal
 
 DAY_0001_01_01, DAY_9999_12_31 = -719_162, 2_932_896
 INT64 = (-(2**63), 2**63 - 1)
