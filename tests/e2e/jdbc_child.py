@@ -10,10 +10,10 @@ pairs go to both connectors (`source.` / `sink.` prefixed ones to one of them).
 from __future__ import annotations
 
 import sys
-import time
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
+from tests.e2e.child_watch import watch_until_killed
 
 
 def main() -> None:
@@ -59,14 +59,7 @@ def main() -> None:
             **only["sink"],
         },
     )
-    print("RUNNING", flush=True)
-    while True:
-        for running in runner.running.values():
-            failure = running.failure()
-            if failure is not None:
-                print(f"FAILED {running.name}: {failure[0]}\n{failure[1][-4000:]}", flush=True)
-                sys.exit(3)
-        time.sleep(0.2)
+    watch_until_killed(runner)
 
 
 if __name__ == "__main__":

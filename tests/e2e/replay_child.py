@@ -12,10 +12,10 @@ Usage: python replay_child.py STORE_ROOT QUEUE_DIR MAX_POLL RECORDS READ_MAX_ROW
 from __future__ import annotations
 
 import sys
-import time
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
+from tests.e2e.child_watch import watch_until_killed
 
 
 def main() -> None:
@@ -47,14 +47,7 @@ def main() -> None:
             "errors.deadletterqueue.topic.name": "people-dlq",
         },
     )
-    print("RUNNING", flush=True)
-    while True:
-        for running in runner.running.values():
-            failure = running.failure()
-            if failure is not None:
-                print(f"FAILED {running.name}: {failure[0]}\n{failure[1][-4000:]}", flush=True)
-                sys.exit(3)
-        time.sleep(0.2)
+    watch_until_killed(runner)
 
 
 if __name__ == "__main__":
