@@ -288,3 +288,27 @@ def test_progress_has_the_proposal_fields_and_percentiles() -> None:
     ):
         assert key in p
     assert set(p["latency_ms"]) == {"p50", "p90", "p99"} and p["targets"]["a"]["succeeded"] == 10
+
+
+def test_a_connectors_limits_are_shared_evenly_by_its_running_tasks() -> None:
+    budget = Limits(concurrency=32, core_concurrency=10, per_target_concurrency=5, rate_limit=9.0)
+    assert budget.share(1) == budget
+    three = budget.share(3)
+    assert (three.concurrency, three.core_concurrency, three.per_target_concurrency) == (11, 4, 2)
+    assert three.rate_limit == pytest.approx(3.0)
+    assert three.queue_limit == budget.queue_limit  # one task's memory bound stays per task
+    many = budget.share(64)  # more tasks than slots: each still gets one request in flight
+    assert (many.concurrency, many.core_concurrency, many.per_target_concurrency) == (1, 1, 1)
+
+
+def test_the_board_counts_the_tasks_that_reported_recently(tmp_path) -> None:
+    from sluice.push import PushBoard
+
+    board = PushBoard(str(tmp_path / "push.sqlite"))
+    assert board.live_tasks("c") == 1  # the asking task, before its first report
+    for task in (0, 1, 2):
+        board.report("c", task, {}, {})
+    board.report("other", 0, {}, {})
+    assert board.live_tasks("c") == 3
+    board._db().execute("UPDATE push_progress SET updated = updated - 60 WHERE task = 2")
+    assert board.live_tasks("c") == 2

@@ -5,7 +5,9 @@ one small SQLite file under the worker's `storePathRootDir` (`push.sqlite`; the 
 path to sink tasks in the `sluice.push.board` config key):
 
 * `push_settings(connector, limits)` — the limits an operator set (`PATCH …/push`); each running
-  task reads it every second and applies changes at once (no restart: the query keeps its id);
+  task reads it every second and applies its share at once (no restart: the query keeps its id).
+  The limits are the connector's budget: a task takes `Limits.share(n)` for the `n` tasks that
+  reported progress in the last 5 s;
 * `push_progress(connector, task, progress, updated)` — each task's live snapshot (its current
   micro-batch: pool sizes, queue depths, latency percentiles), written every second;
 * `push_totals(connector, name, value)` — counters added by every task every second and at the end
@@ -131,6 +133,19 @@ class PushBoard:
             db.execute("ROLLBACK")
             raise
         return merged
+
+    def live_tasks(self, connector: str, within_s: float = 5.0) -> int:
+        """How many of the connector's tasks reported progress in the last `within_s` seconds
+        (at least 1: the caller is one of them)."""
+        (count,) = (
+            self._db()
+            .execute(
+                "SELECT count(*) FROM push_progress WHERE connector = ? AND updated >= ?",
+                (connector, time.time() - within_s),
+            )
+            .fetchone()
+        )
+        return max(1, int(count))
 
     def report(
         self, connector: str, task: int, progress: Mapping[str, Any], increments: Mapping[str, int]

@@ -70,7 +70,9 @@ Send = Callable[[str, Any], Awaitable[Outcome]]
 
 @dataclass(frozen=True)
 class Limits:
-    """The tunable limits of a runtime (all per task; a connector's total is tasks times these).
+    """The tunable limits of one runtime (one task). A connector's limits are a budget for all its
+    tasks together: each task runs on its share (`Limits.share`), except `queue_limit`, which bounds
+    one task's memory and so stays per task.
 
     `core_concurrency` is the EventBridge proposal's core pool size: the connections kept open
     between bursts (capped at `concurrency`, its maximum). `rate_limit` is requests per second per
@@ -95,6 +97,20 @@ class Limits:
     @staticmethod
     def names() -> tuple[str, ...]:
         return tuple(f.name for f in fields(Limits))
+
+    def share(self, tasks: int) -> Limits:
+        """One task's share of these connector-wide limits when `tasks` tasks run at once:
+        concurrency limits and the rate limit divided evenly (rounded up, at least 1 request in
+        flight each), so the connector as a whole stays within what the operator set."""
+        if tasks <= 1:
+            return self
+        return replace(
+            self,
+            concurrency=-(-self.concurrency // tasks),
+            core_concurrency=-(-self.core_concurrency // tasks),
+            per_target_concurrency=-(-self.per_target_concurrency // tasks),
+            rate_limit=self.rate_limit / tasks,
+        )
 
 
 @dataclass

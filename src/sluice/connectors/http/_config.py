@@ -84,7 +84,11 @@ KEYS = ConfigDef(
         doc="header carrying <topic>/<queue>/<offset> of the request's record(s)",
     ),
     ConfigKey(
-        "push.concurrency", type="int", default=16, min=1, doc="requests in flight, per task"
+        "push.concurrency",
+        type="int",
+        default=16,
+        min=1,
+        doc="requests in flight, for the connector (split among its tasks)",
     ),
     ConfigKey(
         "push.core.concurrency",
@@ -98,7 +102,7 @@ KEYS = ConfigDef(
         type="int",
         default=8,
         min=1,
-        doc="requests in flight per target, per task",
+        doc="requests in flight per target, for the connector (split among its tasks)",
     ),
     ConfigKey(
         "push.queue.limit",

@@ -14,10 +14,12 @@ is replayed: records may be sent again, with the same idempotency key), and a sl
 holds a micro-batch at most `push.flush.max.ms` plus one `timeout.ms`.
 
 Unit of parallelism: one task per group of queues (`max.tasks`); inside a task, the push runtime
-(`sluice.push`) sends up to `push.concurrency` requests at once, at most `push.target.concurrency`
-per target, each target with its own bounded queue (`push.queue.limit`), its own rate limit and its
-own `Retry-After` window. Order is kept per target only with `push.target.concurrency=1` and no
-retries. Keys: see `sluice.connectors.http` and docs/http.md.
+(`sluice.push`) sends requests concurrently on its share of the connector's budget
+(`push.concurrency` in flight, at most `push.target.concurrency` per target, the rate limit:
+divided evenly among the tasks running at once), each target with its own bounded queue
+(`push.queue.limit`, per task), its own rate limit and its own `Retry-After` window. Order is kept
+per target only with `push.target.concurrency=1` and no retries. Keys: see
+`sluice.connectors.http` and docs/http.md.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import asdict, replace
 from typing import Any
 
 import pyarrow as pa
@@ -35,6 +38,7 @@ from sluice.connectors.http._config import KEYS, HttpConfig, parse
 from sluice.push import (
     CONNECTOR_NAME_KEY,
     PUSH_BOARD_KEY,
+    Limits,
     Outcome,
     PushBoard,
     PushRuntime,
@@ -80,7 +84,7 @@ class HttpSinkTask(SinkTask):
         self.runtime.on_loop_stop = self._close_client
         self._reported = dict.fromkeys(_COUNTERS, 0)
         self._report_lock = threading.Lock()
-        self._applied: dict[str, Any] = {}
+        self._applied: Limits | None = None
         self._tune()
         self.runtime.start()
         self._pending: dict[str, list[ConnectRecord]] = {}
@@ -115,12 +119,14 @@ class HttpSinkTask(SinkTask):
 
     # -- live limits and progress -----------------------------------------------------------------
     def _tune(self) -> None:
+        """Apply this task's share of the connector's limits (the config's, as changed live)."""
         if self.board is None:
             return
-        settings = self.board.settings(self.name)
-        if settings and settings != self._applied:
-            self.runtime.set_limits(**settings)
-            self._applied = settings
+        budget = replace(self.config.limits, **self.board.settings(self.name))
+        share = budget.share(self.board.live_tasks(self.name))
+        if share != self._applied:
+            self.runtime.set_limits(**asdict(share))
+            self._applied = share
 
     def _report(self) -> None:
         if self.board is None:
