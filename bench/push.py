@@ -1,5 +1,6 @@
-"""Push delivery throughput: the HTTP sink's task (push runtime + httpx) against Little's law and
-against a plain httpx loop with the same concurrency, in the same run, on the same target.
+"""Push delivery throughput: the HTTP sink's task (push runtime + aiohttp) against Little's law and
+against plain aiohttp and httpx loops with the same concurrency, in the same run, on the same
+target (ratios are against the aiohttp loop, the sink's own client).
 
 The target is a small keep-alive HTTP/1.1 server on raw asyncio in a *separate process* (so it
 does not share the client's GIL or CPU accounting) that answers every request after a fixed delay.
@@ -103,6 +104,29 @@ def plain_loop(url: str, n: int, concurrency: int) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def aiohttp_loop(url: str, n: int, concurrency: int) -> tuple[float, float]:
+    """A plain aiohttp loop (the sink's own client): `concurrency` workers posting one record
+    each; (seconds, CPU s)."""
+    import aiohttp
+
+    async def main() -> None:
+        connector = aiohttp.TCPConnector(limit=concurrency)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            it = iter(range(n))
+
+            async def worker() -> None:
+                for i in it:
+                    async with session.post(url, data=f"r{i}".encode()) as r:
+                        await r.read()
+                        r.raise_for_status()
+
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    asyncio.run(main())
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
 def sink_task(url: str, n: int, concurrency: int) -> tuple[float, float]:
     """The HTTP sink's task over one micro-batch of `n` records; (seconds, CPU s)."""
     task = HttpSinkTask()
@@ -149,7 +173,12 @@ def main() -> None:
         target = Target(delay)
         try:
             rows = []
-            for name, run in (("plain httpx loop", plain_loop), ("sluice HttpSinkTask", sink_task)):
+            runs = (
+                ("plain aiohttp loop", aiohttp_loop),
+                ("sluice HttpSinkTask", sink_task),
+                ("plain httpx loop", plain_loop),
+            )
+            for name, run in runs:
                 before = target.counter.value
                 seconds, cpu = run(target.url, n, c)
                 sent = target.counter.value - before
