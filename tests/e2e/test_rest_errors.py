@@ -82,8 +82,10 @@ def test_create_errors_name_the_problem(worker: WorkerProcess, tmp_path: Path) -
     # Connector.validate: the file source needs a filename
     invalid = post(json.dumps({"connector.class": "FileSourceConnector", "connect.topicname": "t"}))
     assert invalid.startswith("filename: required key is missing")
+    # every bad key, not only the first
     assert post(json.dumps({"connector.class": "FileSourceConnector", "max.tasks": "zero"})) == (
-        "max.tasks: expected an integer, got 'zero'"
+        "max.tasks: expected an integer, got 'zero'; filename: required key is missing; "
+        "connect.topicname: required key is missing"
     )
     nested = post(json.dumps({"connector.class": "FileSourceConnector", "filename": {"a": 1}}))
     assert nested.startswith("filename: value of type dict is not supported")
@@ -166,7 +168,12 @@ def test_validate_reports_errors_per_key(worker: WorkerProcess) -> None:
     by_key = {c["value"]["name"]: c for c in result["configs"]}
     [error] = by_key["connect.topicnames"]["value"]["errors"]
     assert error.startswith("connect.topicnames: required key is missing")
-    assert by_key["filename"]["value"] == {"name": "filename", "value": "/x", "errors": []}
+    assert by_key["filename"]["value"] == {
+        "name": "filename",
+        "value": "/x",
+        "errors": [],
+        "warnings": [],
+    }
     ok = worker.request(
         "PUT",
         "/v1/connector-plugins/org.apache.rocketmq.connect.file.FileSinkConnector/config/validate",

@@ -96,6 +96,13 @@ def stop_connector(name: str, request: Request) -> dict[str, Any]:
     return ok(f"Connector [{name}] deleted successfully")
 
 
+@router.get("/connectors/{name}/delete")
+def delete_connector(name: str, request: Request) -> dict[str, Any]:
+    """Remove the connector's config (RocketMQ Connect's README lists it beside `…/stop`)."""
+    herder_of(request).delete_connector(name)
+    return ok(f"Connector [{name}] deleted successfully")
+
+
 @router.get("/connectors/{name}/pause")
 def pause_connector(name: str, request: Request) -> dict[str, Any]:
     herder_of(request).pause(name)
@@ -112,16 +119,23 @@ def resume_connector(name: str, request: Request) -> dict[str, Any]:
 async def create_connector(name: str, request: Request) -> dict[str, Any]:
     """Create (or update) a connector from the JSON config map in the body."""
     config = parse_json_object(await request.body(), "request body")
-    await run_in_threadpool(herder_of(request).put_connector, name, config)
-    return ok(config)
+    info, _ = await run_in_threadpool(herder_of(request).put_connector, name, config)
+    return _with_warnings(ok(config), info)
 
 
 @router.get("/connectors/{name}")
 def create_connector_by_get(name: str, request: Request, config: str = "") -> dict[str, Any]:
     """Create (or update) a connector from `?config=<url-encoded JSON config map>`."""
     parsed = parse_json_object(config, "query param 'config'")
-    herder_of(request).put_connector(name, parsed)
-    return ok(parsed)
+    info, _ = herder_of(request).put_connector(name, parsed)
+    return _with_warnings(ok(parsed), info)
+
+
+def _with_warnings(envelope: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """The envelope with the config's warnings (unknown keys) beside `body`, when it has any."""
+    if info.get("warnings"):
+        envelope["warnings"] = info["warnings"]
+    return envelope
 
 
 @router.get("/plugin/reload")

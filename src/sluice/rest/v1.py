@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import BaseModel, Field
 
 from sluice.rest._common import herder_of
@@ -33,15 +33,18 @@ class Offsets(BaseModel):
 
 
 @router.get("/connectors")
-def list_connectors(request: Request, expand: str | None = None) -> Any:
+def list_connectors(request: Request, expand: Annotated[list[str] | None, Query()] = None) -> Any:
+    """Connector names; with `?expand=status` and/or `?expand=info` (repeatable, as in Kafka
+    Connect) a map of name to the requested parts."""
     herder = herder_of(request)
     names = herder.connectors()
-    if expand is None:
+    if not expand:
         return names
-    if expand not in ("status", "info"):
-        raise BadRequest(f"expand must be 'status' or 'info', got {expand!r}")
-    fetch = herder.status if expand == "status" else herder.connector_info
-    return {name: {expand: fetch(name)} for name in names}
+    for part in expand:
+        if part not in ("status", "info"):
+            raise BadRequest(f"expand must be 'status' or 'info', got {part!r}", key="expand")
+    fetch = {"status": herder.status, "info": herder.connector_info}
+    return {name: {part: fetch[part](name) for part in dict.fromkeys(expand)} for name in names}
 
 
 @router.post("/connectors", status_code=201)
@@ -110,9 +113,22 @@ def stop(name: str, request: Request) -> dict[str, Any]:
 
 
 @router.post("/connectors/{name}/restart", status_code=202)
-def restart(name: str, request: Request) -> dict[str, Any]:
-    herder_of(request).restart(name)
-    return herder_of(request).status(name)
+def restart(
+    name: str, request: Request, includeTasks: bool = False, onlyFailed: bool = False
+) -> dict[str, Any]:
+    """Kafka Connect's restart: with `onlyFailed=true` only a FAILED connector (or, with
+    `includeTasks=true`, one with a FAILED task) restarts. A connector's tasks are partitions of
+    one Spark query, so restarting restarts them all; answers the status after it."""
+    herder = herder_of(request)
+    if onlyFailed:
+        status = herder.status(name)
+        failed = status["connector"]["state"] == "FAILED" or (
+            includeTasks and any(t["state"] == "FAILED" for t in status["tasks"])
+        )
+        if not failed:
+            return status
+    herder.restart(name)
+    return herder.status(name)
 
 
 @router.post("/connectors/{name}/tasks/{task}/restart", status_code=202)

@@ -42,6 +42,11 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSinkConnector": FileSinkConnector,
     "org.apache.rocketmq.connect.file.FileSourceConnector": FileSourceConnector,
     "org.apache.rocketmq.connect.file.FileSinkConnector": FileSinkConnector,
+    # Kafka's quickstart classes (their keys `file`/`topic`/`topics` are aliases too)
+    "org.apache.kafka.connect.file.FileStreamSourceConnector": FileSourceConnector,
+    "org.apache.kafka.connect.file.FileStreamSinkConnector": FileSinkConnector,
+    "FileStreamSource": FileSourceConnector,
+    "FileStreamSink": FileSinkConnector,
     "HttpSinkConnector": HttpSinkConnector,
     "org.apache.rocketmq.connect.http.sink.HttpSinkConnector": HttpSinkConnector,
     "JdbcSourceConnector": JdbcSourceConnector,
