@@ -93,7 +93,7 @@ def test_every_bad_key_is_reported_not_only_the_first(registry: PluginRegistry, 
 def test_pipeline_fused_is_a_boolean_where_the_engine_reads_it() -> None:
     assert jvm_path_forced({"pipeline.fused": "false"})
     assert not jvm_path_forced({})
-    with pytest.raises(ConfigException, match="pipeline.fused: expected a boolean"):
+    with pytest.raises(ConfigException, match=r"pipeline\.fused: expected a boolean"):
         jvm_path_forced({"pipeline.fused": "flase"})  # it used to mean true
 
 

@@ -8,6 +8,7 @@ first), the RocketMQ Connect face `{"errorCode", "message", "code", "key", "sugg
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -104,14 +105,22 @@ def create_app(herder: Herder) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
+        body = await request.body()
         for error in exc.errors():
             loc = [str(p) for p in error.get("loc", ()) if p != "body"]
             if error.get("type") == "json_invalid":
                 pos = next((p for p in error.get("loc", ()) if isinstance(p, int)), 0)
-                body = await request.body()
                 reason = (error.get("ctx") or {}).get("error", "invalid")
                 problems.append(f"malformed JSON at {_json_position(body, pos)}: {reason}")
                 continue
+            if not loc and body.strip():  # sent without a JSON content type: parse it here
+                try:
+                    json.loads(body)
+                except ValueError as bad:
+                    where = _json_position(body, getattr(bad, "pos", 0))
+                    reason = getattr(bad, "msg", str(bad))
+                    problems.append(f"malformed JSON at {where}: {reason}")
+                    continue
             where = ".".join(loc)
             problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
         return error_response(

@@ -160,7 +160,7 @@ class StandaloneHerder(Herder):
         """Refuse a change that makes the stored positions unusable (e.g. a JDBC `mode`)."""
         cls = self._class_of(conf)
         if cls is not None:
-            has = bool(self.runner.positions.load(stored.name))
+            has = bool(self.runner.committed_positions(stored.name))
             validation.check_position_keys(cls, stored.config, conf, has)
 
     def put_connector(
