@@ -279,3 +279,38 @@ def test_tolerated_record_log_lines(worker: WorkerProcess, scratch: Path) -> Non
     assert [t["id"] for t in status["tasks"]] == [0]
     for name in names:
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def test_sql_transforms_are_analysed_at_create(worker: WorkerProcess, scratch: Path) -> None:
+    name = f"sql-{_uid()}"
+    good_query = "SELECT topic, key, upper(value) AS value, timestamp, headers FROM records"
+    base = {
+        **_source(scratch, f"t-{name}"),
+        "transforms": "q",
+        "transforms.q.type": "Sql",
+    }
+
+    def put(query: str) -> Any:
+        return worker.request(
+            "PUT", f"/v1/connectors/{name}/config", json={**base, "transforms.q.query": query}
+        )
+
+    unknown_column = put(
+        "SELECT topic, key, nosuchcolumn AS value, timestamp, headers FROM records"
+    )
+    assert unknown_column.status_code == 400, unknown_column.text
+    assert unknown_column.json()["key"] == "transforms.q"
+    assert "invalid SQL" in unknown_column.json()["message"]
+    assert worker.get(f"/v1/connectors/{name}").status_code == 404  # not stored
+    dropped = put("SELECT value FROM records")
+    assert dropped.status_code == 400
+    assert dropped.json()["key"] == "transforms.q.query"
+    assert "missing: topic, key, timestamp, headers" in dropped.json()["message"]
+
+    assert put(good_query).status_code == 201
+    wait_until(lambda: worker.state(name) == "RUNNING", 60, "the connector to run")
+    # a bad change is refused and the running config stays
+    assert put("SELECT nope FROM records").status_code == 400
+    assert worker.get(f"/v1/connectors/{name}/config").json()["transforms.q.query"] == good_query
+    wait_until(lambda: worker.state(name) == "RUNNING", 60, "the previous config to run again")
+    assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

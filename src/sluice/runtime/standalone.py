@@ -16,12 +16,12 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sluice.engine.settings import ConfigReport
+from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
-from sluice.runtime.runner import ConnectorRunner
+from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
@@ -127,12 +127,41 @@ class StandaloneHerder(Herder):
         try:
             running = self.runner.start(name, stored.config)
         except Exception as exc:  # a connector that cannot start fails alone, the worker goes on
-            log.error("connector %s failed to start: %s", name, exc)
-            self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
+            self._failed(name, exc)
             return
+        self._running(name, running)
+
+    def _failed(self, name: str, exc: BaseException) -> None:
+        log.error("connector %s failed to start: %s", name, exc)
+        self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
+
+    def _running(self, name: str, running: RunningConnector) -> None:
         self.configs.set_task_configs(name, list(running.task_configs))
         self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
         log.info("connector %s started (%s, run %s)", name, running.kind, running.run)
+
+    def _start_checked(self, stored: StoredConnector, previous: StoredConnector | None) -> None:
+        """Start a created or changed connector. A transform whose SQL does not analyse against
+        the record schema (or drops record columns) shows only when Spark plans the query: such
+        a config is refused like any bad key (BadRequest), and the previous one comes back."""
+        name = stored.name
+        try:
+            running = self.runner.start(name, stored.config)
+        except ConfigException as exc:
+            if not validation.is_plan_error(exc):
+                self._failed(name, exc)
+                return
+            if previous is None:
+                self.configs.delete(name)
+                self.statuses.delete(name)
+            else:
+                self.configs.put(name, previous.config, previous.target_state)
+                self._start(previous)
+            raise validation.as_bad_request([Problem.of(exc)]) from None
+        except Exception as exc:  # a connector that cannot start fails alone
+            self._failed(name, exc)
+            return
+        self._running(name, running)
 
     def _set_idle(self, stored: StoredConnector) -> None:
         state = _STATE_OF_TARGET[stored.target_state]
@@ -188,7 +217,7 @@ class StandaloneHerder(Herder):
             self.configs.put(name, conf, target)
             stored = self._stored(name)
             if target == "STARTED":
-                self._start(stored)
+                self._start_checked(stored, existing)
             else:
                 self._set_idle(stored)
             log.info("connector %s %s", name, "updated" if existing else "created")

@@ -85,6 +85,12 @@ def accepted(registry: PluginRegistry, name: str, config: Mapping[str, Any]) -> 
     return report
 
 
+def is_plan_error(exc: ConfigException) -> bool:
+    """True for a config error found only when Spark plans the connector's query (a transform's
+    SQL that does not analyse, or drops record columns): a herder refuses those at create."""
+    return exc.key.startswith(("transforms.", "predicates."))
+
+
 def definition(name: str, key: ConfigKey | None) -> dict[str, Any]:
     """A key as Kafka Connect's validation result and `/plugin/config` show it."""
     if key is None:
@@ -213,6 +219,7 @@ __all__ = [
     "check",
     "check_position_keys",
     "definition",
+    "is_plan_error",
     "kind_of",
     "match_partitions",
     "plugin_keys",
