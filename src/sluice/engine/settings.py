@@ -237,7 +237,7 @@ def _unknown_keys(
     resolve_transform: TransformResolver,
 ) -> list[Problem]:
     """A warning for every key nothing declares, with the closest declared key when one is near."""
-    known = set(definitions)
+    known = set(definitions) | set(ALIASES)  # aliases are renamed already: only for suggestions
     for group in ("transforms", "predicates"):
         for name in _names(conf.get(group, "")):
             prefix = f"{group}.{name}."
