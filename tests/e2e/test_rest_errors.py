@@ -128,7 +128,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             "connector 'v1e' has no task 7 (it has 1)"
         )
         assert _v1_error(worker, "GET", "/v1/connectors?expand=everything", 400) == (
-            "expand must be 'status' or 'info', got 'everything'"
+            "invalid request: query param 'expand': Input should be 'status' or 'info'"
         )
         running = _v1_error(worker, "DELETE", "/v1/connectors/v1e/offsets", 409)
         assert running.startswith("connector 'v1e' must be STOPPED before its offsets can be reset")
@@ -140,7 +140,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             400,
             json={"offsets": [{"offset": {"position": 0}}]},
         )
-        assert bad_entry == "offsets[0]: needs a 'partition' object"
+        assert bad_entry == "invalid request: offsets[0].partition: Field required"
         no_offset = _v1_error(
             worker,
             "PATCH",
@@ -148,7 +148,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             400,
             json={"offsets": [{"partition": {"filename": "x"}}]},
         )
-        assert no_offset == "offsets[0]: needs an 'offset' object or null"
+        assert no_offset == "invalid request: offsets[0].offset: Field required"
         assert _v1_error(worker, "GET", "/v1/topics/no-such-topic", 404) == (
             "topic 'no-such-topic' not found"
         )

@@ -87,8 +87,10 @@ def test_unknown_keys_are_created_with_a_warning(worker: WorkerProcess, scratch:
         f"t-{name}",
         **{
             "transforms": "d",
-            "transforms.d.type": "ReplaceFieldValue",
-            "transforms.d.exlcude": "a",
+            "transforms.d.type": "RegexRouter",
+            "transforms.d.regex": "(.*)",
+            "transforms.d.replacement": "$1",
+            "transforms.d.replacment": "x",
             "tasks.max": "1",
         },
     )
@@ -97,14 +99,14 @@ def test_unknown_keys_are_created_with_a_warning(worker: WorkerProcess, scratch:
     [warning] = created.json()["warnings"]
     assert warning == {
         "code": "connect.config.unknown",
-        "key": "transforms.d.exlcude",
+        "key": "transforms.d.replacment",
         "message": "unknown key: no part of this connector reads it",
-        "suggestion": "did you mean transforms.d.exclude?",
+        "suggestion": "did you mean transforms.d.replacement?",
     }
     stored = worker.get(f"/v1/connectors/{name}/config").json()
     assert stored["max.tasks"] == "1" and "tasks.max" not in stored  # Kafka's name, renamed
     wait_until(
-        lambda: f"connector {name}: transforms.d.exlcude: unknown key" in _log(worker),
+        lambda: f"connector {name}: transforms.d.replacment: unknown key" in _log(worker),
         30,
         "the warning in the worker's log",
     )
