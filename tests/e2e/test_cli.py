@@ -8,6 +8,7 @@ cover the real entry point. Every test uses its own connector names, topics and 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -371,6 +372,20 @@ def test_plugins_cluster_and_reload(cli: Cli, worker: Any) -> None:
         "connect.topicname=t",
     )
     assert "config is valid" in valid or "0 error" in valid
+    # a misspelled optional key is a warning with a "did you mean", not silently valid
+    misspelled = cli.ok(
+        "plugins",
+        "validate",
+        "FileSourceConnector",
+        "-c",
+        f"filename={existing}",
+        "-c",
+        "connect.topicname=t",
+        "-c",
+        "max.taks=2",
+    )
+    assert "config is valid, 1 warning" in misspelled
+    assert "did you mean max.tasks?" in misspelled
 
     workers = cli.json("cluster", "info")
     assert isinstance(workers, list) and workers
@@ -392,3 +407,34 @@ def test_the_console_entry_point_as_a_subprocess(worker: Any) -> None:
     missing = run("connectors", "status", f"cli-nope-{_uid()}")
     assert missing.returncode == 1
     assert missing.stderr.startswith("error: 404 ") and missing.stderr.count("\n") == 1
+
+    # piped (not a terminal, no COLUMNS): a long name stays whole on its row, tasks say "task 0:"
+    long_name = f"cli-a-connector-with-a-rather-long-name-{_uid()}-" + "x" * 60
+    (Path(worker.tmp) / f"{long_name}.txt").write_text("x\n")
+    created = run(
+        "connectors",
+        "create",
+        long_name,
+        "-c",
+        "connector.class=FileSourceConnector",
+        "-c",
+        f"filename={Path(worker.tmp) / f'{long_name}.txt'}",
+        "-c",
+        f"connect.topicname=t-{_uid()}",
+        "-c",
+        "tasks.maxx=1",
+    )
+    assert created.returncode == 0, created.stderr
+    assert "warning: tasks.maxx: unknown key" in created.stderr
+    assert "(did you mean tasks.max?)" in created.stderr
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    table = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "--url", worker.url, "connectors", "list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    [row] = [line for line in table.stdout.splitlines() if long_name in line]
+    assert "task 0: " in row
+    assert run("connectors", "delete", long_name).returncode == 0

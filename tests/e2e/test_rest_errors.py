@@ -82,8 +82,10 @@ def test_create_errors_name_the_problem(worker: WorkerProcess, tmp_path: Path) -
     # Connector.validate: the file source needs a filename
     invalid = post(json.dumps({"connector.class": "FileSourceConnector", "connect.topicname": "t"}))
     assert invalid.startswith("filename: required key is missing")
+    # every bad key, not only the first
     assert post(json.dumps({"connector.class": "FileSourceConnector", "max.tasks": "zero"})) == (
-        "max.tasks: expected an integer, got 'zero'"
+        "max.tasks: expected an integer, got 'zero'; filename: required key is missing; "
+        "connect.topicname: required key is missing"
     )
     nested = post(json.dumps({"connector.class": "FileSourceConnector", "filename": {"a": 1}}))
     assert nested.startswith("filename: value of type dict is not supported")
@@ -126,7 +128,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             "connector 'v1e' has no task 7 (it has 1)"
         )
         assert _v1_error(worker, "GET", "/v1/connectors?expand=everything", 400) == (
-            "expand must be 'status' or 'info', got 'everything'"
+            "invalid request: query param 'expand': Input should be 'status' or 'info'"
         )
         running = _v1_error(worker, "DELETE", "/v1/connectors/v1e/offsets", 409)
         assert running.startswith("connector 'v1e' must be STOPPED before its offsets can be reset")
@@ -138,7 +140,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             400,
             json={"offsets": [{"offset": {"position": 0}}]},
         )
-        assert bad_entry == "offsets[0]: needs a 'partition' object"
+        assert bad_entry == "invalid request: offsets[0].partition: Field required"
         no_offset = _v1_error(
             worker,
             "PATCH",
@@ -146,7 +148,7 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             400,
             json={"offsets": [{"partition": {"filename": "x"}}]},
         )
-        assert no_offset == "offsets[0]: needs an 'offset' object or null"
+        assert no_offset == "invalid request: offsets[0].offset: Field required"
         assert _v1_error(worker, "GET", "/v1/topics/no-such-topic", 404) == (
             "topic 'no-such-topic' not found"
         )
@@ -166,7 +168,12 @@ def test_validate_reports_errors_per_key(worker: WorkerProcess) -> None:
     by_key = {c["value"]["name"]: c for c in result["configs"]}
     [error] = by_key["connect.topicnames"]["value"]["errors"]
     assert error.startswith("connect.topicnames: required key is missing")
-    assert by_key["filename"]["value"] == {"name": "filename", "value": "/x", "errors": []}
+    assert by_key["filename"]["value"] == {
+        "name": "filename",
+        "value": "/x",
+        "errors": [],
+        "warnings": [],
+    }
     ok = worker.request(
         "PUT",
         "/v1/connector-plugins/org.apache.rocketmq.connect.file.FileSinkConnector/config/validate",

@@ -190,8 +190,8 @@ def test_connectors_table_shows_states_tasks_and_the_first_trace_line() -> None:
     header = next(line for line in lines if "NAME" in line)
     assert header.split() == ["NAME", "TYPE", "STATE", "TASKS", "TRACE"]
     sink_row = next(line for line in lines if line.startswith("sink"))
-    assert sink_row.split()[:5] == ["sink", "sink", "RUNNING", "0", "RUNNING"]
-    assert "1 FAILED" in text
+    assert sink_row.split()[:6] == ["sink", "sink", "RUNNING", "task", "0:", "RUNNING"]
+    assert "task 1: FAILED" in text
     assert "task 1: ValueError: bad line 7" in text
     assert "at x" not in text  # only the first line in a table
     assert lines.index(sink_row) < next(i for i, ln in enumerate(lines) if ln.startswith("src"))
@@ -275,9 +275,35 @@ def test_offsets_plugins_topics_workers_and_validation() -> None:
     assert "FileSourceConnector: 1 error" in text and "filename is required" in text
     assert "max.tasks" not in text
     assert "max.tasks" in render_text(validation_view(result, show_all=True))
+    warned = {
+        "name": "FileSinkConnector",
+        "error_count": 0,
+        "warning_count": 1,
+        "configs": [
+            {
+                "definition": {"name": "filname", "type": "string", "required": False},
+                "value": {
+                    "name": "filname",
+                    "value": "x",
+                    "errors": [],
+                    "warnings": ["filname: unknown key (did you mean filename?)"],
+                },
+            }
+        ],
+    }
+    text = render_text(validation_view(warned))
+    assert "FileSinkConnector: config is valid, 1 warning" in text
+    assert "warning: filname: unknown key (did you mean filename?)" in text
 
 
 # -- errors and exit codes ----------------------------------------------------------------------
+
+
+def test_server_errors_carry_the_suggestion() -> None:
+    body = {"error_code": 409, "message": "mode: cannot change", "suggestion": "stop, reset"}
+    assert ServerError.from_response(httpx.Response(409, json=body)).message == (
+        "409 mode: cannot change (stop, reset)"
+    )
 
 
 def test_server_errors_of_both_faces_become_one_line() -> None:

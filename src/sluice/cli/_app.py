@@ -26,6 +26,9 @@ from ._client import DEFAULT_TIMEOUT, DEFAULT_URL, Client, Json
 from ._errors import EXIT_SERVER, BadResponse, CliError, UsageProblem, one_line
 from ._inputs import merge_config, parse_offsets
 
+#: The width a piped table may take (it takes its natural width, up to this).
+_PIPED_WIDTH = 400
+
 __all__ = ["app", "main"]
 
 app = typer.Typer(
@@ -139,7 +142,10 @@ def _emit(
     if shown is None:
         return
     # A console per call: it then writes to whatever sys.stdout is now (pytest swaps it).
-    console = Console(highlight=False)
+    # Piped, Rich would assume 80 columns and fold names mid-word: give tables room instead
+    # (they take their natural width, no padding), unless COLUMNS says otherwise.
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    console = Console(highlight=False, width=_PIPED_WIDTH if piped else None)
     console.print(Text(shown) if isinstance(shown, str) else shown)
 
 
@@ -228,6 +234,9 @@ def create(
             created, info = True, client.create(name, body)
     verb = "Created" if created else "Updated"
     kind = info.get("type") if isinstance(info, dict) else None
+    for warning in (info.get("warnings") or []) if isinstance(info, dict) else []:
+        hint = f" ({warning.get('suggestion')})" if warning.get("suggestion") else ""
+        sys.stderr.write(f"warning: {warning.get('key')}: {warning.get('message')}{hint}\n")
     _emit(
         ctx,
         json_flag,

@@ -78,6 +78,9 @@ class ServerError(CliError):
         if isinstance(body, dict):
             if isinstance(body.get("message"), str) and body["message"].strip():
                 message = body["message"]
+                hint = body.get("suggestion")  # what to do, when the worker knows
+                if isinstance(hint, str) and hint and hint not in message:
+                    message = f"{message} ({hint})"
             # FastAPI's own validation errors use {"detail": …}; keep them readable too.
             elif "detail" in body:
                 message = str(body["detail"])

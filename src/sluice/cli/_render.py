@@ -78,7 +78,7 @@ def _tasks_cell(tasks: Sequence[Mapping[str, Any]]) -> Text:
     for index, task in enumerate(tasks):
         if index:
             cell.append("\n")
-        cell.append(f"{task.get('id', '?')} ")
+        cell.append(f"task {task.get('id', '?')}: ")
         cell.append_text(state_text(task.get("state")))
     return cell
 
@@ -240,32 +240,41 @@ def plugins_table(plugins: Sequence[Mapping[str, Any]]) -> RenderableType:
 
 
 def validation_view(result: Mapping[str, Any], *, show_all: bool = False) -> RenderableType:
-    """``…/config/validate``: a count line and the keys with errors (every key if ``show_all``)."""
+    """``…/config/validate``: a count line and the keys with errors or warnings (every key if
+    ``show_all``). Warnings are unknown keys, with the declared key they are close to."""
     count = int(result.get("error_count") or 0)
+    warned = int(result.get("warning_count") or 0)
     head = Text(f"{result.get('name', '?')}: ")
     if count:
         head.append(f"{count} error{'s' if count != 1 else ''}", style="bold red")
     else:
         head.append("config is valid", style="green")
+    if warned:
+        head.append(f", {warned} warning{'s' if warned != 1 else ''}", style="yellow")
     rows = []
     for entry in result.get("configs") or []:
         definition = entry.get("definition") or {}
         value = entry.get("value") or {}
-        errors = value.get("errors") or []
-        if show_all or errors:
-            rows.append((definition, value, errors))
+        problems = [str(e) for e in value.get("errors") or []]
+        problems += [f"warning: {w}" for w in value.get("warnings") or []]
+        if show_all or problems:
+            rows.append((definition, value, problems))
     if not rows:
         return head
-    table = _table("KEY", "VALUE", "TYPE", "REQUIRED", "DEFAULT", "ERRORS")
-    for definition, value, errors in sorted(rows, key=lambda r: str(r[0].get("name"))):
+    table = _table("KEY", "VALUE", "TYPE", "REQUIRED", "DEFAULT", "PROBLEMS")
+    for definition, value, problems in sorted(rows, key=lambda r: str(r[0].get("name"))):
         required = definition.get("required")
+        cell = Text()
+        for index, problem in enumerate(problems):
+            style = "yellow" if problem.startswith("warning: ") else "red"
+            cell.append(("\n" if index else "") + problem, style=style)
         table.add_row(
             Text(str(definition.get("name") or value.get("name") or "?")),
             _text(value.get("value")),
             _text(definition.get("type")),
             Text("yes" if required else "no" if required is not None else "-"),
             _text(definition.get("default_value")),
-            Text("\n".join(str(e) for e in errors), style="red"),
+            cell,
         )
     return Group(head, table)
 

@@ -200,6 +200,7 @@ class ErrorReporter:
         if not len(letters):
             return None
         if self.policy.log:
+            _ensure_log_format()
             for line in letters.field("log").to_pylist():
                 log.warning("%s", line)
         self.count(counters, len(letters))
@@ -227,6 +228,8 @@ class ErrorReporter:
         )
         if self.policy.log_messages:
             text += f" key={_show(letter.key)} value={_show(letter.value)}"
+        else:  # a converter's message may quote the record (JSON decode errors do): hide it
+            text = _hide_record(text, letter.key, letter.value)
         return text
 
     def count(self, counters: Any, letters: int, retries: int = 0) -> None:
@@ -244,6 +247,36 @@ class ErrorReporter:
                 "deadletterqueue-produce-requests": letters if self.policy.dlq_topic else 0,
             },
         )
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+_HIDDEN = "<record data hidden: errors.log.include.messages=false>"
+
+
+def _ensure_log_format() -> None:
+    """Spark's Python workers (where tolerated records are logged) configure no logging, so a
+    bare warning would print without time, level or logger: give them the worker's format."""
+    if logging.getLogger().handlers or log.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    log.addHandler(handler)
+    log.propagate = False
+
+
+def _hide_record(text: str, *records: bytes | None) -> str:
+    """`text` without the record's key or value text (or the first 200 characters of it, which
+    is what the JSON converter quotes)."""
+    for data in records:
+        if not data:
+            continue
+        shown = data.decode("utf-8", "replace")
+        for part in dict.fromkeys((shown, shown[:200], repr(shown)[1:-1][:200])):
+            if len(part) >= 4:
+                text = text.replace(part, _HIDDEN)
+            else:  # too short to replace everywhere: only where a message ends with it
+                text = text.replace(f": {part}. The record", f": {_HIDDEN}. The record")
+    return text
 
 
 def _show(data: bytes | None) -> str:

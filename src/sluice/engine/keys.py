@@ -40,3 +40,32 @@ RUNTIME_KEYS = ConfigDef(
     ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
     *ERROR_KEYS.keys.values(),
 )
+
+#: `pipeline.fused=false` forces the JVM path; a value that is not a boolean names the key.
+PIPELINE_KEYS = ConfigDef(
+    ConfigKey(
+        "pipeline.fused",
+        type="bool",
+        default=True,
+        doc="false forces the JVM path (records cross into Spark rows and back)",
+    ),
+)
+
+#: The keys a sink connector's config carries besides its own.
+SINK_KEYS = ConfigDef(
+    ConfigKey("connect.topicnames", type="list", doc="topics the sink reads (Kafka: topics)"),
+    # Where a new sink connector (no stored position for a queue) starts. FIRST, unlike
+    # RocketMQ Connect's LAST, so that a sink created after its source reads what the topic holds.
+    ConfigKey(
+        "consume.from.where",
+        default="CONSUME_FROM_FIRST_OFFSET",
+        choices=("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_LAST_OFFSET"),
+        doc="where a new sink starts in queues without a stored position",
+    ),
+    ConfigKey(
+        "task.group.id",
+        default=None,
+        pattern=r"[%|a-zA-Z0-9_-]{1,255}",  # RocketMQ's rule for group names
+        doc="consumer group the sink's offsets are committed under (default connect-<name>)",
+    ),
+)

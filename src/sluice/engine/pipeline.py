@@ -28,6 +28,7 @@ from sluice.engine.converters import (
 )
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUMNS
+from sluice.engine.keys import PIPELINE_KEYS
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
 from sluice.engine.source_errors import ERROR_FRAME, DeadLetterRouting, encode_frame_tolerating
@@ -108,8 +109,9 @@ def fusable(config: dict[str, str], codecs: SourceCodecs | SinkCodecs) -> bool:
 
 
 def jvm_path_forced(config: dict[str, str]) -> bool:
-    """True if the connector's config sets `pipeline.fused=false`."""
-    return config.get("pipeline.fused", "true").strip().lower() == "false"
+    """True if the connector's config sets `pipeline.fused=false` (a value that is not a boolean
+    is a ConfigException naming the key; it used to mean true)."""
+    return not PIPELINE_KEYS.parse(config)["pipeline.fused"]
 
 
 def start_fused_query(

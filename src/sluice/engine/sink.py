@@ -163,11 +163,14 @@ class SinkRunner:
         number = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
         batch_id = BatchId(self.plan.run, number)
         task = self.plan.connector_class.task_class()
+        # A queue may span several Spark partitions (split_queues): the task a partition runs,
+        # and the id the status, the log and the dead letters show, is partition mod tasks.
+        task_id = partition_id % len(self.plan.task_configs)
         task.context = SinkTaskContext(
-            connector_name=self.plan.name, task_id=partition_id, batch_id=batch_id
+            connector_name=self.plan.name, task_id=task_id, batch_id=batch_id
         )
-        task.start(self.plan.task_configs[partition_id % len(self.plan.task_configs)])
-        what = f"sink task {partition_id} of {self.plan.name}"
+        task.start(self.plan.task_configs[task_id])
+        what = f"sink task {task_id} of {self.plan.name}"
         retries = 0
         tolerated: list[pa.RecordBatch] = []
         try:
@@ -189,7 +192,7 @@ class SinkRunner:
                 suggestion="set errors.tolerance=all (and errors.deadletterqueue.topic.name) "
                 "to dead-letter such records instead of failing",
             )
-        errors, dead_letters = self._report(tolerated, partition_id, given_up)
+        errors, dead_letters = self._report(tolerated, partition_id, given_up, task_id)
         produced = self._produce(c.produced, partition_id)
         requests = (
             [{"op": "reset", "partition": p, "offset": o} for p, o in c.offset_resets]
@@ -238,6 +241,7 @@ class SinkRunner:
         tolerated: list[pa.RecordBatch],
         partition_id: int,
         given_up: list[DeadLetter] = (),  # type: ignore[assignment]
+        task_id: int | None = None,
     ) -> tuple[int, Any]:
         """Log the tolerated records (and those the task gave up on) and stage their dead
         letters: (count, writer receipt)."""
@@ -251,7 +255,8 @@ class SinkRunner:
         letters = [x for bad in tolerated for x in sink_dead_letters(bad, classes)]
         letters += given_up
         # Counted when the micro-batch commits (see `commit`), not here: a replay would count twice.
-        rows = self.plan.errors.deliver(self.plan.errors.letters(letters, partition_id))
+        task = partition_id % len(self.plan.task_configs) if task_id is None else task_id
+        rows = self.plan.errors.deliver(self.plan.errors.letters(letters, task))
         if rows is None or self.plan.dlq is None:
             return len(letters), None
         try:

@@ -1,42 +1,301 @@
-"""Builds the FastAPI application: both faces, their error bodies, OpenAPI at `/docs`."""
+"""Builds the FastAPI application: both faces, their error bodies, OpenAPI at `/docs`.
+
+Every error reaches the wire here, in the shape of the face that was called: `/v1` answers
+`{"error_code", "message", "code", "key", "suggestion", "errors"}` (Kafka Connect's two fields
+first), the RocketMQ Connect face `{"errorCode", "message", "code", "key", "suggestion",
+"errors"}`. `errors` lists every problem of a config when there are several.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import re
+from typing import Any
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
+import sluice
 from sluice.rest import rocketmq, v1
+from sluice.rest._common import CONFIG_SCHEMA
 from sluice.runtime.herder import Herder, HerderError
 
+log = logging.getLogger(__name__)
 
-def error_response(request: Request, status: int, message: str) -> JSONResponse:
+
+def error_body(
+    request: Request,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    key: str | None = None,
+    suggestion: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The error body of the face `request` called."""
+    status_key = "error_code" if request.url.path.startswith("/v1") else "errorCode"
+    return {
+        status_key: status,
+        "message": message,
+        "code": code,
+        "key": key,
+        "suggestion": suggestion,
+        "errors": errors or [],
+    }
+
+
+def error_response(request: Request, status: int, message: str, **fields: Any) -> JSONResponse:
     """An error in the shape of the face that was called (`/v1` or RocketMQ Connect's)."""
-    if request.url.path.startswith("/v1"):
-        return JSONResponse({"error_code": status, "message": message}, status_code=status)
-    return JSONResponse({"errorCode": status, "message": message}, status_code=status)
+    headers = fields.pop("headers", None)
+    return JSONResponse(
+        error_body(request, status, message, **fields), status_code=status, headers=headers
+    )
+
+
+class ProblemBody(BaseModel):
+    """One bad key of a config (or one problem of a request)."""
+
+    code: str
+    key: str
+    message: str
+    suggestion: str | None = None
+
+
+class V1Error(BaseModel):
+    """The `/v1` error body (Kafka Connect's `error_code` and `message`, then sluice's)."""
+
+    error_code: int
+    message: str
+    code: str | None = None
+    key: str | None = None
+    suggestion: str | None = None
+    errors: list[ProblemBody] = []
+
+
+class RocketMQError(BaseModel):
+    """The RocketMQ Connect face's error body."""
+
+    errorCode: int
+    message: str
+    code: str | None = None
+    key: str | None = None
+    suggestion: str | None = None
+    errors: list[ProblemBody] = []
+
+
+_WHY = {
+    400: "Invalid request: a bad parameter, body or config key (every bad key in `errors`)",
+    404: "No such connector, task, plugin, topic or route",
+    409: "The request does not fit the connector's state",
+    500: "The worker failed unexpectedly",
+}
+
+
+def _statuses(path: str, method: str) -> tuple[int, ...]:
+    """The error statuses the route at `path` answers besides 2xx (see `sluice.runtime.herder`:
+    BadRequest 400, NotFound 404, Conflict 409)."""
+    statuses = [400, 404, 500]
+    mutates_config = method in ("post", "put") and (
+        path in ("/v1/connectors", "/connectors/{name}") or path.endswith(("/{name}", "/config"))
+    )
+    if (
+        mutates_config
+        or path.endswith("/offsets")
+        or (path == "/connectors/{name}" and method == "get")
+    ):
+        statuses.append(409)
+    return tuple(sorted(statuses))
+
+
+#: RocketMQ Connect routes that take a config map as JSON in a query parameter.
+_JSON_QUERY = {("/connectors/{name}", "get"), ("/plugin/config/validate", "get")}
+
+
+def _describe_raw_inputs(schema: dict[str, Any]) -> None:
+    """What the RocketMQ Connect face reads by hand: a JSON config map in `?config=` or as the
+    raw body of `POST /connectors/{name}`, and a required `?plugin=` (the handlers parse them
+    themselves, to answer RocketMQ Connect's messages)."""
+    paths = schema.get("paths", {})
+    for path, method in _JSON_QUERY:
+        operation = paths[path][method]
+        operation["parameters"] = [
+            p for p in operation.get("parameters", []) if p.get("name") != "config"
+        ] + [
+            {
+                "name": "config",
+                "in": "query",
+                "required": True,
+                "description": "the connector config map as JSON",
+                "content": {"application/json": {"schema": CONFIG_SCHEMA}},
+            }
+        ]
+    for parameter in paths["/plugin/config"]["get"].get("parameters", []):
+        if parameter.get("name") == "plugin":
+            parameter["required"] = True
+            parameter["schema"] = {"type": "string", "minLength": 1, "title": "Plugin"}
+    paths["/connectors/{name}"]["post"]["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": CONFIG_SCHEMA}},
+    }
+
+
+def _document_errors(app: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document with every error status each route answers and its body; FastAPI's
+    default 422 is gone (validation errors are answered as 400)."""
+    if app.openapi_schema:
+        return app.openapi_schema
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+    )
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in (ProblemBody, V1Error, RocketMQError):
+        components[model.__name__] = model.model_json_schema(
+            ref_template="#/components/schemas/{model}"
+        )
+    _describe_raw_inputs(schema)
+    for path, operations in schema.get("paths", {}).items():
+        body = "V1Error" if path.startswith("/v1") or path == "/" else "RocketMQError"
+        for method, operation in operations.items():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status in _statuses(path, method):
+                responses[str(status)] = {
+                    "description": _WHY[status],
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{body}"}}
+                    },
+                }
+    for name in ("HTTPValidationError", "ValidationError"):
+        components.pop(name, None)
+    app.openapi_schema = schema
+    return schema
+
+
+def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """The methods the OpenAPI document lists for the request's path, so `Allow` and the
+    document agree by construction. The most specific path wins (`/connectors/list` over
+    `/connectors/{name}`), as the document describes it."""
+    path = request.url.path
+    found: dict[int, set[str]] = {}
+    for template, operations in app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
+            found.setdefault(template.count("{"), set()).update(m.upper() for m in operations)
+    return sorted(found[min(found)]) if found else []
+
+
+def _where(loc: tuple[Any, ...] | list[Any]) -> str:
+    """A validation error's location as the user wrote it: `query param 'plugin'`,
+    `path param 'name'`, `offsets[0].partition`, `body`."""
+    parts = list(loc)
+    if len(parts) >= 2 and parts[0] in ("query", "path", "header"):
+        return f"{parts[0]} param {parts[1]!r}"
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "body"
+
+
+def _json_position(body: bytes, pos: int) -> str:
+    text = body.decode("utf-8", "replace")
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line} column {column} (char {pos})"
 
 
 def create_app(herder: Herder) -> FastAPI:
     """The REST API of one worker; every route calls `herder` and nothing else."""
     app = FastAPI(
         title="sluice worker",
+        version=sluice.__version__,
         summary="RocketMQ Connect compatible REST API, plus a resource API under /v1",
     )
     app.state.herder = herder
     app.include_router(rocketmq.router)
     app.include_router(v1.router)
+    app.openapi = lambda: _document_errors(app)  # type: ignore[method-assign]
+
+    @app.get("/", tags=["v1"])
+    def root() -> dict[str, Any]:
+        """The worker's version (Kafka Connect's `GET /`)."""
+        return {"version": sluice.__version__, "commit": None, "worker_id": herder.worker_id}
 
     @app.exception_handler(HerderError)
     async def _herder_error(request: Request, exc: HerderError) -> JSONResponse:
-        return error_response(request, exc.status, exc.message)
+        return error_response(
+            request,
+            exc.status,
+            exc.message,
+            code=exc.code,
+            key=exc.key,
+            suggestion=exc.suggestion,
+            errors=exc.errors,
+        )
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 404:
+            message = f"no route {request.method} {request.url.path}"
+        elif exc.status_code == 405:
+            # Starlette names the methods of the first route on the path only; a path served by
+            # several routes (GET, PUT, DELETE of one connector) allows them all.
+            allowed = _allowed_methods(app, request)
+            headers["Allow"] = ", ".join(allowed)
+            message = (
+                f"method {request.method} is not allowed on {request.url.path} "
+                f"(allowed: {', '.join(allowed)})"
+            )
+        else:
+            message = str(exc.detail)
+        return error_response(
+            request,
+            exc.status_code,
+            message,
+            code="request.route" if exc.status_code in (404, 405) else "request.invalid",
+            headers=headers or None,
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        return error_response(
+            request, 500, f"internal error: {type(exc).__name__}: {exc}", code="internal"
+        )
 
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
+        body = await request.body()
         for error in exc.errors():
-            where = ".".join(str(p) for p in error.get("loc", ()) if p != "body")
-            problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
-        return error_response(request, 400, "invalid request: " + "; ".join(problems))
+            loc = [p for p in error.get("loc", ()) if p != "body"]
+            if error.get("type") == "json_invalid":
+                pos = next((p for p in error.get("loc", ()) if isinstance(p, int)), 0)
+                reason = (error.get("ctx") or {}).get("error", "invalid")
+                problems.append(f"malformed JSON at {_json_position(body, pos)}: {reason}")
+                continue
+            if not loc and body.strip():  # sent without a JSON content type: parse it here
+                try:
+                    json.loads(body)
+                except ValueError as bad:
+                    where = _json_position(body, getattr(bad, "pos", 0))
+                    reason = getattr(bad, "msg", str(bad))
+                    problems.append(f"malformed JSON at {where}: {reason}")
+                    continue
+            problems.append(f"{_where(error.get('loc', ()))}: {error.get('msg', 'invalid')}")
+        return error_response(
+            request, 400, "invalid request: " + "; ".join(problems), code="request.invalid"
+        )
 
     return app
+
+
+__all__ = ["create_app", "error_body", "error_response"]

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from sluice.rest._common import herder_of, parse_json_object
+from sluice.rest._common import ConnectorName, herder_of, parse_json_object
 from sluice.runtime.herder import BadRequest
 
 router = APIRouter(tags=["RocketMQ Connect"])
@@ -71,57 +71,73 @@ def resume_all(request: Request) -> dict[str, Any]:
 
 
 @router.get("/connectors/{name}/config")
-def connector_config(name: str, request: Request) -> dict[str, Any]:
+def connector_config(name: ConnectorName, request: Request) -> dict[str, Any]:
     return ok(herder_of(request).connector_info(name))
 
 
 @router.get("/connectors/{name}/status")
-def connector_status(name: str, request: Request) -> dict[str, Any]:
+def connector_status(name: ConnectorName, request: Request) -> dict[str, Any]:
     return ok(herder_of(request).status(name))
 
 
 @router.get("/connectors/{name}/tasks")
-def task_configs(name: str, request: Request) -> dict[str, Any]:
+def task_configs(name: ConnectorName, request: Request) -> dict[str, Any]:
     return ok(herder_of(request).task_configs(name))
 
 
 @router.get("/connectors/{name}/tasks/{task}/status")
-def task_status(name: str, task: int, request: Request) -> dict[str, Any]:
+def task_status(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
     return ok(herder_of(request).task_status(name, task))
 
 
 @router.get("/connectors/{name}/stop")
-def stop_connector(name: str, request: Request) -> dict[str, Any]:
+def stop_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
+    herder_of(request).delete_connector(name)
+    return ok(f"Connector [{name}] deleted successfully")
+
+
+@router.get("/connectors/{name}/delete")
+def delete_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
+    """Remove the connector's config (RocketMQ Connect's README lists it beside `…/stop`)."""
     herder_of(request).delete_connector(name)
     return ok(f"Connector [{name}] deleted successfully")
 
 
 @router.get("/connectors/{name}/pause")
-def pause_connector(name: str, request: Request) -> dict[str, Any]:
+def pause_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).pause(name)
     return ok(f"Connector [{name}] paused successfully")
 
 
 @router.get("/connectors/{name}/resume")
-def resume_connector(name: str, request: Request) -> dict[str, Any]:
+def resume_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).resume(name)
     return ok(f"Connector [{name}] resumed successfully")
 
 
 @router.post("/connectors/{name}")
-async def create_connector(name: str, request: Request) -> dict[str, Any]:
+async def create_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     """Create (or update) a connector from the JSON config map in the body."""
     config = parse_json_object(await request.body(), "request body")
-    await run_in_threadpool(herder_of(request).put_connector, name, config)
-    return ok(config)
+    info, _ = await run_in_threadpool(herder_of(request).put_connector, name, config)
+    return _with_warnings(ok(config), info)
 
 
 @router.get("/connectors/{name}")
-def create_connector_by_get(name: str, request: Request, config: str = "") -> dict[str, Any]:
+def create_connector_by_get(
+    name: ConnectorName, request: Request, config: str = ""
+) -> dict[str, Any]:
     """Create (or update) a connector from `?config=<url-encoded JSON config map>`."""
     parsed = parse_json_object(config, "query param 'config'")
-    herder_of(request).put_connector(name, parsed)
-    return ok(parsed)
+    info, _ = herder_of(request).put_connector(name, parsed)
+    return _with_warnings(ok(parsed), info)
+
+
+def _with_warnings(envelope: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+    """The envelope with the config's warnings (unknown keys) beside `body`, when it has any."""
+    if info.get("warnings"):
+        envelope["warnings"] = info["warnings"]
+    return envelope
 
 
 @router.get("/plugin/reload")

@@ -5,43 +5,65 @@ Errors are `{"error_code": <HTTP status>, "message": "…"}`.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Request, Response
+from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import BaseModel, Field
 
-from sluice.rest._common import herder_of
+from sluice.rest._common import (
+    CONFIG_SCHEMA,
+    NAME_PATTERN,
+    ConfigValue,
+    ConnectorName,
+    herder_of,
+)
 from sluice.runtime.herder import BadRequest, NotFound
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
 #: A connector config map as the whole JSON body.
-ConfigBody = Annotated[dict[str, Any], Body()]
+ConfigBody = Annotated[dict[str, ConfigValue], Body(json_schema_extra=CONFIG_SCHEMA)]
+#: A config to validate: `connector.class` may come from the path instead.
+ValidateBody = Annotated[dict[str, ConfigValue], Body()]
+#: A push sink's limits to change.
+PushBody = Annotated[dict[str, int | float], Body()]
 
 
 class NewConnector(BaseModel):
     """The body of `POST /v1/connectors`."""
 
-    name: str = Field(min_length=1)
-    config: dict[str, Any]
+    name: str = Field(min_length=1, pattern=NAME_PATTERN)
+    config: Annotated[dict[str, ConfigValue], Field(json_schema_extra=CONFIG_SCHEMA)]
+
+
+class OffsetEntry(BaseModel):
+    """One partition's position; `"offset": null` removes it."""
+
+    partition: dict[str, Any] = Field(description="a partition as GET …/offsets shows it")
+    offset: dict[str, Any] | None = Field(description="the position, or null to remove it")
 
 
 class Offsets(BaseModel):
     """`{"offsets": [{"partition": {…}, "offset": {…} | null}]}` as the offsets API shows it."""
 
-    offsets: list[dict[str, Any]]
+    offsets: list[OffsetEntry]
 
 
 @router.get("/connectors")
-def list_connectors(request: Request, expand: str | None = None) -> Any:
+def list_connectors(
+    request: Request, expand: Annotated[list[Literal["status", "info"]] | None, Query()] = None
+) -> Any:
+    """Connector names; with `?expand=status` and/or `?expand=info` (repeatable, as in Kafka
+    Connect) a map of name to the requested parts."""
     herder = herder_of(request)
     names = herder.connectors()
-    if expand is None:
+    if not expand:
         return names
-    if expand not in ("status", "info"):
-        raise BadRequest(f"expand must be 'status' or 'info', got {expand!r}")
-    fetch = herder.status if expand == "status" else herder.connector_info
-    return {name: {expand: fetch(name)} for name in names}
+    for part in expand:
+        if part not in ("status", "info"):
+            raise BadRequest(f"expand must be 'status' or 'info', got {part!r}", key="expand")
+    fetch = {"status": herder.status, "info": herder.connector_info}
+    return {name: {part: fetch[part](name) for part in dict.fromkeys(expand)} for name in names}
 
 
 @router.post("/connectors", status_code=201)
@@ -51,14 +73,14 @@ def create_connector(body: NewConnector, request: Request) -> dict[str, Any]:
 
 
 @router.get("/connectors/{name}")
-def get_connector(name: str, request: Request) -> dict[str, Any]:
+def get_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     return herder_of(request).connector_info(name)
 
 
 @router.put("/connectors/{name}")
 @router.put("/connectors/{name}/config")
 def put_connector(
-    name: str, request: Request, response: Response, config: ConfigBody
+    name: ConnectorName, request: Request, response: Response, config: ConfigBody
 ) -> dict[str, Any]:
     info, created = herder_of(request).put_connector(name, config)
     response.status_code = 201 if created else 200
@@ -66,86 +88,99 @@ def put_connector(
 
 
 @router.get("/connectors/{name}/config")
-def get_config(name: str, request: Request) -> dict[str, str]:
+def get_config(name: ConnectorName, request: Request) -> dict[str, str]:
     return herder_of(request).connector_config(name)
 
 
 @router.delete("/connectors/{name}", status_code=204)
-def delete_connector(name: str, request: Request) -> Response:
+def delete_connector(name: ConnectorName, request: Request) -> Response:
     herder_of(request).delete_connector(name)
     return Response(status_code=204)
 
 
 @router.get("/connectors/{name}/status")
-def status(name: str, request: Request) -> dict[str, Any]:
+def status(name: ConnectorName, request: Request) -> dict[str, Any]:
     return herder_of(request).status(name)
 
 
 @router.get("/connectors/{name}/tasks")
-def tasks(name: str, request: Request) -> list[dict[str, Any]]:
+def tasks(name: ConnectorName, request: Request) -> list[dict[str, Any]]:
     return herder_of(request).task_configs(name)
 
 
 @router.get("/connectors/{name}/tasks/{task}/status")
-def task_status(name: str, task: int, request: Request) -> dict[str, Any]:
+def task_status(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
     return herder_of(request).task_status(name, task)
 
 
 @router.put("/connectors/{name}/pause", status_code=202)
-def pause(name: str, request: Request) -> dict[str, Any]:
+def pause(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).pause(name)
     return herder_of(request).status(name)
 
 
 @router.put("/connectors/{name}/resume", status_code=202)
-def resume(name: str, request: Request) -> dict[str, Any]:
+def resume(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).resume(name)
     return herder_of(request).status(name)
 
 
 @router.put("/connectors/{name}/stop", status_code=202)
-def stop(name: str, request: Request) -> dict[str, Any]:
+def stop(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).stop(name)
     return herder_of(request).status(name)
 
 
 @router.post("/connectors/{name}/restart", status_code=202)
-def restart(name: str, request: Request) -> dict[str, Any]:
-    herder_of(request).restart(name)
-    return herder_of(request).status(name)
+def restart(
+    name: ConnectorName, request: Request, includeTasks: bool = False, onlyFailed: bool = False
+) -> dict[str, Any]:
+    """Kafka Connect's restart: with `onlyFailed=true` only a FAILED connector (or, with
+    `includeTasks=true`, one with a FAILED task) restarts. A connector's tasks are partitions of
+    one Spark query, so restarting restarts them all; answers the status after it."""
+    herder = herder_of(request)
+    if onlyFailed:
+        status = herder.status(name)
+        failed = status["connector"]["state"] == "FAILED" or (
+            includeTasks and any(t["state"] == "FAILED" for t in status["tasks"])
+        )
+        if not failed:
+            return status
+    herder.restart(name)
+    return herder.status(name)
 
 
 @router.post("/connectors/{name}/tasks/{task}/restart", status_code=202)
-def restart_task(name: str, task: int, request: Request) -> dict[str, Any]:
+def restart_task(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
     herder_of(request).restart(name, task)
     return herder_of(request).status(name)
 
 
 @router.get("/connectors/{name}/offsets")
-def get_offsets(name: str, request: Request) -> dict[str, Any]:
+def get_offsets(name: ConnectorName, request: Request) -> dict[str, Any]:
     return {"offsets": herder_of(request).offsets(name)}
 
 
 @router.patch("/connectors/{name}/offsets")
-def alter_offsets(name: str, body: Offsets, request: Request) -> dict[str, Any]:
-    herder_of(request).alter_offsets(name, body.offsets)
+def alter_offsets(name: ConnectorName, body: Offsets, request: Request) -> dict[str, Any]:
+    herder_of(request).alter_offsets(name, [e.model_dump() for e in body.offsets])
     return {"message": f"The offsets of connector {name!r} have been altered"}
 
 
 @router.delete("/connectors/{name}/offsets")
-def reset_offsets(name: str, request: Request) -> dict[str, Any]:
+def reset_offsets(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).reset_offsets(name)
     return {"message": f"The offsets of connector {name!r} have been reset"}
 
 
 @router.get("/connectors/{name}/push")
-def get_push(name: str, request: Request) -> dict[str, Any]:
+def get_push(name: ConnectorName, request: Request) -> dict[str, Any]:
     """A push sink's live limits and progress (totals, and each task's current micro-batch)."""
     return herder_of(request).push(name)
 
 
 @router.patch("/connectors/{name}/push")
-def tune_push(name: str, body: ConfigBody, request: Request) -> dict[str, Any]:
+def tune_push(name: ConnectorName, body: PushBody, request: Request) -> dict[str, Any]:
     """Change a running push sink's limits (`concurrency`, `core_concurrency`,
     `per_target_concurrency`, `queue_limit`, `rate_limit`); its tasks apply them within ~1 s."""
     return herder_of(request).tune_push(name, body)
@@ -153,7 +188,7 @@ def tune_push(name: str, body: ConfigBody, request: Request) -> dict[str, Any]:
 
 @router.api_route("/connectors/{name}/task/adjust", methods=["GET", "POST"])
 def adjust_push(
-    name: str,
+    name: ConnectorName,
     request: Request,
     consumerCurrentQueueSizeLimit: int | None = None,
     maxThreadSize: int | None = None,
@@ -189,7 +224,7 @@ def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any
 
 
 @router.put("/connector-plugins/{class_name}/config/validate")
-def validate(class_name: str, request: Request, config: ConfigBody) -> dict[str, Any]:
+def validate(class_name: str, request: Request, config: ValidateBody) -> dict[str, Any]:
     return herder_of(request).validate(config, class_name)
 
 

@@ -17,28 +17,47 @@ class HerderError(Exception):
     """A request the herder refuses; `status` is the HTTP status it maps to."""
 
     status = 500
+    code = "herder.error"
 
-    def __init__(self, message: str) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        key: str | None = None,
+        suggestion: str | None = None,
+        code: str | None = None,
+        errors: list[dict[str, Any]] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.key = key
+        self.suggestion = suggestion
+        if code is not None:
+            self.code = code
+        #: every problem when there are several (config validation): `{code, key, message,
+        #: suggestion}` each
+        self.errors = errors or []
 
 
 class BadRequest(HerderError):
     """Bad input: malformed or invalid config, unknown class… The message names the key."""
 
     status = 400
+    code = "request.invalid"
 
 
 class NotFound(HerderError):
     """No such connector, task or plugin."""
 
     status = 404
+    code = "not.found"
 
 
 class Conflict(HerderError):
     """The request does not fit the current state (exists already, must be stopped first…)."""
 
     status = 409
+    code = "state.conflict"
 
 
 class Herder(ABC):

@@ -42,6 +42,11 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "FileSinkConnector": FileSinkConnector,
     "org.apache.rocketmq.connect.file.FileSourceConnector": FileSourceConnector,
     "org.apache.rocketmq.connect.file.FileSinkConnector": FileSinkConnector,
+    # Kafka's quickstart classes (their keys `file`/`topic`/`topics` are aliases too)
+    "org.apache.kafka.connect.file.FileStreamSourceConnector": FileSourceConnector,
+    "org.apache.kafka.connect.file.FileStreamSinkConnector": FileSinkConnector,
+    "FileStreamSource": FileSourceConnector,
+    "FileStreamSink": FileSinkConnector,
     "HttpSinkConnector": HttpSinkConnector,
     "org.apache.rocketmq.connect.http.sink.HttpSinkConnector": HttpSinkConnector,
     "JdbcSourceConnector": JdbcSourceConnector,
@@ -267,10 +272,12 @@ def _resolve(
     if not sep or "$" in name:
         short = ", ".join(sorted(k for k in known if "." not in k and "$" not in k))
         raise ConfigException(key, f"unknown {kind} class {name!r}; known: {short}")
+    if not module_name or not attr or module_name.startswith(".") or module_name.endswith("."):
+        raise ConfigException(key, f"{name!r} is not a class name (module.Class)")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigException(key, f"cannot load {name!r}: {exc}") from None
+    except Exception as exc:  # ImportError, or whatever the module raised while importing
+        raise ConfigException(key, f"cannot load {name!r}: {type(exc).__name__}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ConfigException(key, f"{name!r} is not {expected}")
     return cls

@@ -30,7 +30,7 @@ from sluice.engine.converters import (
 )
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.errors import ErrorPolicy
-from sluice.engine.keys import RUNTIME_KEYS
+from sluice.engine.keys import RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.pipeline import (
     fusable,
     jvm_path_forced,
@@ -45,9 +45,7 @@ from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     RecordOffset,
     SinkConnector,
     SourceConnector,
@@ -59,25 +57,6 @@ from sluice.store.positions import SqlitePositionStore
 from sluice.store.schemas import SqliteSchemaRegistry
 
 log = logging.getLogger(__name__)
-
-SINK_KEYS = ConfigDef(
-    ConfigKey("connect.topicnames", type="list", doc="topics the sink reads"),
-    # Where a new sink connector (no stored position for a queue) starts. FIRST, unlike
-    # RocketMQ Connect's LAST, so that a sink created after its source reads what the topic holds.
-    ConfigKey(
-        "consume.from.where",
-        default="CONSUME_FROM_FIRST_OFFSET",
-        choices=("CONSUME_FROM_FIRST_OFFSET", "CONSUME_FROM_LAST_OFFSET"),
-        doc="where a new sink starts in queues without a stored position",
-    ),
-    ConfigKey(
-        "task.group.id",
-        default=None,
-        pattern=r"[%|a-zA-Z0-9_-]{1,255}",  # RocketMQ's rule for group names
-        doc="consumer group the sink's offsets are committed under (default connect-<name>)",
-    ),
-)
-
 
 _CAUSE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Exception|Error)): (.+)$", re.MULTILINE)
 

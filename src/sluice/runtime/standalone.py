@@ -16,22 +16,18 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sluice.engine.errors import ErrorPolicy
-from sluice.engine.keys import RUNTIME_KEYS
-from sluice.engine.transforms import parse_transforms
+from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
+from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
-from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
+from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
-    ConfigKey,
-    ConnectException,
     Connector,
     SinkConnector,
     SourceConnector,
-    normalize_config,
     partition_key,
 )
 from sluice.store.configs import SqliteConfigStore, StoredConnector
@@ -131,12 +127,41 @@ class StandaloneHerder(Herder):
         try:
             running = self.runner.start(name, stored.config)
         except Exception as exc:  # a connector that cannot start fails alone, the worker goes on
-            log.error("connector %s failed to start: %s", name, exc)
-            self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
+            self._failed(name, exc)
             return
+        self._running(name, running)
+
+    def _failed(self, name: str, exc: BaseException) -> None:
+        log.error("connector %s failed to start: %s", name, exc)
+        self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
+
+    def _running(self, name: str, running: RunningConnector) -> None:
         self.configs.set_task_configs(name, list(running.task_configs))
         self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
         log.info("connector %s started (%s, run %s)", name, running.kind, running.run)
+
+    def _start_checked(self, stored: StoredConnector, previous: StoredConnector | None) -> None:
+        """Start a created or changed connector. A transform whose SQL does not analyse against
+        the record schema (or drops record columns) shows only when Spark plans the query: such
+        a config is refused like any bad key (BadRequest), and the previous one comes back."""
+        name = stored.name
+        try:
+            running = self.runner.start(name, stored.config)
+        except ConfigException as exc:
+            if not validation.is_plan_error(exc):
+                self._failed(name, exc)
+                return
+            if previous is None:
+                self.configs.delete(name)
+                self.statuses.delete(name)
+            else:
+                self.configs.put(name, previous.config, previous.target_state)
+                self._start(previous)
+            raise validation.as_bad_request([Problem.of(exc)]) from None
+        except Exception as exc:  # a connector that cannot start fails alone
+            self._failed(name, exc)
+            return
+        self._running(name, running)
 
     def _set_idle(self, stored: StoredConnector) -> None:
         state = _STATE_OF_TARGET[stored.target_state]
@@ -155,45 +180,35 @@ class StandaloneHerder(Herder):
         except ConfigException:
             return None
 
-    def _check(self, config: dict[str, Any]) -> dict[str, str]:
-        """A normalised config the connector accepts, or BadRequest naming the key."""
-        try:
-            conf = normalize_config(config)
-            if not conf.get("connector.class", "").strip():
-                raise ConfigException("connector.class", "required key is missing")
-            cls = self.plugins_registry.connector(conf["connector.class"])
-            connector = cls()
-            RUNTIME_KEYS.parse(conf)
-            topics: list[str] = []
-            if isinstance(connector, SinkConnector):
-                topics = SINK_KEYS.parse(conf)["connect.topicnames"]
-                if not topics:
-                    raise ConfigException(
-                        "connect.topicnames", "required key is missing: a sink reads topics"
-                    )
-            ErrorPolicy.from_config(conf, topics)
-            parse_transforms(conf, self.plugins_registry.transform)
-            connector.validate(conf)
-        except ConnectException as exc:
-            raise BadRequest(str(exc)) from None
-        except Exception as exc:  # a plugin's validate crashed: still the caller's config
-            raise BadRequest(
-                f"config rejected by the connector: {type(exc).__name__}: {exc}"
-            ) from exc
-        return conf
+    def _check(self, name: str, config: dict[str, Any]) -> ConfigReport:
+        """The accepted config (aliases renamed) and its warnings, or BadRequest with every
+        error (see `sluice.runtime.validation`)."""
+        return validation.accepted(self.plugins_registry, name, config)
+
+    def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
+        """Refuse a change that makes the stored positions unusable (e.g. a JDBC `mode`)."""
+        cls = self._class_of(conf)
+        if cls is not None:
+            has = bool(self.runner.committed_positions(stored.name))
+            validation.check_position_keys(cls, stored.config, conf, has)
 
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
     ) -> tuple[dict[str, Any], bool]:
         if not name or "/" in name or name.strip() != name:
             raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
-        conf = self._check(config)
+        report = self._check(name, config)
+        conf = report.config
+        warnings = [w.as_dict() for w in report.warnings]
         with self._lock:
             existing = self.configs.get(name)
             if existing is not None and create_only:
                 raise Conflict(f"connector {name!r} already exists")
             if existing is not None and existing.config == conf:
-                return self.connector_info(name), False  # identical: nothing to do
+                # identical: nothing to do
+                return _warned(self.connector_info(name), warnings), False
+            if existing is not None:
+                self._check_change(existing, conf)
             if existing is not None:
                 self.runner.stop(name)  # positions now say exactly where it ended
             # a new or changed config starts a fresh checkpoint from the stored positions
@@ -202,11 +217,11 @@ class StandaloneHerder(Herder):
             self.configs.put(name, conf, target)
             stored = self._stored(name)
             if target == "STARTED":
-                self._start(stored)
+                self._start_checked(stored, existing)
             else:
                 self._set_idle(stored)
             log.info("connector %s %s", name, "updated" if existing else "created")
-            return self.connector_info(name), existing is None
+            return _warned(self.connector_info(name), warnings), existing is None
 
     def delete_connector(self, name: str) -> None:
         with self._lock:
@@ -366,10 +381,12 @@ class StandaloneHerder(Herder):
                 raise BadRequest(f"offsets[{i}]: needs a 'partition' object")
             if "offset" not in entry or not isinstance(entry["offset"], (dict, type(None))):
                 raise BadRequest(f"offsets[{i}]: needs an 'offset' object or null")
-            changes[partition_key(entry["partition"])] = entry["offset"]
         with self._lock:
             stored = self._stored(name)
             self._require_stopped(stored, "altered")
+            offsets = validation.match_partitions(offsets, self.runner.positions.load(name))
+            for entry in offsets:
+                changes[partition_key(entry["partition"])] = entry["offset"]
             positions = self.runner.positions
             positions.save(name, {k: v for k, v in changes.items() if v is not None})
             positions.remove(name, [k for k, v in changes.items() if v is None])
@@ -387,36 +404,11 @@ class StandaloneHerder(Herder):
         conf = dict(config)
         if class_name is not None:
             conf.setdefault("connector.class", class_name)
-        cls_name = str(conf.get("connector.class", ""))
         try:
-            cls = self.plugins_registry.connector(cls_name)
+            self.plugins_registry.connector(str(conf.get("connector.class", "")))
         except ConfigException as exc:
-            raise NotFound(str(exc)) from None
-        try:
-            raw = normalize_config(conf)
-        except ConfigException as exc:
-            raise BadRequest(str(exc)) from None
-        definitions = {**RUNTIME_KEYS.keys, **cls.config_def.keys}
-        errors: dict[str, list[str]] = {key: [] for key in definitions}
-        try:
-            self._check(raw)
-        except BadRequest as exc:
-            key = exc.message.split(":", 1)[0]
-            errors.setdefault(key, []).append(exc.message)
-        configs = []
-        for key, errs in errors.items():
-            definition = definitions.get(key)
-            configs.append(
-                {
-                    "definition": _definition(key, definition),
-                    "value": {"name": key, "value": raw.get(key), "errors": errs},
-                }
-            )
-        return {
-            "name": f"{cls.__module__}.{cls.__qualname__}",
-            "error_count": sum(len(e) for e in errors.values()),
-            "configs": configs,
-        }
+            raise NotFound(str(exc), key="connector.class") from None
+        return validation.validation_result(self.plugins_registry, conf)
 
     def plugins(self) -> list[PluginInfo]:
         return self.plugins_registry.plugins()
@@ -430,8 +422,7 @@ class StandaloneHerder(Herder):
             cls = self.plugins_registry.connector(class_name)
         except ConfigException as exc:
             raise NotFound(str(exc)) from None
-        keys = {**RUNTIME_KEYS.keys, **cls.config_def.keys}
-        return [_definition(name, key) for name, key in keys.items()]
+        return validation.plugin_keys(cls)
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[dict[str, Any]]:
@@ -474,20 +465,6 @@ class StandaloneHerder(Herder):
         return groups
 
 
-def _definition(name: str, key: ConfigKey | None) -> dict[str, Any]:
-    if key is None:
-        return {
-            "name": name,
-            "type": "string",
-            "required": False,
-            "default_value": None,
-            "documentation": "",
-        }
-    default = None if key.required else key.default
-    return {
-        "name": name,
-        "type": key.type,
-        "required": key.required,
-        "default_value": None if default is None else str(default),
-        "documentation": key.doc,
-    }
+def _warned(info: dict[str, Any], warnings: list[dict[str, Any]]) -> dict[str, Any]:
+    """INFO with the config's warnings (unknown keys), when it has any."""
+    return {**info, "warnings": warnings} if warnings else info

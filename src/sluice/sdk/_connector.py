@@ -184,6 +184,12 @@ class Connector(ABC):
     task_class: ClassVar[type]
     #: Stated by every built-in connector; shown by the runtime: "exactly-once" or "at-least-once".
     delivery: ClassVar[str] = "at-least-once"
+    #: keys whose change makes the stored positions mean something else (a JDBC source's `mode`):
+    #: the runtime refuses to change them in place while positions are stored
+    position_keys: ClassVar[tuple[str, ...]] = ()
+    #: other names of its keys (e.g. Kafka's `file` for `filename`): the runtime renames them
+    #: before the connector sees the config
+    key_aliases: ClassVar[dict[str, str]] = {}
 
     def __init__(self) -> None:
         self.config: dict[str, str] = {}

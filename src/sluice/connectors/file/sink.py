@@ -126,6 +126,7 @@ class FileSinkConnector(SinkConnector):
     config_def = CONFIG
     task_class = FileSinkTask
     delivery = "exactly-once"
+    key_aliases = {"file": "filename"}  # Kafka's FileStreamSinkConnector's name
     ordered_commit = True
 
     def validate(self, config: Mapping[str, str]) -> None:

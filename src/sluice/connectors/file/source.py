@@ -152,6 +152,8 @@ class FileSourceConnector(SourceConnector):
     config_def = CONFIG
     task_class = FileSourceTask
     delivery = "exactly-once"
+    # Kafka's FileStreamSourceConnector names its keys `file` and `topic`
+    key_aliases = {"file": "filename", "topic": "connect.topicname"}
 
     def validate(self, config: Mapping[str, str]) -> None:
         path = CONFIG.parse(config)["filename"]

@@ -32,6 +32,9 @@ _CONNECTION_KEYS = (
     ),
 )
 
+#: Keys the stored positions depend on: a cursor stored under one mode is no cursor of another.
+SOURCE_POSITION_KEYS = ("mode", "incrementing.column.name", "timestamp.column.name")
+
 SOURCE_CONFIG = ConfigDef(
     *_CONNECTION_KEYS,
     ConfigKey("mode", doc="bulk, incrementing, timestamp or timestamp+incrementing"),

@@ -40,7 +40,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from sluice.connectors.jdbc._config import SOURCE_CONFIG, SourceSettings, TableName
+from sluice.connectors.jdbc._config import (
+    SOURCE_CONFIG,
+    SOURCE_POSITION_KEYS,
+    SourceSettings,
+    TableName,
+)
 from sluice.connectors.jdbc._dialect import Mapped, UnmappableType
 from sluice.connectors.jdbc._values import decode, encode, naive_utc, to_arrow
 from sluice.sdk import (
@@ -1119,6 +1124,7 @@ class JdbcSourceConnector(SourceConnector):
     config_def = SOURCE_CONFIG
     task_class = JdbcSourceTask
     delivery = "exactly-once"
+    position_keys = SOURCE_POSITION_KEYS
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,0 +1,285 @@
+"""The one owner of the connector-level keys: what every connector config may carry besides the
+connector's own keys, parsed once into `ConnectorSettings` and validated key by key.
+
+Keys (all optional)::
+
+    common   connector.class, name, max.tasks (Kafka: tasks.max), read.max.rows, read.max.bytes,
+             pipeline.fused, key.converter[.*], value.converter[.*], transforms[.<n>.*],
+             predicates[.<n>.*], errors.*  (see `sluice.engine.keys`)
+    sink     connect.topicnames (Kafka: topics), consume.from.where, task.group.id
+
+`check_config` reports **every** problem of a config, not the first one: each declared key is
+parsed on its own, then the converters, transforms, error policy and the connector's own
+`validate` run, each catching its own error. A key nobody declares is not an error (Kafka Connect
+tolerates them, and plugins may read keys they never declare) but a warning with a "did you mean"
+when a declared key is close. Aliases (Kafka's names) are rewritten to sluice's names, so the rest
+of the runtime reads one name per setting.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.converters import converter_from_config
+from sluice.engine.errors import ErrorPolicy
+from sluice.engine.keys import PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
+from sluice.engine.transforms import TransformResolver, parse_transforms
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
+
+#: Keys every connector config may carry besides `RUNTIME_KEYS`.
+COMMON_KEYS = ConfigDef(
+    ConfigKey("connector.class", doc="the connector plugin: a built-in name, alias, module.Class"),
+    ConfigKey("name", default="", doc="the connector's name (Kafka Connect repeats it here)"),
+    *RUNTIME_KEYS.keys.values(),
+    *PIPELINE_KEYS.keys.values(),
+    ConfigKey("key.converter", default="", doc="converter of record keys (StringConverter)"),
+    ConfigKey("value.converter", default="", doc="converter of record values (StringConverter)"),
+    ConfigKey("transforms", type="list", default=[], doc="transform names, applied in order"),
+    ConfigKey("predicates", type="list", default=[], doc="predicate names for transforms"),
+)
+
+#: Kafka Connect's (or older sluice) names -> the name sluice reads.
+ALIASES = {"tasks.max": "max.tasks", "topics": "connect.topicnames"}
+
+#: Keys the runtime adds itself (never typed by a user, never warned about).
+_PREFIXES = ("key.converter.", "value.converter.", "sluice.")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One bad (error) or suspicious (warning) key, as the REST API and CLI show it."""
+
+    key: str
+    message: str
+    code: str = "connect.config"
+    suggestion: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "key": self.key,
+            "message": self.message,
+            "suggestion": self.suggestion,
+        }
+
+    @staticmethod
+    def of(exc: ConnectException, key: str = "") -> Problem:
+        """The problem an SDK error describes (its key, message without the key, suggestion)."""
+        name = getattr(exc, "key", key)
+        message = exc.message
+        if name and message.startswith(f"{name}: "):
+            message = message[len(name) + 2 :]
+        return Problem(name, message, exc.code, exc.suggestion)
+
+
+@dataclass(frozen=True)
+class ConnectorSettings:
+    """The connector-level keys of one config, typed."""
+
+    kind: str  # source | sink
+    max_tasks: int
+    read_max_rows: int | None
+    read_max_bytes: int | None
+    pipeline_fused: bool
+    key_converter: str
+    value_converter: str
+    transforms: tuple[str, ...]
+    topics: tuple[str, ...] = ()
+    consume_from_where: str | None = None
+    task_group_id: str | None = None
+
+
+@dataclass
+class ConfigReport:
+    """What `check_config` found: the canonical config, its settings (None when a common key is
+    bad), every error and every warning."""
+
+    config: dict[str, str]
+    settings: ConnectorSettings | None
+    errors: list[Problem] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def canonical_keys(
+    config: Mapping[str, str], aliases: Mapping[str, str] | None = None
+) -> tuple[dict[str, str], list[Problem]]:
+    """`config` with aliases (`ALIASES` and a connector's own `key_aliases`) renamed to sluice's
+    names; conflicting pairs are errors."""
+    out = dict(config)
+    errors: list[Problem] = []
+    for alias, name in {**ALIASES, **(aliases or {})}.items():
+        if alias not in out:
+            continue
+        value = out.pop(alias)
+        if name in out and out[name].strip() != value.strip():
+            errors.append(
+                Problem(
+                    alias,
+                    f"{value!r} contradicts {name}={out[name]!r} ({alias} is Kafka Connect's "
+                    f"name of {name})",
+                    suggestion=f"set only {name}",
+                )
+            )
+        out.setdefault(name, value)
+    return out, errors
+
+
+def key_definitions(kind: str, connector_keys: ConfigDef) -> dict[str, ConfigKey]:
+    """Every key a connector of `kind` declares: the common keys, the sink keys for a sink, and
+    the connector's own (which win: a connector may redeclare `connect.topicnames`)."""
+    keys = dict(COMMON_KEYS.keys)
+    if kind == "sink":
+        keys.update(SINK_KEYS.keys)
+    keys.update(connector_keys.keys)
+    return keys
+
+
+def _typed(name: str, definition: ConfigKey, conf: Mapping[str, str]) -> Any:
+    return ConfigDef(definition).parse({name: conf[name]} if name in conf else {})[name]
+
+
+def check_config(
+    config: Mapping[str, str],
+    *,
+    kind: str,
+    connector_keys: ConfigDef,
+    resolve_transform: TransformResolver,
+    validate: Callable[[dict[str, str]], None] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> ConfigReport:
+    """Check a normalised config of a `kind` ("source" | "sink") connector; never raises for a
+    config problem, reports them all. `aliases`: the connector's own other names of its keys."""
+    conf, errors = canonical_keys(config, aliases)
+    definitions = key_definitions(kind, connector_keys)
+    values: dict[str, Any] = {}
+    for name, definition in definitions.items():
+        try:
+            values[name] = _typed(name, definition, conf)
+        except ConfigException as exc:
+            errors.append(Problem.of(exc))
+    bad = {p.key for p in errors}
+
+    def attempt(step: Callable[[], object]) -> None:
+        try:
+            step()
+        except ConfigException as exc:
+            if exc.key not in bad:  # a key parsed above already has its message
+                errors.append(Problem.of(exc))
+                bad.add(exc.key)
+        except ConnectException as exc:
+            errors.append(Problem.of(exc, "connector.class"))
+        except Exception as exc:  # a plugin's own check crashed: still the caller's config
+            errors.append(
+                Problem(
+                    "connector.class",
+                    f"config rejected by the connector: {type(exc).__name__}: {exc}",
+                )
+            )
+
+    topics = list(values.get("connect.topicnames") or [])
+    if kind == "sink" and not topics and "connect.topicnames" not in bad:
+        errors.append(
+            Problem(
+                "connect.topicnames",
+                "required key is missing: a sink reads topics",
+                suggestion="name the topics to read (Kafka Connect's key `topics` works too)",
+            )
+        )
+        bad.add("connect.topicnames")
+    for role in ("key", "value"):
+        if f"{role}.converter" not in bad:
+            attempt(lambda role=role: converter_from_config(conf, role))
+    attempt(lambda: ErrorPolicy.from_config(conf, topics))
+    chain: list[Any] = []
+    if "transforms" not in bad and "predicates" not in bad:
+        attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
+    if validate is not None:
+        attempt(lambda: validate(dict(conf)))
+    warnings = _unknown_keys(conf, definitions, chain, resolve_transform)
+    settings = None
+    common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
+    if all(k in values for k in common):
+        settings = ConnectorSettings(
+            kind=kind,
+            max_tasks=values["max.tasks"],
+            read_max_rows=values["read.max.rows"],
+            read_max_bytes=values["read.max.bytes"],
+            pipeline_fused=values["pipeline.fused"],
+            key_converter=values.get("key.converter") or "",
+            value_converter=values.get("value.converter") or "",
+            transforms=tuple(values.get("transforms") or ()),
+            topics=tuple(topics),
+            consume_from_where=values.get("consume.from.where"),
+            task_group_id=values.get("task.group.id"),
+        )
+    return ConfigReport(conf, settings, errors, warnings)
+
+
+def _names(value: str) -> list[str]:
+    return [n.strip() for n in value.split(",") if n.strip()]
+
+
+_OPTION = re.compile(r"^(transforms|predicates)\.([^.]+)\.(.+)$")
+
+
+def _unknown_keys(
+    conf: Mapping[str, str],
+    definitions: Mapping[str, ConfigKey],
+    chain: list[Any],
+    resolve_transform: TransformResolver,
+) -> list[Problem]:
+    """A warning for every key nothing declares, with the closest declared key when one is near."""
+    known = set(definitions) | set(ALIASES)  # aliases are renamed already: only for suggestions
+    for group in ("transforms", "predicates"):
+        for name in _names(conf.get(group, "")):
+            prefix = f"{group}.{name}."
+            known |= {prefix + k for k in ("class", "type", "predicate", "negate")}
+            cls_name = conf.get(prefix + "class") or conf.get(prefix + "type") or ""
+            try:
+                declared = resolve_transform(cls_name).config_def.keys if cls_name else {}
+            except ConnectException:
+                declared = {}  # reported as an error already
+            if not declared:  # a plugin that declares nothing may read anything under its prefix
+                known |= {k for k in conf if k.startswith(prefix)}
+            known |= {prefix + k for k in declared}
+    warnings: list[Problem] = []
+    for key in sorted(conf):
+        if key in known or key.startswith(_PREFIXES):
+            continue
+        match = _OPTION.match(key)
+        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        if match and match.group(2) not in _names(conf.get(match.group(1), "")):
+            group, name = match.group(1), match.group(2)
+            message = f"{group}.{name} is not in {group}= ({conf.get(group) or 'empty'})"
+            near = [n for n in near if n.startswith(group + ".")]
+        else:
+            message = "unknown key: no part of this connector reads it"
+        warnings.append(
+            Problem(
+                key,
+                message,
+                code="connect.config.unknown",
+                suggestion=f"did you mean {near[0]}?" if near else None,
+            )
+        )
+    return warnings
+
+
+__all__ = [
+    "ALIASES",
+    "COMMON_KEYS",
+    "ConfigReport",
+    "ConnectorSettings",
+    "Problem",
+    "canonical_keys",
+    "check_config",
+    "key_definitions",
+]

@@ -1,0 +1,227 @@
+"""Create-time checks of a connector config, shared by every herder: what `start` would refuse is
+refused here, with every bad key at once (`sluice.engine.settings` owns the keys).
+
+Decision on unknown keys: a key nothing declares is a **warning** (in the create/update response
+under `warnings`, in the validation result, and in the worker's log), not an error. Kafka Connect
+tolerates them too, and plugins may read keys they never declare; a close declared key is given as
+"did you mean".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from sluice.engine.settings import ConfigReport, Problem, check_config, key_definitions
+from sluice.runtime.herder import BadRequest, Conflict
+from sluice.runtime.plugins import PluginRegistry
+from sluice.sdk import (
+    ConfigException,
+    ConfigKey,
+    Connector,
+    SinkConnector,
+    normalize_config,
+    partition_key,
+)
+
+log = logging.getLogger(__name__)
+
+
+def kind_of(cls: type[Connector]) -> str:
+    """ "source" or "sink"."""
+    return "sink" if issubclass(cls, SinkConnector) else "source"
+
+
+def check(registry: PluginRegistry, config: Mapping[str, Any]) -> tuple[ConfigReport, type]:
+    """Every problem of `config`, and the connector class. Raises BadRequest only when the
+    config cannot be looked at (not a string map, no or unknown `connector.class`)."""
+    try:
+        conf = normalize_config(config)
+    except ConfigException as exc:
+        raise as_bad_request([Problem.of(exc)]) from None
+    name = conf.get("connector.class", "").strip()
+    if not name:
+        raise as_bad_request([Problem("connector.class", "required key is missing")])
+    try:
+        cls = registry.connector(name)
+    except ConfigException as exc:
+        raise as_bad_request([Problem.of(exc)]) from None
+    report = check_config(
+        conf,
+        kind=kind_of(cls),
+        connector_keys=cls.config_def,
+        resolve_transform=registry.transform,
+        validate=lambda c: cls().validate(c),
+        aliases=getattr(cls, "key_aliases", None),
+    )
+    return report, cls
+
+
+def as_bad_request(errors: list[Problem]) -> BadRequest:
+    """One 400 carrying every problem; the message lists them (`key: message; …`), the first
+    gives the body's `key`, `code` and `suggestion`."""
+    first = errors[0]
+    message = "; ".join(f"{p.key}: {p.message}" for p in errors)
+    return BadRequest(
+        message,
+        key=first.key,
+        suggestion=first.suggestion,
+        code=first.code,
+        errors=[p.as_dict() for p in errors],
+    )
+
+
+def accepted(registry: PluginRegistry, name: str, config: Mapping[str, Any]) -> ConfigReport:
+    """The report of a config a herder may store: BadRequest with every error otherwise; the
+    warnings are logged here (once, where the config is accepted)."""
+    report, _ = check(registry, config)
+    if report.errors:
+        raise as_bad_request(report.errors)
+    for warning in report.warnings:
+        hint = f" ({warning.suggestion})" if warning.suggestion else ""
+        log.warning("connector %s: %s: %s%s", name, warning.key, warning.message, hint)
+    return report
+
+
+def is_plan_error(exc: ConfigException) -> bool:
+    """True for a config error found only when Spark plans the connector's query (a transform's
+    SQL that does not analyse, or drops record columns): a herder refuses those at create."""
+    return exc.key.startswith(("transforms.", "predicates."))
+
+
+def definition(name: str, key: ConfigKey | None) -> dict[str, Any]:
+    """A key as Kafka Connect's validation result and `/plugin/config` show it."""
+    if key is None:
+        return {
+            "name": name,
+            "type": "string",
+            "required": False,
+            "default_value": None,
+            "documentation": "",
+        }
+    default = None if key.required or key.default in (None, []) else key.default
+    return {
+        "name": name,
+        "type": key.type,
+        "required": key.required,
+        "default_value": None if default is None else str(default),
+        "documentation": key.doc,
+    }
+
+
+def plugin_keys(cls: type[Connector]) -> list[dict[str, Any]]:
+    """The connector's own keys first, then the connector-level keys its kind accepts."""
+    own = cls.config_def.keys
+    every = key_definitions(kind_of(cls), cls.config_def)
+    names = [*own, *(k for k in every if k not in own)]
+    return [definition(k, every[k]) for k in names]
+
+
+def validation_result(registry: PluginRegistry, config: Mapping[str, Any]) -> dict[str, Any]:
+    """Kafka Connect's validation shape, with every error and warning per key:
+    `{"name", "error_count", "warning_count", "configs": [{"definition", "value": {"name",
+    "value", "errors", "warnings"}}]}`."""
+    report, cls = check(registry, config)
+    definitions = key_definitions(kind_of(cls), cls.config_def)
+    errors: dict[str, list[str]] = {k: [] for k in definitions}
+    warnings: dict[str, list[str]] = {}
+    for p in report.errors:
+        errors.setdefault(p.key, []).append(_text(p))
+    for p in report.warnings:
+        errors.setdefault(p.key, [])
+        warnings.setdefault(p.key, []).append(_text(p))
+    return {
+        "name": f"{cls.__module__}.{cls.__qualname__}",
+        "error_count": len(report.errors),
+        "warning_count": len(report.warnings),
+        "configs": [
+            {
+                "definition": definition(key, definitions.get(key)),
+                "value": {
+                    "name": key,
+                    "value": report.config.get(key),
+                    "errors": errs,
+                    "warnings": warnings.get(key, []),
+                },
+            }
+            for key, errs in errors.items()
+        ],
+    }
+
+
+def _text(p: Problem) -> str:
+    return f"{p.key}: {p.message}" + (f" ({p.suggestion})" if p.suggestion else "")
+
+
+def check_position_keys(
+    cls: type[Connector], old: Mapping[str, str], new: Mapping[str, str], has_positions: bool
+) -> None:
+    """Refuse a changed config whose stored positions mean something else under it: keys the
+    connector lists in `position_keys` (e.g. a JDBC source's `mode`) must not change while
+    positions are stored."""
+    if not has_positions:
+        return
+    for key in getattr(cls, "position_keys", ()):
+        if old.get(key, "") != new.get(key, ""):
+            raise Conflict(
+                f"{key}: cannot change from {old.get(key)!r} to {new.get(key)!r} while the "
+                "connector has stored positions (they were written under the old value)",
+                key=key,
+                suggestion="stop the connector, reset its offsets (DELETE "
+                "/v1/connectors/<name>/offsets), then update it; or create a new connector",
+            )
+
+
+def match_partitions(
+    offsets: list[dict[str, Any]], stored: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The offsets entries with each partition matched to a stored one.
+
+    A partition equal to a stored one once its values are compared as text (`"queueId": 4`
+    against a stored `"4"`) takes the stored form. When the connector has stored positions, a
+    partition that matches none of them is refused (writing it would change nothing the
+    connector reads); with none stored, partitions are taken as given.
+    """
+    if not stored:
+        return offsets
+    by_text: dict[str, dict[str, Any]] = {}
+    for key in stored:
+        partition = json.loads(key)
+        by_text[_as_text(partition)] = partition
+    out = []
+    for i, entry in enumerate(offsets):
+        partition = entry["partition"]
+        if partition_key(partition) in stored:
+            out.append(entry)
+            continue
+        match = by_text.get(_as_text(partition))
+        if match is None:
+            known = ", ".join(sorted(json.dumps(json.loads(k)) for k in stored)[:5])
+            raise BadRequest(
+                f"offsets[{i}].partition: {json.dumps(partition)} is none of the connector's "
+                f"partitions ({known}{', …' if len(stored) > 5 else ''})",
+                key=f"offsets[{i}].partition",
+                suggestion="copy the partition from GET /v1/connectors/<name>/offsets",
+            )
+        out.append({**entry, "partition": match})
+    return out
+
+
+def _as_text(partition: Mapping[str, Any]) -> str:
+    return json.dumps({k: str(v) for k, v in partition.items()}, sort_keys=True)
+
+
+__all__ = [
+    "accepted",
+    "as_bad_request",
+    "check",
+    "check_position_keys",
+    "definition",
+    "is_plan_error",
+    "kind_of",
+    "match_partitions",
+    "plugin_keys",
+    "validation_result",
+]

@@ -1,0 +1,229 @@
+"""The connector-level keys (sluice.engine.settings) and the create-time checks built on them
+(sluice.runtime.validation): every bad key reported, unknown keys warned, aliases renamed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
+from sluice.engine.errors import DeadLetter, ErrorPolicy, ErrorReporter
+from sluice.engine.pipeline import jvm_path_forced
+from sluice.engine.settings import canonical_keys, check_config
+from sluice.runtime import validation
+from sluice.runtime.herder import BadRequest, Conflict
+from sluice.runtime.plugins import PluginRegistry
+from sluice.sdk import ConfigException
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry()
+
+
+def _source(tmp_path, **extra: str) -> dict[str, str]:
+    src = tmp_path / "in.txt"
+    src.write_text("")
+    return {
+        "connector.class": "FileSourceConnector",
+        "filename": str(src),
+        "connect.topicname": "t",
+        **extra,
+    }
+
+
+def test_a_good_config_gives_typed_settings(registry: PluginRegistry, tmp_path) -> None:
+    report, _ = validation.check(
+        registry,
+        {
+            "connector.class": "FileSinkConnector",
+            "filename": str(tmp_path / "out"),
+            "topics": "a;b",
+            "tasks.max": "3",
+            "pipeline.fused": "false",
+            "read.max.rows": "10",
+            "task.group.id": "g1",
+        },
+    )
+    assert report.ok and report.warnings == []
+    settings = report.settings
+    assert settings is not None
+    assert (settings.kind, settings.max_tasks, settings.read_max_rows) == ("sink", 3, 10)
+    assert settings.topics == ("a", "b")
+    assert settings.pipeline_fused is False
+    assert settings.task_group_id == "g1"
+    assert settings.consume_from_where == "CONSUME_FROM_FIRST_OFFSET"
+    # Kafka's names are renamed, so the rest of the runtime reads one name per setting
+    assert report.config["max.tasks"] == "3" and "tasks.max" not in report.config
+    assert report.config["connect.topicnames"] == "a;b" and "topics" not in report.config
+
+
+def test_every_bad_key_is_reported_not_only_the_first(registry: PluginRegistry, tmp_path) -> None:
+    report, _ = validation.check(
+        registry,
+        _source(
+            tmp_path,
+            **{
+                "pipeline.fused": "flase",
+                "max.tasks": "0",
+                "key.converter": "NoSuchConverter",
+                "errors.tolerance": "some",
+            },
+        ),
+    )
+    by_key = {p.key: p for p in report.errors}
+    assert set(by_key) == {"pipeline.fused", "max.tasks", "key.converter", "errors.tolerance"}
+    assert by_key["pipeline.fused"].message == "expected a boolean (true/false), got 'flase'"
+    assert by_key["key.converter"].message.startswith("unknown converter 'NoSuchConverter'")
+    assert all(p.code == "connect.config" for p in report.errors)
+    with pytest.raises(BadRequest) as raised:
+        validation.accepted(registry, "c", _source(tmp_path, **{"pipeline.fused": "flase"}))
+    assert raised.value.key == "pipeline.fused"
+    assert raised.value.errors == [
+        {
+            "code": "connect.config",
+            "key": "pipeline.fused",
+            "message": "expected a boolean (true/false), got 'flase'",
+            "suggestion": None,
+        }
+    ]
+
+
+def test_pipeline_fused_is_a_boolean_where_the_engine_reads_it() -> None:
+    assert jvm_path_forced({"pipeline.fused": "false"})
+    assert not jvm_path_forced({})
+    with pytest.raises(ConfigException, match=r"pipeline\.fused: expected a boolean"):
+        jvm_path_forced({"pipeline.fused": "flase"})  # it used to mean true
+
+
+def test_unknown_keys_are_warnings_with_did_you_mean(registry: PluginRegistry, tmp_path) -> None:
+    config = _source(
+        tmp_path,
+        **{
+            "transforms": "d",
+            "transforms.d.type": "ReplaceFieldValue",
+            "transforms.d.exlcude": "a",
+            "transforms.e.exclude": "b",
+            "erors.tolerance": "all",
+            "completely.different": "x",
+            "key.converter.schemas.enable": "false",  # a converter option: not unknown
+        },
+    )
+    report, _ = validation.check(registry, config)
+    assert report.ok
+    by_key = {p.key: p for p in report.warnings}
+    assert set(by_key) == {
+        "transforms.d.exlcude",
+        "transforms.e.exclude",
+        "erors.tolerance",
+        "completely.different",
+    }
+    assert by_key["transforms.d.exlcude"].suggestion == "did you mean transforms.d.exclude?"
+    assert by_key["erors.tolerance"].suggestion == "did you mean errors.tolerance?"
+    assert by_key["completely.different"].suggestion is None
+    assert by_key["transforms.e.exclude"].message == "transforms.e is not in transforms= (d)"
+    assert {p.code for p in report.warnings} == {"connect.config.unknown"}
+
+
+def test_a_misspelled_connector_key_is_warned(registry: PluginRegistry) -> None:
+    # the connector's own keys, without its validate (which would connect to the database)
+    report = check_config(
+        {
+            "connector.class": "JdbcSinkConnector",
+            "connection.url": "jdbc:postgresql://h/db",
+            "insert.mdoe": "upsert",
+            "topics": "t",
+        },
+        kind="sink",
+        connector_keys=JdbcSinkConnector.config_def,
+        resolve_transform=registry.transform,
+    )
+    [warning] = report.warnings
+    assert (warning.key, warning.suggestion) == ("insert.mdoe", "did you mean insert.mode?")
+
+
+def test_aliases_that_contradict_are_an_error() -> None:
+    conf, errors = canonical_keys({"tasks.max": "2", "max.tasks": "3"})
+    assert conf == {"max.tasks": "3"}
+    [error] = errors
+    assert error.key == "tasks.max" and error.suggestion == "set only max.tasks"
+    assert canonical_keys({"tasks.max": "2", "max.tasks": "2"}) == ({"max.tasks": "2"}, [])
+
+
+def test_kafka_file_connectors_and_their_keys(registry: PluginRegistry, tmp_path) -> None:
+    (tmp_path / "in").write_text("")
+    report, cls = validation.check(
+        registry,
+        {
+            "connector.class": "org.apache.kafka.connect.file.FileStreamSourceConnector",
+            "file": str(tmp_path / "in"),
+            "topic": "t",
+            "tasks.max": "1",
+        },
+    )
+    assert report.ok and report.warnings == [] and cls.__name__ == "FileSourceConnector"
+    assert report.config["filename"] == str(tmp_path / "in")
+    assert report.config["connect.topicname"] == "t"
+    sink = registry.connector("org.apache.kafka.connect.file.FileStreamSinkConnector")
+    assert sink.__name__ == "FileSinkConnector"
+
+
+def test_plugin_keys_list_the_connector_level_keys_too() -> None:
+    from sluice.connectors.file import FileSinkConnector
+
+    names = [k["name"] for k in validation.plugin_keys(FileSinkConnector)]
+    assert names[:2] == ["filename", "connect.topicnames"]  # the connector's own first
+    for key in ("max.tasks", "pipeline.fused", "value.converter", "transforms", "task.group.id"):
+        assert key in names
+    assert names.count("connect.topicnames") == 1
+
+
+def test_positions_keys_cannot_change_in_place() -> None:
+    old = {"mode": "incrementing", "incrementing.column.name": "id"}
+    new = {"mode": "timestamp", "timestamp.column.name": "ts"}
+    validation.check_position_keys(JdbcSourceConnector, old, new, has_positions=False)
+    with pytest.raises(Conflict) as raised:
+        validation.check_position_keys(JdbcSourceConnector, old, new, has_positions=True)
+    assert raised.value.key == "mode"
+    assert "reset its offsets" in (raised.value.suggestion or "")
+
+
+def test_offsets_partitions_are_matched_or_refused() -> None:
+    stored = {json.dumps({"queueId": "4", "topic": "t"}, sort_keys=True): {"queueOffset": 1}}
+    entry = {"partition": {"topic": "t", "queueId": 4}, "offset": {"queueOffset": 0}}
+    [matched] = validation.match_partitions([entry], stored)
+    assert matched["partition"] == {"queueId": "4", "topic": "t"}  # the stored form
+    with pytest.raises(BadRequest, match=r"offsets\[0\].partition: .* is none of"):
+        validation.match_partitions(
+            [{"partition": {"topic": "t", "queueId": 5}, "offset": None}], stored
+        )
+    assert validation.match_partitions([entry], {}) == [entry]  # nothing stored: as given
+
+
+def _letter(value: bytes) -> DeadLetter:
+    return DeadLetter(
+        key=b"k-1",
+        value=value,
+        timestamp=None,
+        headers={},
+        topic="t",
+        partition="0",
+        offset="7",
+        stage="VALUE_CONVERTER",
+        class_name="JsonConverter",
+        exception_class="DataException",
+        message="value is not valid JSON: " + value.decode(),
+    )
+
+
+def test_the_log_line_hides_the_record_unless_asked() -> None:
+    secret = b"card=4111-1111-1111-1111"
+    hidden = ErrorReporter(ErrorPolicy(tolerate=True, log=True), "c").describe(_letter(secret), 0)
+    assert "4111" not in hidden
+    assert "record data hidden: errors.log.include.messages=false" in hidden
+    assert "task c-0" in hidden
+    short = ErrorReporter(ErrorPolicy(tolerate=True, log=True), "c").describe(_letter(b"{x"), 0)
+    assert "JSON: {x." not in short
+    shown = ErrorReporter(ErrorPolicy(tolerate=True, log=True, log_messages=True), "c")
+    assert "4111" in shown.describe(_letter(secret), 0)
