@@ -4,7 +4,7 @@ Value (one schema per table, named `<topic>.Envelope`)::
 
     before   struct of the table's columns (all optional) | null   — the row before the change
     after    struct of the table's columns | null                  — the row after the change
-    source   struct: version, connector, name, ts_ms, db, schema, table, txId, lsn, file, pos
+    source   struct: version, connector, name, ts_ms, db, schema, table, txId, lsn, file, pos, gtid
     op       "c" create, "u" update, "d" delete, "r" read (snapshot)
     ts_ms    when the connector built the event (ms since the epoch)
 
@@ -37,6 +37,7 @@ SOURCE_SCHEMA = Schema.struct(
     ("lsn", Schema.of(FieldType.INT64)),
     ("file", Schema.string()),
     ("pos", Schema.of(FieldType.INT64)),
+    ("gtid", Schema.string()),
     optional=False,
     name="sluice.cdc.Source",
 )

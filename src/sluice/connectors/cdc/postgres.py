@@ -493,6 +493,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
             "lsn": tx.end_lsn,
             "file": None,
             "pos": None,
+            "gtid": None,
         }
         ts = datetime.fromtimestamp(tx.commit_us / 1e6, UTC)
         for change in tx.changes:
