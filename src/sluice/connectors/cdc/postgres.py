@@ -3,8 +3,9 @@
 Delivery: **exactly-once into the topic.** The connector owns a logical replication slot; the
 slot keeps every change from its confirmed LSN on until the connector moves it. A micro-batch's
 range is `(start LSN, end LSN]`, where both are end LSNs of committed transactions: `latest`
-(driver) peeks at the slot for the commits after `start` (`pg_logical_slot_peek_binary_changes`,
-which does not consume anything), and `read` (executor) peeks again up to `end` and keeps the
+(driver) peeks at the slot's message types and commits (`pg_logical_slot_peek_binary_changes`,
+which does not consume anything) and ends the range at the last commit after `start` that keeps
+the changes within `read.max.rows` (at least one transaction), and `read` (executor) peeks again up to `end` and keeps the
 transactions whose end LSN lies in the range. Peeking is deterministic, so a replayed micro-batch
 reads the same changes. The slot's confirmed LSN is advanced (`pg_replication_slot_advance`) only
 in the task's `commit` hook, after the micro-batch ending there committed and its positions were
@@ -388,20 +389,23 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         return [_partition(self.prefix, name) for name in self.tables]
 
     # -- the slot ------------------------------------------------------------------------------
-    def _peek(self, sql_tail: str, upto_lsn: int | None, upto_n: int | None) -> list[Any]:
-        """Rows of `pg_logical_slot_peek_binary_changes` (waits while another session has the
-        slot, e.g. the driver's `latest` beside an executor's `read`)."""
-        sql = (
-            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, %s, "
-            "'proto_version', '1', 'publication_names', %s)" + sql_tail
+    def _peek(self, upto_lsn: int) -> list[Any]:
+        """Every message of the slot up to the transaction ending at `upto_lsn`."""
+        return self._peek_select(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (self.slot, lsn_text(upto_lsn), self.publication),
         )
-        params = (self.slot, None if upto_lsn is None else lsn_text(upto_lsn), upto_n)
+
+    def _peek_select(self, sql: str, params: tuple) -> list[Any]:
+        """Run a peek at the slot (waits while another session has the slot, e.g. a killed
+        worker's query that the server has not ended yet)."""
         deadline = time.monotonic() + _SLOT_BUSY_WAIT_S
         while True:
             try:
                 with self.db.connect() as conn:
                     self._check_slot(conn)
-                    return conn.exec_driver_sql(sql, (*params, self.publication)).fetchall()
+                    return conn.exec_driver_sql(sql, params).fetchall()
             except ConnectException:
                 raise
             except Exception as exc:
@@ -438,20 +442,46 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         # Every table gets the same end LSN in one planning round (one peek per round), so a
         # transaction's rows share a micro-batch. A table asked twice starts a new round.
         name = partition["table"]
-        if self._end is None or name in self._asked:
+        if name in self._asked or not self._asked:
             self._asked = set()
-            begin = start["lsn"] if start else 0
-            rows = self._peek(" WHERE get_byte(data, 0) = 67", None, limit.max_rows)
-            ends = [e for (data,) in rows if (e := commit_end(bytes(data))) > begin]
-            self._end = max(ends) if ends else None
-            if self._end is None and start is not None:
-                self._end = begin
+            self._end = self._next_end(start["lsn"] if start else 0, limit.max_rows)
         self._asked.add(name)
-        if self._end is None:
-            return start
-        if start is not None and start["lsn"] >= self._end:
+        if self._end is None or (start is not None and start["lsn"] >= self._end):
             return start
         return {"lsn": self._end}
+
+    def _next_end(self, begin: int, budget: int | None) -> int | None:
+        """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
+        within `budget` (at least one transaction), or None if none committed after `begin`."""
+        # Peek at the message types only (and whole commit messages, for their end LSN). The
+        # slot may still hold the last micro-batch's changes (it is advanced when Spark plans
+        # the next one), so a window that ends before `begin` is widened until it does not.
+        window = None if budget is None else max(budget * 2, 1000)
+        while True:
+            rows = self._peek_types(window)
+            end, changes, pending = None, 0, 0
+            for (data,) in rows:
+                kind = bytes(data[:1])
+                if kind in (b"I", b"U", b"D"):
+                    pending += 1
+                elif kind == b"C":
+                    lsn = commit_end(bytes(data))
+                    if lsn > begin:
+                        if end is not None and budget is not None and changes + pending > budget:
+                            break
+                        changes, end = changes + pending, lsn
+                    pending = 0
+            if end is not None or window is None or len(rows) < window:
+                return end
+            window *= 4
+
+    def _peek_types(self, window: int | None) -> list[Any]:
+        return self._peek_select(
+            "SELECT substr(data, 1, CASE WHEN get_byte(data, 0) = 67 THEN 26 ELSE 1 END) "
+            "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
+            "'publication_names', %s)",
+            (self.slot, window, self.publication),
+        )
 
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
@@ -467,7 +497,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
                 f"micro-batch's start {lsn_text(begin)}: the changes in between were consumed "
                 "elsewhere (another reader of the slot?)",
             )
-        rows = self._peek("", stop, None)
+        rows = self._peek(stop)
         for tx in transactions(data for (data,) in rows):
             if begin < tx.end_lsn <= stop:
                 yield from self._events(tx, table)
