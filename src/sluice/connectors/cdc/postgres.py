@@ -5,11 +5,12 @@ slot keeps every change from its confirmed LSN on until the connector moves it. 
 range is `(start LSN, end LSN]`, where both are end LSNs of committed transactions: `latest`
 (driver) peeks at the slot's message types and commits (`pg_logical_slot_peek_binary_changes`,
 which does not consume anything) and ends the range at the last commit after `start` that keeps
-the changes within `read.max.rows` (at least one transaction), and `read` (executor) peeks again up to `end` and keeps the
-transactions whose end LSN lies in the range. Peeking is deterministic, so a replayed micro-batch
-reads the same changes. The slot's confirmed LSN is advanced (`pg_replication_slot_advance`) only
-in the task's `commit` hook, after the micro-batch ending there committed and its positions were
-stored. Every row of one transaction is in one micro-batch.
+the changes within `read.max.rows` (at least one transaction), and `read` (executor) peeks
+again up to `end` and keeps the transactions whose end LSN lies in the range. Peeking is
+deterministic, so a replayed micro-batch reads the same changes. The slot's confirmed LSN is
+advanced (`pg_replication_slot_advance`) only in the task's `commit` hook, after the micro-batch
+ending there committed and its positions were stored. Every row of one transaction is in one
+micro-batch.
 
 WAL retention: PostgreSQL keeps WAL from the slot's position on for as long as the slot exists,
 whether or not the connector runs (bounded only by `max_slot_wal_keep_size`, which invalidates
