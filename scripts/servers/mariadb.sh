@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # MariaDB 10.11 (Debian package) on 127.0.0.1:3306, its own datadir under $SLUICE_SERVERS_DIR/mariadb:
 # `root` logs in from 127.0.0.1 with an empty password, database `test`; row-based binlog
-# (log_bin, binlog_format=ROW, binlog_row_image=FULL, server_id=1) for change data capture.
+# (log_bin, binlog_format=ROW, binlog_row_image=FULL, binlog_row_metadata=FULL, server_id=1)
+# for change data capture.
 # The Debian config files (/etc/mysql) are not read: the generated $RUN/my.cnf is the whole config.
 NAME=mariadb
 source "$(dirname "$0")/_lib.sh"
@@ -39,6 +40,7 @@ max_connections = 300
 log_bin = $DATA/binlog/mariadb-bin
 binlog_format = ROW
 binlog_row_image = FULL
+binlog_row_metadata = FULL
 server_id = 1
 binlog_expire_logs_seconds = 86400
 # a test server: durability traded for speed, as the PostgreSQL one does (fsync=off)

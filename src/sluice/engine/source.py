@@ -579,8 +579,18 @@ class _ReplayableReader(DataSourceStreamReader):
             task.stop()
 
     def commit(self, end: dict) -> None:
-        if self.plan.positions is not None and end.get("p"):
-            self.plan.positions.save(self.plan.name, end["p"])
+        stop = end.get("p") or {}
+        if self.plan.positions is not None and stop:
+            self.plan.positions.save(self.plan.name, stop)
+        # After the positions are stored: a task may now release what it retained for replays.
+        # Its reader is refreshed, so it sees what every branch of the query stored.
+        for task in self._all_tasks():
+            task.context.offset_storage_reader = StoreOffsetReader(
+                self.plan.positions, self.plan.name
+            )
+            done = [(p, stop[k]) for p in self._owned(task) if (k := partition_key(p)) in stop]
+            if done:
+                task.commit(done)
 
     def stop(self) -> None:
         for task in self._tasks or []:

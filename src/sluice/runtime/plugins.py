@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import ModuleType
 
+from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
@@ -58,6 +59,11 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "org.apache.rocketmq.connect.jdbc.mysql.source.JdbcSourceConnector": JdbcSourceConnector,
     "io.confluent.connect.jdbc.JdbcSourceConnector": JdbcSourceConnector,
     "io.confluent.connect.jdbc.JdbcSinkConnector": JdbcSinkConnector,
+    "PostgresCdcSourceConnector": PostgresCdcSourceConnector,
+    "MySqlCdcSourceConnector": MySqlCdcSourceConnector,
+    "io.debezium.connector.mysql.MySqlConnector": MySqlCdcSourceConnector,
+    "io.debezium.connector.mariadb.MariaDbConnector": MySqlCdcSourceConnector,
+    "io.debezium.connector.postgresql.PostgresConnector": PostgresCdcSourceConnector,
     "RocketMQSourceConnector": RocketMQSourceConnector,
     "RocketMQSinkConnector": RocketMQSinkConnector,
     "KafkaSourceConnector": KafkaSourceConnector,

@@ -313,6 +313,18 @@ class ReplayableSourceTask(ABC):
         """
         return []
 
+    def commit(self, positions: list[tuple[RecordPartition, RecordOffset]]) -> None:
+        """Optional (driver): the micro-batch that ended at these positions (this task's
+        partitions) has committed and the positions are stored.
+
+        A source whose external system retains data until told (a replication slot, a consumer
+        group) releases it here, never earlier: a replay may still re-read any range that starts
+        at or after the last committed positions. `context.offset_storage_reader` reads the
+        positions stored now (those of every partition of the connector). Spark reports a
+        micro-batch committed when it plans the next one, so the last batch's data is released
+        when more arrives. Default: nothing.
+        """
+
     def stop(self) -> None:
         """Release what `start` opened. Optional."""
 

@@ -17,6 +17,9 @@ Records: the value must be a struct (typed: `auto.create`/`auto.evolve` use its 
 JSON object (text). Within a micro-batch, later records for the same key win (`upsert`, `update`,
 deletes); `insert` keeps every record in order. A tombstone (null value) deletes the row with the
 record key when `delete.enabled=true`, and fails the task otherwise (it is never dropped silently).
+Change events (a value with `before`, `after`, `source` and `op`, as the CDC connectors emit) are
+applied: the `after` row is written, and a delete (`after` null) deletes the key's row; use
+`insert.mode=upsert`, `pk.mode=record_key`, `delete.enabled=true` (docs/cdc.md).
 
 Identifiers (tables from `table.name.format`, columns from record fields) are always quoted and
 values always bound, so names taken from records cannot inject SQL. A transient failure (lost
@@ -154,6 +157,7 @@ class JdbcSinkTask(SinkTask):
         n = batch.num_rows
         if n == 0:
             return
+        batch = _unwrap_change_events(batch)
         if self._columnar(batch):
             self._put_columnar(batch)
             return
@@ -315,6 +319,8 @@ class JdbcSinkTask(SinkTask):
         self, table: _Table, value: Any, key: Any, where: str, types: dict[str, pa.Field]
     ) -> None:
         s = self.settings
+        if isinstance(value, dict) and value.keys() >= _CHANGE_EVENT:
+            value = value.get("after")  # a change event: its row, or None (a delete)
         if self._early is not None:
             self._early.abandon()  # the per-record path is written at flush, in order
         table.where.add(where.rsplit(" offset ", 1)[0])
@@ -397,6 +403,28 @@ class JdbcSinkTask(SinkTask):
             self._early.abandon()
             self._early = None
         self._tables = {}
+
+
+#: The fields that make a value a change event (Debezium's envelope, `sluice.connectors.cdc`).
+_CHANGE_EVENT = frozenset({"before", "after", "source", "op"})
+
+
+def _unwrap_change_events(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch of change events (struct values with `before`, `after`, `source`, `op`) with each
+    value replaced by its `after` row: null for a delete, which the sink then treats as a
+    tombstone (`delete.enabled=true`, `pk.mode=record_key`: the key is the primary key)."""
+    names = batch.schema.names
+    if "value" not in names:
+        return batch
+    value = batch.column("value")
+    if not pa.types.is_struct(value.type):
+        return batch
+    fields = [f.name for f in value.type]
+    if not set(fields) >= _CHANGE_EVENT:
+        return batch
+    after = value.flatten()[fields.index("after")]  # null where the event itself is null
+    index = names.index("value")
+    return batch.set_column(index, pa.field("value", after.type), after)
 
 
 def _nested(type_: pa.DataType) -> bool:

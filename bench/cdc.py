@@ -1,0 +1,288 @@
+"""Benchmark: change events into the topic, PostgreSQL (pgoutput slot) and MariaDB (binlog).
+
+For each database: an 8-column table gets `--changes` changes (60% inserts, 30% updates, 10%
+deletes, in transactions of 1,000 rows) after the capture position was fixed, then:
+  baseline  the decoding floor outside sluice: PostgreSQL `SELECT count(*) FROM
+            pg_logical_slot_peek_binary_changes(…)` (the server decodes the whole range once);
+            MariaDB: iterating the binlog range with mysql-replication alone (decoded rows);
+  cdc       the CDC connector started on a fresh runner, timed until the topic holds every change
+            event (Spark start-up included: a warm-up of 1,000 changes runs first, untimed);
+            "steady" is the rate between 20% and 80% of the events.
+
+Needs the test servers (PostgreSQL 127.0.0.1:5432, MariaDB 127.0.0.1:3306, user root, no
+password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
+
+Usage: python bench/cdc.py [--changes 200000] [--skip pg,maria]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import tempfile
+import time
+from typing import Any
+
+import sqlalchemy as sa
+
+from sluice.engine.session import build_session
+from sluice.runtime.runner import ConnectorRunner
+
+NS = "sluice_bench_cdc"
+SLOT = "sluice_bench_cdc"
+PG_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
+MY_URL = "mysql+pymysql://root@127.0.0.1:3306/mysql?charset=utf8mb4"
+TX = 1000
+
+
+def workload(conn: Any, table: str, first: int, changes: int, pg: bool) -> None:
+    """`changes` row changes: inserts of ids from `first`, then updates, then deletes."""
+    inserts, updates = changes * 6 // 10, changes * 3 // 10
+    deletes = changes - inserts - updates
+    for low in range(first, first + inserts, TX):
+        high = min(low + TX, first + inserts)
+        if pg:
+            conn.exec_driver_sql(
+                f"INSERT INTO {table} SELECT g, 'name ' || g, g * 1.5, g %% 1000, g / 7.0, "
+                "g %% 2 = 0, timestamp '2024-01-01' + g * interval '1 second', "
+                f"'note ' || md5(g::text) FROM generate_series({low}, {high - 1}) g"
+            )
+        else:
+            conn.exec_driver_sql(
+                f"INSERT INTO {table} SELECT seq, CONCAT('name ', seq), seq * 1.5, seq %% 1000, "
+                "seq / 7.0, seq %% 2, TIMESTAMP '2024-01-01 00:00:00' + INTERVAL seq SECOND, "
+                f"CONCAT('note ', MD5(seq)) FROM seq_{low}_to_{high - 1}"
+            )
+        conn.commit()
+    for low in range(first, first + updates, TX):
+        high = min(low + TX, first + updates)
+        conn.exec_driver_sql(f"UPDATE {table} SET qty = qty + 1 WHERE id >= {low} AND id < {high}")
+        conn.commit()
+    start = first + inserts - deletes
+    for low in range(start, first + inserts, TX):
+        conn.exec_driver_sql(f"DELETE FROM {table} WHERE id >= {low} AND id < {low + TX}")
+        conn.commit()
+
+
+COLUMNS = {
+    True: "id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, amount NUMERIC(18,4), qty INTEGER, "
+    "price DOUBLE PRECISION, flag BOOLEAN, created TIMESTAMP(6), note TEXT",
+    False: "id BIGINT PRIMARY KEY, name VARCHAR(40) NOT NULL, amount DECIMAL(18,4), qty INT, "
+    "price DOUBLE, flag TINYINT, created DATETIME(6), note TEXT",
+}
+
+
+def topic_count(runner: ConnectorRunner, topic: str) -> int:
+    log = runner.bus.log
+    if not log.topic_exists(topic):
+        return 0
+    return sum(q.max_offset - q.min_offset for q in log.offsets(topic).values())
+
+
+def run_connector(spark: Any, config: dict[str, str], topic: str, expect: int) -> dict:
+    """Start the connector on a fresh store; time until `topic` holds `expect` records."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-cdc-") as root:
+        runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+        started = time.perf_counter()
+        runner.start("cdc", config)
+        marks: dict[float, float] = {}
+        try:
+            while True:
+                running = runner.running["cdc"]
+                failure = running.failure()
+                if failure is not None:
+                    raise RuntimeError(failure[0])
+                n = topic_count(runner, topic)
+                now = time.perf_counter() - started
+                for frac in (0.2, 0.8):
+                    if frac not in marks and n >= expect * frac:
+                        marks[frac] = now
+                if n >= expect:
+                    break
+                time.sleep(0.05)
+            total = time.perf_counter() - started
+        finally:
+            runner.stop("cdc")
+        steady = expect * 0.6 / max(marks[0.8] - marks[0.2], 1e-9)
+        return {"seconds": total, "rate": expect / total, "steady": steady, "events": n}
+
+
+def bench_pg(spark: Any, changes: int) -> dict:
+    engine = sa.create_engine(PG_URL)
+    with engine.connect() as c:
+        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+        c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
+        c.exec_driver_sql(f"ALTER TABLE {NS}.t REPLICA IDENTITY FULL")
+        c.commit()
+    config = {
+        "connector.class": "PostgresCdcSourceConnector",
+        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "slot.name": SLOT,
+        "publication.name": SLOT,
+        "read.max.rows": "20000",  # several micro-batches, so a steady rate shows
+        "value.converter": "AvroConverter",
+    }
+    topic = f"b.{NS}.t"
+    try:
+        # warm-up: creates the slot, starts Spark's Python workers
+        run_connector_warm(spark, config, engine, topic)
+        with engine.connect() as c:
+            c.exec_driver_sql(
+                "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (SLOT,)
+            )
+            c.commit()
+            workload(c, f"{NS}.t", 10_000_000, changes, pg=True)
+            # Decoding sees what is flushed (the server runs synchronous_commit=off): wait for it.
+            end = c.exec_driver_sql("SELECT pg_current_wal_insert_lsn()").scalar()
+            while not c.exec_driver_sql(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (end,)
+            ).scalar():
+                time.sleep(0.05)
+            t0 = time.perf_counter()
+            n = c.exec_driver_sql(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                "'proto_version', '1', 'publication_names', %s)",
+                (SLOT, SLOT),
+            ).scalar()
+            baseline = time.perf_counter() - t0
+        result = run_connector(spark, config, topic, changes)
+        result.update(baseline=baseline, messages=n)
+        return result
+    finally:
+        with engine.connect() as c:
+            c.exec_driver_sql(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (SLOT,),
+            )
+            c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
+            c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+            c.commit()
+
+
+def run_connector_warm(spark: Any, config: dict, engine: Any, topic: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-cdc-warm-") as root:
+        runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+        runner.start("warm", config)
+        pg = "Postgres" in config["connector.class"]
+        time.sleep(3)  # the first (empty) micro-batch fixes the start position
+        with engine.connect() as c:
+            workload(c, f"{NS}.t", 1, 1000, pg=pg)
+        while topic_count(runner, topic) < 1000:
+            failure = runner.running["warm"].failure()
+            if failure is not None:
+                raise RuntimeError(failure[0])
+            time.sleep(0.1)
+        runner.stop("warm")
+
+
+def bench_maria(spark: Any, changes: int) -> dict:
+    engine = sa.create_engine(MY_URL)
+    with engine.connect() as c:
+        c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+        c.exec_driver_sql(f"CREATE DATABASE {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[False]})")
+        c.commit()
+    config = {
+        "connector.class": "MySqlCdcSourceConnector",
+        "connection.url": f"jdbc:mysql://127.0.0.1:3306/{NS}",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "database.server.id": "6543",
+        "read.max.rows": "20000",
+        "value.converter": "AvroConverter",
+    }
+    topic = f"b.{NS}.t"
+    try:
+        run_connector_warm(spark, config, engine, topic)
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.row_event import (
+            DeleteRowsEvent,
+            UpdateRowsEvent,
+            WriteRowsEvent,
+        )
+
+        with engine.connect() as c:
+            file, pos = c.exec_driver_sql("SHOW MASTER STATUS").fetchone()[:2]
+            workload(c, f"{NS}.t", 10_000_000, changes, pg=False)
+        t0 = time.perf_counter()
+        stream = BinLogStreamReader(
+            connection_settings={"host": "127.0.0.1", "port": 3306, "user": "root", "passwd": ""},
+            server_id=6544,
+            resume_stream=True,
+            blocking=False,
+            log_file=file,
+            log_pos=int(pos),
+            only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+            only_schemas=[NS],
+            enable_logging=False,
+        )
+        rows = sum(len(e.rows) for e in stream)
+        stream.close()
+        baseline = time.perf_counter() - t0
+        result = run_connector_from(spark, config, engine, topic, changes)
+        result.update(baseline=baseline, messages=rows)
+        return result
+    finally:
+        with engine.connect() as c:
+            c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+            c.commit()
+
+
+def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, changes: int) -> dict:
+    """MariaDB: start the connector, let it fix its start position, then run the workload and time
+    until the topic holds every event (the workload's own time is included)."""
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-cdc-") as root:
+        runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+        runner.start("cdc", config)
+        time.sleep(5)
+        started = time.perf_counter()
+        with engine.connect() as c:
+            workload(c, f"{NS}.t", 20_000_000, changes, pg=False)
+        written = time.perf_counter() - started
+        while topic_count(runner, topic) < changes:
+            failure = runner.running["cdc"].failure()
+            if failure is not None:
+                raise RuntimeError(failure[0])
+            time.sleep(0.05)
+        total = time.perf_counter() - started
+        runner.stop("cdc")
+        return {"seconds": total, "rate": changes / total, "written": written, "events": changes}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--skip", default="")
+    args = parser.parse_args()
+    skip = set(args.skip.split(","))
+    spark = build_session({"spark.master": "local[2]"}, log_level="ERROR")
+    print(
+        f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    if "pg" not in skip:
+        r = bench_pg(spark, args.changes)
+        print(
+            f"postgres: {args.changes} changes; baseline peek {r['baseline']:.2f}s "
+            f"({args.changes / r['baseline']:,.0f} changes/s, {r['messages']} messages); "
+            f"cdc → topic {r['seconds']:.2f}s = {r['rate']:,.0f}/s, steady {r['steady']:,.0f}/s"
+        )
+    if "maria" not in skip:
+        r = bench_maria(spark, args.changes)
+        print(
+            f"mariadb: {args.changes} changes; baseline mysql-replication {r['baseline']:.2f}s "
+            f"({r['messages'] / r['baseline']:,.0f} rows/s); workload written in "
+            f"{r['written']:.2f}s; cdc → topic done {r['seconds']:.2f}s after the workload "
+            f"started = {r['rate']:,.0f}/s"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""The change-event envelope every CDC connector emits (Debezium's shape), and its key.
+
+Value (one schema per table, named `<topic>.Envelope`)::
+
+    before   struct of the table's columns (all optional) | null   — the row before the change
+    after    struct of the table's columns | null                  — the row after the change
+    source   struct: version, connector, name, ts_ms, db, schema, table, txId, lsn, file, pos, gtid
+    op       "c" create, "u" update, "d" delete, "r" read (snapshot)
+    ts_ms    when the connector built the event (ms since the epoch)
+
+Key: the primary key as JSON object text (`{"id": 5}`), values tagged as in
+`sluice.connectors.jdbc._values.encode` when JSON has no type for them. Debezium's key is a struct;
+sluice's connector has one key schema for all its tables, so the key is text. An update that
+changes the primary key is emitted as a delete of the old key followed by a create of the new one
+(as Debezium does), so a keyed consumer never sees one key turn into another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from sluice.connectors.jdbc._values import encode
+from sluice.sdk import FieldType, Schema
+
+SOURCE_SCHEMA = Schema.struct(
+    ("version", Schema.string()),
+    ("connector", Schema.string()),
+    ("name", Schema.string()),
+    ("ts_ms", Schema.of(FieldType.INT64)),
+    ("db", Schema.string()),
+    ("schema", Schema.string()),
+    ("table", Schema.string()),
+    ("txId", Schema.of(FieldType.INT64)),
+    ("lsn", Schema.of(FieldType.INT64)),
+    ("file", Schema.string()),
+    ("pos", Schema.of(FieldType.INT64)),
+    ("gtid", Schema.string()),
+    optional=False,
+    name="sluice.cdc.Source",
+)
+#: The field names of an envelope, as a sink recognises it.
+ENVELOPE_FIELDS = ("before", "after", "source", "op", "ts_ms")
+
+
+def envelope_schema(topic: str, columns: Sequence[tuple[str, Schema]]) -> Schema:
+    """The value schema of `topic`'s change events for a table of `columns` (name, schema)."""
+    after = Schema.struct(*columns, optional=True, name=f"{topic}.Value")
+    before = Schema.struct(
+        *[(name, replace(s, optional=True)) for name, s in columns],
+        optional=True,
+        name=f"{topic}.Value",
+    )
+    return Schema.struct(
+        ("before", before),
+        ("after", after),
+        ("source", SOURCE_SCHEMA),
+        ("op", Schema.string(optional=False)),
+        ("ts_ms", Schema.of(FieldType.INT64)),
+        optional=False,
+        name=f"{topic}.Envelope",
+    )
+
+
+def key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
+    """The record key of a row: its primary key as JSON object text, in key order."""
+    return json.dumps({name: encode(row.get(name)) for name in pk}, separators=(",", ":"))
+
+
+def is_envelope(names: Sequence[str]) -> bool:
+    """True if a struct with these field names is a change-event envelope."""
+    return {"before", "after", "op"} <= set(names)

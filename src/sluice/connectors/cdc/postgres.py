@@ -1,0 +1,597 @@
+"""PostgresCdcSourceConnector: PostgreSQL logical replication (`pgoutput`) → one topic per table.
+
+Delivery: **exactly-once into the topic.** The connector owns a logical replication slot; the
+slot keeps every change from its confirmed LSN on until the connector moves it. A micro-batch's
+range is `(start LSN, end LSN]`, where both are end LSNs of committed transactions: `latest`
+(driver) peeks at the slot's message types and commits (`pg_logical_slot_peek_binary_changes`,
+which does not consume anything) and ends the range at the last commit after `start` that keeps
+the changes within `read.max.rows` (at least one transaction), and `read` (executor) peeks
+again up to `end` and keeps the transactions whose end LSN lies in the range. Peeking is
+deterministic, so a replayed micro-batch reads the same changes. The slot's confirmed LSN is
+advanced (`pg_replication_slot_advance`) only in the task's `commit` hook, after the micro-batch
+ending there committed and its positions were stored. Every row of one transaction is in one
+micro-batch.
+
+WAL retention: PostgreSQL keeps WAL from the slot's position on for as long as the slot exists,
+whether or not the connector runs (bounded only by `max_slot_wal_keep_size`, which invalidates
+the slot: the connector then fails naming it). Drop the slot (`SELECT pg_drop_replication_slot(…)`)
+when the connector is deleted for good.
+
+Unit of parallelism: one task reads the slot (a slot has one reader at a time); each table is a
+partition `{"server": <topic.prefix>, "table": "<schema>.<table>"}` → `{"lsn": <end LSN>}`, all
+tables at the same LSN after each micro-batch.
+
+Keys (Debezium's where they apply): `connection.url` (`jdbc:postgresql://host:port/db`) or
+`database.hostname`, `database.port` (5432), `database.user`, `database.password`,
+`database.dbname`; `topic.prefix` (required; topics are `<prefix>.<schema>.<table>`),
+`table.include.list` / `table.exclude.list` (`schema.table`, comma-separated; default: every table
+of the publication, or of the current schema when the publication is created),
+`slot.name` (`sluice`), `publication.name` (`sluice_publication`; created `FOR TABLE` the included
+tables when missing), `snapshot.mode` (`never`; see docs/cdc.md).
+
+Records: Debezium's envelope (`sluice.connectors.cdc._envelope`), key = the primary key as JSON
+text. With `REPLICA IDENTITY DEFAULT` an update's `before` is null and a delete's `before` holds
+the key columns only; `REPLICA IDENTITY FULL` gives whole rows. Example::
+
+    runner.start("pg-cdc", {
+        "connector.class": "PostgresCdcSourceConnector",
+        "connection.url": "jdbc:postgresql://127.0.0.1:5432/shop", "connection.user": "root",
+        "topic.prefix": "shop", "table.include.list": "public.orders",
+        "value.converter": "AvroConverter"})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, date, datetime
+from datetime import time as dtime
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from sluice.connectors.cdc._envelope import envelope_schema, key_text
+from sluice.connectors.cdc._pgoutput import (
+    UNCHANGED,
+    Change,
+    Transaction,
+    commit_end,
+    lsn_int,
+    lsn_text,
+    transactions,
+)
+from sluice.connectors.jdbc._config import TableName, parse_connection
+from sluice.connectors.jdbc._dialect import UnmappableType
+from sluice.sdk import (
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    ConnectException,
+    ConnectRecord,
+    FieldType,
+    Logical,
+    ReadLimit,
+    RecordOffset,
+    RecordPartition,
+    ReplayableSourceTask,
+    Schema,
+    SourceConnector,
+)
+
+log = logging.getLogger(__name__)
+
+_PLAN_KEY = "cdc.task.plan"
+_OBJECT_IN_USE = "55006"  # the slot is being read by another session
+_SLOT_BUSY_WAIT_S = 120.0
+VERSION = "sluice-cdc-1"
+
+CONFIG = ConfigDef(
+    ConfigKey("connection.url", default=None, doc="jdbc:postgresql://host:port/database"),
+    ConfigKey("connection.user", default="", doc="user"),
+    ConfigKey("connection.password", default="", doc="password"),
+    ConfigKey("database.hostname", default=None, doc="host (instead of connection.url)"),
+    ConfigKey("database.port", type="int", default=5432, doc="port"),
+    ConfigKey("database.user", default=None, doc="user"),
+    ConfigKey("database.password", default=None, doc="password"),
+    ConfigKey("database.dbname", default=None, doc="database"),
+    ConfigKey(
+        "topic.prefix",
+        pattern=r"[a-zA-Z0-9_.-]{1,80}",
+        doc="topics are <topic.prefix>.<schema>.<table>",
+    ),
+    ConfigKey("table.include.list", type="list", default=[], doc="schema.table, …"),
+    ConfigKey("table.exclude.list", type="list", default=[], doc="schema.table, …"),
+    ConfigKey("slot.name", default="sluice", pattern=r"[a-z0-9_]{1,63}", doc="replication slot"),
+    ConfigKey("publication.name", default="sluice_publication", doc="publication"),
+    ConfigKey("snapshot.mode", default="never", doc="never (initial: not yet)"),
+)
+
+
+def _connection_config(values: Mapping[str, Any], raw: Mapping[str, str]) -> dict[str, str]:
+    """The `connection.*` keys of the JDBC connector, from either key family."""
+    if values["connection.url"]:
+        return {k: v for k, v in raw.items() if k.startswith("connection.")}
+    host = values["database.hostname"]
+    if not host:
+        raise ConfigException(
+            "connection.url", "set connection.url or database.hostname (+ database.dbname)"
+        )
+    if not values["database.dbname"]:
+        raise ConfigException("database.dbname", "required with database.hostname")
+    return {
+        "connection.url": f"jdbc:postgresql://{host}:{values['database.port']}/"
+        f"{values['database.dbname']}",
+        "connection.user": values["database.user"] or values["connection.user"],
+        "connection.password": values["database.password"] or values["connection.password"],
+    }
+
+
+def _sql_error(exc: BaseException) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    return getattr(getattr(exc, "orig", None) or exc, "sqlstate", None)
+
+
+# -- text values → Python -------------------------------------------------------------------------
+def parse_value(text: str, schema: Schema, where: str) -> Any:
+    """One column's text (PostgreSQL's output format, session in UTC) as the value of `schema`."""
+    try:
+        if schema.logical is Logical.DECIMAL:
+            value = Decimal(text)
+            if not value.is_finite():
+                raise ValueError("is not a finite number")
+            return value
+        if schema.logical is Logical.DATE:
+            return date.fromisoformat(text)
+        if schema.logical is Logical.TIME:
+            return dtime.fromisoformat(text)
+        if schema.logical is Logical.TIMESTAMP:
+            value = datetime.fromisoformat(text)
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        if schema.type in (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64):
+            return int(text)
+        if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
+            return float(text)
+        if schema.type is FieldType.BOOLEAN:
+            return text == "t"
+        if schema.type is FieldType.BYTES:
+            if not text.startswith("\\x"):
+                raise ValueError("is not in bytea hex format")
+            return bytes.fromhex(text[2:])
+        return text
+    except (ValueError, InvalidOperation) as exc:
+        raise ConnectException(f"{where}: value {text!r} cannot be carried: {exc}") from None
+
+
+class _Table:
+    """One captured table: its columns' schemas and its primary key."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.name: str = data["table"]
+        self.topic: str = data["topic"]
+        self.pk: list[str] = data["pk"]
+        self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
+        self.schemas = dict(self.columns)
+
+    def row(self, values: dict[str, object], where: str, *, partial: bool) -> dict[str, Any]:
+        """A tuple's text values as the row struct; `partial`: missing columns are null."""
+        extra = [n for n in values if n not in self.schemas]
+        if extra:
+            raise ConnectException(
+                f"{where}: table {self.name} now has column(s) {extra} that the connector's "
+                "schema does not know (ALTER TABLE … ADD COLUMN while running)",
+                suggestion="restart the connector: it reads the table's columns again at start",
+            )
+        out: dict[str, Any] = {}
+        for name, schema in self.columns:
+            if name not in values:
+                if not partial and not schema.optional:
+                    raise ConnectException(
+                        f"{where}: table {self.name} has no column {name!r} any more, which "
+                        "the connector's schema requires (a DROP or RENAME COLUMN)",
+                        suggestion="restart the connector to register the new schema",
+                    )
+                out[name] = None
+                continue
+            text = values[name]
+            if text is UNCHANGED:
+                out[name] = UNCHANGED
+            elif text is None:
+                out[name] = None
+            else:
+                out[name] = parse_value(str(text), schema, f"{where}, column {name!r}")
+        return out
+
+
+class PostgresCdcSourceConnector(SourceConnector):
+    """Captures the changes of PostgreSQL tables from a logical replication slot (`pgoutput`).
+
+    Delivery: exactly-once into the topic (positions are LSNs; the slot is advanced only after
+    the micro-batch committed). Unit of parallelism: one task per slot.
+    """
+
+    config_def = CONFIG
+    delivery = "exactly-once"
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = CONFIG.parse(config)
+        parse_connection(_connection_config(values, config))
+        if values["snapshot.mode"] != "never":
+            raise ConfigException(
+                "snapshot.mode",
+                f"{values['snapshot.mode']!r} is not supported yet; only 'never' (stream the "
+                "changes from the slot's position on)",
+                suggestion="copy the existing rows once with JdbcSourceConnector (bulk mode)",
+            )
+
+    def start(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        super().start(config)
+        self.values = CONFIG.parse(config)
+        self.connection = _connection_config(self.values, config)
+        db = Database(parse_connection(self.connection))
+        with db.connect() as conn:
+            self.tables = _setup(db, conn, self.values)
+            conn.commit()
+
+    def key_schema(self) -> Schema:
+        return Schema.string()
+
+    def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
+        return [
+            (
+                _partition(self.values["topic.prefix"], t["table"]),
+                envelope_schema(t["topic"], [(n, Schema.from_json(s)) for n, s in t["columns"]]),
+            )
+            for t in self.tables
+        ]
+
+    def default_read_limit(self) -> ReadLimit:
+        return ReadLimit(max_rows=200_000)
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        plan = {
+            "prefix": self.values["topic.prefix"],
+            "slot": self.values["slot.name"],
+            "publication": self.values["publication.name"],
+            "tables": self.tables,
+        }
+        return [{**self.connection, _PLAN_KEY: json.dumps(plan)}]
+
+
+def _partition(prefix: str, table: str) -> RecordPartition:
+    return {"server": prefix, "table": table}
+
+
+def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
+    """Check the server, create the publication and slot if missing, describe the tables."""
+
+    def one(sql: str, *params: Any) -> Any:
+        return conn.exec_driver_sql(sql, params).scalar()
+
+    wal_level = one("SHOW wal_level")
+    if wal_level != "logical":
+        raise ConnectException(
+            f"{db.describe()}: wal_level is {wal_level!r}; change data capture needs "
+            "wal_level=logical",
+            suggestion="set wal_level = logical in postgresql.conf and restart PostgreSQL",
+        )
+    can_replicate = one(
+        "SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user"
+    )
+    if not can_replicate:
+        user = one("SELECT current_user")
+        raise ConnectException(
+            f"{db.describe()}: user {user!r} has no REPLICATION privilege, which a logical "
+            "replication slot needs",
+            suggestion=f'ALTER ROLE "{user}" REPLICATION',
+        )
+    publication, slot = values["publication.name"], values["slot.name"]
+    include = [TableName.parse(t) for t in values["table.include.list"]]
+    exclude = {str(_qualified(db, conn, TableName.parse(t))) for t in values["table.exclude.list"]}
+    published = conn.exec_driver_sql(
+        "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,)
+    ).fetchall()
+    exists = one("SELECT count(*) FROM pg_publication WHERE pubname = %s", publication)
+    if not include:
+        include = [TableName(s, t) for s, t in published] if exists else db.tables(conn)
+    tables = [_qualified(db, conn, t) for t in include]
+    tables = [t for t in tables if str(t) not in exclude]
+    if not tables:
+        raise ConfigException("table.include.list", "no table to capture")
+    described = []
+    for table in tables:
+        columns = db.columns(conn, table)
+        if columns is None:
+            raise ConfigException(
+                "table.include.list", f"there is no table {table} on {db.describe()}"
+            )
+        pk = db.primary_key(conn, table)
+        if not pk:
+            raise ConnectException(
+                f"table {table} has no primary key; change events are keyed by it",
+                suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
+            )
+        mapped = []
+        for column in columns:
+            try:
+                m = db.dialect.map_column(column)
+            except UnmappableType as exc:
+                raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
+            mapped.append([m.name, m.schema.to_json()])
+        described.append(
+            {
+                "table": str(table),
+                "topic": f"{values['topic.prefix']}.{table.schema}.{table.name}",
+                "pk": pk,
+                "columns": mapped,
+            }
+        )
+    names = ", ".join(db.dialect.table(t) for t in tables)
+    if not exists:
+        conn.exec_driver_sql(
+            f"CREATE PUBLICATION {db.dialect.quote(publication)} FOR TABLE {names}"
+        )
+    else:
+        have = {f"{s}.{t}" for s, t in published}
+        all_tables = one("SELECT puballtables FROM pg_publication WHERE pubname = %s", publication)
+        missing = [str(t) for t in tables if str(t) not in have]
+        if missing and not all_tables:
+            raise ConnectException(
+                f"publication {publication!r} does not publish {', '.join(missing)}",
+                suggestion=f"ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)}, "
+                "or name another publication.name",
+            )
+    conn.commit()  # a slot cannot be created in a transaction that wrote (the publication)
+    plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
+    if plugin is None:
+        try:
+            conn.exec_driver_sql(
+                "SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+            )
+        except Exception as exc:
+            raise ConnectException(
+                f"cannot create replication slot {slot!r} on {db.describe()}: {_sql_error(exc)}"
+            ) from None
+    elif plugin != "pgoutput":
+        raise ConnectException(
+            f"replication slot {slot!r} exists with plugin {plugin!r}; this connector needs "
+            "'pgoutput'",
+            suggestion="name another slot.name, or drop that slot",
+        )
+    return described
+
+
+def _qualified(db: Any, conn: Any, table: TableName) -> TableName:
+    return table if table.schema else TableName(db.current_schema(conn), table.name)
+
+
+class PostgresCdcSourceTask(ReplayableSourceTask):
+    """Reads committed transactions from the slot between two LSNs (see the module docstring)."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        plan = json.loads(config[_PLAN_KEY])
+        self.prefix: str = plan["prefix"]
+        self.slot: str = plan["slot"]
+        self.publication: str = plan["publication"]
+        self.tables = {t["table"]: _Table(t) for t in plan["tables"]}
+        self.db = Database(parse_connection(config))
+        self._asked: set[str] = set()
+        self._end: int | None = None
+
+    def partitions(self) -> list[RecordPartition]:
+        return [_partition(self.prefix, name) for name in self.tables]
+
+    # -- the slot ------------------------------------------------------------------------------
+    def _peek(self, upto_lsn: int) -> list[Any]:
+        """Every message of the slot up to the transaction ending at `upto_lsn`."""
+        return self._peek_select(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL, "
+            "'proto_version', '1', 'publication_names', %s)",
+            (self.slot, lsn_text(upto_lsn), self.publication),
+        )
+
+    def _peek_select(self, sql: str, params: tuple) -> list[Any]:
+        """Run a peek at the slot (waits while another session has the slot, e.g. a killed
+        worker's query that the server has not ended yet)."""
+        deadline = time.monotonic() + _SLOT_BUSY_WAIT_S
+        while True:
+            try:
+                with self.db.connect() as conn:
+                    self._check_slot(conn)
+                    return conn.exec_driver_sql(sql, params).fetchall()
+            except ConnectException:
+                raise
+            except Exception as exc:
+                if _sqlstate(exc) == _OBJECT_IN_USE and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                raise ConnectException(
+                    f"reading replication slot {self.slot!r} on {self.db.describe()}: "
+                    f"{_sql_error(exc)}"
+                ) from None
+
+    def _check_slot(self, conn: Any) -> int:
+        row = conn.exec_driver_sql(
+            "SELECT confirmed_flush_lsn::text, wal_status FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (self.slot,),
+        ).fetchone()
+        if row is None:
+            raise ConnectException(
+                f"replication slot {self.slot!r} does not exist on {self.db.describe()} any "
+                "more: the changes since the last committed position are gone",
+                suggestion="restart the connector with reset offsets to create a new slot",
+            )
+        if row[1] == "lost":
+            raise ConnectException(
+                f"replication slot {self.slot!r} was invalidated (its WAL exceeded "
+                "max_slot_wal_keep_size): changes were lost",
+            )
+        return lsn_int(row[0])
+
+    def latest(
+        self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        # Every table gets the same end LSN in one planning round (one peek per round), so a
+        # transaction's rows share a micro-batch. A table asked twice starts a new round.
+        name = partition["table"]
+        if name in self._asked or not self._asked:
+            self._asked = set()
+            self._end = self._next_end(start["lsn"] if start else 0, limit.max_rows)
+        self._asked.add(name)
+        if self._end is None or (start is not None and start["lsn"] >= self._end):
+            return start
+        return {"lsn": self._end}
+
+    def _next_end(self, begin: int, budget: int | None) -> int | None:
+        """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
+        within `budget` (at least one transaction), or None if none committed after `begin`."""
+        # Peek at the message types only (and whole commit messages, for their end LSN). The
+        # slot may still hold the last micro-batch's changes (it is advanced when Spark plans
+        # the next one), so a window that ends before `begin` is widened until it does not.
+        window = None if budget is None else max(budget * 2, 1000)
+        while True:
+            rows = self._peek_types(window)
+            end, changes, pending = None, 0, 0
+            for (data,) in rows:
+                kind = bytes(data[:1])
+                if kind in (b"I", b"U", b"D"):
+                    pending += 1
+                elif kind == b"C":
+                    lsn = commit_end(bytes(data))
+                    if lsn > begin:
+                        if end is not None and budget is not None and changes + pending > budget:
+                            break
+                        changes, end = changes + pending, lsn
+                    pending = 0
+            if end is not None or window is None or len(rows) < window:
+                return end
+            window *= 4
+
+    def _peek_types(self, window: int | None) -> list[Any]:
+        return self._peek_select(
+            "SELECT substr(data, 1, CASE WHEN get_byte(data, 0) = 67 THEN 26 ELSE 1 END) "
+            "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
+            "'publication_names', %s)",
+            (self.slot, window, self.publication),
+        )
+
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterator[ConnectRecord]:
+        table = self.tables[partition["table"]]
+        begin, stop = (start or {}).get("lsn", 0), end["lsn"]
+        with self.db.connect() as conn:
+            confirmed = self._check_slot(conn)
+        # No start: the first range, from wherever the slot is (it was created for this).
+        if start is not None and begin < confirmed:
+            raise ConnectException(
+                f"replication slot {self.slot!r} is at {lsn_text(confirmed)}, past this "
+                f"micro-batch's start {lsn_text(begin)}: the changes in between were consumed "
+                "elsewhere (another reader of the slot?)",
+            )
+        rows = self._peek(stop)
+        for tx in transactions(data for (data,) in rows):
+            if begin < tx.end_lsn <= stop:
+                yield from self._events(tx, table)
+
+    def _events(self, tx: Transaction, table: _Table) -> Iterator[ConnectRecord]:
+        schema, name = table.name.split(".", 1)
+        for relation in tx.truncated:
+            if f"{relation.schema}.{relation.name}" == table.name:
+                raise ConnectException(
+                    f"table {table.name} was truncated (transaction {tx.xid}, LSN "
+                    f"{lsn_text(tx.end_lsn)}); a TRUNCATE has no per-row change events",
+                    suggestion="re-copy the table and restart the connector with reset offsets",
+                )
+        source = {
+            "version": VERSION,
+            "connector": "postgresql",
+            "name": self.prefix,
+            "ts_ms": tx.commit_us // 1000,
+            "db": self.db.connection.database,
+            "schema": schema,
+            "table": name,
+            "txId": tx.xid,
+            "lsn": tx.end_lsn,
+            "file": None,
+            "pos": None,
+            "gtid": None,
+        }
+        ts = datetime.fromtimestamp(tx.commit_us / 1e6, UTC)
+        for change in tx.changes:
+            if change.relation.schema != schema or change.relation.name != name:
+                continue
+            yield from self._change_events(change, table, source, ts)
+
+    def _change_events(
+        self, change: Change, table: _Table, source: dict[str, Any], ts: datetime
+    ) -> Iterator[ConnectRecord]:
+        where = f"table {table.name}, LSN {lsn_text(source['lsn'])}"
+        before = (
+            table.row(change.before, where, partial=True) if change.before is not None else None
+        )
+        after = table.row(change.after, where, partial=False) if change.after else None
+        if after is not None:
+            for column, value in after.items():
+                if value is UNCHANGED:
+                    old = None if before is None or change.key_only else before.get(column)
+                    if old is None or old is UNCHANGED:
+                        raise ConnectException(
+                            f"{where}: the update did not carry column {column!r} (an unchanged "
+                            "TOASTed value) and there is no old row to take it from",
+                            suggestion=f"ALTER TABLE {table.name} REPLICA IDENTITY FULL",
+                        )
+                    after[column] = old
+        now = int(time.time() * 1000)
+
+        def event(op: str, b: Any, a: Any) -> ConnectRecord:
+            row = a if a is not None else b
+            return ConnectRecord(
+                value={"before": b, "after": a, "source": source, "op": op, "ts_ms": now},
+                key=key_text(row, table.pk),
+                topic=table.topic,
+                timestamp=ts,
+            )
+
+        key_changed = (
+            change.op == "u"
+            and before is not None
+            and after is not None
+            and any(before.get(k) != after.get(k) for k in table.pk)
+        )
+        if key_changed:
+            # the old key's row is gone, a new key's row appears (as Debezium emits it)
+            yield event("d", before, None)
+            yield event("c", None, after)
+            return
+        yield event(change.op, before, after)
+
+    def commit(self, positions: list[tuple[RecordPartition, RecordOffset]]) -> None:
+        # Release WAL only up to what every table has committed (the stored positions; one
+        # Spark query may commit tables in separate branches).
+        stored = self.context.offset_storage_reader.offsets(self.partitions())
+        if any(o is None or "lsn" not in o for o in stored):
+            return
+        upto = min(o["lsn"] for o in stored if o is not None)
+        try:
+            with self.db.connect() as conn:
+                if upto > self._check_slot(conn):
+                    conn.exec_driver_sql(
+                        "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+                        (self.slot, lsn_text(upto)),
+                    )
+                    conn.commit()
+        except Exception as exc:  # the next commit advances it; only WAL is kept longer
+            log.warning("replication slot %s not advanced to %s: %s", self.slot, upto, exc)
+
+
+PostgresCdcSourceConnector.task_class = PostgresCdcSourceTask

@@ -1,0 +1,143 @@
+"""Pure logic of change data capture: pgoutput decoding, text values, the envelope, the sink's
+unwrapping of change events."""
+
+from __future__ import annotations
+
+import struct
+from datetime import UTC, date, datetime, time
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+
+from sluice.connectors.cdc._envelope import envelope_schema, key_text
+from sluice.connectors.cdc._pgoutput import (
+    PG_EPOCH_US,
+    UNCHANGED,
+    commit_end,
+    lsn_int,
+    lsn_text,
+    transactions,
+)
+from sluice.connectors.cdc.postgres import parse_value
+from sluice.connectors.jdbc.sink import _unwrap_change_events
+from sluice.sdk import ConnectException, FieldType, Schema
+
+
+def _s(text: str) -> bytes:
+    return text.encode() + b"\0"
+
+
+def _tuple(*cols: object) -> bytes:
+    out = struct.pack(">h", len(cols))
+    for c in cols:
+        if c is None:
+            out += b"n"
+        elif c is UNCHANGED:
+            out += b"u"
+        else:
+            raw = str(c).encode()
+            out += b"t" + struct.pack(">i", len(raw)) + raw
+    return out
+
+
+def _relation(rel: int) -> bytes:
+    cols = struct.pack(">h", 2)
+    cols += struct.pack(">B", 1) + _s("id") + struct.pack(">Ii", 23, -1)
+    cols += struct.pack(">B", 0) + _s("v") + struct.pack(">Ii", 25, -1)
+    return b"R" + struct.pack(">I", rel) + _s("public") + _s("t") + b"f" + cols
+
+
+def _begin(xid: int) -> bytes:
+    return b"B" + struct.pack(">QqI", 100, 5_000_000, xid)
+
+
+def _commit(end: int) -> bytes:
+    return b"C" + struct.pack(">BQQq", 0, end - 8, end, 6_000_000)
+
+
+def test_pgoutput_messages_become_transactions() -> None:
+    messages = [
+        _begin(7),
+        _relation(16384),
+        b"I" + struct.pack(">I", 16384) + b"N" + _tuple("1", "a"),
+        b"U" + struct.pack(">I", 16384) + b"K" + _tuple("1", None) + b"N" + _tuple("2", UNCHANGED),
+        b"D" + struct.pack(">I", 16384) + b"O" + _tuple("2", "b"),
+        _commit(0x1_0000_0040),
+        _begin(8),
+        b"T" + struct.pack(">IBI", 1, 0, 16384),
+        _commit(0x1_0000_0080),
+    ]
+    first, second = list(transactions(messages))
+    assert (first.xid, first.end_lsn, first.commit_us) == (
+        7,
+        0x1_0000_0040,
+        6_000_000 + PG_EPOCH_US,
+    )
+    insert, update, delete = first.changes
+    assert (insert.op, insert.before, insert.after) == ("c", None, {"id": "1", "v": "a"})
+    assert update.op == "u" and update.key_only and update.before == {"id": "1", "v": None}
+    assert update.after == {"id": "2", "v": UNCHANGED}
+    assert (delete.op, delete.key_only, delete.before) == ("d", False, {"id": "2", "v": "b"})
+    assert [r.name for r in second.truncated] == ["t"] and not second.changes
+    assert commit_end(messages[5]) == 0x1_0000_0040
+    assert lsn_text(0x1_0000_0040) == "1/40" and lsn_int("1/40") == 0x1_0000_0040
+
+
+def test_text_values_parse_as_their_schema() -> None:
+    assert parse_value("12.5000", Schema.decimal(10, 4), "w") == Decimal("12.5000")
+    assert parse_value("9999-12-31", Schema.date(), "w") == date(9999, 12, 31)
+    assert parse_value("23:59:59.999999", Schema.time(), "w") == time(23, 59, 59, 999999)
+    assert parse_value("2024-05-01 10:00:00.000001", Schema.timestamp(), "w") == datetime(
+        2024, 5, 1, 10, 0, 0, 1, tzinfo=UTC
+    )
+    assert parse_value("2038-01-19 03:14:07+00", Schema.timestamp(), "w") == datetime(
+        2038, 1, 19, 3, 14, 7, tzinfo=UTC
+    )
+    assert parse_value("t", Schema.of(FieldType.BOOLEAN), "w") is True
+    assert parse_value("\\x00ff", Schema.bytes_(), "w") == b"\x00\xff"
+    assert parse_value("-5", Schema.of(FieldType.INT16), "w") == -5
+    with pytest.raises(ConnectException, match=r"table t, column 'n': value 'NaN'"):
+        parse_value("NaN", Schema.decimal(10, 2), "table t, column 'n'")
+    with pytest.raises(ConnectException, match="'infinity' cannot be carried"):
+        parse_value("infinity", Schema.date(), "w")
+
+
+def test_envelope_and_key() -> None:
+    columns = [("id", Schema.of(FieldType.INT32, optional=False)), ("v", Schema.string())]
+    schema = envelope_schema("cdc.public.t", columns)
+    assert [f.name for f in schema.fields] == ["before", "after", "source", "op", "ts_ms"]
+    before = schema.fields[0].schema
+    assert all(f.schema.optional for f in before.fields)  # a key-only old row fits
+    assert not schema.fields[1].schema.fields[0].schema.optional
+    assert key_text({"id": 5, "v": "x"}, ["id"]) == '{"id":5}'
+    assert key_text({"a": Decimal("1.5"), "b": "k"}, ["b", "a"]) == (
+        '{"b":"k","a":{"decimal":"1.5"}}'
+    )
+
+
+def test_the_jdbc_sink_unwraps_change_events() -> None:
+    row = pa.struct([("id", pa.int32()), ("v", pa.string())])
+    value = pa.array(
+        [
+            {"before": None, "after": {"id": 1, "v": "a"}, "source": {}, "op": "c"},
+            {"before": {"id": 1, "v": "a"}, "after": None, "source": {}, "op": "d"},
+        ],
+        pa.struct(
+            [
+                ("before", row),
+                ("after", row),
+                ("source", pa.struct([("x", pa.int8())])),
+                ("op", pa.string()),
+            ]
+        ),
+    )
+    batch = pa.RecordBatch.from_arrays(
+        [pa.array(['{"id":1}', '{"id":1}']), value], names=["key", "value"]
+    )
+    out = _unwrap_change_events(batch)
+    assert out.column("value").to_pylist() == [{"id": 1, "v": "a"}, None]
+    plain = pa.RecordBatch.from_arrays(
+        [pa.array([{"id": 1}], pa.struct([("id", pa.int8())]))], names=["value"]
+    )
+    assert _unwrap_change_events(plain) is plain
