@@ -211,6 +211,9 @@ def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
     stop, written = threading.Event(), [0]
     feeder = threading.Thread(target=_feed, args=(src, stop, written), daemon=True)
     try:
+        app = _App(ui)
+        # tasks the executors ran before any connector (the probe's)
+        probe_tasks = {i: e["completedTasks"] for i, e in app.executors().items()}
         for name, config in (
             ("src", {"connector.class": "FileSourceConnector", "filename": str(src)}),
             ("dst", {"connector.class": "FileSinkConnector", "filename": str(dst)}),
@@ -220,10 +223,14 @@ def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
             response = worker.request("POST", f"/connectors/{name}", content=json.dumps(config))
             assert response.status_code == 200, response.text
         feeder.start()
-        app = _App(ui)
 
         def busy_executors() -> dict[str, int]:
-            return {i: e["completedTasks"] for i, e in app.executors().items() if e["isActive"]}
+            """Tasks of the connector queries per live executor."""
+            return {
+                i: e["completedTasks"] - probe_tasks.get(i, 0)
+                for i, e in app.executors().items()
+                if e["isActive"]
+            }
 
         # both executors (one per Spark worker) ran tasks of the connector queries
         wait_until(
