@@ -213,6 +213,7 @@ class _Bus:
         return values
 
 
+@pytest.mark.rocketmq
 def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
     tmp_path: Path, spark_master: str
 ) -> None:
