@@ -7,7 +7,12 @@ Runs in one process on one SparkSession:
   end to end both connectors at once on a fresh store, source file → sink file.
 Prints a table (lines/s, MB/s, ratio to the baseline) and checks the sink file is byte-identical.
 
-Usage: python bench/file_pipeline.py [--lines 10000000] [--out bench/out]
+With `--master` given more than once (e.g. `--master local[2] --master spark://127.0.0.1:7077`,
+the cluster of `scripts/servers.sh up spark-cluster`) it runs every step on each master in turn,
+one SparkSession after the other in this process, and prints a last table of each step's time
+relative to the first master.
+
+Usage: python bench/file_pipeline.py [--lines 10000000] [--out bench/out] [--master M]...
 """
 
 from __future__ import annotations
@@ -77,18 +82,9 @@ def failed(runner: ConnectorRunner) -> None:
             raise SystemExit(f"{r.name} failed: {r.query.exception()}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--lines", type=int, default=10_000_000)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"))
-    parser.add_argument("--tasks", default="2", help="max.tasks of both connectors (2 cores here)")
-    args = parser.parse_args()
-    out = os.path.abspath(args.out)
-    os.makedirs(out, exist_ok=True)
-    src = os.path.join(out, "input.txt")
-    make_file(src, args.lines)
+def run(spark, args: argparse.Namespace, src: str, out: str) -> dict[str, float]:
+    """Every step on `spark`; seconds per step."""
     size = os.path.getsize(src)
-    spark = build_session(log_level="ERROR")
     source = {
         "connector.class": "FileSourceConnector",
         "filename": src,
@@ -143,21 +139,57 @@ def main() -> None:
     results["end to end: file → topic → file"] = time.perf_counter() - t
     runner.close()
     assert filecmp.cmp(src, dst, shallow=False), "end-to-end output differs from the input"
+    return results
 
-    base = results["baseline"]
-    cpu = platform.processor() or platform.machine()
-    print(
-        f"\n{args.lines:,} lines, {size / 1e6:.0f} MB; {cpu}, {os.cpu_count()} cores, "
-        f"Python {sys.version.split()[0]}, Spark {spark.version}"
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=10_000_000)
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "out"))
+    parser.add_argument("--tasks", default="2", help="max.tasks of both connectors (2 cores here)")
+    parser.add_argument(
+        "--master",
+        action="append",
+        help="spark.master (repeat to compare; default local[*])",
     )
-    print(f"{'step':<36}{'seconds':>9}{'lines/s':>14}{'MB/s':>9}{'x baseline':>12}")
-    for name, seconds in results.items():
+    args = parser.parse_args()
+    masters = args.master or ["local[*]"]
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(out, "input.txt")
+    make_file(src, args.lines)
+    size = os.path.getsize(src)
+    cpu = platform.processor() or platform.machine()
+    by_master: dict[str, dict[str, float]] = {}
+    for master in masters:
+        conf = {"spark.master": master}
+        if not master.startswith("local"):
+            conf["spark.executor.memory"] = "1g"
+        spark = build_session(conf, log_level="ERROR")
+        results = by_master[master] = run(spark, args, src, out)
+        base = results["baseline"]
         print(
-            f"{name:<36}{seconds:>9.2f}{args.lines / seconds:>14,.0f}{size / 1e6 / seconds:>9.1f}"
-            f"{seconds / base:>12.2f}"
+            f"\n{master}: {args.lines:,} lines, {size / 1e6:.0f} MB; {cpu}, "
+            f"{os.cpu_count()} cores, "
+            f"load {os.getloadavg()[0]:.1f}, Python {sys.version.split()[0]}, Spark {spark.version}"
         )
-    print("sink files byte-identical to the source: yes")
-    spark.stop()
+        print(f"{'step':<36}{'seconds':>9}{'lines/s':>14}{'MB/s':>9}{'x baseline':>12}")
+        for name, seconds in results.items():
+            print(
+                f"{name:<36}{seconds:>9.2f}{args.lines / seconds:>14,.0f}"
+                f"{size / 1e6 / seconds:>9.1f}{seconds / base:>12.2f}"
+            )
+        print("sink files byte-identical to the source: yes")
+        spark.stop()
+    if len(masters) > 1:
+        first = by_master[masters[0]]
+        print(f"\nseconds relative to {masters[0]} (same steps, same file):")
+        print(f"{'step':<36}" + "".join(f"{m:>28}" for m in masters[1:]))
+        for name in first:
+            print(
+                f"{name:<36}"
+                + "".join(f"{by_master[m][name] / first[name]:>28.2f}" for m in masters[1:])
+            )
 
 
 if __name__ == "__main__":

@@ -61,11 +61,15 @@ def build_session(
             os.environ[name] = spark_python()
     settings = dict(DEFAULTS)
     master = (conf or {}).get("spark.master", "local[*]")
-    if master.startswith("local"):
-        # Nothing outside this machine talks to a local driver: keep its RPC and block-manager
-        # ports on loopback (by default Spark binds the address the host name resolves to, or
-        # the first non-loopback interface when that is a loopback one).
+    if loopback_master(master):
+        # Nothing outside this machine talks to a local driver, or to the driver of a cluster
+        # whose master is on loopback (its executors run here too, `scripts/servers/
+        # spark-cluster.sh`): keep its RPC and block-manager ports on loopback (by default Spark
+        # binds the address the host name resolves to, or the first non-loopback interface when
+        # that is a loopback one), and its web UI when enabled (that one binds SPARK_LOCAL_IP,
+        # else 0.0.0.0; read when the JVM starts).
         settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings.update(conf or {})
     settings.update(REQUIRED)
     builder = SparkSession.builder.appName(app_name).master(settings.pop("spark.master", master))
@@ -74,6 +78,22 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def loopback_master(master: str) -> bool:
+    """True for `local…` masters and for `spark://` masters whose hosts are all loopback
+    (`spark://127.0.0.1:7077`, `spark://localhost:7077,127.0.0.1:7078`).
+
+    Other masters (remote standalone, YARN, Kubernetes) keep Spark's own choice of driver
+    address: executors elsewhere must reach the driver (set `spark.driver.host` if the host name
+    does not resolve to an address they can reach).
+    """
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [hp.rsplit(":", 1)[0].strip("[]") for hp in master[len("spark://") :].split(",")]
+    return all(h == "localhost" or h == "::1" or h.startswith("127.") for h in hosts)
 
 
 def spark_python() -> str:

@@ -17,6 +17,7 @@ import uvicorn
 from sluice.engine.session import build_session
 from sluice.rest import create_app
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.standalone import StandaloneHerder
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
@@ -57,6 +58,12 @@ def run_worker(config_path: str) -> int:
     _expose_plugin_paths(config.plugin_paths)
     log.info("starting worker %s (store %s)", config.worker_id, config.store_root)
     spark = build_session(config.spark, app_name=f"sluice-{config.worker_id}", log_level="ERROR")
+    try:  # on a Spark cluster: executors must share storePathRootDir (docs/spark-cluster.md)
+        check_shared_store_root(spark, config)
+    except ConfigException as exc:
+        print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
+        spark.stop()
+        return 2
     plugins = PluginRegistry(config.plugin_paths)
     herder = StandaloneHerder(spark, config, plugins)
     server = uvicorn.Server(

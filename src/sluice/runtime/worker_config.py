@@ -39,6 +39,20 @@ WORKER_KEYS = ConfigDef(
     ),
     ConfigKey("bus.retention.bytes", type="int", default=-1, min=-1, doc="-1: no size limit"),
     ConfigKey(
+        "cluster.shared.path.check",
+        type="bool",
+        default=True,
+        doc="with a non-local spark.master, check at start that the executors read and write "
+        "storePathRootDir as the driver does (see docs/spark-cluster.md)",
+    ),
+    ConfigKey(
+        "cluster.shared.path.check.timeout.ms",
+        type="int",
+        default=120_000,
+        min=1000,
+        doc="how long that check waits for executors",
+    ),
+    ConfigKey(
         "status.poll.interval.ms",
         type="int",
         default=500,
@@ -104,6 +118,13 @@ class WorkerConfig:
         def path(value: str) -> str:
             return os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
 
+        if "://" in values["storePathRootDir"]:  # SQLite stores and Arrow segments need POSIX
+            raise ConfigException(
+                "storePathRootDir",
+                f"must be a file system path, got the URI {values['storePathRootDir']!r}",
+                suggestion="mount the shared storage (NFS, an HDFS NFS gateway…) and name the "
+                "mount point; see docs/spark-cluster.md",
+            )
         store_root = path(values["storePathRootDir"])
         # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
         create_bus(values["bus"], props, os.path.join(store_root, "bus"))
