@@ -64,6 +64,7 @@ LIST_CONFIG = ConfigDef(
     ConfigKey("list.poll.max.records", type="int", default=10_000, min=1, doc="per list, per poll"),
 )
 _PAGE = 10_000  # entries per XRANGE call in read()
+_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 # The id of the `count`-th entry after `start`, stepping server-side so only one id travels back.
 _NTH_ID = """
 local pos, left, last = ARGV[1], tonumber(ARGV[2]), false
@@ -161,13 +162,10 @@ class RedisStreamSourceTask(ReplayableSourceTask):
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[pa.RecordBatch]:
         stream = partition["stream"]
-        client = self._redis()
         lower = f"({start['id']}" if start else "-"
         stop = end["id"]
         while True:
-            page = self._call(
-                f"XRANGE {stream}", lambda lo=lower: client.xrange(stream, lo, stop, count=_PAGE)
-            )
+            page = self._page(stream, lower, stop)
             if page:
                 yield self._batch(stream, page)
             if len(page) < _PAGE:
