@@ -22,6 +22,7 @@ again. Unit of parallelism: one list. Value: the element (BYTES); no key, no hea
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -40,6 +41,7 @@ from sluice.sdk import (
     RecordOffset,
     RecordPartition,
     ReplayableSourceTask,
+    RetriableException,
     Schema,
     SourceConnector,
     SourceTask,
@@ -171,6 +173,24 @@ class RedisStreamSourceTask(ReplayableSourceTask):
             if len(page) < _PAGE:
                 return
             lower = f"({page[-1][0].decode()}"
+
+    def _page(self, stream: str, lower: str, stop: str) -> list[Any]:
+        # On an executor nothing retries a failed read for us, and a read cannot be restarted
+        # half-way (it already yielded); fetching one page again is safe, so wait for the server
+        # here, with backoff, for up to _READ_RETRY_S.
+        deadline = time.monotonic() + _READ_RETRY_S
+        delay = 0.3
+        while True:
+            try:
+                return self._call(
+                    f"XRANGE {stream}",
+                    lambda: self._redis().xrange(stream, lower, stop, count=_PAGE),
+                )
+            except RetriableException:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _batch(
         self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]
