@@ -88,7 +88,9 @@ def main() -> None:
     print(f"redis-py XRANGE → pipelined XADD:          {plain:>10,.0f} records/s")
 
     root = tempfile.mkdtemp(prefix="sluice-bench-")
-    spark = build_session({"spark.master": "local[2]", "spark.driver.memory": "2g"}, "ERROR")
+    spark = build_session(
+        {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
+    )
     runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
     raw = {
         "redis.url": args.redis_url,
