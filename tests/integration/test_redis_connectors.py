@@ -29,17 +29,22 @@ def url() -> str:
     return f"redis://{address}/0"
 
 
+TAG = uuid.uuid4().hex[:8]  # in every key this module makes, so that it can remove them
+
+
 @pytest.fixture(scope="module")
 def client(url: str):
     import redis
 
     c = redis.Redis.from_url(url)
     yield c
+    for key in c.scan_iter(f"*{TAG}*", count=1000):  # the server is shared: leave it clean
+        c.delete(key)
     c.close()
 
 
 def _name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+    return f"{prefix}-{TAG}{uuid.uuid4().hex[:4]}"
 
 
 def _topic_count(root: Path, topic: str) -> int:
