@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq crash-kafka lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq crash-kafka crash-redis lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ test-rocketmq: $(STAMP)
 # broker of scripts/servers.sh (started if needed): sink byte-identical, each line once in the topic.
 crash-kafka: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s
+
+# kill -9 of a Redis stream → topic → stream and list → topic worker three times (the suite kills
+# once), on the Redis of scripts/servers.sh (started if needed).
+crash-redis: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py -s
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

@@ -56,6 +56,7 @@ from sluice.engine.errors import (
 )
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
+from sluice.engine.retry import RetryPolicy
 from sluice.engine.source_errors import encode_array_tolerating
 from sluice.sdk import (
     ConfigException,
@@ -114,6 +115,9 @@ class SourcePlan:
     #: On the JVM path each shape is a branch of the query with its own Spark source (a frame has
     #: one type): the branch reads the partitions of `shapes[branch]` only (see `branches`).
     branch: int | None = None
+    #: `errors.retry.*`: how long the driver retries a task's `latest`/`poll` that raised
+    #: `RetriableException` (a server away for a while) before the query fails.
+    retry: RetryPolicy = field(default_factory=RetryPolicy, compare=False)
 
     @property
     def tolerant(self) -> bool:
@@ -201,7 +205,15 @@ def plan_source(
         positions=positions,
         errors=ErrorReporter(ErrorPolicy.from_config(config), name),
         counters=counters,
+        retry=RetryPolicy.from_config(config),
     )
+
+
+def _retried(policy: RetryPolicy, operation: Any, what: str) -> Any:
+    """`operation()`'s result, retried on `RetriableException` as `policy` says (driver)."""
+    result: list[Any] = []
+    policy.call(lambda: result.append(operation()), what)
+    return result[-1]
 
 
 def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tuple[Shape, ...]:
@@ -528,7 +540,11 @@ class _ReplayableReader(DataSourceStreamReader):
         for task in self._all_tasks():
             for partition in self._owned(task):
                 key = partition_key(partition)
-                offset = task.latest(partition, begin.get(key), budget)
+                offset = _retried(
+                    self.plan.retry,
+                    lambda t=task, p=partition, k=key: t.latest(p, begin.get(k), budget),
+                    f"latest position of {key} of {self.plan.name}",
+                )
                 if offset is not None:
                     end[key] = offset
         return {"p": end}
@@ -632,7 +648,9 @@ class _PollingReader(DataSourceStreamReader):
     def latestOffset(self, start: dict, limit: Any) -> dict:
         end = dict(start.get("s", {}))
         for index, task in enumerate(self._all_tasks()):
-            records = task.poll()
+            records = _retried(
+                self.plan.retry, task.poll, f"poll of task {index} of {self.plan.name}"
+            )
             if not records:
                 continue
             seq = self._next[index] + 1

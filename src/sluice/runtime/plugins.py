@@ -23,6 +23,11 @@ from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
+from sluice.connectors.redis import (
+    RedisListSourceConnector,
+    RedisSinkConnector,
+    RedisStreamSourceConnector,
+)
 from sluice.connectors.rocketmq import RocketMQSinkConnector, RocketMQSourceConnector
 from sluice.converters import BUILTIN_CONVERTERS, Converter
 from sluice.sdk import (
@@ -70,6 +75,12 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "KafkaSinkConnector": KafkaSinkConnector,
     "org.apache.rocketmq.connect.kafka.connector.KafkaSourceConnector": KafkaSourceConnector,
     "org.apache.rocketmq.connect.kafka.connector.KafkaSinkConnector": KafkaSinkConnector,
+    "RedisStreamSourceConnector": RedisStreamSourceConnector,
+    "RedisListSourceConnector": RedisListSourceConnector,
+    "RedisSinkConnector": RedisSinkConnector,
+    # RocketMQ Connect's Redis source follows the replication stream; sluice's reads streams
+    "org.apache.rocketmq.connect.redis.connector.RedisSourceConnector": RedisStreamSourceConnector,
+    "org.apache.rocketmq.connect.redis.connector.RedisSinkConnector": RedisSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

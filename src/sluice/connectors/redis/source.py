@@ -1,0 +1,397 @@
+"""Redis sources: streams by entry id (exactly-once) and lists as queues (at-least-once).
+
+`RedisStreamSourceConnector` — delivery: exactly-once. A stream is read in exact entry-id ranges
+(``XRANGE (start end``), so a replayed micro-batch reads the same entries again.
+Unit of parallelism: one stream; each stream belongs to one task (`max.tasks` at most).
+Position: ``{"stream": <key>}`` → ``{"id": "<ms>-<seq>"}``, the id of the last delivered entry.
+A new connector starts at the first entry. Entries deleted (``XDEL``/``XTRIM``) after the committed
+position before they were read fail the task naming the stream: they cannot be delivered.
+
+Record mapping: the entry's ``stream.value.field`` (default ``value``) → value (BYTES),
+``stream.key.field`` (default ``key``) → key (BYTES), every other field → an extension (header,
+UTF-8 text), the entry id's milliseconds → timestamp. This is what `RedisSinkConnector` writes with
+``redis.type=stream``, so a stream copies to a stream intact.
+
+`RedisListSourceConnector` — delivery: at-least-once. A list is a queue (producers ``LPUSH``, the
+connector takes from the right): each poll ``LMOVE``s up to ``list.poll.max.records`` elements to
+a processing list (``list.processing.key.format``), and removes them there only after the
+micro-batch that carried them committed. When a task starts, what its processing list still holds
+(taken by a process that died) goes back to the right end of the list, in order, to be taken
+again. Unit of parallelism: one list. Value: the element (BYTES); no key, no headers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
+from sluice.sdk import (
+    HEADERS_TYPE,
+    TIMESTAMP_TYPE,
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    ConnectException,
+    ConnectRecord,
+    ReadLimit,
+    RecordOffset,
+    RecordPartition,
+    ReplayableSourceTask,
+    RetriableException,
+    Schema,
+    SourceConnector,
+    SourceTask,
+)
+
+STREAM_CONFIG = ConfigDef(
+    *CONNECTION_KEYS,
+    ConfigKey("redis.streams", type="list", doc="stream keys to read, separated by , or ;"),
+    ConfigKey("connect.topicname", default="", doc="topic to write (default: the stream's key)"),
+    ConfigKey("stream.key.field", default="key", doc="entry field read as the record key"),
+    ConfigKey("stream.value.field", default="value", doc="entry field read as the record value"),
+)
+LIST_CONFIG = ConfigDef(
+    *CONNECTION_KEYS,
+    ConfigKey("redis.lists", type="list", doc="list keys to take from, separated by , or ;"),
+    ConfigKey("connect.topicname", default="", doc="topic to write (default: the list's key)"),
+    ConfigKey(
+        "list.processing.key.format",
+        default="${list}:sluice-processing:${connector}",
+        doc="where taken elements wait for their commit (${list}, ${connector})",
+    ),
+    ConfigKey("list.poll.max.records", type="int", default=10_000, min=1, doc="per list, per poll"),
+)
+_PAGE = 10_000  # entries per XRANGE call in read()
+_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
+# The id of the `count`-th entry after `start`, stepping server-side so only one id travels back.
+_NTH_ID = """
+local pos, left, last = ARGV[1], tonumber(ARGV[2]), false
+while left > 0 do
+  local n = math.min(left, 1000)
+  local r = redis.call('XRANGE', KEYS[1], pos, '+', 'COUNT', n)
+  if #r == 0 then break end
+  last = r[#r][1]
+  pos = '(' .. last
+  left = left - #r
+  if #r < n then break end
+end
+return last
+"""
+
+
+def _id(raw: bytes | str) -> tuple[int, int]:
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _shares(names: list[str], max_tasks: int) -> list[list[str]]:
+    tasks = max(1, min(max_tasks, len(names)))
+    return [names[i::tasks] for i in range(tasks)]
+
+
+class RedisStreamSourceTask(ReplayableSourceTask):
+    """Reads its streams in exact entry-id ranges."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        values = STREAM_CONFIG.parse(config)
+        self.settings = Settings.of(values)
+        self.streams: list[str] = values["redis.streams"]
+        self.topic = values["connect.topicname"] or None
+        self.key_field = values["stream.key.field"].encode()
+        self.value_field = values["stream.value.field"].encode()
+        self._client: Any = None
+        self._nth: Any = None
+
+    def _redis(self) -> Any:
+        if self._client is None:
+            self._client = self.settings.connect()
+            self._nth = self._client.register_script(_NTH_ID)
+        return self._client
+
+    def _call(self, doing: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except redis_module().RedisError as exc:
+            raise self.settings.failure(doing, exc) from None
+
+    def partitions(self) -> list[RecordPartition]:
+        return [{"stream": s} for s in self.streams]
+
+    def latest(
+        self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        stream = partition["stream"]
+        client = self._redis()
+        if start is not None:
+            self._check_not_trimmed(stream, start["id"])
+        lower = f"({start['id']}" if start else "-"
+        if limit.max_rows is None:
+            top = self._call(f"XREVRANGE {stream}", lambda: client.xrevrange(stream, count=1))
+            last = top[0][0] if top else None
+            if last is not None and start is not None and _id(last) <= _id(start["id"]):
+                last = None
+        else:
+            last = self._call(
+                f"XRANGE {stream}",
+                lambda: self._nth(keys=[stream], args=[lower, limit.max_rows], client=client),
+            )
+        if not last:
+            return start
+        return {"id": last.decode() if isinstance(last, bytes) else last}
+
+    def _check_not_trimmed(self, stream: str, committed: str) -> None:
+        client = self._redis()
+        try:
+            info = client.xinfo_stream(stream)
+        except redis_module().ResponseError:
+            return  # no such key (yet, or any more): nothing to read
+        except redis_module().RedisError as exc:
+            raise self.settings.failure(f"XINFO STREAM {stream}", exc) from None
+        deleted = info.get("max-deleted-entry-id")
+        if deleted and _id(deleted) > _id(committed):
+            raise ConnectException(
+                f"redis.streams: entries of stream {stream!r} after the committed id {committed} "
+                f"were deleted (XDEL/XTRIM up to {deleted.decode()}) before they were read",
+                suggestion="trim only what was delivered, or reset the connector's offsets",
+            )
+
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterator[pa.RecordBatch]:
+        stream = partition["stream"]
+        lower = f"({start['id']}" if start else "-"
+        stop = end["id"]
+        while True:
+            page = self._page(stream, lower, stop)
+            if page:
+                yield self._batch(stream, page)
+            if len(page) < _PAGE:
+                return
+            lower = f"({page[-1][0].decode()}"
+
+    def _page(self, stream: str, lower: str, stop: str) -> list[Any]:
+        # On an executor nothing retries a failed read for us, and a read cannot be restarted
+        # half-way (it already yielded); fetching one page again is safe, so wait for the server
+        # here, with backoff, for up to _READ_RETRY_S.
+        deadline = time.monotonic() + _READ_RETRY_S
+        delay = 0.3
+        while True:
+            try:
+                return self._call(
+                    f"XRANGE {stream}",
+                    lambda: self._redis().xrange(stream, lower, stop, count=_PAGE),
+                )
+            except RetriableException:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _batch(
+        self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]
+    ) -> pa.RecordBatch:
+        keys, values, stamps, headers = [], [], [], []
+        for entry_id, fields in entries:
+            keys.append(fields.get(self.key_field))
+            values.append(fields.get(self.value_field))
+            stamps.append(_id(entry_id)[0] * 1000)
+            pairs = []
+            for name, value in fields.items():
+                if name in (self.key_field, self.value_field):
+                    continue
+                try:
+                    pairs.append((name.decode(), value.decode()))
+                except UnicodeDecodeError:
+                    raise ConnectException(
+                        f"stream {stream!r} entry {entry_id.decode()}: field {name!r} is not "
+                        "UTF-8 text, which record extensions (headers) must be",
+                        suggestion="put binary data in the stream.value.field field",
+                    ) from None
+            headers.append(pairs or None)
+        n = len(entries)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.topic or stream, pa.string()), n),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+                pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
+                pa.array(headers, HEADERS_TYPE),
+            ],
+            names=["topic", "key", "value", "timestamp", "headers"],
+        )
+
+    def stop(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _check_keys(
+    settings: Settings, key: str, names: list[str], kind: str, *, must_exist: bool
+) -> None:
+    client = settings.probe()
+    try:
+        for name in names:
+            found = client.type(name).decode()
+            if found == "none" and not must_exist:
+                continue  # an empty list does not exist in Redis
+            if found == "none":
+                raise ConfigException(key, f"{kind} {name!r} does not exist on {settings.where}")
+            if found != kind:
+                raise ConfigException(
+                    key, f"{name!r} on {settings.where} is a {found}, not a {kind}"
+                )
+    except redis_module().RedisError as exc:
+        err = settings.failure(f"TYPE of {key}", exc)
+        raise (
+            err if isinstance(err, ConfigException) else ConfigException(key, str(err))
+        ) from None
+    finally:
+        client.close()
+
+
+class RedisStreamSourceConnector(SourceConnector):
+    """Copies Redis streams (``redis.streams``) into a topic by entry id, exactly once, with
+    keys, headers and timestamps."""
+
+    config_def = STREAM_CONFIG
+    task_class = RedisStreamSourceTask
+    delivery = "exactly-once"
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = STREAM_CONFIG.parse(config)
+        _check_keys(
+            Settings.of(values), "redis.streams", values["redis.streams"], "stream", must_exist=True
+        )
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        names = STREAM_CONFIG.parse(self.config)["redis.streams"]
+        return [{**self.config, "redis.streams": ",".join(s)} for s in _shares(names, max_tasks)]
+
+    def default_read_limit(self) -> ReadLimit:
+        # finding the end id of a range walks the stream server-side: keep a batch moderate
+        return ReadLimit(max_rows=100_000)
+
+    def key_schema(self) -> Schema:
+        return Schema.bytes_()
+
+    def value_schema(self) -> Schema:
+        return Schema.bytes_()
+
+
+class RedisListSourceTask(SourceTask):
+    """Moves elements to its processing lists on `poll`, removes them there on `commit`."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        values = LIST_CONFIG.parse(config)
+        self.settings = Settings.of(values)
+        self.topic = values["connect.topicname"] or None
+        self.max_records = values["list.poll.max.records"]
+        fmt = values["list.processing.key.format"]
+        self.lists = {
+            name: fmt.replace("${list}", name).replace("${connector}", self.context.connector_name)
+            for name in values["redis.lists"]
+        }
+        self._client = self.settings.connect()
+        self._move = self._client.register_script(_TAKE)
+        for name, processing in self.lists.items():
+            # what a dead process took but never acknowledged goes back, oldest to the right end
+            self._call(
+                f"restoring {processing} to {name}",
+                lambda n=name, p=processing: self._move(keys=[p, n], args=[0, "restore"]),
+            )
+
+    def _call(self, doing: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except redis_module().RedisError as exc:
+            raise self.settings.failure(doing, exc) from None
+
+    def poll(self) -> list[ConnectRecord]:
+        records = []
+        for name, processing in self.lists.items():
+            taken = self._call(
+                f"LMOVE {name} {processing}",
+                lambda n=name, p=processing: self._move(
+                    keys=[n, p], args=[self.max_records, "take"]
+                ),
+            )
+            for element in taken:
+                records.append(
+                    ConnectRecord(
+                        value=element,
+                        partition={"list": name},
+                        topic=self.topic or name,
+                    )
+                )
+        return records
+
+    def commit(self, records: list[ConnectRecord]) -> None:
+        counts: dict[str, int] = {}
+        for record in records:
+            name = record.partition["list"] if record.partition else None
+            if name in self.lists:
+                counts[name] = counts.get(name, 0) + 1
+        for name, n in counts.items():
+            processing = self.lists[name]
+            # elements wait in taking order, the oldest at the right: the committed ones are the
+            # n rightmost (commits come in poll order)
+            self._call(f"RPOP {processing} {n}", lambda p=processing, k=n: self._client.rpop(p, k))
+
+    def stop(self) -> None:
+        self._client.close()
+
+
+# Moves up to ARGV[1] elements atomically (all at once, or none if the connection drops):
+# "take" from the right of KEYS[1] to the left of KEYS[2] (returns them, oldest first);
+# "restore" everything from the left of KEYS[1] (the processing list) to the right of KEYS[2].
+_TAKE = """
+local out = {}
+if ARGV[2] == 'take' then
+  for i = 1, tonumber(ARGV[1]) do
+    local v = redis.call('LMOVE', KEYS[1], KEYS[2], 'RIGHT', 'LEFT')
+    if not v then break end
+    out[#out + 1] = v
+  end
+else
+  while redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT') do end
+end
+return out
+"""
+
+
+class RedisListSourceConnector(SourceConnector):
+    """Takes elements from Redis lists used as queues (``LPUSH`` in, taken from the right):
+    at-least-once, acknowledged after commit."""
+
+    config_def = LIST_CONFIG
+    task_class = RedisListSourceTask
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = LIST_CONFIG.parse(config)
+        _check_keys(
+            Settings.of(values), "redis.lists", values["redis.lists"], "list", must_exist=False
+        )
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        names = LIST_CONFIG.parse(self.config)["redis.lists"]
+        return [{**self.config, "redis.lists": ",".join(s)} for s in _shares(names, max_tasks)]
+
+    def key_schema(self) -> Schema:
+        return Schema.bytes_()
+
+    def value_schema(self) -> Schema:
+        return Schema.bytes_()
+
+
+__all__ = [
+    "RedisListSourceConnector",
+    "RedisListSourceTask",
+    "RedisStreamSourceConnector",
+    "RedisStreamSourceTask",
+]

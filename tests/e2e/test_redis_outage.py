@@ -1,0 +1,153 @@
+"""Redis stopped for 20 s in the middle of a stream → topic → stream copy: nothing lost, nothing
+duplicated.
+
+The server is a private `redis-server` (its own port and folder, append-only file fsynced on every
+write) so that stopping it disturbs no other test. While it is away the source's `latest` raises
+`RetriableException` and the driver retries it with backoff (`errors.retry.*`), the sink retries
+its writes the same way; both connectors must stay healthy, then finish once it is back: the copy
+holds each entry once, and so does the topic.
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+OUTAGE_S = 20.0
+FIRST, MORE = 6000, 2000
+
+
+class PrivateRedis:
+    """A redis-server of this test alone (the Debian package the servers script installs)."""
+
+    def __init__(self, folder: Path) -> None:
+        from tests.servers import ensure
+
+        ensure("redis")  # the shared one: installs the package when missing
+        self.folder = folder
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.proc: subprocess.Popen | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.folder),
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "always",
+                "--save",
+                "",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        import redis
+
+        def up() -> bool:
+            try:
+                return bool(redis.Redis(port=self.port).ping())
+            except redis.RedisError:
+                return False
+
+        wait_until(up, 30, "the private redis-server", every=0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(30)
+            self.proc = None
+
+
+def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
+    import redis
+
+    server = PrivateRedis(tmp_path)
+    server.start()
+    client = redis.Redis(port=server.port)
+    try:
+        pipe = client.pipeline(transaction=False)
+        for i in range(FIRST):
+            pipe.xadd("events", {"key": f"k{i % 31}", "value": f"é {i}", "seq": str(i)})
+        pipe.execute()
+        retry = {"errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "1000"}
+        raw = {"redis.url": server.url, "redis.timeout.ms": "1000", **retry}
+        raw |= {"key.converter": "ByteArrayConverter", "value.converter": "ByteArrayConverter"}
+        runner.start(
+            "in",
+            {
+                **raw,
+                "connector.class": "RedisStreamSourceConnector",
+                "redis.streams": "events",
+                "connect.topicname": "events",
+                "read.max.rows": "300",
+            },
+        )
+        runner.start(
+            "out",
+            {
+                **raw,
+                "connector.class": "RedisSinkConnector",
+                "connect.topicnames": "events",
+                "redis.key.format": "copy",
+            },
+        )
+
+        def copied() -> int:
+            try:
+                return client.xlen("copy")
+            except redis.RedisError:
+                return -1
+
+        wait_until(lambda: copied() > 0, 180, "the copy to start", every=0.2)
+        assert copied() < FIRST, "the copy finished before the outage: make it bigger"
+        server.stop()
+        until = time.monotonic() + OUTAGE_S
+
+        def over() -> bool:
+            for running in runner.running.values():
+                failure = running.failure()
+                assert failure is None, f"{running.name} failed during the outage: {failure[0]}"
+            return time.monotonic() >= until
+
+        try:
+            wait_until(over, OUTAGE_S + 30, "the end of the outage", every=0.5)
+        finally:
+            server.start()
+        client = redis.Redis(port=server.port)
+        pipe = client.pipeline(transaction=False)
+        for i in range(FIRST, FIRST + MORE):
+            pipe.xadd("events", {"key": f"k{i % 31}", "value": f"é {i}", "seq": str(i)})
+        pipe.execute()
+
+        def done() -> bool:
+            for running in runner.running.values():
+                assert running.failure() is None, running.failure()
+            return copied() >= FIRST + MORE
+
+        wait_until(done, 300, "the whole stream", every=0.5)
+        seqs = collections.Counter(int(f[b"seq"]) for _, f in client.xrange("copy"))
+        assert sorted(seqs) == list(range(FIRST + MORE)), "lost or doubled"
+        assert runner.bus.count("events") == FIRST + MORE  # each entry once in the topic
+    finally:
+        runner.close()
+        server.stop()
