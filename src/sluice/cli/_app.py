@@ -53,6 +53,11 @@ connectors_app.add_typer(offsets_app, name="offsets")
 app.add_typer(plugins_app, name="plugins")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(topics_app, name="topics")
+users_app = typer.Typer(
+    help="Credentials files of rest.auth=basic|token workers (run where the file is).",
+    no_args_is_help=True,
+)
+app.add_typer(users_app, name="users")
 
 
 # -- shared options and plumbing ----------------------------------------------------------------
@@ -65,6 +70,10 @@ class Settings:
     url: str = DEFAULT_URL
     json: bool = False
     timeout: float = DEFAULT_TIMEOUT
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    cacert: str | None = None
 
 
 # `--json` is accepted after the subcommand too (`sluice connectors list --json`): that is where
@@ -108,8 +117,42 @@ def _root(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the worker.")
     ] = DEFAULT_TIMEOUT,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", envvar="SLUICE_USER", help="User for rest.auth=basic workers."),
+    ] = None,
+    password: Annotated[
+        str | None,
+        typer.Option(
+            "--password",
+            envvar="SLUICE_PASSWORD",
+            help="Password of --user (asked for when --user is given without it).",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="SLUICE_TOKEN", help="Bearer token (rest.auth=token)."),
+    ] = None,
+    cacert: Annotated[
+        str | None,
+        typer.Option(
+            "--cacert", envvar="SLUICE_CACERT", help="CA/certificate file to trust for https."
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = Settings(url=url, json=json_out, timeout=timeout)
+    if user and password is None and ctx.invoked_subcommand not in (None, "worker", "users"):
+        import getpass
+
+        password = getpass.getpass(f"password of {user}: ")
+    ctx.obj = Settings(
+        url=url,
+        json=json_out,
+        timeout=timeout,
+        user=user,
+        password=password,
+        token=token,
+        cacert=cacert,
+    )
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -120,7 +163,14 @@ def _settings(ctx: typer.Context) -> Settings:
 @contextmanager
 def _client(ctx: typer.Context) -> Iterator[Client]:
     settings = _settings(ctx)
-    with Client(url=settings.url, timeout=settings.timeout) as client:
+    with Client(
+        url=settings.url,
+        timeout=settings.timeout,
+        user=settings.user,
+        password=settings.password,
+        token=settings.token,
+        cacert=settings.cacert,
+    ) as client:
         yield client
 
 
@@ -461,6 +511,56 @@ def topics_list(ctx: typer.Context, json_flag: JsonFlag = False) -> None:
 
 
 # -- entry point --------------------------------------------------------------------------------
+
+
+# -- users (credentials files; no worker needed) ------------------------------------------------
+
+RoleOpt = Annotated[
+    str, typer.Option("--role", help="admin (everything) or read-only (no mutations).")
+]
+FileArg = Annotated[str, typer.Argument(metavar="FILE", help="The worker's rest.auth.file.")]
+
+
+@users_app.command("add")
+def users_add(
+    file: FileArg,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="User name (no ':').")],
+    role: RoleOpt = "admin",
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+    ] = False,
+) -> None:
+    """Add or replace a user of a rest.auth=basic worker (its password is stored scrypt-hashed)."""
+    from sluice.rest._auth import add_credential
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        import getpass
+
+        password = getpass.getpass(f"password of {name}: ")
+    if not password:
+        raise UsageProblem("the password must not be empty")
+    try:
+        add_credential(file, name, role, password)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    print(f"user {name} ({role}) written to {file}")
+
+
+@users_app.command("token")
+def users_token(
+    file: FileArg, name: Annotated[str, typer.Argument(metavar="NAME")], role: RoleOpt = "admin"
+) -> None:
+    """Create a bearer token for a rest.auth=token worker; printed once, stored hashed."""
+    from sluice.rest._auth import add_credential, new_token
+
+    token = new_token()
+    try:
+        add_credential(file, name, role, token)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    print(token)
 
 
 def _error(message: str) -> None:

@@ -7,7 +7,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from sluice.rest import rocketmq, v1
+from sluice.rest._auth import AuthMiddleware, RestSecurity
 from sluice.runtime.herder import Herder, HerderError
+from sluice.runtime.secrets import install_log_scrubber
 
 
 def error_response(request: Request, status: int, message: str) -> JSONResponse:
@@ -17,8 +19,10 @@ def error_response(request: Request, status: int, message: str) -> JSONResponse:
     return JSONResponse({"errorCode": status, "message": message}, status_code=status)
 
 
-def create_app(herder: Herder) -> FastAPI:
-    """The REST API of one worker; every route calls `herder` and nothing else."""
+def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
+    """The REST API of one worker; every route calls `herder` and nothing else.
+
+    `security` (from the worker config's `rest.*` keys) adds authentication and roles."""
     app = FastAPI(
         title="sluice worker",
         summary="RocketMQ Connect compatible REST API, plus a resource API under /v1",
@@ -39,4 +43,13 @@ def create_app(herder: Herder) -> FastAPI:
             problems.append(f"{where or 'body'}: {error.get('msg', 'invalid')}")
         return error_response(request, 400, "invalid request: " + "; ".join(problems))
 
+    if security is not None and security.credentials is not None:
+        app.add_middleware(
+            AuthMiddleware,
+            mode=security.mode,
+            credentials=security.credentials,
+            metrics_open=security.metrics_open,
+        )
+    # every worker serves this app: its log handlers are set up by now
+    install_log_scrubber()
     return app

@@ -113,7 +113,7 @@ async def create_connector(name: str, request: Request) -> dict[str, Any]:
     """Create (or update) a connector from the JSON config map in the body."""
     config = parse_json_object(await request.body(), "request body")
     await run_in_threadpool(herder_of(request).put_connector, name, config)
-    return ok(config)
+    return ok(herder_of(request).shown_config(config))  # never echo a secret
 
 
 @router.get("/connectors/{name}")
@@ -121,7 +121,7 @@ def create_connector_by_get(name: str, request: Request, config: str = "") -> di
     """Create (or update) a connector from `?config=<url-encoded JSON config map>`."""
     parsed = parse_json_object(config, "query param 'config'")
     herder_of(request).put_connector(name, parsed)
-    return ok(parsed)
+    return ok(herder_of(request).shown_config(parsed))  # never echo a secret
 
 
 @router.get("/plugin/reload")

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from sluice.runtime.plugins import PluginInfo
+from sluice.runtime.secrets import redact
 
 
 class HerderError(Exception):
@@ -50,6 +51,19 @@ class Herder(ABC):
     """
 
     worker_id: str
+
+    def password_keys(self, class_name: str) -> list[str]:
+        """The keys connector class `class_name` declares as passwords ([] if it is unknown)."""
+        try:
+            definitions = self.plugin_config(class_name)
+        except HerderError:
+            return []
+        return [d["name"] for d in definitions if d.get("type") == "password"]
+
+    def shown_config(self, config: dict[str, str]) -> dict[str, str]:
+        """`config` as REST, CLI and console may show it: password values masked (references
+        kept as written). Every answer that carries a connector config goes through this."""
+        return redact(config, self.password_keys(str(config.get("connector.class", ""))))
 
     @abstractmethod
     def workers(self) -> list[str]:

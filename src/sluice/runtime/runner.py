@@ -44,6 +44,7 @@ from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
 from sluice.runtime.plugins import PluginRegistry, default_registry
+from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -152,8 +153,11 @@ class ConnectorRunner:
         maintenance_interval_s: float = 60.0,
         plugins: PluginRegistry | None = None,
         bus: Bus | None = None,
+        providers: ConfigProviders | None = None,
     ) -> None:
         self.spark = spark
+        # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
+        self.providers = providers or ConfigProviders()
         self.plugins = plugins or default_registry()
         self.root = os.path.abspath(os.fspath(root))
         # `bus` picks the topic backend (see sluice.bus); the embedded log under the root is the
@@ -234,6 +238,8 @@ class ConnectorRunner:
         if not conf.get("connector.class"):
             raise ConfigException("connector.class", "required key is missing")
         connector = self.plugins.connector(conf["connector.class"])()
+        written = conf
+        conf = self.providers.resolve(conf, password_keys(type(connector)))
         chain = parse_transforms(conf, self.plugins.transform)
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
@@ -359,7 +365,9 @@ class ConnectorRunner:
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
-        running = RunningConnector(name, kind, run, query, plan.task_configs, checkpoint)
+        # what is stored and shown keeps the references, never what they resolved to
+        shown = tuple(restore_references(written, conf, c) for c in plan.task_configs)
+        running = RunningConnector(name, kind, run, query, shown, checkpoint)
         self.running[name] = running
         return running
 

@@ -20,9 +20,17 @@ from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.transforms import parse_transforms
 from sluice.push import PushBoard
+from sluice.runtime.file_access import check_allowed_paths
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
 from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
+from sluice.runtime.secrets import (
+    ConfigProviders,
+    keep_masked,
+    password_keys,
+    redact,
+    scrub,
+)
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
@@ -62,6 +70,7 @@ class StandaloneHerder(Herder):
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
+        self.providers = ConfigProviders.from_worker(config.raw)
         self.runner = ConnectorRunner(
             spark,
             config.store_root,
@@ -71,6 +80,7 @@ class StandaloneHerder(Herder):
             retention_bytes=config.retention_bytes,
             plugins=plugins,
             bus=config.create_bus(),
+            providers=self.providers,
         )
         self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
@@ -163,23 +173,26 @@ class StandaloneHerder(Herder):
                 raise ConfigException("connector.class", "required key is missing")
             cls = self.plugins_registry.connector(conf["connector.class"])
             connector = cls()
-            RUNTIME_KEYS.parse(conf)
+            # checked as the connector will see it, stored with its references
+            resolved = self.providers.resolve(conf, password_keys(cls))
+            check_allowed_paths(cls, resolved, self.config.raw)
+            RUNTIME_KEYS.parse(resolved)
             topics: list[str] = []
             if isinstance(connector, SinkConnector):
-                topics = SINK_KEYS.parse(conf)["connect.topicnames"]
+                topics = SINK_KEYS.parse(resolved)["connect.topicnames"]
                 if not topics:
                     raise ConfigException(
                         "connect.topicnames", "required key is missing: a sink reads topics"
                     )
-            ErrorPolicy.from_config(conf, topics)
-            parse_transforms(conf, self.plugins_registry.transform)
-            connector.validate(conf)
+            ErrorPolicy.from_config(resolved, topics)
+            parse_transforms(resolved, self.plugins_registry.transform)
+            connector.validate(resolved)
         except ConnectException as exc:
-            raise BadRequest(str(exc)) from None
+            raise BadRequest(scrub(str(exc))) from None
         except Exception as exc:  # a plugin's validate crashed: still the caller's config
             raise BadRequest(
-                f"config rejected by the connector: {type(exc).__name__}: {exc}"
-            ) from exc
+                scrub(f"config rejected by the connector: {type(exc).__name__}: {exc}")
+            ) from None
         return conf
 
     def put_connector(
@@ -187,9 +200,15 @@ class StandaloneHerder(Herder):
     ) -> tuple[dict[str, Any], bool]:
         if not name or "/" in name or name.strip() != name:
             raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
-        conf = self._check(config)
         with self._lock:
             existing = self.configs.get(name)
+            if existing is not None:  # a config PUT back as shown keeps its secrets
+                config = keep_masked(
+                    normalize_config(config),
+                    existing.config,
+                    self.password_keys(str(config.get("connector.class", ""))),
+                )
+            conf = self._check(config)
             if existing is not None and create_only:
                 raise Conflict(f"connector {name!r} already exists")
             if existing is not None and existing.config == conf:
@@ -262,13 +281,13 @@ class StandaloneHerder(Herder):
         return self.configs.names()
 
     def connector_config(self, name: str) -> dict[str, str]:
-        return self._stored(name).config
+        return self.shown_config(self._stored(name).config)
 
     def connector_info(self, name: str) -> dict[str, Any]:
         stored = self._stored(name)
         return {
             "name": name,
-            "config": stored.config,
+            "config": self.shown_config(stored.config),
             "tasks": [{"connector": name, "task": i} for i in range(len(stored.task_configs))],
             "type": _kind(self._class_of(stored.config)),
         }
@@ -280,11 +299,16 @@ class StandaloneHerder(Herder):
             "name": name,
             "connector": {
                 "state": own.state if own else "UNASSIGNED",
-                "trace": own.trace if own else None,
+                "trace": scrub(own.trace) if own and own.trace else None,
                 "workerId": own.worker_id if own else self.worker_id,
             },
             "tasks": [
-                {"id": t.task, "state": t.state, "trace": t.trace, "workerId": t.worker_id}
+                {
+                    "id": t.task,
+                    "state": t.state,
+                    "trace": scrub(t.trace) if t.trace else t.trace,
+                    "workerId": t.worker_id,
+                }
                 for t in tasks
             ],
             "type": _kind(self._class_of(stored.config)),
@@ -307,8 +331,9 @@ class StandaloneHerder(Herder):
 
     def task_configs(self, name: str) -> list[dict[str, Any]]:
         stored = self._stored(name)
+        secret_keys = self.password_keys(stored.config.get("connector.class", ""))
         return [
-            {"id": {"connector": name, "task": i}, "config": config}
+            {"id": {"connector": name, "task": i}, "config": redact(config, secret_keys)}
             for i, config in enumerate(stored.task_configs)
         ]
 
@@ -398,6 +423,7 @@ class StandaloneHerder(Herder):
             raise BadRequest(str(exc)) from None
         definitions = {**RUNTIME_KEYS.keys, **cls.config_def.keys}
         errors: dict[str, list[str]] = {key: [] for key in definitions}
+        shown = redact(raw, password_keys(cls))
         try:
             self._check(raw)
         except BadRequest as exc:
@@ -409,7 +435,7 @@ class StandaloneHerder(Herder):
             configs.append(
                 {
                     "definition": _definition(key, definition),
-                    "value": {"name": key, "value": raw.get(key), "errors": errs},
+                    "value": {"name": key, "value": shown.get(key), "errors": errs},
                 }
             )
         return {
@@ -448,7 +474,7 @@ class StandaloneHerder(Herder):
         ]
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
-        return {name: self._stored(name).config for name in sorted(self.runner.running)}
+        return {name: self.connector_config(name) for name in sorted(self.runner.running)}
 
     def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
         groups: dict[str, list[dict[str, Any]]] = {

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
+from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,31 @@ WORKER_KEYS = ConfigDef(
         doc="delete topic data older than this (-1: keep)",
     ),
     ConfigKey("bus.retention.bytes", type="int", default=-1, min=-1, doc="-1: no size limit"),
+    ConfigKey(
+        "file.allowed.dirs",
+        type="list",
+        default=(),
+        doc="folders that connectors' file paths must be in (comma-separated; empty: any)",
+    ),
+    ConfigKey(
+        "rest.auth",
+        default="none",
+        choices=("none", "basic", "token"),
+        doc="REST authentication: none, basic (user + password) or token (bearer)",
+    ),
+    ConfigKey(
+        "rest.auth.file",
+        default="",
+        doc="credentials file of rest.auth (lines name:role:hash, see `sluice users`)",
+    ),
+    ConfigKey(
+        "rest.auth.metrics.open",
+        type="bool",
+        default=False,
+        doc="serve /metrics without credentials when rest.auth is on",
+    ),
+    ConfigKey("rest.tls.cert", default="", doc="PEM certificate: serve the REST API over HTTPS"),
+    ConfigKey("rest.tls.key", default="", doc="PEM private key of rest.tls.cert"),
     ConfigKey(
         "status.poll.interval.ms",
         type="int",
@@ -98,12 +124,14 @@ class WorkerConfig:
                 and key not in _KNOWN_UNUSED
                 and not key.startswith("spark.")
                 and not is_bus_key(key)
+                and not is_provider_key(key)
             ):
                 log.warning("worker config: unknown key %r ignored", key)
 
         def path(value: str) -> str:
             return os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
 
+        ConfigProviders.from_worker(props)  # a bad provider is reported at once
         store_root = path(values["storePathRootDir"])
         # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
         create_bus(values["bus"], props, os.path.join(store_root, "bus"))
