@@ -65,6 +65,29 @@ class Herder(ABC):
         kept as written). Every answer that carries a connector config goes through this."""
         return redact(config, self.password_keys(str(config.get("connector.class", ""))))
 
+    def metrics(self) -> dict[str, Any]:
+        """What `/metrics` shows: `{"worker": {…}, "connectors": [{"name", "type", "state",
+        "tasks": {state: n}, "counters": {…}, "progress": {…} | None, "lag": [{"topic",
+        "queue", "lag"}]}]}`. This default knows states only; implementations add the rest."""
+        connectors = []
+        for name in self.connectors():
+            status = self.status(name)
+            tasks: dict[str, int] = {}
+            for task in status["tasks"]:
+                tasks[task["state"]] = tasks.get(task["state"], 0) + 1
+            connectors.append(
+                {
+                    "name": name,
+                    "type": status["type"],
+                    "state": status["connector"]["state"],
+                    "tasks": tasks,
+                    "counters": {},
+                    "progress": None,
+                    "lag": [],
+                }
+            )
+        return {"worker": {"worker_id": self.worker_id}, "connectors": connectors}
+
     @abstractmethod
     def workers(self) -> list[str]:
         """Ids of the live workers."""

@@ -43,6 +43,7 @@ from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
+from sluice.runtime.metrics import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
 from sluice.sdk import (
@@ -176,6 +177,8 @@ class ConnectorRunner:
             else {"processingTime": "0 seconds"}
         )
         self.running: dict[str, RunningConnector] = {}
+        #: connectors whose queries add their own record totals (see runtime.metrics)
+        self.counts_itself: set[str] = set()
         self.retention_ms = retention_ms
         self.retention_bytes = retention_bytes
         self._closed = threading.Event()
@@ -245,6 +248,7 @@ class ConnectorRunner:
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
         checkpoint = os.path.join(run_dir, "checkpoint")
         registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
+        self.counts_itself.discard(name)
         if isinstance(connector, SourceConnector):
             plan = plan_source(
                 name,
@@ -272,6 +276,9 @@ class ConnectorRunner:
                 if any(c.registered for c in codecs):  # register every topic it writes
                     skip = frozenset([dlq_topic] if dlq_topic else [])
                     direct = SchemaRegistration(registry, codecs, direct, skip)
+                # its Spark rows are receipts, not records: it counts its records itself
+                direct = CountingConsumer(direct, self.counters, name)
+                self.counts_itself.add(name)
                 plan = replace(plan, direct=direct, codecs=codecs)
                 query = start_fused_query(
                     self.spark,
@@ -299,6 +306,7 @@ class ConnectorRunner:
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
+            self.counts_itself.add(name)  # SinkRunner.commit counts its records
             policy = ErrorPolicy.from_config(conf, topics)
             dlq = None
             if policy.dlq_topic:

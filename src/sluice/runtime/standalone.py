@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import time
 import traceback
 from typing import Any
 
@@ -22,6 +23,7 @@ from sluice.engine.transforms import parse_transforms
 from sluice.push import PushBoard
 from sluice.runtime.file_access import check_allowed_paths
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
+from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
 from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
 from sluice.runtime.secrets import (
@@ -82,9 +84,14 @@ class StandaloneHerder(Herder):
             bus=config.create_bus(),
             providers=self.providers,
         )
+        # record totals, rates and batch times of every query, for /metrics
+        self.progress = ProgressTracker(
+            self.runner.counters, self.runner.counts_itself.__contains__
+        ).attach(spark)
         self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
         self._lock = threading.RLock()
+        self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
 
@@ -130,6 +137,7 @@ class StandaloneHerder(Herder):
                     self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
                     continue
                 cause, trace = failure
+                self._last_error[name] = time.time()
                 log.error("connector %s failed: %s", name, cause)
                 self.statuses.put(
                     name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
@@ -142,6 +150,7 @@ class StandaloneHerder(Herder):
             running = self.runner.start(name, stored.config)
         except Exception as exc:  # a connector that cannot start fails alone, the worker goes on
             log.error("connector %s failed to start: %s", name, exc)
+            self._last_error[name] = time.time()
             self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
             return
         self.configs.set_task_configs(name, list(running.task_configs))
@@ -458,6 +467,71 @@ class StandaloneHerder(Herder):
             raise NotFound(str(exc)) from None
         keys = {**RUNTIME_KEYS.keys, **cls.config_def.keys}
         return [_definition(name, key) for name, key in keys.items()]
+
+    # -- metrics ----------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, Any]:
+        snapshot = super().metrics()
+        offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
+        for entry in snapshot["connectors"]:
+            name = entry["name"]
+            entry["counters"] = self.runner.counters.get(name)
+            entry["last_error_timestamp"] = self._last_error.get(name)
+            progress = self.progress.progress(name)
+            if progress is not None:
+                entry["progress"] = {
+                    "num_input_rows": progress.num_input_rows,
+                    "input_rows_per_second": progress.input_rows_per_second,
+                    "processed_rows_per_second": progress.processed_rows_per_second,
+                    "batch_duration_ms": progress.batch_duration_ms,
+                    "avg_batch_ms": progress.avg_batch_ms,
+                    "max_batch_ms": progress.max_batch_ms,
+                }
+            if entry["type"] == "sink":
+                entry["lag"] = self._sink_lag(name, offsets)
+        snapshot["worker"]["jvm"] = self._jvm_memory()
+        return snapshot
+
+    def _sink_lag(self, name: str, offsets: dict[str, dict[int, Any]]) -> list[dict[str, Any]]:
+        """Per queue of each topic the sink reads: end offset - committed position."""
+        stored = self.configs.get(name)
+        if stored is None:
+            return []
+        try:
+            topics = SINK_KEYS.parse(stored.config)["connect.topicnames"]
+        except ConfigException:
+            return []
+        log_ = self.runner.bus.log
+        committed = self.runner.committed_positions(name)
+        lag = []
+        for topic in topics:
+            if topic not in offsets:
+                try:
+                    offsets[topic] = log_.offsets(topic)
+                except Exception:  # a topic not created yet has no lag
+                    offsets[topic] = {}
+            for queue, span in sorted(offsets[topic].items()):
+                key = partition_key(log_.queue_partition(topic, queue))
+                position = (committed.get(key) or {}).get("queueOffset", span.min_offset)
+                lag.append(
+                    {
+                        "topic": topic,
+                        "queue": queue,
+                        "lag": max(0, span.max_offset - max(int(position), span.min_offset)),
+                    }
+                )
+        return lag
+
+    def _jvm_memory(self) -> dict[str, int]:
+        try:
+            runtime = self.runner.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+            total, free = int(runtime.totalMemory()), int(runtime.freeMemory())
+            return {
+                "heap_used": total - free,
+                "heap_committed": total,
+                "heap_max": int(runtime.maxMemory()),
+            }
+        except Exception:  # no JVM access (e.g. Spark Connect): leave the gauges out
+            return {}
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[dict[str, Any]]:
