@@ -510,6 +510,81 @@ def topics_list(ctx: typer.Context, json_flag: JsonFlag = False) -> None:
     _emit(ctx, json_flag, body, lambda b: _render.topics_table(_expect(b, list, "topics")))
 
 
+QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", help="Only this queue.")]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic name.")]
+
+
+@topics_app.command("peek")
+def topics_peek(
+    ctx: typer.Context,
+    name: TopicArg,
+    queue: QueueOpt = None,
+    offset: Annotated[
+        int | None, typer.Option("--offset", help="First offset (default: the last records).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Show records of a topic, decoded, with key, headers (dead letters' __connect.errors.*
+    included), timestamp and position."""
+    with _client(ctx) as client:
+        body = client.topic_records(name, queue=queue, offset=offset, limit=limit)
+    _emit(
+        ctx, json_flag, body, lambda b: _render.records_text(_expect(b, dict, "records")["records"])
+    )
+
+
+@topics_app.command("tail")
+def topics_tail(
+    ctx: typer.Context,
+    name: TopicArg,
+    queue: QueueOpt = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between polls.")
+    ] = 1.0,
+    max_records: Annotated[
+        int | None, typer.Option("--max", min=1, help="Stop after this many records.")
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Print records as they arrive (from the end of the topic), until Ctrl-C or --max."""
+    import time
+
+    settings = _settings(ctx)
+    seen = 0
+    with _client(ctx) as client:
+        body = _expect(client.topic_records(name, queue=queue, limit=1), dict, "records")
+        following: dict[str, int] = dict(body.get("next") or {})
+        try:
+            while max_records is None or seen < max_records:
+                fresh = []
+                for q, start in sorted(following.items(), key=lambda kv: int(kv[0])):
+                    part = client.topic_records(name, queue=int(q), offset=start, limit=100)
+                    following[q] = part["next"].get(q, start)
+                    fresh += part["records"]
+                fresh.sort(key=lambda r: (str(r.get("timestamp")), r.get("queue"), r.get("offset")))
+                if max_records is not None:
+                    fresh = fresh[: max_records - seen]
+                seen += len(fresh)
+                for record in fresh:
+                    if settings.json or json_flag:
+                        print(json.dumps(record, sort_keys=True), flush=True)
+                    else:
+                        Console(highlight=False).print(_render.records_text([record]))
+                if not fresh:
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+
+
+@topics_app.command("delete")
+def topics_delete(ctx: typer.Context, name: TopicArg, json_flag: JsonFlag = False) -> None:
+    """Delete a topic and its data (refused while a connector uses it)."""
+    with _client(ctx) as client:
+        client.delete_topic(name)
+    _emit(ctx, json_flag, {"deleted": name}, lambda b: Text(f"topic {name} deleted"))
+
+
 # -- entry point --------------------------------------------------------------------------------
 
 

@@ -228,6 +228,21 @@ class Client:
         """The ids of the live workers (RocketMQ Connect face)."""
         return self._enveloped("/getClusterInfo")
 
+    def topic_records(
+        self, name: str, *, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> Json:
+        """``{"topic", "converter", "records": [...], "next": {queue: offset}}``."""
+        params = {"limit": str(limit)}
+        if queue is not None:
+            params["queue"] = str(queue)
+        if offset is not None:
+            params["offset"] = str(offset)
+        return self.request("GET", f"/v1/topics/{_segment(name)}/records", params=params)
+
+    def delete_topic(self, name: str) -> Json:
+        """Delete a topic and its data (refused while a connector uses it)."""
+        return self.request("DELETE", f"/v1/topics/{_segment(name)}")
+
     def topics(self) -> Json:
         """``[{"name", "queues": [{"queue_id", "min_offset", "max_offset"}]}]``."""
         return self.request("GET", "/v1/topics")

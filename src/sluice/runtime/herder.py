@@ -88,6 +88,18 @@ class Herder(ABC):
             )
         return {"worker": {"worker_id": self.worker_id}, "connectors": connectors}
 
+    def topic_records(
+        self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        """Records of `topic` decoded with its writer's converters: `{"topic", "converter",
+        "records": [{"queue", "offset", "timestamp", "key", "value", "headers", "position"}],
+        "next": {queue: next offset}}`. Without `offset`, the last `limit` records."""
+        raise BadRequest("reading topic records is not supported by this worker")
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete `topic` and its data; `Conflict` while a connector uses it."""
+        raise BadRequest("deleting topics is not supported by this worker")
+
     @abstractmethod
     def workers(self) -> list[str]:
         """Ids of the live workers."""

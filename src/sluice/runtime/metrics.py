@@ -78,7 +78,11 @@ class ProgressTracker(StreamingQueryListener):
         return self
 
     def onQueryStarted(self, event: Any) -> None:
-        pass
+        # the total so far: the first batch's records are what it adds to it
+        name = connector_of_query(getattr(event, "name", None))
+        if name is not None and self.counters is not None:
+            total = self.counters.get(name).get(RECORDS_TOTAL, 0)
+            self._totals[name] = (total, time.monotonic())
 
     def onQueryIdle(self, event: Any) -> None:
         pass

@@ -17,6 +17,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from sluice.bus.base import OffsetOutOfRange, UnknownTopic
 from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.transforms import parse_transforms
@@ -33,6 +34,7 @@ from sluice.runtime.secrets import (
     redact,
     scrub,
 )
+from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
@@ -45,6 +47,7 @@ from sluice.sdk import (
     partition_key,
 )
 from sluice.store.configs import SqliteConfigStore, StoredConnector
+from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import SqliteStatusStore
 
 log = logging.getLogger(__name__)
@@ -467,6 +470,73 @@ class StandaloneHerder(Herder):
             raise NotFound(str(exc)) from None
         keys = {**RUNTIME_KEYS.keys, **cls.config_def.keys}
         return [_definition(name, key) for name, key in keys.items()]
+
+    # -- topic data -------------------------------------------------------------------------------
+    def _topic_users(self, topic: str) -> list[str]:
+        users = []
+        for stored in self.configs.all():
+            conf = stored.config
+            read = [
+                t.strip() for t in conf.get("connect.topicnames", "").replace(";", ",").split(",")
+            ]
+            if topic in (
+                conf.get("connect.topicname", "").strip(),
+                conf.get("errors.deadletterqueue.topic.name", "").strip(),
+                *read,
+            ):
+                users.append(stored.name)
+        return users
+
+    def topic_records(
+        self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise BadRequest(f"limit: must be between 1 and {MAX_LIMIT}, got {limit}")
+        log_ = self.runner.bus.log
+        if not log_.topic_exists(topic):
+            raise NotFound(f"topic {topic!r} not found")
+        ranges = log_.offsets(topic)
+        if queue is not None and queue not in ranges:
+            raise BadRequest(f"queue: topic {topic!r} has queues 0..{len(ranges) - 1}, not {queue}")
+        if offset is not None and offset < 0:
+            raise BadRequest(f"offset: must be at least 0, got {offset}")
+        writer = None  # the first source (by name) writing the topic
+        for stored in sorted(self.configs.all(), key=lambda c: c.name):
+            if stored.config.get("connect.topicname", "").strip() == topic:
+                writer = stored.config
+                break
+        registry = SqliteSchemaRegistry(os.path.join(self.config.store_root, "schemas.sqlite"))
+        try:
+            return read_records(
+                log_,
+                topic,
+                queue=queue,
+                offset=offset,
+                limit=limit,
+                writer_config=writer,
+                registry=registry,
+            )
+        except UnknownTopic:
+            raise NotFound(f"topic {topic!r} not found") from None
+        except OffsetOutOfRange as exc:
+            raise BadRequest(f"offset: {exc}") from None
+
+    def delete_topic(self, topic: str) -> None:
+        with self._lock:
+            users = self._topic_users(topic)
+            if users:
+                raise Conflict(
+                    f"topic {topic!r} is used by connector(s) {', '.join(sorted(users))}; "
+                    "delete them (or change their topics) first"
+                )
+            delete = getattr(self.runner.bus.log, "delete_topic", None)
+            if delete is None:
+                raise BadRequest(f"the {self.config.bus} bus cannot delete topics")
+            try:
+                delete(topic)
+            except UnknownTopic:
+                raise NotFound(f"topic {topic!r} not found") from None
+            log.info("topic %s deleted", topic)
 
     # -- metrics ----------------------------------------------------------------------------------
     def metrics(self) -> dict[str, Any]:
