@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from sluice.rest import metrics, rocketmq, topics, v1
+from sluice.rest import console, metrics, rocketmq, topics, v1
 from sluice.rest._auth import AuthMiddleware, RestSecurity
 from sluice.runtime.herder import Herder, HerderError
 from sluice.runtime.secrets import install_log_scrubber
@@ -32,6 +32,7 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     app.include_router(v1.router)
     app.include_router(metrics.router)
     app.include_router(topics.router)
+    app.include_router(console.router)
 
     @app.exception_handler(HerderError)
     async def _herder_error(request: Request, exc: HerderError) -> JSONResponse:
