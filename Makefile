@@ -23,7 +23,7 @@ lint: $(STAMP)
 
 # The servers the suite uses (scripts/servers/NAME.sh; see docs/servers.md); names without a script
 # in this checkout are left out.
-SERVERS ?= postgres mariadb redis rabbitmq mosquitto nats kafka kafka-cluster rocketmq spark-cluster
+SERVERS ?= postgres mariadb redis rabbitmq mosquitto nats kafka kafka-cluster rocketmq spark-cluster chromium
 SERVERS_HERE := $(foreach n,$(SERVERS),$(if $(wildcard scripts/servers/$(n).sh),$(n)))
 
 # Install what the servers need (Debian packages as root, jars), start nothing: on a machine that

@@ -56,6 +56,11 @@ connectors_app.add_typer(offsets_app, name="offsets")
 app.add_typer(plugins_app, name="plugins")
 app.add_typer(cluster_app, name="cluster")
 app.add_typer(topics_app, name="topics")
+users_app = typer.Typer(
+    help="Credentials files of rest.auth=basic|token workers (run where the file is).",
+    no_args_is_help=True,
+)
+app.add_typer(users_app, name="users")
 
 
 # -- shared options and plumbing ----------------------------------------------------------------
@@ -68,6 +73,10 @@ class Settings:
     url: str = DEFAULT_URL
     json: bool = False
     timeout: float = DEFAULT_TIMEOUT
+    user: str | None = None
+    password: str | None = None
+    token: str | None = None
+    cacert: str | None = None
 
 
 # `--json` is accepted after the subcommand too (`sluice connectors list --json`): that is where
@@ -111,8 +120,42 @@ def _root(
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.1, help="Seconds to wait for the worker.")
     ] = DEFAULT_TIMEOUT,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", envvar="SLUICE_USER", help="User for rest.auth=basic workers."),
+    ] = None,
+    password: Annotated[
+        str | None,
+        typer.Option(
+            "--password",
+            envvar="SLUICE_PASSWORD",
+            help="Password of --user (asked for when --user is given without it).",
+        ),
+    ] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="SLUICE_TOKEN", help="Bearer token (rest.auth=token)."),
+    ] = None,
+    cacert: Annotated[
+        str | None,
+        typer.Option(
+            "--cacert", envvar="SLUICE_CACERT", help="CA/certificate file to trust for https."
+        ),
+    ] = None,
 ) -> None:
-    ctx.obj = Settings(url=url, json=json_out, timeout=timeout)
+    if user and password is None and ctx.invoked_subcommand not in (None, "worker", "users"):
+        import getpass
+
+        password = getpass.getpass(f"password of {user}: ")
+    ctx.obj = Settings(
+        url=url,
+        json=json_out,
+        timeout=timeout,
+        user=user,
+        password=password,
+        token=token,
+        cacert=cacert,
+    )
 
 
 def _settings(ctx: typer.Context) -> Settings:
@@ -123,7 +166,14 @@ def _settings(ctx: typer.Context) -> Settings:
 @contextmanager
 def _client(ctx: typer.Context) -> Iterator[Client]:
     settings = _settings(ctx)
-    with Client(url=settings.url, timeout=settings.timeout) as client:
+    with Client(
+        url=settings.url,
+        timeout=settings.timeout,
+        user=settings.user,
+        password=settings.password,
+        token=settings.token,
+        cacert=settings.cacert,
+    ) as client:
         yield client
 
 
@@ -469,7 +519,132 @@ def topics_list(ctx: typer.Context, json_flag: JsonFlag = False) -> None:
     _emit(ctx, json_flag, body, lambda b: _render.topics_table(_expect(b, list, "topics")))
 
 
+QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", help="Only this queue.")]
+TopicArg = Annotated[str, typer.Argument(metavar="TOPIC", help="Topic name.")]
+
+
+@topics_app.command("peek")
+def topics_peek(
+    ctx: typer.Context,
+    name: TopicArg,
+    queue: QueueOpt = None,
+    offset: Annotated[
+        int | None, typer.Option("--offset", help="First offset (default: the last records).")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=1000)] = 20,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Show records of a topic, decoded, with key, headers (dead letters' __connect.errors.*
+    included), timestamp and position."""
+    with _client(ctx) as client:
+        body = client.topic_records(name, queue=queue, offset=offset, limit=limit)
+    _emit(
+        ctx, json_flag, body, lambda b: _render.records_text(_expect(b, dict, "records")["records"])
+    )
+
+
+@topics_app.command("tail")
+def topics_tail(
+    ctx: typer.Context,
+    name: TopicArg,
+    queue: QueueOpt = None,
+    interval: Annotated[
+        float, typer.Option("--interval", min=0.1, help="Seconds between polls.")
+    ] = 1.0,
+    max_records: Annotated[
+        int | None, typer.Option("--max", min=1, help="Stop after this many records.")
+    ] = None,
+    json_flag: JsonFlag = False,
+) -> None:
+    """Print records as they arrive (from the end of the topic), until Ctrl-C or --max."""
+    import time
+
+    settings = _settings(ctx)
+    seen = 0
+    with _client(ctx) as client:
+        body = _expect(client.topic_records(name, queue=queue, limit=1), dict, "records")
+        following: dict[str, int] = dict(body.get("next") or {})
+        try:
+            while max_records is None or seen < max_records:
+                fresh = []
+                for q, start in sorted(following.items(), key=lambda kv: int(kv[0])):
+                    part = client.topic_records(name, queue=int(q), offset=start, limit=100)
+                    following[q] = part["next"].get(q, start)
+                    fresh += part["records"]
+                fresh.sort(key=lambda r: (str(r.get("timestamp")), r.get("queue"), r.get("offset")))
+                if max_records is not None:
+                    fresh = fresh[: max_records - seen]
+                seen += len(fresh)
+                for record in fresh:
+                    if settings.json or json_flag:
+                        print(json.dumps(record, sort_keys=True), flush=True)
+                    else:
+                        Console(highlight=False).print(_render.records_text([record]))
+                if not fresh:
+                    time.sleep(interval)
+        except KeyboardInterrupt:
+            pass
+
+
+@topics_app.command("delete")
+def topics_delete(ctx: typer.Context, name: TopicArg, json_flag: JsonFlag = False) -> None:
+    """Delete a topic and its data (refused while a connector uses it)."""
+    with _client(ctx) as client:
+        client.delete_topic(name)
+    _emit(ctx, json_flag, {"deleted": name}, lambda b: Text(f"topic {name} deleted"))
+
+
 # -- entry point --------------------------------------------------------------------------------
+
+
+# -- users (credentials files; no worker needed) ------------------------------------------------
+
+RoleOpt = Annotated[
+    str, typer.Option("--role", help="admin (everything) or read-only (no mutations).")
+]
+FileArg = Annotated[str, typer.Argument(metavar="FILE", help="The worker's rest.auth.file.")]
+
+
+@users_app.command("add")
+def users_add(
+    file: FileArg,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="User name (no ':').")],
+    role: RoleOpt = "admin",
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the password from stdin.")
+    ] = False,
+) -> None:
+    """Add or replace a user of a rest.auth=basic worker (its password is stored scrypt-hashed)."""
+    from sluice.rest._auth import add_credential
+
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+    else:
+        import getpass
+
+        password = getpass.getpass(f"password of {name}: ")
+    if not password:
+        raise UsageProblem("the password must not be empty")
+    try:
+        add_credential(file, name, role, password)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    print(f"user {name} ({role}) written to {file}")
+
+
+@users_app.command("token")
+def users_token(
+    file: FileArg, name: Annotated[str, typer.Argument(metavar="NAME")], role: RoleOpt = "admin"
+) -> None:
+    """Create a bearer token for a rest.auth=token worker; printed once, stored hashed."""
+    from sluice.rest._auth import add_credential, new_token
+
+    token = new_token()
+    try:
+        add_credential(file, name, role, token)
+    except ValueError as exc:
+        raise UsageProblem(str(exc)) from None
+    print(token)
 
 
 def _error(message: str) -> None:

@@ -59,14 +59,32 @@ class Client:
     answers, ``BadResponse`` for a body that is not JSON. Use it as a context manager.
     """
 
-    def __init__(self, *, url: str = DEFAULT_URL, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        *,
+        url: str = DEFAULT_URL,
+        timeout: float = DEFAULT_TIMEOUT,
+        user: str | None = None,
+        password: str | None = None,
+        token: str | None = None,
+        cacert: str | None = None,
+    ) -> None:
         url = url.rstrip("/")
         if not url.startswith(("http://", "https://")):
             raise UsageProblem(f"invalid --url {url!r}: it must start with http:// or https://")
         self.url = url
         self.timeout = timeout
         try:
-            self._http = httpx.Client(base_url=url, timeout=timeout)
+            # credentials for a worker with rest.auth=basic (user) or rest.auth=token (token)
+            auth = httpx.BasicAuth(user, password or "") if user else None
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            self._http = httpx.Client(
+                base_url=url,
+                timeout=timeout,
+                auth=auth,
+                headers=headers,
+                verify=cacert if cacert else True,
+            )
         except httpx.InvalidURL as exc:
             raise UsageProblem(f"invalid --url {url!r}: {exc}") from exc
 
@@ -209,6 +227,21 @@ class Client:
     def cluster(self) -> Json:
         """The ids of the live workers (RocketMQ Connect face)."""
         return self._enveloped("/getClusterInfo")
+
+    def topic_records(
+        self, name: str, *, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> Json:
+        """``{"topic", "converter", "records": [...], "next": {queue: offset}}``."""
+        params = {"limit": str(limit)}
+        if queue is not None:
+            params["queue"] = str(queue)
+        if offset is not None:
+            params["offset"] = str(offset)
+        return self.request("GET", f"/v1/topics/{_segment(name)}/records", params=params)
+
+    def delete_topic(self, name: str) -> Json:
+        """Delete a topic and its data (refused while a connector uses it)."""
+        return self.request("DELETE", f"/v1/topics/{_segment(name)}")
 
     def topics(self) -> Json:
         """``[{"name", "queues": [{"queue_id", "min_offset", "max_offset"}]}]``."""

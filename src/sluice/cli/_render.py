@@ -320,3 +320,20 @@ def render_text(renderable: RenderableType, *, width: int = 160) -> str:
     buffer = io.StringIO()
     Console(file=buffer, width=width, color_system=None, force_terminal=False).print(renderable)
     return buffer.getvalue()
+
+
+def records_text(records: Sequence[Mapping[str, Any]]) -> RenderableType:
+    """One block per record: where it is, when, its key, value and headers (one per line)."""
+    if not records:
+        return Text("No records.")
+    out = Text()
+    for record in records:
+        out.append(f"queue {record.get('queue')} offset {record.get('offset')}", style="bold")
+        out.append(f"  {record.get('timestamp') or '-'}\n")
+        for field in ("key", "value"):
+            value = record.get(field)
+            shown = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            out.append(f"  {field}: {shown}\n")
+        for name, value in sorted((record.get("headers") or {}).items()):
+            out.append(f"  {name}: {value}\n")
+    return out

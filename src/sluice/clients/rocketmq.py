@@ -828,7 +828,7 @@ class AclKeys(NamedTuple):
         return (
             ConfigKey(self.enable, type="bool", default=False, doc="sign requests (broker ACL)"),
             ConfigKey(self.access_key, default="", doc=f"ACL access key ({when})"),
-            ConfigKey(self.secret_key, default="", doc=f"ACL secret key ({when})"),
+            ConfigKey(self.secret_key, type="password", default="", doc=f"ACL secret key ({when})"),
         )
 
 

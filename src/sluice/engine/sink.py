@@ -146,6 +146,8 @@ class _TaskResult(WriterCommitMessage):
     dead_letters: Any = None
     #: The topic writer's receipt for what the task wrote to the connector's own topics.
     produced: Any = None
+    #: Records the task read (tolerated ones included): `sink-record-read-total` in /metrics.
+    records: int = 0
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,11 @@ class SinkRunner:
         task.start(self.plan.task_configs[task_id])
         what = f"sink task {task_id} of {self.plan.name}"
         retries = 0
+        records = 0
         tolerated: list[pa.RecordBatch] = []
         try:
             for decoded in batches:
+                records += decoded.num_rows
                 batch = self._without_errors(sluice_frame(decoded), tolerated)
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
@@ -199,7 +203,9 @@ class SinkRunner:
             + [{"op": "pause", "partition": p} for p in c.paused]
             + [{"op": "resume", "partition": p} for p in c.resumed]
         )
-        return _TaskResult(partition_id, payload, requests, retries, errors, dead_letters, produced)
+        return _TaskResult(
+            partition_id, payload, requests, retries, errors, dead_letters, produced, records
+        )
 
     def _produce(self, requests: list[ProduceRequest], partition_id: int) -> Any:
         """Stage what the task wrote to the connector's own topics: the writer's receipt."""
@@ -304,6 +310,9 @@ class SinkRunner:
         retries = sum(r.retries for r in results)
         reporter = self.plan.errors or ErrorReporter(ErrorPolicy(), self.plan.name)
         reporter.count(self.plan.counters, errors, retries)
+        # counted at commit, like the errors: a replayed micro-batch is not counted twice
+        records = sum(r.records for r in results)
+        self._count({"records-total": records, "batches-total": 1 if records else 0})
 
     def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
         payloads = [r.payload if r is not None else None for r in receipts]

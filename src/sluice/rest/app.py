@@ -21,9 +21,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 import sluice
-from sluice.rest import rocketmq, v1
+from sluice.rest import console, metrics, rocketmq, topics, v1
+from sluice.rest._auth import AuthMiddleware, RestSecurity
 from sluice.rest._common import CONFIG_SCHEMA
 from sluice.runtime.herder import Herder, HerderError
+from sluice.runtime.secrets import install_log_scrubber
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +213,10 @@ def _json_position(body: bytes, pos: int) -> str:
     return f"line {line} column {column} (char {pos})"
 
 
-def create_app(herder: Herder) -> FastAPI:
-    """The REST API of one worker; every route calls `herder` and nothing else."""
+def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
+    """The REST API of one worker; every route calls `herder` and nothing else.
+
+    `security` (from the worker config's `rest.*` keys) adds authentication and roles."""
     app = FastAPI(
         title="sluice worker",
         version=sluice.__version__,
@@ -227,6 +231,10 @@ def create_app(herder: Herder) -> FastAPI:
     def root() -> dict[str, Any]:
         """The worker's version (Kafka Connect's `GET /`)."""
         return {"version": sluice.__version__, "commit": None, "worker_id": herder.worker_id}
+
+    app.include_router(metrics.router)
+    app.include_router(topics.router)
+    app.include_router(console.router)
 
     @app.exception_handler(HerderError)
     async def _herder_error(request: Request, exc: HerderError) -> JSONResponse:
@@ -295,6 +303,15 @@ def create_app(herder: Herder) -> FastAPI:
             request, 400, "invalid request: " + "; ".join(problems), code="request.invalid"
         )
 
+    if security is not None and security.credentials is not None:
+        app.add_middleware(
+            AuthMiddleware,
+            mode=security.mode,
+            credentials=security.credentials,
+            metrics_open=security.metrics_open,
+        )
+    # every worker serves this app: its log handlers are set up by now
+    install_log_scrubber()
     return app
 
 

@@ -120,7 +120,7 @@ async def create_connector(name: ConnectorName, request: Request) -> dict[str, A
     """Create (or update) a connector from the JSON config map in the body."""
     config = parse_json_object(await request.body(), "request body")
     info, _ = await run_in_threadpool(herder_of(request).put_connector, name, config)
-    return _with_warnings(ok(config), info)
+    return _with_warnings(ok(herder_of(request).shown_config(config)), info)  # never a secret
 
 
 @router.get("/connectors/{name}")
@@ -130,7 +130,7 @@ def create_connector_by_get(
     """Create (or update) a connector from `?config=<url-encoded JSON config map>`."""
     parsed = parse_json_object(config, "query param 'config'")
     info, _ = herder_of(request).put_connector(name, parsed)
-    return _with_warnings(ok(parsed), info)
+    return _with_warnings(ok(herder_of(request).shown_config(parsed)), info)  # never a secret
 
 
 def _with_warnings(envelope: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from sluice.runtime.plugins import PluginInfo
+from sluice.runtime.secrets import redact
 
 
 class HerderError(Exception):
@@ -69,6 +70,54 @@ class Herder(ABC):
     """
 
     worker_id: str
+
+    def password_keys(self, class_name: str) -> list[str]:
+        """The keys connector class `class_name` declares as passwords ([] if it is unknown)."""
+        try:
+            definitions = self.plugin_config(class_name)
+        except HerderError:
+            return []
+        return [d["name"] for d in definitions if d.get("type") == "password"]
+
+    def shown_config(self, config: dict[str, str]) -> dict[str, str]:
+        """`config` as REST, CLI and console may show it: password values masked (references
+        kept as written). Every answer that carries a connector config goes through this."""
+        return redact(config, self.password_keys(str(config.get("connector.class", ""))))
+
+    def metrics(self) -> dict[str, Any]:
+        """What `/metrics` shows: `{"worker": {…}, "connectors": [{"name", "type", "state",
+        "tasks": {state: n}, "counters": {…}, "progress": {…} | None, "lag": [{"topic",
+        "queue", "lag"}]}]}`. This default knows states only; implementations add the rest."""
+        connectors = []
+        for name in self.connectors():
+            status = self.status(name)
+            tasks: dict[str, int] = {}
+            for task in status["tasks"]:
+                tasks[task["state"]] = tasks.get(task["state"], 0) + 1
+            connectors.append(
+                {
+                    "name": name,
+                    "type": status["type"],
+                    "state": status["connector"]["state"],
+                    "tasks": tasks,
+                    "counters": {},
+                    "progress": None,
+                    "lag": [],
+                }
+            )
+        return {"worker": {"worker_id": self.worker_id}, "connectors": connectors}
+
+    def topic_records(
+        self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        """Records of `topic` decoded with its writer's converters: `{"topic", "converter",
+        "records": [{"queue", "offset", "timestamp", "key", "value", "headers", "position"}],
+        "next": {queue: next offset}}`. Without `offset`, the last `limit` records."""
+        raise BadRequest("reading topic records is not supported by this worker")
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete `topic` and its data; `Conflict` while a connector uses it."""
+        raise BadRequest("deleting topics is not supported by this worker")
 
     @abstractmethod
     def workers(self) -> list[str]:

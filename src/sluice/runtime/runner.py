@@ -43,7 +43,9 @@ from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
+from sluice.runtime.metrics import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
+from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
 from sluice.sdk import (
     ConfigException,
     RecordOffset,
@@ -131,8 +133,11 @@ class ConnectorRunner:
         maintenance_interval_s: float = 60.0,
         plugins: PluginRegistry | None = None,
         bus: Bus | None = None,
+        providers: ConfigProviders | None = None,
     ) -> None:
         self.spark = spark
+        # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
+        self.providers = providers or ConfigProviders()
         self.plugins = plugins or default_registry()
         self.root = os.path.abspath(os.fspath(root))
         # `bus` picks the topic backend (see sluice.bus); the embedded log under the root is the
@@ -151,6 +156,8 @@ class ConnectorRunner:
             else {"processingTime": "0 seconds"}
         )
         self.running: dict[str, RunningConnector] = {}
+        #: connectors whose queries add their own record totals (see runtime.metrics)
+        self.counts_itself: set[str] = set()
         self.retention_ms = retention_ms
         self.retention_bytes = retention_bytes
         self._closed = threading.Event()
@@ -213,11 +220,14 @@ class ConnectorRunner:
         if not conf.get("connector.class"):
             raise ConfigException("connector.class", "required key is missing")
         connector = self.plugins.connector(conf["connector.class"])()
+        written = conf
+        conf = self.providers.resolve(conf, password_keys(type(connector)))
         chain = parse_transforms(conf, self.plugins.transform)
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
         checkpoint = os.path.join(run_dir, "checkpoint")
         registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
+        self.counts_itself.discard(name)
         if isinstance(connector, SourceConnector):
             plan = plan_source(
                 name,
@@ -245,6 +255,9 @@ class ConnectorRunner:
                 if any(c.registered for c in codecs):  # register every topic it writes
                     skip = frozenset([dlq_topic] if dlq_topic else [])
                     direct = SchemaRegistration(registry, codecs, direct, skip)
+                # its Spark rows are receipts, not records: it counts its records itself
+                direct = CountingConsumer(direct, self.counters, name)
+                self.counts_itself.add(name)
                 plan = replace(plan, direct=direct, codecs=codecs)
                 query = start_fused_query(
                     self.spark,
@@ -272,6 +285,7 @@ class ConnectorRunner:
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
+            self.counts_itself.add(name)  # SinkRunner.commit counts its records
             policy = ErrorPolicy.from_config(conf, topics)
             dlq = None
             if policy.dlq_topic:
@@ -338,7 +352,9 @@ class ConnectorRunner:
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
-        running = RunningConnector(name, kind, run, query, plan.task_configs, checkpoint)
+        # what is stored and shown keeps the references, never what they resolved to
+        shown = tuple(restore_references(written, conf, c) for c in plan.task_configs)
+        running = RunningConnector(name, kind, run, query, shown, checkpoint)
         self.running[name] = running
         return running
 

@@ -7,30 +7,45 @@ connector is brought back to its target state, resuming its query from its check
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+import time
 import traceback
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from sluice.bus.base import OffsetOutOfRange, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
+from sluice.runtime.file_access import check_allowed_paths
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
+from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.plugins import PluginInfo, PluginRegistry
-from sluice.runtime.runner import ConnectorRunner, RunningConnector
+from sluice.runtime.runner import SINK_KEYS, ConnectorRunner, RunningConnector
+from sluice.runtime.secrets import (
+    ConfigProviders,
+    keep_masked,
+    password_keys,
+    redact,
+    scrub,
+)
+from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
     Connector,
     SinkConnector,
     SourceConnector,
+    normalize_config,
     partition_key,
 )
 from sluice.store.configs import SqliteConfigStore, StoredConnector
+from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import SqliteStatusStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +73,7 @@ class StandaloneHerder(Herder):
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
+        self.providers = ConfigProviders.from_worker(config.raw)
         self.runner = ConnectorRunner(
             spark,
             config.store_root,
@@ -67,10 +83,16 @@ class StandaloneHerder(Herder):
             retention_bytes=config.retention_bytes,
             plugins=plugins,
             bus=config.create_bus(),
+            providers=self.providers,
         )
+        # record totals, rates and batch times of every query, for /metrics
+        self.progress = ProgressTracker(
+            self.runner.counters, self.runner.counts_itself.__contains__
+        ).attach(spark)
         self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
         self._lock = threading.RLock()
+        self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
 
@@ -116,6 +138,7 @@ class StandaloneHerder(Herder):
                     self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
                     continue
                 cause, trace = failure
+                self._last_error[name] = time.time()
                 log.error("connector %s failed: %s", name, cause)
                 self.statuses.put(
                     name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
@@ -133,6 +156,7 @@ class StandaloneHerder(Herder):
 
     def _failed(self, name: str, exc: BaseException) -> None:
         log.error("connector %s failed to start: %s", name, exc)
+        self._last_error[name] = time.time()
         self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
 
     def _running(self, name: str, running: RunningConnector) -> None:
@@ -183,7 +207,7 @@ class StandaloneHerder(Herder):
     def _check(self, name: str, config: dict[str, Any]) -> ConfigReport:
         """The accepted config (aliases renamed) and its warnings, or BadRequest with every
         error (see `sluice.runtime.validation`)."""
-        return validation.accepted(self.plugins_registry, name, config)
+        return validation.accepted(self.plugins_registry, name, config, prepare=self._prepare)
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
         """Refuse a change that makes the stored positions unusable (e.g. a JDBC `mode`)."""
@@ -192,11 +216,26 @@ class StandaloneHerder(Herder):
             has = bool(self.runner.committed_positions(stored.name))
             validation.check_position_keys(cls, stored.config, conf, has)
 
+    def _prepare(self, config: dict[str, str], cls: type) -> dict[str, str]:
+        """The config as the connector will see it (references resolved), after the file paths
+        it names are checked against `file.allowed.dirs`; what is stored keeps the references."""
+        resolved = self.providers.resolve(config, password_keys(cls))
+        check_allowed_paths(cls, resolved, self.config.raw)
+        return resolved
+
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
     ) -> tuple[dict[str, Any], bool]:
         if not name or "/" in name or name.strip() != name:
             raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
+        existing_before = self.configs.get(name)
+        if existing_before is not None:  # a config PUT back as shown keeps its secrets
+            with contextlib.suppress(ConfigException):  # a bad map: _check reports it
+                config = keep_masked(
+                    normalize_config(config),
+                    existing_before.config,
+                    self.password_keys(str(config.get("connector.class", ""))),
+                )
         report = self._check(name, config)
         conf = report.config
         warnings = [w.as_dict() for w in report.warnings]
@@ -277,13 +316,13 @@ class StandaloneHerder(Herder):
         return self.configs.names()
 
     def connector_config(self, name: str) -> dict[str, str]:
-        return self._stored(name).config
+        return self.shown_config(self._stored(name).config)
 
     def connector_info(self, name: str) -> dict[str, Any]:
         stored = self._stored(name)
         return {
             "name": name,
-            "config": stored.config,
+            "config": self.shown_config(stored.config),
             "tasks": [{"connector": name, "task": i} for i in range(len(stored.task_configs))],
             "type": _kind(self._class_of(stored.config)),
         }
@@ -295,11 +334,16 @@ class StandaloneHerder(Herder):
             "name": name,
             "connector": {
                 "state": own.state if own else "UNASSIGNED",
-                "trace": own.trace if own else None,
+                "trace": scrub(own.trace) if own and own.trace else None,
                 "workerId": own.worker_id if own else self.worker_id,
             },
             "tasks": [
-                {"id": t.task, "state": t.state, "trace": t.trace, "workerId": t.worker_id}
+                {
+                    "id": t.task,
+                    "state": t.state,
+                    "trace": scrub(t.trace) if t.trace else t.trace,
+                    "workerId": t.worker_id,
+                }
                 for t in tasks
             ],
             "type": _kind(self._class_of(stored.config)),
@@ -322,8 +366,9 @@ class StandaloneHerder(Herder):
 
     def task_configs(self, name: str) -> list[dict[str, Any]]:
         stored = self._stored(name)
+        secret_keys = self.password_keys(stored.config.get("connector.class", ""))
         return [
-            {"id": {"connector": name, "task": i}, "config": config}
+            {"id": {"connector": name, "task": i}, "config": redact(config, secret_keys)}
             for i, config in enumerate(stored.task_configs)
         ]
 
@@ -408,7 +453,7 @@ class StandaloneHerder(Herder):
             self.plugins_registry.connector(str(conf.get("connector.class", "")))
         except ConfigException as exc:
             raise NotFound(str(exc), key="connector.class") from None
-        return validation.validation_result(self.plugins_registry, conf)
+        return validation.validation_result(self.plugins_registry, conf, prepare=self._prepare)
 
     def plugins(self) -> list[PluginInfo]:
         return self.plugins_registry.plugins()
@@ -423,6 +468,138 @@ class StandaloneHerder(Herder):
         except ConfigException as exc:
             raise NotFound(str(exc)) from None
         return validation.plugin_keys(cls)
+
+    # -- topic data -------------------------------------------------------------------------------
+    def _topic_users(self, topic: str) -> list[str]:
+        users = []
+        for stored in self.configs.all():
+            conf = stored.config
+            read = [
+                t.strip() for t in conf.get("connect.topicnames", "").replace(";", ",").split(",")
+            ]
+            if topic in (
+                conf.get("connect.topicname", "").strip(),
+                conf.get("errors.deadletterqueue.topic.name", "").strip(),
+                *read,
+            ):
+                users.append(stored.name)
+        return users
+
+    def topic_records(
+        self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20
+    ) -> dict[str, Any]:
+        if not 1 <= limit <= MAX_LIMIT:
+            raise BadRequest(f"limit: must be between 1 and {MAX_LIMIT}, got {limit}")
+        log_ = self.runner.bus.log
+        if not log_.topic_exists(topic):
+            raise NotFound(f"topic {topic!r} not found")
+        ranges = log_.offsets(topic)
+        if queue is not None and queue not in ranges:
+            raise BadRequest(f"queue: topic {topic!r} has queues 0..{len(ranges) - 1}, not {queue}")
+        if offset is not None and offset < 0:
+            raise BadRequest(f"offset: must be at least 0, got {offset}")
+        writer = None  # the first source (by name) writing the topic
+        for stored in sorted(self.configs.all(), key=lambda c: c.name):
+            if stored.config.get("connect.topicname", "").strip() == topic:
+                writer = stored.config
+                break
+        registry = SqliteSchemaRegistry(os.path.join(self.config.store_root, "schemas.sqlite"))
+        try:
+            return read_records(
+                log_,
+                topic,
+                queue=queue,
+                offset=offset,
+                limit=limit,
+                writer_config=writer,
+                registry=registry,
+            )
+        except UnknownTopic:
+            raise NotFound(f"topic {topic!r} not found") from None
+        except OffsetOutOfRange as exc:
+            raise BadRequest(f"offset: {exc}") from None
+
+    def delete_topic(self, topic: str) -> None:
+        with self._lock:
+            users = self._topic_users(topic)
+            if users:
+                raise Conflict(
+                    f"topic {topic!r} is used by connector(s) {', '.join(sorted(users))}; "
+                    "delete them (or change their topics) first"
+                )
+            delete = getattr(self.runner.bus.log, "delete_topic", None)
+            if delete is None:
+                raise BadRequest(f"the {self.config.bus} bus cannot delete topics")
+            try:
+                delete(topic)
+            except UnknownTopic:
+                raise NotFound(f"topic {topic!r} not found") from None
+            log.info("topic %s deleted", topic)
+
+    # -- metrics ----------------------------------------------------------------------------------
+    def metrics(self) -> dict[str, Any]:
+        snapshot = super().metrics()
+        offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
+        for entry in snapshot["connectors"]:
+            name = entry["name"]
+            entry["counters"] = self.runner.counters.get(name)
+            entry["last_error_timestamp"] = self._last_error.get(name)
+            progress = self.progress.progress(name)
+            if progress is not None:
+                entry["progress"] = {
+                    "num_input_rows": progress.num_input_rows,
+                    "input_rows_per_second": progress.input_rows_per_second,
+                    "processed_rows_per_second": progress.processed_rows_per_second,
+                    "batch_duration_ms": progress.batch_duration_ms,
+                    "avg_batch_ms": progress.avg_batch_ms,
+                    "max_batch_ms": progress.max_batch_ms,
+                }
+            if entry["type"] == "sink":
+                entry["lag"] = self._sink_lag(name, offsets)
+        snapshot["worker"]["jvm"] = self._jvm_memory()
+        return snapshot
+
+    def _sink_lag(self, name: str, offsets: dict[str, dict[int, Any]]) -> list[dict[str, Any]]:
+        """Per queue of each topic the sink reads: end offset - committed position."""
+        stored = self.configs.get(name)
+        if stored is None:
+            return []
+        try:
+            topics = SINK_KEYS.parse(stored.config)["connect.topicnames"]
+        except ConfigException:
+            return []
+        log_ = self.runner.bus.log
+        committed = self.runner.committed_positions(name)
+        lag = []
+        for topic in topics:
+            if topic not in offsets:
+                try:
+                    offsets[topic] = log_.offsets(topic)
+                except Exception:  # a topic not created yet has no lag
+                    offsets[topic] = {}
+            for queue, span in sorted(offsets[topic].items()):
+                key = partition_key(log_.queue_partition(topic, queue))
+                position = (committed.get(key) or {}).get("queueOffset", span.min_offset)
+                lag.append(
+                    {
+                        "topic": topic,
+                        "queue": queue,
+                        "lag": max(0, span.max_offset - max(int(position), span.min_offset)),
+                    }
+                )
+        return lag
+
+    def _jvm_memory(self) -> dict[str, int]:
+        try:
+            runtime = self.runner.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+            total, free = int(runtime.totalMemory()), int(runtime.freeMemory())
+            return {
+                "heap_used": total - free,
+                "heap_committed": total,
+                "heap_max": int(runtime.maxMemory()),
+            }
+        except Exception:  # no JVM access (e.g. Spark Connect): leave the gauges out
+            return {}
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[dict[str, Any]]:
@@ -439,7 +616,7 @@ class StandaloneHerder(Herder):
         ]
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
-        return {name: self._stored(name).config for name in sorted(self.runner.running)}
+        return {name: self.connector_config(name) for name in sorted(self.runner.running)}
 
     def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
         groups: dict[str, list[dict[str, Any]]] = {

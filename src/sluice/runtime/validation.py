@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.engine.settings import ConfigReport, Problem, check_config, key_definitions
 from sluice.runtime.herder import BadRequest, Conflict
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.secrets import password_keys, redact, scrub
 from sluice.sdk import (
     ConfigException,
     ConfigKey,
@@ -34,7 +35,15 @@ def kind_of(cls: type[Connector]) -> str:
     return "sink" if issubclass(cls, SinkConnector) else "source"
 
 
-def check(registry: PluginRegistry, config: Mapping[str, Any]) -> tuple[ConfigReport, type]:
+#: What a herder does to a config before the connector validates it: resolve `${provider:…}`
+#: references and check the file paths it names (`file.allowed.dirs`); returns the config as the
+#: connector will see it. The report keeps the unresolved values (they are what is stored).
+Prepare = Callable[[dict[str, str], type], dict[str, str]]
+
+
+def check(
+    registry: PluginRegistry, config: Mapping[str, Any], prepare: Prepare | None = None
+) -> tuple[ConfigReport, type]:
     """Every problem of `config`, and the connector class. Raises BadRequest only when the
     config cannot be looked at (not a string map, no or unknown `connector.class`)."""
     try:
@@ -53,7 +62,7 @@ def check(registry: PluginRegistry, config: Mapping[str, Any]) -> tuple[ConfigRe
         kind=kind_of(cls),
         connector_keys=cls.config_def,
         resolve_transform=registry.transform,
-        validate=lambda c: cls().validate(c),
+        validate=lambda c: cls().validate(prepare(c, cls) if prepare is not None else c),
         aliases=getattr(cls, "key_aliases", None),
     )
     return report, cls
@@ -63,20 +72,25 @@ def as_bad_request(errors: list[Problem]) -> BadRequest:
     """One 400 carrying every problem; the message lists them (`key: message; …`), the first
     gives the body's `key`, `code` and `suggestion`."""
     first = errors[0]
-    message = "; ".join(f"{p.key}: {p.message}" for p in errors)
+    message = scrub("; ".join(f"{p.key}: {p.message}" for p in errors))  # never a secret
     return BadRequest(
         message,
         key=first.key,
         suggestion=first.suggestion,
         code=first.code,
-        errors=[p.as_dict() for p in errors],
+        errors=[{**p.as_dict(), "message": scrub(p.message)} for p in errors],
     )
 
 
-def accepted(registry: PluginRegistry, name: str, config: Mapping[str, Any]) -> ConfigReport:
+def accepted(
+    registry: PluginRegistry,
+    name: str,
+    config: Mapping[str, Any],
+    prepare: Prepare | None = None,
+) -> ConfigReport:
     """The report of a config a herder may store: BadRequest with every error otherwise; the
     warnings are logged here (once, where the config is accepted)."""
-    report, _ = check(registry, config)
+    report, _ = check(registry, config, prepare)
     if report.errors:
         raise as_bad_request(report.errors)
     for warning in report.warnings:
@@ -119,16 +133,19 @@ def plugin_keys(cls: type[Connector]) -> list[dict[str, Any]]:
     return [definition(k, every[k]) for k in names]
 
 
-def validation_result(registry: PluginRegistry, config: Mapping[str, Any]) -> dict[str, Any]:
+def validation_result(
+    registry: PluginRegistry, config: Mapping[str, Any], prepare: Prepare | None = None
+) -> dict[str, Any]:
     """Kafka Connect's validation shape, with every error and warning per key:
     `{"name", "error_count", "warning_count", "configs": [{"definition", "value": {"name",
     "value", "errors", "warnings"}}]}`."""
-    report, cls = check(registry, config)
+    report, cls = check(registry, config, prepare)
+    shown = redact(report.config, password_keys(cls))
     definitions = key_definitions(kind_of(cls), cls.config_def)
     errors: dict[str, list[str]] = {k: [] for k in definitions}
     warnings: dict[str, list[str]] = {}
     for p in report.errors:
-        errors.setdefault(p.key, []).append(_text(p))
+        errors.setdefault(p.key, []).append(scrub(_text(p)))
     for p in report.warnings:
         errors.setdefault(p.key, [])
         warnings.setdefault(p.key, []).append(_text(p))
@@ -141,7 +158,7 @@ def validation_result(registry: PluginRegistry, config: Mapping[str, Any]) -> di
                 "definition": definition(key, definitions.get(key)),
                 "value": {
                     "name": key,
-                    "value": report.config.get(key),
+                    "value": shown.get(key),
                     "errors": errs,
                     "warnings": warnings.get(key, []),
                 },

@@ -16,6 +16,7 @@ import uvicorn
 
 from sluice.engine.session import build_session
 from sluice.rest import create_app
+from sluice.rest._auth import RestSecurity
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.standalone import StandaloneHerder
@@ -51,6 +52,7 @@ def run_worker(config_path: str) -> int:
     _configure_logging()
     try:
         config = WorkerConfig.load(config_path)
+        security = RestSecurity.from_properties(config.raw)
     except ConfigException as exc:
         print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
         return 2
@@ -68,11 +70,12 @@ def run_worker(config_path: str) -> int:
     herder = StandaloneHerder(spark, config, plugins)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(herder),
+            create_app(herder, security),
             host=config.http_host,
             port=config.http_port,
             log_level="warning",
             lifespan="off",
+            **security.uvicorn_options(),
         )
     )
 
@@ -86,7 +89,9 @@ def run_worker(config_path: str) -> int:
     signal.signal(signal.SIGINT, _shutdown)
     try:
         herder.start()
-        threading.Thread(target=_announce, args=(server, config), daemon=True).start()
+        threading.Thread(
+            target=_announce, args=(server, config, security.scheme), daemon=True
+        ).start()
         server.run()
     except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
         log.error("REST API could not start on %s:%s", config.http_host, config.http_port)
@@ -99,9 +104,11 @@ def run_worker(config_path: str) -> int:
     return 0
 
 
-def _announce(server: uvicorn.Server, config: WorkerConfig) -> None:
+def _announce(server: uvicorn.Server, config: WorkerConfig, scheme: str = "http") -> None:
     while not server.started and not server.should_exit:
         threading.Event().wait(0.05)
     if server.started:
-        log.info("REST API on http://%s:%s (docs at /docs)", config.http_host, config.http_port)
+        log.info(
+            "REST API on %s://%s:%s (docs at /docs)", scheme, config.http_host, config.http_port
+        )
         log.info(BOOT_MESSAGE)

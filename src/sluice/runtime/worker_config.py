@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
+from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,31 @@ WORKER_KEYS = ConfigDef(
         min=1000,
         doc="how long that check waits for executors",
     ),
+    ConfigKey(
+        "file.allowed.dirs",
+        type="list",
+        default=(),
+        doc="folders that connectors' file paths must be in (comma-separated; empty: any)",
+    ),
+    ConfigKey(
+        "rest.auth",
+        default="none",
+        choices=("none", "basic", "token"),
+        doc="REST authentication: none, basic (user + password) or token (bearer)",
+    ),
+    ConfigKey(
+        "rest.auth.file",
+        default="",
+        doc="credentials file of rest.auth (lines name:role:hash, see `sluice users`)",
+    ),
+    ConfigKey(
+        "rest.auth.metrics.open",
+        type="bool",
+        default=False,
+        doc="serve /metrics without credentials when rest.auth is on",
+    ),
+    ConfigKey("rest.tls.cert", default="", doc="PEM certificate: serve the REST API over HTTPS"),
+    ConfigKey("rest.tls.key", default="", doc="PEM private key of rest.tls.cert"),
     ConfigKey(
         "status.poll.interval.ms",
         type="int",
@@ -112,6 +138,7 @@ class WorkerConfig:
                 and key not in _KNOWN_UNUSED
                 and not key.startswith("spark.")
                 and not is_bus_key(key)
+                and not is_provider_key(key)
             ):
                 log.warning("worker config: unknown key %r ignored", key)
 
@@ -125,6 +152,7 @@ class WorkerConfig:
                 suggestion="mount the shared storage (NFS, an HDFS NFS gateway…) and name the "
                 "mount point; see docs/spark-cluster.md",
             )
+        ConfigProviders.from_worker(props)  # a bad provider is reported at once
         store_root = path(values["storePathRootDir"])
         # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
         create_bus(values["bus"], props, os.path.join(store_root, "bus"))

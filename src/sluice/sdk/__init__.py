@@ -16,7 +16,7 @@ from sluice.sdk._arrow import (
     source_frame_ddl,
     source_frame_schema,
 )
-from sluice.sdk._config import ConfigDef, ConfigKey, normalize_config
+from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey, normalize_config
 from sluice.sdk._connector import (
     BatchId,
     Connector,
@@ -48,6 +48,7 @@ from sluice.sdk._transform import (
 
 __all__ = [
     "HEADERS_TYPE",
+    "PASSWORD_MASK",
     "RECORD_COLUMNS",
     "TIMESTAMP_TYPE",
     "BatchId",

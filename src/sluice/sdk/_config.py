@@ -16,6 +16,9 @@ from sluice.sdk._errors import ConfigException
 
 _REQUIRED = object()
 
+#: What REST, CLI and logs show instead of a secret (Kafka Connect's mask).
+PASSWORD_MASK = "********"
+
 
 def _as_bool(key: str, raw: str) -> bool:
     low = raw.strip().lower()
@@ -39,6 +42,10 @@ def _as_list(key: str, raw: str) -> list[str]:
 
 _PARSERS: dict[str, Callable[[str, str], Any]] = {
     "string": lambda key, raw: raw,
+    # a secret: parsed like a string, but shown as `********` by REST, CLI and logs
+    "password": lambda key, raw: raw,
+    # a local file or folder: the worker's `file.allowed.dirs` limits where it may point
+    "path": lambda key, raw: raw,
     "int": _as_int,
     "bool": _as_bool,
     "list": _as_list,
@@ -47,7 +54,12 @@ _PARSERS: dict[str, Callable[[str, str], Any]] = {
 
 @dataclass(frozen=True)
 class ConfigKey:
-    """One declared configuration key: its type, default and documentation."""
+    """One declared configuration key: its type, default and documentation.
+
+    `type` is one of `string`, `int`, `bool`, `list`, `password` (a secret: never shown or
+    logged, see `PASSWORD_MASK`) and `path` (a local file the worker may confine with its
+    `file.allowed.dirs`).
+    """
 
     name: str
     type: str = "string"

@@ -49,7 +49,7 @@ WORKER_KEYS = ConfigDef(
     ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
     ConfigKey("aclEnable", type="bool", default=False, doc="sign requests (broker ACL)"),
     ConfigKey("accessKey", default="", doc="ACL access key (aclEnable=true)"),
-    ConfigKey("secretKey", default="", doc="ACL secret key (aclEnable=true)"),
+    ConfigKey("secretKey", type="password", default="", doc="ACL secret key (aclEnable=true)"),
     ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
 )
 

@@ -34,7 +34,7 @@ from sluice.sdk import (
 )
 
 CONFIG = ConfigDef(
-    ConfigKey("filename", doc="path of the file to append to"),
+    ConfigKey("filename", type="path", doc="path of the file to append to"),
     ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
 )
 

@@ -33,7 +33,7 @@ _CHUNK = (
 )  # bytes read per step; big enough to amortise the Arrow calls, small enough for memory
 
 CONFIG = ConfigDef(
-    ConfigKey("filename", doc="path of the file to read"),
+    ConfigKey("filename", type="path", doc="path of the file to read"),
     ConfigKey("connect.topicname", doc="topic the lines are written to"),
 )
 

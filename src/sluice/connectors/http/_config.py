@@ -48,10 +48,10 @@ KEYS = ConfigDef(
     ConfigKey("headers.forward.prefix", default="", doc="prefix of forwarded header names"),
     ConfigKey("auth.type", default="none", doc="none | basic | bearer | apikey"),
     ConfigKey("auth.basic.user", default=""),
-    ConfigKey("auth.basic.password", default=""),
-    ConfigKey("auth.bearer.token", default=""),
+    ConfigKey("auth.basic.password", type="password", default=""),
+    ConfigKey("auth.bearer.token", type="password", default=""),
     ConfigKey("auth.apikey.header", default="X-API-Key"),
-    ConfigKey("auth.apikey.value", default=""),
+    ConfigKey("auth.apikey.value", type="password", default=""),
     ConfigKey(
         "body.format",
         default="raw",

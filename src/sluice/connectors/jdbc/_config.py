@@ -23,7 +23,12 @@ PK_MODES = ("none", "record_key", "record_value")
 _CONNECTION_KEYS = (
     ConfigKey("connection.url", doc="jdbc:mysql://host:3306/db, jdbc:postgresql://host/db, …"),
     ConfigKey("connection.user", default="", doc="database user (overrides the URL's)"),
-    ConfigKey("connection.password", default="", doc="database password (overrides the URL's)"),
+    ConfigKey(
+        "connection.password",
+        type="password",
+        default="",
+        doc="database password (overrides the URL's)",
+    ),
     ConfigKey(
         "connection.attempts", type="int", default=3, min=1, doc="tries to open a connection"
     ),

@@ -1,0 +1,194 @@
+"""Benchmark: what metrics cost.
+
+1. The file pipeline of bench/file_pipeline.py (file source → topic → file sink, both at once),
+   with metrics off (a bare ConnectorRunner) and on (the worker's ProgressTracker listening to
+   every query, and a `/metrics` scrape every second), alternating off/on `--rounds` times on one
+   SparkSession. The per-commit record counting (one SQLite upsert per micro-batch, like the error
+   counters) is part of the runner and runs in both.
+2. One `GET /metrics` with `--connectors` running connectors (half file sources, half file sinks),
+   through the FastAPI app (routing, herder snapshot, lag per queue, text rendering): median and
+   max of 20 scrapes.
+
+Usage: python bench/metrics.py [--lines 2000000] [--rounds 2] [--connectors 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from fastapi.testclient import TestClient
+
+from sluice.engine.session import build_session
+from sluice.rest import create_app
+from sluice.rest.metrics import render
+from sluice.runtime.metrics import ProgressTracker
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.runner import ConnectorRunner
+from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.worker_config import WorkerConfig
+
+sys.path.insert(0, os.path.dirname(__file__))
+from file_pipeline import make_file, wait
+
+
+def pipeline(spark, src: str, out: str, lines: int, metrics: bool) -> float:
+    root = os.path.join(out, "store")
+    shutil.rmtree(root, ignore_errors=True)
+    dst = os.path.join(out, "out.txt")
+    if os.path.exists(dst):
+        os.remove(dst)
+    shutil.rmtree(os.path.join(out, ".out.txt.sluice"), ignore_errors=True)
+    runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+    stop = threading.Event()
+    tracker = None
+    if metrics:
+        tracker = ProgressTracker(runner.counters, runner.counts_itself.__contains__)
+        tracker.attach(spark)
+
+        def scrape() -> None:  # what /metrics reads per connector, once a second
+            while not stop.wait(1.0):
+                snapshot = {"worker": {}, "connectors": []}
+                for name in list(runner.running):
+                    p = tracker.progress(name)
+                    snapshot["connectors"].append(
+                        {
+                            "name": name,
+                            "type": runner.running[name].kind,
+                            "state": "RUNNING",
+                            "tasks": {"RUNNING": 2},
+                            "counters": runner.counters.get(name),
+                            "progress": None
+                            if p is None
+                            else {
+                                "num_input_rows": p.num_input_rows,
+                                "input_rows_per_second": p.input_rows_per_second,
+                                "processed_rows_per_second": p.processed_rows_per_second,
+                                "batch_duration_ms": p.batch_duration_ms,
+                                "avg_batch_ms": p.avg_batch_ms,
+                                "max_batch_ms": p.max_batch_ms,
+                            },
+                            "lag": [],
+                        }
+                    )
+                    runner.committed_positions(name)
+                render(snapshot)
+
+        threading.Thread(target=scrape, daemon=True).start()
+    size = os.path.getsize(src)
+    common = {"max.tasks": "2"}
+    t = time.perf_counter()
+    runner.start(
+        "src",
+        {
+            "connector.class": "FileSourceConnector",
+            "filename": src,
+            "connect.topicname": "bench",
+            **common,
+        },
+    )
+    runner.start(
+        "dst",
+        {
+            "connector.class": "FileSinkConnector",
+            "filename": dst,
+            "connect.topicnames": "bench",
+            **common,
+        },
+    )
+    wait(lambda: os.path.exists(dst) and os.path.getsize(dst) >= size)
+    elapsed = time.perf_counter() - t
+    stop.set()
+    runner.close()
+    if tracker is not None:
+        spark.streams.removeListener(tracker)
+        assert runner.counters.get("dst").get("records-total") == lines, "sink total wrong"
+    return elapsed
+
+
+def scrapes(spark, out: str, connectors: int) -> list[float]:
+    root = os.path.join(out, "store-many")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    src = os.path.join(out, "small.txt")
+    with open(src, "w") as f:
+        f.writelines(f"line {i}\n" for i in range(1000))
+    config = WorkerConfig.from_properties(
+        {"storePathRootDir": root, "offsetCommitIntervalMsConfig": "2000"}
+    )
+    herder = StandaloneHerder(spark, config, PluginRegistry(()))
+    herder.start()
+    half = connectors // 2
+    for i in range(half):
+        herder.put_connector(
+            f"src{i}",
+            {
+                "connector.class": "FileSourceConnector",
+                "filename": src,
+                "connect.topicname": f"t{i}",
+            },
+        )
+        herder.put_connector(
+            f"dst{i}",
+            {
+                "connector.class": "FileSinkConnector",
+                "filename": os.path.join(out, f"many-{i}.txt"),
+                "connect.topicnames": f"t{i}",
+            },
+        )
+    client = TestClient(create_app(herder))
+    client.get("/metrics")  # warm up
+    times = []
+    for _ in range(20):
+        t = time.perf_counter()
+        response = client.get("/metrics")
+        times.append((time.perf_counter() - t) * 1000)
+        assert response.status_code == 200
+    herder.close()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lines", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--connectors", type=int, default=50)
+    parser.add_argument(
+        "--out", default=os.path.join(tempfile.gettempdir(), "sluice-bench-metrics")
+    )
+    args = parser.parse_args()
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(out, "input.txt")
+    make_file(src, args.lines)
+    spark = build_session(log_level="ERROR")
+    pipeline(spark, src, out, args.lines, metrics=False)  # warm-up (JIT, Python workers)
+    off, on = [], []
+    for _ in range(args.rounds):
+        off.append(pipeline(spark, src, out, args.lines, metrics=False))
+        on.append(pipeline(spark, src, out, args.lines, metrics=True))
+    times = scrapes(spark, out, args.connectors)
+    load = os.getloadavg()[0]
+    print(
+        f"\n{args.lines:,} lines; {platform.machine()}, {os.cpu_count()} cores, load {load:.1f}, "
+        f"Python {sys.version.split()[0]}, Spark {spark.version}"
+    )
+    print(f"metrics off (s): {', '.join(f'{t:.2f}' for t in off)}  best {min(off):.2f}")
+    print(f"metrics on  (s): {', '.join(f'{t:.2f}' for t in on)}  best {min(on):.2f}")
+    print(f"on/off (best of each): {min(on) / min(off):.3f}")
+    print(
+        f"GET /metrics with {args.connectors} running connectors: median "
+        f"{statistics.median(times):.1f} ms, max {max(times):.1f} ms"
+    )
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""REST authentication and roles: `rest.auth=basic|token`, a credentials file, an ASGI middleware.
+
+The credentials file (`rest.auth.file`) has one line per user or token::
+
+    # name:role:hash
+    alice:admin:scrypt$16384$8$1$<salt base64>$<hash base64>
+    grafana:read-only:scrypt$16384$8$1$<salt base64>$<hash base64>
+
+`hash` is scrypt (hashlib, N=2^14, r=8, p=1, 16-byte random salt) of the user's password
+(`rest.auth=basic`) or of the bearer token (`rest.auth=token`). `sluice users add` and
+`sluice users token` write these lines. Roles: `admin` may do everything, `read-only` may only
+read (a mutation answers 403). The file is re-read when it changes; a verified credential is
+remembered (by its SHA-256) so scrypt runs once per credential, not once per request.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+ROLES = ("admin", "read-only")
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}
+
+#: RocketMQ Connect's face changes state with GET: these paths are mutations whatever the method
+_GET_MUTATIONS = re.compile(
+    r"^/connectors/(stop|pause|resume)/all$"
+    r"|^/connectors/[^/]+/(stop|pause|resume)$"
+    r"|^/connectors/(?!list$)[^/]+$"
+    r"|^/plugin/reload$"
+    r"|^/v1/connectors/[^/]+/task/adjust$"
+)
+_READS = {"GET", "HEAD", "OPTIONS"}
+
+
+def hash_secret(secret: str, *, salt: bytes | None = None) -> str:
+    """The `scrypt$N$r$p$salt$hash` form of `secret` stored in the credentials file."""
+    salt = salt if salt is not None else os.urandom(16)
+    digest = hashlib.scrypt(secret.encode("utf-8"), salt=salt, dklen=32, **_SCRYPT)
+    b64 = base64.b64encode
+    n, r, p = _SCRYPT["n"], _SCRYPT["r"], _SCRYPT["p"]
+    return f"scrypt${n}${r}${p}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+def verify_secret(secret: str, encoded: str) -> bool:
+    """True if `secret` hashes to `encoded` (constant-time comparison)."""
+    try:
+        kind, n, r, p, salt, digest = encoded.split("$")
+        if kind != "scrypt":
+            return False
+        want = base64.b64decode(digest)
+        got = hashlib.scrypt(
+            secret.encode("utf-8"),
+            salt=base64.b64decode(salt),
+            n=int(n),
+            r=int(r),
+            p=int(p),
+            dklen=len(want),
+        )
+    except ValueError:
+        return False
+    return hmac.compare_digest(got, want)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who made a request: a user (or token) name and its role."""
+
+    name: str
+    role: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    role: str
+    encoded: str
+
+
+def read_credentials(path: str) -> list[_Entry]:
+    """The entries of a credentials file; a malformed line is a ValueError naming its number."""
+    entries = []
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split(":")
+            if len(parts) != 3 or parts[1] not in ROLES or not parts[2].startswith("scrypt$"):
+                raise ValueError(
+                    f"{path}:{number}: expected name:role:scrypt$… with role one of "
+                    f"{', '.join(ROLES)}"
+                )
+            entries.append(_Entry(*parts))
+    return entries
+
+
+def add_credential(path: str, name: str, role: str, secret: str) -> None:
+    """Add (or replace) `name`'s line in the credentials file, created private (0600)."""
+    if not name or ":" in name or name.strip() != name:
+        raise ValueError(f"invalid name {name!r}: non-empty, no ':' and no surrounding spaces")
+    if role not in ROLES:
+        raise ValueError(f"invalid role {role!r}: one of {', '.join(ROLES)}")
+    lines: list[str] = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            lines = [ln.rstrip("\n") for ln in f if not ln.startswith(f"{name}:")]
+    lines.append(f"{name}:{role}:{hash_secret(secret)}")
+    fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def new_token() -> str:
+    """A fresh bearer token (256 random bits, URL-safe)."""
+    return secrets.token_urlsafe(32)
+
+
+class Credentials:
+    """The credentials file of a worker, re-read when it changes, with verified credentials
+    remembered by their SHA-256 (never in clear)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._mtime = -1.0
+        self._entries: list[_Entry] = []
+        self._verified: dict[bytes, Principal] = {}
+        self._load()
+
+    def _load(self) -> None:
+        mtime = os.stat(self.path).st_mtime
+        if mtime != self._mtime:
+            entries = read_credentials(self.path)
+            with self._lock:
+                self._entries, self._mtime, self._verified = entries, mtime, {}
+
+    def check(self, name: str | None, secret: str) -> Principal | None:
+        """The principal whose line matches (`name` None: any line, as for tokens)."""
+        self._load()
+        memo = hashlib.sha256(f"{name}\0{secret}".encode()).digest()
+        found = self._verified.get(memo)
+        if found is not None:
+            return found
+        for entry in self._entries:
+            if (name is None or entry.name == name) and verify_secret(secret, entry.encoded):
+                principal = Principal(entry.name, entry.role)
+                with self._lock:
+                    if len(self._verified) > 1024:
+                        self._verified.clear()
+                    self._verified[memo] = principal
+                return principal
+        return None
+
+
+def is_mutation(method: str, path: str) -> bool:
+    """True if the request changes something (what a read-only user may not do)."""
+    return method.upper() not in _READS or bool(_GET_MUTATIONS.match(path))
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+
+
+class AuthMiddleware:
+    """Answers 401 to a request without valid credentials and 403 to a read-only user's
+    mutation, in the error shape of the face called; `/metrics` may be left open."""
+
+    def __init__(
+        self,
+        app: Callable[[Scope, Receive, Send], Awaitable[None]],
+        *,
+        mode: str,
+        credentials: Credentials,
+        metrics_open: bool = False,
+    ) -> None:
+        self.app = app
+        self.mode = mode
+        self.credentials = credentials
+        self.metrics_open = metrics_open
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope.get("path", "")
+        if self.metrics_open and path == "/metrics":
+            await self.app(scope, receive, send)
+            return
+        principal = self._principal(scope)
+        if principal is None:
+            challenge = 'Basic realm="sluice"' if self.mode == "basic" else 'Bearer realm="sluice"'
+            await _error(send, path, 401, "authentication required", challenge)
+            return
+        if principal.role != "admin" and is_mutation(scope["method"], path):
+            await _error(
+                send, path, 403, f"{principal.name} is {principal.role}: this request changes state"
+            )
+            return
+        scope.setdefault("state", {})["principal"] = principal
+        await self.app(scope, receive, send)
+
+    def _principal(self, scope: Scope) -> Principal | None:
+        header = ""
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization":
+                header = value.decode("latin-1")
+                break
+        scheme, _, value = header.partition(" ")
+        value = value.strip()
+        if self.mode == "basic" and scheme.lower() == "basic" and value:
+            try:
+                user, sep, password = base64.b64decode(value).decode("utf-8").partition(":")
+            except (ValueError, UnicodeDecodeError):
+                return None
+            return self.credentials.check(user, password) if sep else None
+        if self.mode == "token" and scheme.lower() == "bearer" and value:
+            return self.credentials.check(None, value)
+        return None
+
+
+async def _error(send: Send, path: str, status: int, message: str, challenge: str = "") -> None:
+    if path.startswith("/v1"):
+        body = {"error_code": status, "message": message}
+    else:
+        body = {"errorCode": status, "message": message}
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if challenge:
+        headers.append((b"www-authenticate", challenge.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
+
+
+@dataclass(frozen=True)
+class RestSecurity:
+    """The worker's REST security keys: `rest.auth`, `rest.auth.file`, `rest.auth.metrics.open`,
+    `rest.tls.cert`, `rest.tls.key`."""
+
+    mode: str = "none"
+    credentials: Credentials | None = None
+    metrics_open: bool = False
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    @classmethod
+    def from_properties(cls, props: MutableMapping[str, str] | dict[str, str]) -> RestSecurity:
+        """Parsed and checked; a problem is a ConfigException naming the key."""
+        from sluice.runtime.worker_config import WORKER_KEYS
+        from sluice.sdk import ConfigException
+
+        values = WORKER_KEYS.parse(props)
+        mode = values["rest.auth"]
+        credentials = None
+        if mode != "none":
+            path = values["rest.auth.file"]
+            if not path:
+                raise ConfigException(
+                    "rest.auth.file",
+                    f"required when rest.auth={mode}",
+                    suggestion="create it with `sluice users add` or `sluice users token`",
+                )
+            try:
+                credentials = Credentials(path)
+            except OSError as exc:
+                raise ConfigException("rest.auth.file", f"cannot read {path}: {exc}") from None
+            except ValueError as exc:
+                raise ConfigException("rest.auth.file", str(exc)) from None
+        cert, key = values["rest.tls.cert"], values["rest.tls.key"]
+        if bool(cert) != bool(key):
+            missing = "rest.tls.key" if cert else "rest.tls.cert"
+            raise ConfigException(missing, "rest.tls.cert and rest.tls.key go together")
+        for name, path in (("rest.tls.cert", cert), ("rest.tls.key", key)):
+            if path and not os.path.isfile(path):
+                raise ConfigException(name, f"no such file: {path}")
+        return cls(mode, credentials, values["rest.auth.metrics.open"], cert, key)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        """Keyword arguments for `uvicorn.Config` (TLS when configured)."""
+        if not self.tls_cert:
+            return {}
+        return {"ssl_certfile": self.tls_cert, "ssl_keyfile": self.tls_key}

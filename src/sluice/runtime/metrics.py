@@ -1,0 +1,164 @@
+"""What `/metrics` reports, gathered on the driver: Spark query progress and record totals.
+
+Each connector is one streaming query named `source:<name>` or `sink:<name>`. A
+`StreamingQueryListener` sees every finished micro-batch (`onQueryProgress`): it adds the batch's
+`numInputRows` to the connector's counters in the counter store (SQLite, so totals survive a
+restart and stay monotonic) and keeps the last progress and the last batch durations in memory
+for the rates and batch times. The error counters (`total-record-errors`, dead letters,
+retries…) are added by the tasks themselves (`sluice.engine.errors`).
+
+Queries whose Spark rows are not records count their own: a fused query's rows are one receipt
+per task, so sinks (`SinkRunner.commit`) and fused sources (`CountingConsumer`) add their record
+totals when a micro-batch commits (a replayed batch is not counted twice); for the others the
+listener adds `numInputRows` (a batch replayed after a crash is then counted again, as in Kafka
+Connect). Rates are records of the last batch over the time since the previous one (input) and
+over the batch's duration (processed).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQueryListener
+
+log = logging.getLogger(__name__)
+
+#: counter names the listener adds to (per connector, in the counter store)
+RECORDS_TOTAL = "records-total"
+BATCHES_TOTAL = "batches-total"
+_RECENT = 32  # batch durations kept for avg/max
+
+
+@dataclass
+class QueryProgress:
+    """The last micro-batch of one connector's query and the durations of the recent ones."""
+
+    batch_id: int = -1
+    num_input_rows: int = 0
+    input_rows_per_second: float = 0.0
+    processed_rows_per_second: float = 0.0
+    batch_duration_ms: int = 0
+    durations_ms: deque[int] = field(default_factory=lambda: deque(maxlen=_RECENT))
+
+    @property
+    def avg_batch_ms(self) -> float:
+        return sum(self.durations_ms) / len(self.durations_ms) if self.durations_ms else 0.0
+
+    @property
+    def max_batch_ms(self) -> float:
+        return float(max(self.durations_ms, default=0))
+
+
+def connector_of_query(query_name: str | None) -> str | None:
+    """`source:orders` -> `orders` (None for a query that is not a connector's)."""
+    kind, sep, name = (query_name or "").partition(":")
+    return name if sep and kind in ("source", "sink") and name else None
+
+
+class ProgressTracker(StreamingQueryListener):
+    """Listens to every query of the session; `progress(name)` is a connector's last batch."""
+
+    def __init__(self, counters: Any, counts_itself: Callable[[str], bool] = lambda _: False):
+        self.counters = counters
+        self.counts_itself = counts_itself
+        self._lock = threading.Lock()
+        self._progress: dict[str, QueryProgress] = {}
+        self._totals: dict[str, tuple[int, float]] = {}  # name -> (records-total, when)
+
+    def attach(self, spark: SparkSession) -> ProgressTracker:
+        spark.streams.addListener(self)
+        return self
+
+    def onQueryStarted(self, event: Any) -> None:
+        # the total so far: the first batch's records are what it adds to it
+        name = connector_of_query(getattr(event, "name", None))
+        if name is not None and self.counters is not None:
+            total = self.counters.get(name).get(RECORDS_TOTAL, 0)
+            self._totals[name] = (total, time.monotonic())
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        try:
+            self._record(event.progress)
+        except Exception:  # a metrics hiccup must never disturb a query
+            log.exception("query progress not recorded")
+
+    def _record(self, p: Any) -> None:
+        name = connector_of_query(p.name)
+        if name is None:
+            return
+        rows = int(p.numInputRows or 0)
+        if self.counters is not None and rows and not self.counts_itself(name):
+            self.counters.add(name, {RECORDS_TOTAL: rows, BATCHES_TOTAL: 1})
+        duration = int((p.durationMs or {}).get("triggerExecution", p.batchDuration or 0))
+        # records of this batch: the growth of the connector's total since the last progress
+        now = time.monotonic()
+        total = self.counters.get(name).get(RECORDS_TOTAL, 0) if self.counters is not None else 0
+        before, then = self._totals.get(name, (total, now))
+        self._totals[name] = (total, now)
+        rows = total - before if self.counters is not None else rows
+        with self._lock:
+            state = self._progress.setdefault(name, QueryProgress())
+            if not rows and state.batch_id >= 0:  # an idle tick: keep the last batch's figures
+                return
+            state.batch_id = p.batchId
+            state.num_input_rows = rows
+            state.input_rows_per_second = rows / (now - then) if now > then else 0.0
+            state.processed_rows_per_second = rows * 1000 / duration if duration else 0.0
+            state.batch_duration_ms = int(p.batchDuration or 0)
+            if rows:
+                state.durations_ms.append(duration)
+
+    def progress(self, name: str) -> QueryProgress | None:
+        with self._lock:
+            return self._progress.get(name)
+
+
+@dataclass(frozen=True)
+class CountingConsumer:
+    """Wraps a fused source's topic appender (`engine.direct.BatchConsumer`): counts the rows
+    each task hands it and adds them to the connector's `records-total` when the micro-batch
+    commits. Picklable: it travels to the executors with the plan."""
+
+    inner: Any
+    counters: Any
+    connector: str
+
+    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> Any:
+        seen = [0]
+
+        def counted() -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                seen[0] += batch.num_rows
+                yield batch
+
+        receipt = self.inner.write(counted(), partition_id)
+        return (receipt, seen[0])
+
+    def commit(self, receipts: list[Any], batch_id: int) -> None:
+        self.inner.commit([r[0] for r in receipts], batch_id)
+        records = sum(r[1] for r in receipts)
+        if records:
+            self.counters.add(self.connector, {RECORDS_TOTAL: records, BATCHES_TOTAL: 1})
+
+    def abort(self, receipts: list[Any], batch_id: int) -> None:
+        self.inner.abort([r[0] for r in receipts if r is not None], batch_id)
+
+    def __getattr__(self, name: str) -> Any:
+        # anything else of the appender (e.g. what the schema registration asks) passes through
+        if name in ("inner", "counters", "connector") or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)

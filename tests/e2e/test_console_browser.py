@@ -1,0 +1,126 @@
+"""The web console in a real browser: Debian's headless Chromium driven by Playwright.
+
+Playwright never downloads a browser here: it drives /usr/bin/chromium (`scripts/servers.sh
+prepare chromium` installs it). The test creates a file source from the form (a validation error
+shown beside its field first), sees it in the list, pauses and resumes a sink from its page,
+reads that sink's dead letters with their `__connect.errors.*` headers, and resets the offsets of
+the stopped sink. Screenshots go to $SLUICE_ARTIFACTS (default tests/artifacts/console/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.worker_process import REPO, WorkerProcess
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(os.environ.get("SLUICE_ARTIFACTS", REPO / "tests" / "artifacts")) / "console"
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[object]:
+    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "Chromium missing: scripts/servers.sh prepare chromium"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
+        page = browser.new_page(viewport={"width": 1366, "height": 800})
+        page.set_default_timeout(60_000)
+        yield page
+        browser.close()
+
+
+def _count(worker: WorkerProcess, topic: str) -> int:
+    response = worker.get(f"/v1/topics/{topic}")
+    if response.status_code == 404:
+        return 0
+    return sum(q["max_offset"] - q["min_offset"] for q in response.json()["queues"])
+
+
+def test_console_create_list_pause_resume_dead_letters_reset(
+    worker: WorkerProcess, page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # noqa: E731
+    source_file = tmp_path / "in.txt"
+    source_file.write_text("alpha\nbeta\ngamma\n")  # plain text: a JSON sink dead-letters it
+
+    # create a file source from the form; a missing required key is shown beside its field
+    page.goto(worker.url + "/ui/#/new")
+    page.select_option("#plugin", "sluice.connectors.file.source.FileSourceConnector")
+    page.wait_for_selector("#f-filename")
+    page.fill("#f-name", "uiSource")
+    page.fill("[id='f-connect.topicname']", "uiTopic")
+    page.click("#submit")
+    expect(page.locator("#e-filename")).to_contain_text("filename")
+    shot("1-validation-error")
+    page.fill("#f-filename", str(source_file))
+    page.click("#submit")
+    page.wait_for_url("**/#/connector/uiSource")
+    expect(page.locator("h1")).to_contain_text("uiSource")
+    wait_until(lambda: _count(worker, "uiTopic") == 3, what="3 records from the form's source")
+
+    # a sink that dead-letters every record (the lines are not JSON)
+    sink = {
+        "connector.class": "FileSinkConnector",
+        "filename": str(tmp_path / "out.txt"),
+        "connect.topicnames": "uiTopic",
+        "value.converter": "JsonConverter",
+        "value.converter.schemas.enable": "false",
+        "errors.tolerance": "all",
+        "errors.deadletterqueue.topic.name": "uiTopic-dlq",
+    }
+    response = worker.request("POST", "/connectors/uiSink", content=json.dumps(sink))
+    assert response.status_code == 200, response.text
+    wait_until(lambda: _count(worker, "uiTopic-dlq") == 3, what="3 dead letters")
+
+    # the list shows both with their state
+    page.goto(worker.url + "/ui/#/")
+    rows = page.locator("#connectors tbody tr")
+    expect(rows.filter(has_text="uiSource")).to_contain_text("RUNNING")
+    expect(rows.filter(has_text="uiSink")).to_contain_text("RUNNING")
+    shot("2-list")
+
+    # the sink's page: pause, resume, its dead letters with their headers
+    page.click("#connectors a:has-text('uiSink')")
+    expect(page.locator("h1")).to_contain_text("RUNNING")
+    page.click("button:has-text('Pause')")
+    expect(page.locator("h1")).to_contain_text("PAUSED")
+    assert worker.state("uiSink") == "PAUSED"
+    page.click("button:has-text('Resume')")
+    expect(page.locator("h1")).to_contain_text("RUNNING")
+    letters = page.locator("#dead-letters tbody tr")
+    expect(letters).to_have_count(3)
+    expect(letters.first).to_contain_text("__connect.errors.stage")
+    expect(letters.first).to_contain_text("VALUE_CONVERTER")
+    expect(page.locator("#dead-letters")).to_contain_text("alpha")
+    shot("3-sink-dead-letters")
+
+    # stopped, its offsets can be reset (the button exists only then)
+    expect(page.locator("button:has-text('Reset offsets')")).to_have_count(0)
+    page.click("button:has-text('Stop')")
+    expect(page.locator("h1")).to_contain_text("STOPPED")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button:has-text('Reset offsets')")
+    expect(page.locator("#flash")).to_contain_text("Reset offsets: done")
+    assert worker.get("/v1/connectors/uiSink/offsets").json() == {"offsets": []}
+    shot("4-offsets-reset")
+
+    page.goto(worker.url + "/ui/#/topics")
+    expect(page.locator("#topics")).to_contain_text("uiTopic-dlq")
+    shot("5-topics")
+    for name in ("uiSource", "uiSink"):
+        assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

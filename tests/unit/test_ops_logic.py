@@ -1,0 +1,166 @@
+"""Pure logic of secrets (providers, masking, scrubbing), REST auth and `file.allowed.dirs`."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sluice.connectors.file.source import FileSourceConnector
+from sluice.rest._auth import (
+    RestSecurity,
+    add_credential,
+    hash_secret,
+    is_mutation,
+    new_token,
+    read_credentials,
+    verify_secret,
+)
+from sluice.rest.app import create_app
+from sluice.runtime import secrets
+from sluice.runtime.file_access import check_allowed_paths
+from sluice.runtime.secrets import ConfigProviders, keep_masked, redact, restore_references
+from sluice.runtime.worker_config import WorkerConfig
+from sluice.sdk import PASSWORD_MASK, ConfigException
+
+
+def test_providers_resolve_kafka_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_T_PW", "envsecret1")
+    props = tmp_path / "db.properties"
+    props.write_text("password=filesecret1\n# comment\nuser: bob\n")
+    providers = ConfigProviders.from_worker({"config.providers": "env,file"})
+    out = providers.resolve(
+        {
+            "a": "${env:OPS_T_PW}",
+            "b": f"${{file:{props}:password}}",
+            "c": f"u=${{file:{props}:user}};p=${{env:OPS_T_PW}}",
+            "d": "${vault:secret/x:y}",  # not enabled: stays as written (as in Kafka)
+            "e": "plain",
+        }
+    )
+    assert out == {
+        "a": "envsecret1",
+        "b": "filesecret1",
+        "c": "u=bob;p=envsecret1",
+        "d": "${vault:secret/x:y}",
+        "e": "plain",
+    }
+    for ref, words in (
+        ("${env:OPS_T_MISSING}", "OPS_T_MISSING is not set"),
+        (f"${{file:{props}:nope}}", "has no key 'nope'"),
+        ("${file:/nonexistent/x.properties:k}", "cannot read"),
+    ):
+        with pytest.raises(ConfigException) as caught:
+            providers.resolve({"connection.password": ref})
+        assert caught.value.key == "connection.password" and words in str(caught.value)
+    # Kafka's class names are accepted; an unknown class names its key
+    kafka = "org.apache.kafka.common.config.provider.FileConfigProvider"
+    ConfigProviders.from_worker({"config.providers": "f", "config.providers.f.class": kafka})
+    with pytest.raises(ConfigException) as caught:
+        ConfigProviders.from_worker({"config.providers": "vault"})
+    assert caught.value.key == "config.providers.vault.class"
+    with pytest.raises(ConfigException) as caught:
+        WorkerConfig.from_properties(
+            {"config.providers": "x", "config.providers.x.class": "no.such.Provider"}
+        )
+    assert caught.value.key == "config.providers.x.class"
+
+
+def test_masking_scrubbing_and_restoring(caplog: pytest.LogCaptureFixture) -> None:
+    config = {"connection.password": "lit-secret-9", "ref": "${env:X}", "user": "bob"}
+    assert redact(config, ["connection.password", "ref"]) == {
+        "connection.password": PASSWORD_MASK,
+        "ref": "${env:X}",
+        "user": "bob",
+    }
+    shown = redact(config, ["connection.password"])
+    assert keep_masked(shown, config, ["connection.password"]) == config
+    assert keep_masked(shown, None, ["connection.password"]) == shown
+    ConfigProviders().resolve(config, ["connection.password"])  # a literal password is a secret
+    assert secrets.scrub("failed with lit-secret-9!") == f"failed with {PASSWORD_MASK}!"
+    written = {"pw": "${env:X}", "url": "db"}
+    resolved = {"pw": "resolved-secret-7", "url": "db"}
+    secrets._SECRETS.add("resolved-secret-7")
+    task = {"pw": "resolved-secret-7", "url": "db", "dsn": "db?password=resolved-secret-7"}
+    assert restore_references(written, resolved, task) == {
+        "pw": "${env:X}",
+        "url": "db",
+        "dsn": f"db?password={PASSWORD_MASK}",
+    }
+    logger = logging.getLogger("sluice.test.scrub")
+    handler = logging.StreamHandler()
+    logger.addHandler(handler)
+    try:
+        secrets.install_log_scrubber()
+        with caplog.at_level(logging.INFO):
+            logger.info("connecting with %s", "lit-secret-9")
+        assert secrets._FILTER in handler.filters
+        record = caplog.records[-1]
+        secrets._FILTER.filter(record)
+        assert record.getMessage() == f"connecting with {PASSWORD_MASK}"
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_file_allowed_dirs(tmp_path: Path) -> None:
+    allowed = {"file.allowed.dirs": str(tmp_path / "in")}
+    (tmp_path / "in").mkdir()
+    check_allowed_paths(FileSourceConnector, {"filename": str(tmp_path / "in" / "a")}, allowed)
+    check_allowed_paths(FileSourceConnector, {"filename": "/etc/shadow"}, {})  # no limit set
+    (tmp_path / "in" / "link").symlink_to("/etc")
+    for path in ("/etc/shadow", str(tmp_path / "in" / ".." / "a"), str(tmp_path / "in/link/x")):
+        with pytest.raises(ConfigException) as caught:
+            check_allowed_paths(FileSourceConnector, {"filename": path}, allowed)
+        assert caught.value.key == "filename" and "file.allowed.dirs" in str(caught.value)
+
+
+def test_credentials_file_and_roles(tmp_path: Path) -> None:
+    encoded = hash_secret("pw")
+    assert verify_secret("pw", encoded) and not verify_secret("pW", encoded)
+    assert not verify_secret("pw", "garbage") and hash_secret("pw") != encoded  # salted
+    path = str(tmp_path / "users")
+    add_credential(path, "alice", "admin", "a")
+    add_credential(path, "alice", "read-only", "b")  # replaces her line
+    entries = read_credentials(path)
+    assert [(e.name, e.role) for e in entries] == [("alice", "read-only")]
+    assert (tmp_path / "users").stat().st_mode & 0o777 == 0o600
+    for bad in (("a:b", "admin"), ("bob", "root")):
+        with pytest.raises(ValueError):
+            add_credential(path, *bad, "x")
+    (tmp_path / "bad").write_text("alice:admin:plaintext\n")
+    with pytest.raises(ConfigException) as caught:
+        RestSecurity.from_properties(
+            {"rest.auth": "basic", "rest.auth.file": str(tmp_path / "bad")}
+        )
+    assert caught.value.key == "rest.auth.file" and ":1:" in str(caught.value)
+    with pytest.raises(ConfigException) as caught:
+        RestSecurity.from_properties({"rest.auth": "token"})
+    assert caught.value.key == "rest.auth.file"
+    with pytest.raises(ConfigException) as caught:
+        RestSecurity.from_properties({"rest.tls.cert": path})
+    assert caught.value.key == "rest.tls.key"
+    assert is_mutation("POST", "/v1/connectors") and is_mutation("GET", "/connectors/a/pause")
+    assert is_mutation("GET", "/connectors/a") and not is_mutation("GET", "/connectors/list")
+    assert not is_mutation("GET", "/v1/connectors/a") and is_mutation("GET", "/plugin/reload")
+
+
+def test_token_mode(tmp_path: Path) -> None:
+    path = str(tmp_path / "tokens")
+    admin, reader = new_token(), new_token()
+    add_credential(path, "ci", "admin", admin)
+    add_credential(path, "grafana", "read-only", reader)
+    security = RestSecurity.from_properties({"rest.auth": "token", "rest.auth.file": path})
+    client = TestClient(create_app(None, security))  # type: ignore[arg-type]  # auth only
+    assert client.get("/openapi.json").status_code == 401
+    bad = client.get("/v1/connectors", headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and bad.headers["www-authenticate"].startswith("Bearer")
+    assert bad.json() == {"error_code": 401, "message": "authentication required"}
+    ok = client.get("/openapi.json", headers={"Authorization": f"Bearer {reader}"})
+    assert ok.status_code == 200
+    refused = client.delete("/v1/connectors/x", headers={"Authorization": f"Bearer {reader}"})
+    assert refused.status_code == 403 and "grafana is read-only" in refused.text
+    basic = client.get("/openapi.json", auth=("ci", admin))  # token mode takes no basic auth
+    assert basic.status_code == 401
+    assert client.get("/openapi.json", headers={"Authorization": f"Bearer {admin}"}).is_success
