@@ -36,6 +36,8 @@ class WorkerProcess:
     #: extra worker config lines, e.g. ``{"bus": "kafka", "bootstrap.servers": "…"}``
     extra_conf: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    #: the log line that says the worker is up (a distributed worker logs its own)
+    boot: str = BOOT
 
     @property
     def url(self) -> str:
@@ -70,7 +72,7 @@ class WorkerProcess:
         self.tmp.mkdir(parents=True, exist_ok=True)
         if not self.conf.exists():
             self.write_conf()
-        boots = self.log.read_text().count(BOOT) if self.log.exists() else 0
+        boots = self.log.read_text().count(self.boot) if self.log.exists() else 0
         env = dict(os.environ, PYTHONPATH=str(REPO))
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
@@ -83,7 +85,7 @@ class WorkerProcess:
             start_new_session=True,
         )
         wait_until(
-            lambda: self.proc.poll() is not None or self.log.read_text().count(BOOT) > boots,
+            lambda: self.proc.poll() is not None or self.log.read_text().count(self.boot) > boots,
             timeout=180,
             what="the worker to boot",
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import traceback
 from typing import Any
@@ -34,8 +33,8 @@ from sluice.sdk import (
     normalize_config,
     partition_key,
 )
-from sluice.store.configs import SqliteConfigStore, StoredConnector
-from sluice.store.statuses import SqliteStatusStore
+from sluice.store.configs import ConfigStore, StoredConnector
+from sluice.store.statuses import StatusStore
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,15 @@ def _trace(exc: BaseException) -> str:
 class StandaloneHerder(Herder):
     """Runs connectors on one worker; the REST API's only entry into the runtime."""
 
-    def __init__(self, spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: WorkerConfig,
+        plugins: PluginRegistry,
+        *,
+        configs: ConfigStore,
+        statuses: StatusStore,
+    ) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
@@ -72,21 +79,39 @@ class StandaloneHerder(Herder):
             plugins=plugins,
             bus=config.create_bus(),
         )
-        self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
-        self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
+        self.configs = configs
+        self.statuses = statuses
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
-        """Bring every stored connector to its target state, then watch the queries."""
+        """Bring every stored connector to its target state, then watch the queries.
+
+        Called once the REST API is up: every connector to start shows UNASSIGNED first, then
+        RUNNING (or FAILED) as its query comes up; the lock is taken per connector so that REST
+        writes are not held up for the whole boot.
+        """
+        stored_all = self.configs.all()
         with self._lock:
-            for stored in self.configs.all():
+            for stored in stored_all:
                 if stored.target_state == "STARTED":
-                    self._start(stored)
+                    tasks = len(stored.task_configs)
+                    self.statuses.put(stored.name, "UNASSIGNED", self.worker_id, tasks=tasks)
                 else:
                     self._set_idle(stored)
+        for stored in stored_all:
+            with self._lock:
+                if self._closed.is_set():
+                    return
+                current = self.configs.get(stored.name)
+                if (
+                    current is not None
+                    and current.target_state == "STARTED"
+                    and current.name not in self.runner.running
+                ):
+                    self._start(current)
         self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
         self._monitor.start()
 
