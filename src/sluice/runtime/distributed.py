@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
 
+from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
 from sluice.runtime.herder import BadRequest, Conflict, NotFound
 from sluice.runtime.plugins import PluginRegistry
@@ -80,6 +82,7 @@ class DistributedHerder(StandaloneHerder):
     def start(self) -> None:
         """One round now (this worker's connectors start before the boot message), then one
         every `rocketmq.runtime.cluster.rebalance.waitInterval`, plus the status watch."""
+        threading.Thread(target=self._beat_loop, name="sluice-heartbeat", daemon=True).start()
         self._round()
         self._round_thread = threading.Thread(
             target=self._loop, name="sluice-rebalance", daemon=True
@@ -115,12 +118,26 @@ class DistributedHerder(StandaloneHerder):
             except Exception:  # an unreachable store: keep trying; the leases fence us if need be
                 log.exception("rebalance round failed")
 
-    # -- one round ----------------------------------------------------------------------------
-    def _round(self) -> None:
+    def _beat_loop(self) -> None:
+        """Heartbeats on their own thread: a round that is busy starting queries (seconds each)
+        must not make this worker look dead to the others."""
+        interval = self.config.rebalance_interval_ms / 1000
+        while not self._closed.wait(interval):
+            try:
+                self._beat()
+            except Exception:  # the store is unreachable: retried; the others may fence us
+                log.exception("heartbeat failed")
+
+    def _beat(self) -> None:
         me = self.worker_id
         if not self.cluster.heartbeat(me):
             log.warning("membership row of %s was gone: joining again", me)
             self.cluster.join(me, self._url(), self.config.session_timeout_ms)
+
+    # -- one round ----------------------------------------------------------------------------
+    def _round(self) -> None:
+        me = self.worker_id
+        self._beat()
         live = self.cluster.live_workers(self.config.session_timeout_ms)
         stored = {c.name: c for c in self.configs.all()}
         assignment = allocate(
@@ -159,9 +176,9 @@ class DistributedHerder(StandaloneHerder):
                     continue
                 current = stored.get(name)
                 if current is None:
-                    self.runner.stop(name)
-                    del self._owned[name]
-                    self.cluster.drop_lease(name)
+                    # released, not dropped: a re-created connector must get a newer generation
+                    # than the fences already recorded for its name
+                    self._give_up(name, None)
                     log.info("connector %s deleted: query stopped", name)
                 elif assignment.get(name) != me:
                     log.info(
@@ -179,6 +196,7 @@ class DistributedHerder(StandaloneHerder):
                 elif self._restart_requested(name):
                     self.runner.stop(name)
                     self._launch(current, owned.generation)
+            to_start: list[tuple[StoredConnector, int]] = []
             for name, current in stored.items():
                 if assignment.get(name) != me or name in self._owned:
                     continue
@@ -189,12 +207,22 @@ class DistributedHerder(StandaloneHerder):
                 if generation is None:
                     continue  # its previous owner is alive and stops it at its next round
                 self.runner.fence(name, generation)
-                self._launch(current, generation)
+                # visible at once: this worker owns it now and is starting it
+                self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
+                to_start.append((current, generation))
+            # Starting a query is mostly waiting on Spark (planning, the first Python workers):
+            # several at once make a failover take one start, not one per connector.
+            if len(to_start) == 1:
+                self._launch(*to_start[0])
+            elif to_start:
+                with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
+                    list(pool.map(lambda job: self._launch(*job), to_start))
 
     def _launch(self, stored: StoredConnector, generation: int) -> None:
         name = stored.name
         self._owned[name] = _Owned(generation, dict(stored.config))
         try:
+            activate(self.runner.spark)  # the JVM's active session is per thread
             running = self.runner.start(name, stored.config, generation=generation)
         except Exception as exc:  # fails alone; retried when its config changes or on restart
             log.error("connector %s failed to start: %s", name, exc)

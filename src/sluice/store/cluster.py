@@ -271,10 +271,6 @@ class ClusterStore:
             ).first()
         return row is not None and row[0] == self.session and row[1] == generation
 
-    def drop_lease(self, connector: str) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(_LEASES.delete().where(_LEASES.c.connector == connector))
-
     def close(self) -> None:
         self.engine.dispose()
 
