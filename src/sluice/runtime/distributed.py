@@ -385,6 +385,11 @@ class DistributedHerder(StandaloneHerder):
     def workers(self) -> list[str]:
         return sorted(self.cluster.live_workers(self.config.session_timeout_ms))
 
+    def allocated_connectors(self) -> dict[str, dict[str, str]]:
+        # a connector deleted through another worker runs here until the next round
+        stored = {name: self.configs.get(name) for name in sorted(self.runner.running)}
+        return {name: c.config for name, c in stored.items() if c is not None}
+
     def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
         groups = super().allocated_tasks()
         return {

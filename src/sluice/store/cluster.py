@@ -280,13 +280,13 @@ class PgConfigStore:
 
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
+        self._reported: set[tuple[str, float]] = set()
 
     def names(self) -> list[str]:
         with self.engine.connect() as conn:
             return [r[0] for r in conn.execute(sa.select(_CONNECTORS.c.name).order_by("name"))]
 
-    @staticmethod
-    def _parse(row: Any) -> StoredConnector | None:
+    def _parse(self, row: Any) -> StoredConnector | None:
         """A row as a StoredConnector; a malformed row is logged (naming it) and skipped."""
         try:
             config = json.loads(row.config)
@@ -296,11 +296,13 @@ class PgConfigStore:
             if row.target_state not in TARGET_STATES:
                 raise ValueError(f"target_state {row.target_state!r} is not a target state")
         except ValueError as exc:
-            log.error(
-                "cluster store: connector row %r is malformed (%s); ignored until fixed",
-                row.name,
-                exc,
-            )
+            if (row.name, row.updated_at) not in self._reported:  # once, not every round
+                self._reported.add((row.name, row.updated_at))
+                log.error(
+                    "cluster store: connector row %r is malformed (%s); ignored until fixed",
+                    row.name,
+                    exc,
+                )
             return None
         return StoredConnector(
             row.name, {str(k): str(v) for k, v in config.items()}, row.target_state, tasks
