@@ -8,6 +8,8 @@ md5(name)[:4], wrapping around. The digests below are the first 4 bytes of MD5 o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from sluice.runtime.allocation import (
@@ -19,6 +21,7 @@ from sluice.runtime.allocation import (
     round_robin,
     strategy_name,
 )
+from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 
 WORKERS = ["worker-c", "worker-a", "worker-b"]  # unsorted on purpose: both strategies sort
@@ -104,3 +107,20 @@ def test_strategy_names_accept_rocketmq_class_names() -> None:
     assert strategy_name(prefix + "AllocateConnAndTaskStrategyByConsistentHash") == CONSISTENT_HASH
     with pytest.raises(ConfigException, match="allocTaskStrategy: unknown strategy 'Hashy'"):
         strategy_name("Hashy")
+
+
+def test_distributed_worker_keys_are_checked_naming_the_key(tmp_path: Path) -> None:
+    base = {"storePathRootDir": str(tmp_path), "cluster.store.url": "postgresql://x@h/db"}
+    config = WorkerConfig.from_properties(
+        {**base, "allocTaskStrategy": "consistent-hash", "virtualNode": "4"}
+    )
+    assert (config.alloc_strategy, config.virtual_nodes) == (CONSISTENT_HASH, 4)
+    assert (config.rebalance_interval_ms, config.session_timeout_ms) == (1000, 6000)
+    with pytest.raises(ConfigException, match=r"cluster\.session\.timeout\.ms: 2000 ms is less"):
+        WorkerConfig.from_properties({**base, "cluster.session.timeout.ms": "2000"})
+    with pytest.raises(ConfigException, match="bus: distributed mode supports the embedded"):
+        WorkerConfig.from_properties({**base, "bus": "kafka"})
+    with pytest.raises(ConfigException, match="allocTaskStrategy: unknown strategy"):
+        WorkerConfig.from_properties({**base, "allocTaskStrategy": "random"})
+    with pytest.raises(ConfigException, match="consistentHashFunc"):
+        WorkerConfig.from_properties({**base, "consistentHashFunc": "SHA1"})
