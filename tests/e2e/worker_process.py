@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -18,6 +19,7 @@ from tests.conftest import wait_until
 
 REPO = Path(__file__).parents[2]
 BOOT = "The standalone worker boot success."
+DISTRIBUTED_BOOT = "The distributed worker boot success."
 
 
 def free_port() -> int:
@@ -36,6 +38,8 @@ class WorkerProcess:
     #: extra worker config lines, e.g. ``{"bus": "kafka", "bootstrap.servers": "…"}``
     extra_conf: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen | None = None
+    #: the log line that says the worker is up (a distributed worker logs its own)
+    boot: str = BOOT
 
     @property
     def url(self) -> str:
@@ -70,7 +74,7 @@ class WorkerProcess:
         self.tmp.mkdir(parents=True, exist_ok=True)
         if not self.conf.exists():
             self.write_conf()
-        boots = self.log.read_text().count(BOOT) if self.log.exists() else 0
+        boots = self.log.read_text().count(self.boot) if self.log.exists() else 0
         env = dict(os.environ, PYTHONPATH=str(REPO))
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
@@ -83,7 +87,7 @@ class WorkerProcess:
             start_new_session=True,
         )
         wait_until(
-            lambda: self.proc.poll() is not None or self.log.read_text().count(BOOT) > boots,
+            lambda: self.proc.poll() is not None or self.log.read_text().count(self.boot) > boots,
             timeout=180,
             what="the worker to boot",
         )
@@ -125,3 +129,44 @@ class WorkerProcess:
 
     def state(self, name: str) -> str:
         return self.request("GET", f"/v1/connectors/{name}/status").json()["connector"]["state"]
+
+
+@dataclass
+class DistWorker(WorkerProcess):
+    """A distributed worker: its own id, port and log; `shared` holds the cluster keys (store
+    URL, cluster name, storePathRootDir, strategy) common to every worker of the cluster."""
+
+    worker_id: str = ""
+    shared: dict[str, str] = field(default_factory=dict)
+    boot: str = DISTRIBUTED_BOOT
+
+    def write_conf(self) -> None:
+        lines = {
+            "workerId": self.worker_id,
+            "httpHost": "127.0.0.1",
+            "httpPort": str(self.port),
+            "offsetCommitIntervalMsConfig": "1500",
+            "status.poll.interval.ms": "200",
+            "spark.master": "local[1]",
+            "spark.driver.memory": "512m",
+            "spark.ui.enabled": "false",
+            **self.shared,
+            **self.extra_conf,
+        }
+        self.conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+
+    def owners(self, names: list[str]) -> dict[str, tuple[str, str]]:
+        """`{connector: (state, workerId)}` as this worker reads them from the store."""
+        out = {}
+        for name in names:
+            status = self.get(f"/v1/connectors/{name}/status").json()
+            out[name] = (status["connector"]["state"], status["connector"]["workerId"])
+        return out
+
+    def starts(self) -> dict[str, int]:
+        """How many times each connector was started in this worker's log."""
+        counts: dict[str, int] = {}
+        if self.log.exists():
+            for name in re.findall(r"connector (\S+) started \(", self.log.read_text()):
+                counts[name] = counts.get(name, 0) + 1
+        return counts

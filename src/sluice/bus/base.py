@@ -308,17 +308,23 @@ class Bus(ABC):
         self.log.close()
 
     # -- Spark adapters ------------------------------------------------------------------------
-    def topic_appender(self, *, writer_id: str) -> TopicWriterPlan:
-        """The topic writer as a plain object (for fused pipelines: `write` + `commit`)."""
+    def topic_appender(
+        self, *, writer_id: str, fence: tuple[str, int] | None = None
+    ) -> TopicWriterPlan:
+        """The topic writer as a plain object (for fused pipelines: `write` + `commit`).
+
+        `fence=(key, epoch)` makes every commit check the writer's epoch (embedded bus only)."""
         from sluice.bus.spark import TopicWriterPlan
 
-        return TopicWriterPlan(self.log, writer_id, self.default_queues)
+        return TopicWriterPlan(self.log, writer_id, self.default_queues, fence)
 
-    def topic_writer(self, *, writer_id: str) -> type[DataSource]:
+    def topic_writer(
+        self, *, writer_id: str, fence: tuple[str, int] | None = None
+    ) -> type[DataSource]:
         """A Spark data source class whose stream writer appends to topics exactly once."""
         from sluice.bus.spark import topic_writer
 
-        return topic_writer(self.topic_appender(writer_id=writer_id))
+        return topic_writer(self.topic_appender(writer_id=writer_id, fence=fence))
 
     def reader_control(self, path: str) -> ReaderControl:
         """Where sink tasks' pause/resume/reset requests are kept for the reader."""

@@ -93,6 +93,9 @@ class TopicWriterPlan:
     log: TopicLog
     writer_id: str
     default_queues: int = 8
+    #: `(key, epoch)` of a fenced writer (distributed mode): each commit is checked against the
+    #: newest epoch in the same transaction (embedded bus only)
+    fence: tuple[str, int] | None = None
 
     @property
     def format_name(self) -> str:
@@ -157,7 +160,10 @@ class TopicWriterPlan:
             for segment in segments:
                 by_topic.setdefault(segment.topic, []).append(segment)
         for _topic, segments in sorted(by_topic.items()):
-            self.log.commit(self.writer_id, batch_id, segments)
+            if self.fence is not None:
+                self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)  # type: ignore[call-arg]
+            else:
+                self.log.commit(self.writer_id, batch_id, segments)
 
     def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
         self.log.discard([segment for segments in receipts for segment in segments or []])

@@ -4,7 +4,7 @@
 application, for embedding or documentation. See ``docs/cli.md`` for the command tree.
 
 Nothing here imports the runtime or Spark at import time: client commands need only httpx, Typer
-and Rich, and ``sluice worker`` imports ``sluice.runtime.worker`` when it runs.
+and Rich, and ``sluice worker`` imports ``sluice.worker_main`` when it runs.
 """
 
 from ._app import app, main

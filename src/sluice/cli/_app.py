@@ -236,7 +236,7 @@ def worker(
     """Run a worker in this process: REST API, stores, connectors on Spark. Ctrl-C stops it."""
     try:
         # Imported here, not at module level: only this command needs Spark and the runtime.
-        from sluice.runtime.worker import run_worker
+        from sluice.worker_main import run_worker
     except ImportError as exc:
         raise CliError(f"the worker runtime cannot be loaded: {exc}") from exc
     raise typer.Exit(run_worker(str(config)))

@@ -63,10 +63,19 @@ class SinkPlan:
     dlq: BatchConsumer | None = field(default=None, compare=False)
     #: Writes the connector's own topics (`SinkConnector.owned_topics`, `SinkTaskContext.produce`).
     owned: BatchConsumer | None = field(default=None, compare=False)
+    #: Distributed mode: the lease fence, checked before the sink's commit so a worker that lost
+    #: the connector's lease never commits another batch (see `sluice.store.positions`).
+    fence: LeaseFence | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
         return f"sluice-sink-{self.name}"
+
+
+class LeaseFence(Protocol):
+    """Raises if the connector's lease moved to another worker (must pickle)."""
+
+    def check(self, connector: str, what: str = "a batch") -> None: ...
 
 
 class Counters(Protocol):
@@ -302,6 +311,8 @@ class SinkRunner:
         if produced and self.plan.owned is not None:
             # Also before the sink's commit, for the same reason: parked work is durable first.
             self.plan.owned.commit(produced, batch_id)
+        if self.plan.fence is not None:
+            self.plan.fence.check(self.plan.name, f"sink batch {batch_id}")
         self._connector().commit(BatchId(self.plan.run, batch_id), [r.payload for r in results])
         requests = [req for r in results for req in r.requests]
         if requests and self.plan.control is not None:

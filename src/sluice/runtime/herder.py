@@ -124,13 +124,16 @@ class Herder(ABC):
         """Ids of the live workers."""
 
     @abstractmethod
-    def connectors(self) -> list[str]: ...
+    def connectors(self) -> list[str]:
+        """Names of every connector of the cluster, sorted."""
 
     @abstractmethod
-    def connector_info(self, name: str) -> dict[str, Any]: ...
+    def connector_info(self, name: str) -> dict[str, Any]:
+        """INFO of `name` (see the class docstring); `NotFound` if there is no such connector."""
 
     @abstractmethod
-    def connector_config(self, name: str) -> dict[str, str]: ...
+    def connector_config(self, name: str) -> dict[str, str]:
+        """The stored (normalised) config of `name`; `NotFound` if unknown."""
 
     @abstractmethod
     def put_connector(
@@ -139,29 +142,37 @@ class Herder(ABC):
         """Create or update; returns (INFO, created). An identical config is a no-op."""
 
     @abstractmethod
-    def delete_connector(self, name: str) -> None: ...
+    def delete_connector(self, name: str) -> None:
+        """Stop `name` and forget its config and status; its positions are kept."""
 
     @abstractmethod
-    def pause(self, name: str) -> None: ...
+    def pause(self, name: str) -> None:
+        """Target state PAUSED: the query stops, its checkpoint stays (resume goes on from it)."""
 
     @abstractmethod
-    def resume(self, name: str) -> None: ...
+    def resume(self, name: str) -> None:
+        """Target state STARTED (from PAUSED or STOPPED)."""
 
     @abstractmethod
     def stop(self, name: str) -> None:
         """Stop the connector's query but keep its config (target state STOPPED)."""
 
     @abstractmethod
-    def restart(self, name: str, task: int | None = None) -> None: ...
+    def restart(self, name: str, task: int | None = None) -> None:
+        """Restart the connector's query from its checkpoint (a task restart restarts them all:
+        they are partitions of one query); `NotFound` for an unknown task."""
 
     @abstractmethod
-    def status(self, name: str) -> dict[str, Any]: ...
+    def status(self, name: str) -> dict[str, Any]:
+        """STATUS of `name`, with the id of the worker running it."""
 
     @abstractmethod
-    def task_status(self, name: str, task: int) -> dict[str, Any]: ...
+    def task_status(self, name: str, task: int) -> dict[str, Any]:
+        """One task's `{"id", "state", "trace", "workerId"}`."""
 
     @abstractmethod
-    def task_configs(self, name: str) -> list[dict[str, Any]]: ...
+    def task_configs(self, name: str) -> list[dict[str, Any]]:
+        """`[{"id": {"connector", "task"}, "config": {…}}]` of the running (or last) start."""
 
     @abstractmethod
     def offsets(self, name: str) -> list[dict[str, Any]]:
@@ -172,7 +183,8 @@ class Herder(ABC):
         """Set (or, with `"offset": null`, remove) positions; the connector must be STOPPED."""
 
     @abstractmethod
-    def reset_offsets(self, name: str) -> None: ...
+    def reset_offsets(self, name: str) -> None:
+        """Forget every position of `name` (it must be STOPPED; `Conflict` otherwise)."""
 
     @abstractmethod
     def push(self, name: str) -> dict[str, Any]:
@@ -189,19 +201,25 @@ class Herder(ABC):
         """Kafka Connect's validation result: `{"name", "error_count", "configs": [...]}`."""
 
     @abstractmethod
-    def plugins(self) -> list[PluginInfo]: ...
+    def plugins(self) -> list[PluginInfo]:
+        """Connector, transform and converter plugins this worker can load."""
 
     @abstractmethod
-    def reload_plugins(self) -> list[str]: ...
+    def reload_plugins(self) -> list[str]:
+        """Rescan `pluginPaths`; the modules (re)loaded."""
 
     @abstractmethod
-    def plugin_config(self, class_name: str) -> list[dict[str, Any]]: ...
+    def plugin_config(self, class_name: str) -> list[dict[str, Any]]:
+        """The config keys of a connector class (runtime keys included), Kafka Connect style."""
 
     @abstractmethod
-    def topics(self) -> list[dict[str, Any]]: ...
+    def topics(self) -> list[dict[str, Any]]:
+        """Topics of the bus with their queues' offset ranges."""
 
     @abstractmethod
-    def allocated_connectors(self) -> dict[str, dict[str, str]]: ...
+    def allocated_connectors(self) -> dict[str, dict[str, str]]:
+        """`{name: config}` of the connectors running on the worker asked."""
 
     @abstractmethod
-    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]: ...
+    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
+        """The worker's tasks grouped as RocketMQ Connect groups them (pending, running, …)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shutil
 import threading
 import uuid
 from dataclasses import dataclass, replace
@@ -20,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.base import Bus
-from sluice.bus.embedded import EmbeddedBus
+from sluice.bus.embedded import EmbeddedBus, EmbeddedLog
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import (
     SchemaRegistration,
@@ -38,6 +39,7 @@ from sluice.engine.pipeline import (
     start_sink_query,
     start_source_query,
 )
+from sluice.engine.positions import PositionStore
 from sluice.engine.session import activate
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
@@ -55,7 +57,7 @@ from sluice.sdk import (
     partition_key,
 )
 from sluice.store.counters import SqliteCounters
-from sluice.store.positions import SqlitePositionStore
+from sluice.store.positions import Fenced, FencedPositions, SqlitePositionStore
 from sluice.store.schemas import SqliteSchemaRegistry
 
 log = logging.getLogger(__name__)
@@ -108,6 +110,10 @@ class RunningConnector:
     query: StreamingQuery
     task_configs: tuple[dict[str, str], ...] = ()
     checkpoint: str = ""
+    #: the lease generation it runs under (distributed mode), None standalone
+    generation: int | None = None
+    #: the position store as this run commits to it (fenced by `generation` if set)
+    positions: PositionStore | None = None
 
     def failure(self) -> tuple[str, str] | None:
         """`(cause, full trace)` if the query failed, else None."""
@@ -211,8 +217,46 @@ class ConnectorRunner:
         return run
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def start(self, name: str, config: dict[str, object]) -> RunningConnector:
-        """Start connector `name` with `config` (`connector.class` picks the plugin)."""
+    def fence(self, name: str, generation: int) -> None:
+        """Distributed mode, before starting `name` under lease `generation`: from now on the
+        previous owner's commits (positions, sink batches, topic publishes) are refused."""
+        self.positions.fence(name, generation)
+        log_ = getattr(self.bus, "log", None)
+        if isinstance(log_, EmbeddedLog):
+            for topic in log_.topics():
+                log_.fence(topic, name, generation)
+
+    def _generation_dir(self, run_dir: str, generation: int) -> str:
+        """`<run>/gen-<g>`, seeded with a copy of the newest older generation's checkpoint and
+        staged polls: the new owner replays exactly what the old one had not committed (same
+        writer id and batch ids, so a batch it had published is skipped), and never shares a
+        live checkpoint folder with a zombie."""
+        folder = os.path.join(run_dir, f"gen-{generation}")
+        if os.path.isdir(folder):
+            return folder
+        older = sorted(
+            (int(n[4:]) for n in os.listdir(run_dir) if n.startswith("gen-") and n[4:].isdigit()),
+            reverse=True,
+        )
+        sources = [os.path.join(run_dir, f"gen-{g}") for g in older if g < generation]
+        if not sources and os.path.isdir(os.path.join(run_dir, "checkpoint")):
+            sources = [run_dir]  # the run began standalone (or before fencing)
+        tmp = folder + f".tmp-{uuid.uuid4().hex[:8]}"
+        os.makedirs(tmp)
+        for part in ("checkpoint", "staging"):
+            if sources and os.path.isdir(os.path.join(sources[0], part)):
+                shutil.copytree(os.path.join(sources[0], part), os.path.join(tmp, part))
+        os.replace(tmp, folder)
+        return folder
+
+    def start(
+        self, name: str, config: dict[str, object], *, generation: int | None = None
+    ) -> RunningConnector:
+        """Start connector `name` with `config` (`connector.class` picks the plugin).
+
+        With `generation` (distributed mode: the connector's lease, already fenced with
+        `fence`) every commit of the query is checked against it, and the query runs from its
+        own copy of the checkpoint (see `_generation_dir`)."""
         if name in self.running:
             raise ConfigException("name", f"connector {name!r} is already running")
         activate(self.spark)
@@ -225,6 +269,13 @@ class ConnectorRunner:
         chain = parse_transforms(conf, self.plugins.transform)
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
+        fence: tuple[str, int] | None = None
+        positions: PositionStore = self.positions
+        fenced: FencedPositions | None = None
+        if generation is not None:
+            run_dir = self._generation_dir(run_dir, generation)
+            fence = (name, generation)
+            positions = fenced = FencedPositions(self.positions, generation)
         checkpoint = os.path.join(run_dir, "checkpoint")
         registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
         self.counts_itself.discard(name)
@@ -235,7 +286,7 @@ class ConnectorRunner:
                 conf,
                 run=run,
                 staging_dir=os.path.join(run_dir, "staging"),
-                positions=self.positions,
+                positions=positions,
                 counters=self.counters,
             )
             if plan.topic:
@@ -251,7 +302,7 @@ class ConnectorRunner:
             if all(fusable(conf, c) for c in codecs):
                 if plan.topic:  # one shape: several are refused with a topic (plan_source)
                     register_schemas(registry, plan.topic, codecs[0])
-                direct = self.bus.topic_appender(writer_id=writer_id)
+                direct = self.bus.topic_appender(writer_id=writer_id, fence=fence)
                 if any(c.registered for c in codecs):  # register every topic it writes
                     skip = frozenset([dlq_topic] if dlq_topic else [])
                     direct = SchemaRegistration(registry, codecs, direct, skip)
@@ -268,7 +319,7 @@ class ConnectorRunner:
                     trigger=self.trigger,
                 )
             else:
-                writer = self.bus.topic_writer(writer_id=writer_id)
+                writer = self.bus.topic_writer(writer_id=writer_id, fence=fence)
                 query = start_source_query(
                     self.spark,
                     plan,
@@ -290,7 +341,7 @@ class ConnectorRunner:
             dlq = None
             if policy.dlq_topic:
                 self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
-                dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq")
+                dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq", fence=fence)
             # Where push sinks (sluice.push) read live limits and report progress: see push_board.
             conf[PUSH_BOARD_KEY] = self.push_board_path
             conf[CONNECTOR_NAME_KEY] = name
@@ -309,7 +360,8 @@ class ConnectorRunner:
             if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
                 for topic in owned:
                     self.bus.create_topic(topic)
-                plan = replace(plan, owned=self.bus.topic_appender(writer_id=f"{name}/{run}/own"))
+                own = self.bus.topic_appender(writer_id=f"{name}/{run}/own", fence=fence)
+                plan = replace(plan, owned=own)
                 topics = [*topics, *owned]
             fused = plan.codecs is not None and fusable(conf, plan.codecs)
             if plan.codecs is not None and not fused:
@@ -317,13 +369,15 @@ class ConnectorRunner:
             if plan.codecs is not None and plan.codecs.mixed:
                 _check_mixed_sink(conf, plan.codecs, topics)
                 fused = True
+            if fenced is not None:
+                plan = replace(plan, fence=fenced)
             runner = SinkRunner(plan)
             reader = self.bus.topic_reader(
                 name=name,
                 topics=topics,
                 max_tasks=len(plan.task_configs),
                 control_path=control_path,
-                positions=self.positions,
+                positions=positions,
                 max_rows=RUNTIME_KEYS.parse(conf)["read.max.rows"],
                 split_queues=connector.ordered_commit,
                 downstream=runner if fused else None,
@@ -354,7 +408,7 @@ class ConnectorRunner:
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
         # what is stored and shown keeps the references, never what they resolved to
         shown = tuple(restore_references(written, conf, c) for c in plan.task_configs)
-        running = RunningConnector(name, kind, run, query, shown, checkpoint)
+        running = RunningConnector(name, kind, run, query, shown, checkpoint, generation, positions)
         self.running[name] = running
         return running
 
@@ -366,14 +420,17 @@ class ConnectorRunner:
         running.query.stop()
         if running.query.exception() is None:
             running.query.awaitTermination(timeout_s)
-        self._sync_positions(running)
+        try:
+            self._sync_positions(running)
+        except Fenced as exc:  # another worker owns it now: its positions are not ours to move
+            log.warning("connector %s: final positions not saved: %s", name, exc)
 
     def _sync_positions(self, running: RunningConnector) -> None:
         """Copy the checkpoint's last committed end offsets into the position store (see
         `engine.checkpoint`): the store then says exactly where the stopped query ended."""
         positions = self._checkpoint_positions(running)
         if positions:
-            self.positions.save(running.name, positions)
+            (running.positions or self.positions).save(running.name, positions)
 
     def _checkpoint_positions(self, running: RunningConnector) -> dict[str, RecordOffset]:
         ends = last_committed_offsets(running.checkpoint) if running.checkpoint else None

@@ -44,9 +44,9 @@ from sluice.sdk import (
     normalize_config,
     partition_key,
 )
-from sluice.store.configs import SqliteConfigStore, StoredConnector
+from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.schemas import SqliteSchemaRegistry
-from sluice.store.statuses import SqliteStatusStore
+from sluice.store.statuses import StatusStore
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,15 @@ def _trace(exc: BaseException) -> str:
 class StandaloneHerder(Herder):
     """Runs connectors on one worker; the REST API's only entry into the runtime."""
 
-    def __init__(self, spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: WorkerConfig,
+        plugins: PluginRegistry,
+        *,
+        configs: ConfigStore,
+        statuses: StatusStore,
+    ) -> None:
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
@@ -89,8 +97,8 @@ class StandaloneHerder(Herder):
         self.progress = ProgressTracker(
             self.runner.counters, self.runner.counts_itself.__contains__
         ).attach(spark)
-        self.configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
-        self.statuses = SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite"))
+        self.configs = configs
+        self.statuses = statuses
         self._lock = threading.RLock()
         self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
@@ -98,13 +106,31 @@ class StandaloneHerder(Herder):
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
-        """Bring every stored connector to its target state, then watch the queries."""
+        """Bring every stored connector to its target state, then watch the queries.
+
+        Called once the REST API is up: every connector to start shows UNASSIGNED first, then
+        RUNNING (or FAILED) as its query comes up; the lock is taken per connector so that REST
+        writes are not held up for the whole boot.
+        """
+        stored_all = self.configs.all()
         with self._lock:
-            for stored in self.configs.all():
+            for stored in stored_all:
                 if stored.target_state == "STARTED":
-                    self._start(stored)
+                    tasks = len(stored.task_configs)
+                    self.statuses.put(stored.name, "UNASSIGNED", self.worker_id, tasks=tasks)
                 else:
                     self._set_idle(stored)
+        for stored in stored_all:
+            with self._lock:
+                if self._closed.is_set():
+                    return
+                current = self.configs.get(stored.name)
+                if (
+                    current is not None
+                    and current.target_state == "STARTED"
+                    and current.name not in self.runner.running
+                ):
+                    self._start(current)
         self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
         self._monitor.start()
 
@@ -223,22 +249,28 @@ class StandaloneHerder(Herder):
         check_allowed_paths(cls, resolved, self.config.raw)
         return resolved
 
+    def _accepted(
+        self, name: str, config: dict[str, Any]
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """The config to store (masked secrets PUT back as shown keep their stored values) and
+        its warnings; BadRequest with every error otherwise."""
+        existing = self.configs.get(name)
+        if existing is not None:
+            with contextlib.suppress(ConfigException):  # a bad map: _check reports it
+                config = keep_masked(
+                    normalize_config(config),
+                    existing.config,
+                    self.password_keys(str(config.get("connector.class", ""))),
+                )
+        report = self._check(name, config)
+        return report.config, [w.as_dict() for w in report.warnings]
+
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
     ) -> tuple[dict[str, Any], bool]:
         if not name or "/" in name or name.strip() != name:
             raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
-        existing_before = self.configs.get(name)
-        if existing_before is not None:  # a config PUT back as shown keeps its secrets
-            with contextlib.suppress(ConfigException):  # a bad map: _check reports it
-                config = keep_masked(
-                    normalize_config(config),
-                    existing_before.config,
-                    self.password_keys(str(config.get("connector.class", ""))),
-                )
-        report = self._check(name, config)
-        conf = report.config
-        warnings = [w.as_dict() for w in report.warnings]
+        conf, warnings = self._accepted(name, config)
         with self._lock:
             existing = self.configs.get(name)
             if existing is not None and create_only:

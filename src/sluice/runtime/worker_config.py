@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
+from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
 
@@ -85,6 +86,48 @@ WORKER_KEYS = ConfigDef(
         min=10,
         doc="how often the worker checks its queries for failures",
     ),
+    # -- distributed mode (docs/distributed.md) ---------------------------------------------
+    ConfigKey(
+        "cluster.store.url",
+        default="",
+        doc="PostgreSQL URL of the shared cluster store (postgresql://user:pw@host:port/db); "
+        "set, the worker runs in distributed mode",
+    ),
+    ConfigKey(
+        "cluster.name",
+        default="sluice",
+        pattern=r"[A-Za-z0-9._-]{1,100}",
+        doc="the cluster this worker joins; a store of another cluster is refused",
+    ),
+    ConfigKey(
+        "allocTaskStrategy",
+        default="org.apache.rocketmq.connect.runtime.service.strategy."
+        "DefaultAllocateConnAndTaskStrategy",
+        doc="round-robin (RocketMQ's DefaultAllocateConnAndTaskStrategy) or consistent-hash "
+        "(AllocateConnAndTaskStrategyByConsistentHash)",
+    ),
+    ConfigKey(
+        "virtualNode",
+        type="int",
+        default=0,
+        min=0,
+        doc="virtual nodes per worker on the consistent-hash ring (0: as many as workers)",
+    ),
+    ConfigKey("consistentHashFunc", default="MD5", choices=("MD5",), doc="the ring's hash"),
+    ConfigKey(
+        "rocketmq.runtime.cluster.rebalance.waitInterval",
+        type="int",
+        default=1000,
+        min=50,
+        doc="ms between two membership/allocation rounds (heartbeat, rebalance, lease renewal)",
+    ),
+    ConfigKey(
+        "cluster.session.timeout.ms",
+        type="int",
+        default=6000,
+        min=200,
+        doc="a worker whose last heartbeat is older than this is dead; its leases are taken",
+    ),
 )
 
 # RocketMQ Connect keys that only matter for its other buses or modes: accepted, not used here.
@@ -97,7 +140,6 @@ _KNOWN_UNUSED = {
     "aclEnable",
     "accessKey",
     "secretKey",
-    "allocTaskStrategy",
     "connectorStoreTopic",
     "clusterStoreTopic",
     "configStoreTopic",
@@ -128,6 +170,13 @@ class WorkerConfig:
     status_poll_ms: int
     spark: dict[str, str] = field(default_factory=dict)
     raw: dict[str, str] = field(default_factory=dict)
+    cluster_store_url: str = ""
+    cluster_name: str = "sluice"
+    alloc_strategy: str = "round-robin"
+    virtual_nodes: int = 0
+    hash_func: str = "MD5"
+    rebalance_interval_ms: int = 1000
+    session_timeout_ms: int = 6000
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -154,6 +203,22 @@ class WorkerConfig:
             )
         ConfigProviders.from_worker(props)  # a bad provider is reported at once
         store_root = path(values["storePathRootDir"])
+        strategy = strategy_name(values["allocTaskStrategy"])
+        interval = values["rocketmq.runtime.cluster.rebalance.waitInterval"]
+        timeout = values["cluster.session.timeout.ms"]
+        if values["cluster.store.url"] and timeout < 3 * interval:
+            raise ConfigException(
+                "cluster.session.timeout.ms",
+                f"{timeout} ms is less than three rounds of "
+                f"rocketmq.runtime.cluster.rebalance.waitInterval ({interval} ms): a live worker "
+                "would be taken for dead",
+            )
+        if values["cluster.store.url"] and values["bus"] != "embedded":
+            raise ConfigException(
+                "bus",
+                f"distributed mode supports the embedded bus only for now (got {values['bus']!r})",
+                suggestion="use bus=embedded with storePathRootDir on storage every worker shares",
+            )
         # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
         create_bus(values["bus"], props, os.path.join(store_root, "bus"))
         return cls(
@@ -172,6 +237,13 @@ class WorkerConfig:
             status_poll_ms=values["status.poll.interval.ms"],
             spark={k: v for k, v in props.items() if k.startswith("spark.")},
             raw=dict(props),
+            cluster_store_url=values["cluster.store.url"],
+            cluster_name=values["cluster.name"],
+            alloc_strategy=strategy,
+            virtual_nodes=values["virtualNode"],
+            hash_func=values["consistentHashFunc"],
+            rebalance_interval_ms=interval,
+            session_timeout_ms=timeout,
         )
 
     def create_bus(self) -> Bus:

@@ -35,6 +35,6 @@ class SqliteFile:
         if conn is None or getattr(self._local, "pid", None) != os.getpid():
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
             conn = connect_shared(self.path)
-            conn.execute(self.SCHEMA)
+            conn.executescript(self.SCHEMA)
             self._local.conn, self._local.pid = conn, os.getpid()
         return conn

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sluice.store._sqlite_file import SqliteFile
 
@@ -34,6 +35,24 @@ class StoredConnector:
     config: dict[str, str]
     target_state: str = "STARTED"
     task_configs: list[dict[str, str]] = field(default_factory=list)
+
+
+class ConfigStore(Protocol):
+    """What the herders need of a config store (SQLite standalone, PostgreSQL distributed)."""
+
+    def names(self) -> list[str]: ...
+
+    def get(self, name: str) -> StoredConnector | None: ...
+
+    def all(self) -> list[StoredConnector]: ...
+
+    def put(self, name: str, config: dict[str, str], target_state: str = "STARTED") -> None: ...
+
+    def set_target_state(self, name: str, target_state: str) -> None: ...
+
+    def set_task_configs(self, name: str, task_configs: list[dict[str, str]]) -> None: ...
+
+    def delete(self, name: str) -> None: ...
 
 
 class SqliteConfigStore(SqliteFile):

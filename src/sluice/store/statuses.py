@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from sluice.store._sqlite_file import SqliteFile
 
@@ -31,6 +32,25 @@ class Status:
     trace: str | None
     worker_id: str
     task: int | None = None
+
+
+class StatusStore(Protocol):
+    """What the herders need of a status store (SQLite standalone, PostgreSQL distributed)."""
+
+    def put(
+        self,
+        connector: str,
+        state: str,
+        worker_id: str,
+        *,
+        trace: str | None = None,
+        tasks: int = 0,
+        task_state: str | None = None,
+    ) -> None: ...
+
+    def get(self, connector: str) -> tuple[Status | None, list[Status]]: ...
+
+    def delete(self, connector: str) -> None: ...
 
 
 class SqliteStatusStore(SqliteFile):

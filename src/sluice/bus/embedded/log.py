@@ -18,6 +18,10 @@ offsets ``0, 1, 2, ...``.  A segment file holds a run of consecutive records of 
   It only ever grows, so offsets are never reused even after retention removed every segment.
 * ``segments``  published segments, keyed by ``(queue, base_offset)``; ``path`` is unique.
 * ``commits``   ``(writer_id, batch_id)`` pairs already published, for idempotent replays.
+* ``fences``    ``(fence_key, epoch)``: the newest epoch of a fenced writer (a connector under a
+  lease generation, in distributed mode). A commit made with ``fence=(key, epoch)`` is refused
+  with :class:`WriterFenced` if a newer epoch was seen, and raises the stored one otherwise, in
+  the same transaction as the publish, as Kafka fences a transactional producer's epoch.
 
 Writing is two-phase.  :meth:`EmbeddedLog.stage` writes a segment under a temporary name,
 fsyncs it, renames it to its final name and fsyncs the directory; the file is now durable but
@@ -84,6 +88,7 @@ __all__ = [
     "StagedSegment",
     "TopicInfo",
     "UnknownTopic",
+    "WriterFenced",
 ]
 
 _INDEX_NAME = "index.sqlite"
@@ -123,6 +128,26 @@ CREATE TABLE IF NOT EXISTS commits (
     PRIMARY KEY (writer_id, batch_id)
 );
 """
+
+_FENCES = """
+CREATE TABLE IF NOT EXISTS fences (
+    fence_key TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL
+)
+"""
+
+
+class WriterFenced(RuntimeError):
+    """A commit by a writer whose epoch is older than the newest one seen for its key (a
+    connector whose lease moved to another worker): refused, nothing published."""
+
+    def __init__(self, key: str, epoch: int, current: int, topic: str) -> None:
+        super().__init__(
+            f"fenced: writer {key!r} epoch {epoch} may no longer commit to topic {topic!r} "
+            f"(epoch {current} took over)"
+        )
+        self.key, self.epoch, self.current = key, epoch, current
+
 
 # Connections that belonged to a parent process before fork().  SQLite must not use (or close)
 # them in the child, so they are parked here forever instead of being garbage collected.
@@ -284,6 +309,7 @@ class EmbeddedLog(TopicLog):
         if row is None:
             conn.close()
             raise UnknownTopic(topic)
+        conn.execute(_FENCES)  # topics created before fencing existed get the table here
         handle = _Handle(conn, topic_dir, ident, int(row[0]))
         with self._handles_lock:
             other = self._handles.get(topic)
@@ -498,8 +524,18 @@ class EmbeddedLog(TopicLog):
             raise
         return StagedSegment(topic, queue, rel, rows, size)
 
-    def commit(self, writer_id: str, batch_id: int, segments: Sequence[StagedSegment]) -> bool:
+    def commit(
+        self,
+        writer_id: str,
+        batch_id: int,
+        segments: Sequence[StagedSegment],
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> bool:
         """Atomically publish ``segments`` once per ``(writer_id, batch_id)``.
+
+        With ``fence=(key, epoch)`` the commit is refused (:class:`WriterFenced`) when a newer
+        epoch was recorded for ``key`` (see :meth:`fence`), checked in the same transaction.
 
         All segments must belong to one topic (:class:`ValueError` otherwise).  In one
         transaction each non-empty segment, in list order, gets the current end offset of its
@@ -513,11 +549,35 @@ class EmbeddedLog(TopicLog):
         segs = list(segments)
         if not segs:
             return True
-        offsets = self._publish(writer_id, batch_id, segs)
+        offsets = self._publish(writer_id, batch_id, segs, fence)
         return offsets is not None
 
+    def fence(self, topic: str, key: str, epoch: int) -> int:
+        """Record ``epoch`` as the newest of writer ``key`` on ``topic`` (never lowers it):
+        from now on commits with an older epoch are refused. Returns the stored epoch."""
+        handle = self._handle(topic)
+        with handle.lock, _transaction(handle.conn):
+            return self._raise_fence(handle.conn, topic, key, epoch)
+
+    @staticmethod
+    def _raise_fence(conn: sqlite3.Connection, topic: str, key: str, epoch: int) -> int:
+        row = conn.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
+        if row is not None and int(row[0]) > epoch:
+            raise WriterFenced(key, epoch, int(row[0]), topic)
+        if row is None or int(row[0]) < epoch:
+            conn.execute(
+                "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
+                "DO UPDATE SET epoch = excluded.epoch",
+                (key, epoch),
+            )
+        return epoch
+
     def _publish(
-        self, writer_id: str, batch_id: int, segs: list[StagedSegment]
+        self,
+        writer_id: str,
+        batch_id: int,
+        segs: list[StagedSegment],
+        fence: tuple[str, int] | None = None,
     ) -> list[int | None] | None:
         """Commit ``segs``; return their base offsets (None for empty ones), None if a replay."""
         if not isinstance(writer_id, str) or not writer_id:
@@ -546,6 +606,8 @@ class EmbeddedLog(TopicLog):
         to_delete: list[Path] = []
         result: list[int | None] | None = []
         with handle.lock, _transaction(conn):
+            if fence is not None:
+                self._raise_fence(conn, topic, fence[0], fence[1])
             replay = conn.execute(
                 "SELECT 1 FROM commits WHERE writer_id = ? AND batch_id = ?",
                 (writer_id, batch_id),

@@ -1,7 +1,13 @@
-"""`sluice worker -c conf/connect-standalone.conf`: wires a standalone worker together and runs it.
+"""`sluice worker -c conf/connect-*.conf`: the entry point that runs a worker process.
 
-One process: the REST API (uvicorn), the standalone herder and one SparkSession. SIGTERM or
-SIGINT stops the HTTP server, then every query gracefully (positions synced), then Spark.
+One process: the REST API (uvicorn), the herder and one SparkSession, all built by
+`sluice.runtime.assembly.assemble`. The REST API comes up first and answers while the herder
+starts the connectors in the background (their statuses go UNASSIGNED -> RUNNING as they come
+up); the boot message is logged when both are done. SIGTERM or SIGINT stops the HTTP server,
+then every query gracefully (positions synced), then Spark.
+
+This module lives outside `sluice.runtime` because it wires `rest` to `runtime` (DESIGN §7:
+`rest` depends on `runtime`, not the reverse).
 """
 
 from __future__ import annotations
@@ -14,18 +20,16 @@ import threading
 
 import uvicorn
 
-from sluice.engine.session import build_session
 from sluice.rest import create_app
 from sluice.rest._auth import RestSecurity
-from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.shared_path import check_shared_store_root
-from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.assembly import Runtime, assemble
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 
 log = logging.getLogger("sluice.worker")
 
 BOOT_MESSAGE = "The standalone worker boot success."
+DISTRIBUTED_BOOT_MESSAGE = "The distributed worker boot success."
 
 
 def _configure_logging() -> None:
@@ -48,29 +52,20 @@ def _expose_plugin_paths(paths: tuple[str, ...]) -> None:
 
 
 def run_worker(config_path: str) -> int:
-    """Run a standalone worker until SIGTERM/SIGINT; the process exit code."""
+    """Run a worker until SIGTERM/SIGINT; the process exit code."""
     _configure_logging()
     try:
         config = WorkerConfig.load(config_path)
         security = RestSecurity.from_properties(config.raw)
+        _expose_plugin_paths(config.plugin_paths)
+        log.info("starting worker %s (store %s)", config.worker_id, config.store_root)
+        runtime = assemble(config)
     except ConfigException as exc:
         print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
         return 2
-    os.makedirs(config.store_root, exist_ok=True)
-    _expose_plugin_paths(config.plugin_paths)
-    log.info("starting worker %s (store %s)", config.worker_id, config.store_root)
-    spark = build_session(config.spark, app_name=f"sluice-{config.worker_id}", log_level="ERROR")
-    try:  # on a Spark cluster: executors must share storePathRootDir (docs/spark-cluster.md)
-        check_shared_store_root(spark, config)
-    except ConfigException as exc:
-        print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
-        spark.stop()
-        return 2
-    plugins = PluginRegistry(config.plugin_paths)
-    herder = StandaloneHerder(spark, config, plugins)
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(herder, security),
+            create_app(runtime.control, security),
             host=config.http_host,
             port=config.http_port,
             log_level="warning",
@@ -87,28 +82,32 @@ def run_worker(config_path: str) -> int:
     # raises the signal again: with ours in place that ends in the clean shutdown below.
     signal.signal(signal.SIGTERM, _shutdown)
     signal.signal(signal.SIGINT, _shutdown)
+    threading.Thread(
+        target=_boot, args=(server, runtime, security.scheme), daemon=True, name="sluice-boot"
+    ).start()
     try:
-        herder.start()
-        threading.Thread(
-            target=_announce, args=(server, config, security.scheme), daemon=True
-        ).start()
         server.run()
     except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
         log.error("REST API could not start on %s:%s", config.http_host, config.http_port)
         return int(exc.code or 1)
     finally:
         log.info("stopping connectors")
-        herder.close()
-        spark.stop()
+        runtime.close()
         log.info("worker stopped")
     return 0
 
 
-def _announce(server: uvicorn.Server, config: WorkerConfig, scheme: str = "http") -> None:
+def _boot(server: uvicorn.Server, runtime: Runtime, scheme: str = "http") -> None:
+    """Once the REST API listens, start the connectors (the API keeps answering meanwhile)."""
+    config = runtime.config
     while not server.started and not server.should_exit:
         threading.Event().wait(0.05)
-    if server.started:
-        log.info(
-            "REST API on %s://%s:%s (docs at /docs)", scheme, config.http_host, config.http_port
-        )
-        log.info(BOOT_MESSAGE)
+    if not server.started:
+        return
+    log.info("REST API on %s://%s:%s (docs at /docs)", scheme, config.http_host, config.http_port)
+    try:
+        runtime.start()
+    except Exception:  # the API stays up: statuses say what did not start
+        log.exception("starting the connectors failed")
+        return
+    log.info(DISTRIBUTED_BOOT_MESSAGE if config.cluster_store_url else BOOT_MESSAGE)

@@ -1,0 +1,253 @@
+"""Failover and rebalance of distributed workers (docs/distributed.md), both strategies.
+
+For each `allocTaskStrategy` (round-robin, consistent hash) on a fresh PostgreSQL database and
+shared store: start 3 workers, create 6 file pipelines (12 connectors), then
+
+* baseline: one extra connector created on the idle cluster, POST -> RUNNING (what a single
+  query start costs here, the floor of any failover);
+* kill -9 the worker owning the most connectors: time until all of them are RUNNING on the
+  survivors, and until the first record written after the kill reaches each moved pipeline's
+  sink (lines are appended right after the kill);
+* a 4th worker joins: connectors restarted (counted in the workers' logs) against the number
+  the strategy moves;
+* every sink byte-identical to its source and every topic holding each line exactly once.
+
+    .venv/bin/python bench/failover.py [--session-timeout-ms 6000] [--interval-ms 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import psycopg  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
+from tests.e2e.worker_process import DistWorker  # noqa: E402
+from tests.servers import ensure  # noqa: E402
+
+from sluice.bus.embedded.log import EmbeddedLog  # noqa: E402
+from sluice.runtime.allocation import allocate  # noqa: E402
+
+PG = "postgresql://postgres@127.0.0.1:5432"
+STRATEGIES = {
+    "round-robin": "org.apache.rocketmq.connect.runtime.service.strategy."
+    "DefaultAllocateConnAndTaskStrategy",
+    "consistent-hash": "org.apache.rocketmq.connect.runtime.service.strategy."
+    "AllocateConnAndTaskStrategyByConsistentHash",
+}
+
+
+def _post(w: DistWorker, name: str, config: dict[str, str]) -> None:
+    r = w.request("POST", f"/connectors/{name}", content=json.dumps(config))
+    assert r.status_code == 200, r.text
+
+
+def _pipeline(w: DistWorker, data: Path, i: int | str) -> None:
+    _post(
+        w,
+        f"src-{i}",
+        {
+            "connector.class": "FileSourceConnector",
+            "filename": str(data / f"in-{i}.txt"),
+            "connect.topicname": f"topic-{i}",
+        },
+    )
+    _post(
+        w,
+        f"sink-{i}",
+        {
+            "connector.class": "FileSinkConnector",
+            "filename": str(data / f"out-{i}.txt"),
+            "connect.topicnames": f"topic-{i}",
+        },
+    )
+
+
+def _feed(data: Path, pipelines: int, lines: dict[int, int], count: int) -> None:
+    for i in range(pipelines):
+        start = lines.get(i, 0)
+        with open(data / f"in-{i}.txt", "a", encoding="utf-8") as f:
+            f.writelines(
+                f"{i}:{n:08d} payload {'z' * (n % 30)}\n" for n in range(start, start + count)
+            )
+        lines[i] = start + count
+
+
+def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]:
+    db = f"sluice_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    root = out / strategy
+    shutil.rmtree(root, ignore_errors=True)
+    data = root / "data"
+    data.mkdir(parents=True)
+    shared = {
+        "cluster.store.url": f"{PG}/{db}",
+        "cluster.name": "bench",
+        "storePathRootDir": str(root / "shared"),
+        "allocTaskStrategy": STRATEGIES[strategy],
+        "virtualNode": str(args.virtual_nodes),
+        "rocketmq.runtime.cluster.rebalance.waitInterval": str(args.interval_ms),
+        "cluster.session.timeout.ms": str(args.session_timeout_ms),
+        "offsetCommitIntervalMsConfig": "1000",
+    }
+    workers = {
+        f"w{i}": DistWorker(root / f"w{i}", worker_id=f"w{i}", shared=shared)
+        for i in range(1, args.workers + 1)
+    }
+    lines: dict[int, int] = {}
+    pipelines = args.connectors // 2
+    names = [f"{k}-{i}" for i in range(pipelines) for k in ("src", "sink")]
+    result: dict[str, object] = {"strategy": strategy}
+    try:
+        threads = [threading.Thread(target=w.start) for w in workers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        a = workers["w1"]
+
+        def owners(asker: DistWorker, which: list[str]) -> dict[str, tuple[str, str]]:
+            return asker.owners(which)
+
+        # baseline: one connector on the idle cluster
+        (data / "in-probe.txt").write_text("probe\n")
+        t = time.monotonic()
+        _post(
+            a,
+            "probe",
+            {
+                "connector.class": "FileSourceConnector",
+                "filename": str(data / "in-probe.txt"),
+                "connect.topicname": "topic-probe",
+            },
+        )
+        wait_until(lambda: owners(a, ["probe"])["probe"][0] == "RUNNING", what="probe")
+        result["baseline_start_s"] = round(time.monotonic() - t, 2)
+        a.request("DELETE", "/v1/connectors/probe")
+
+        _feed(data, pipelines, lines, 2000)
+        for i in range(pipelines):
+            _pipeline(a, data, i)
+        live_ids = sorted(workers)
+        expected = allocate(strategy, live_ids, names, virtual_nodes=args.virtual_nodes)
+        wait_until(
+            lambda: all(owners(a, names)[n] == ("RUNNING", expected[n]) for n in names),
+            timeout=300,
+            what="the first allocation",
+        )
+        for i in range(pipelines):
+            wait_until(
+                lambda i=i: (
+                    (data / f"out-{i}.txt").exists()
+                    and (data / f"out-{i}.txt").stat().st_size
+                    == (data / f"in-{i}.txt").stat().st_size
+                ),
+                timeout=300,
+                what=f"sink {i}",
+            )
+        victim = max(workers.values(), key=lambda w: list(expected.values()).count(w.worker_id))
+        moved = sorted(n for n, o in expected.items() if o == victim.worker_id)
+        moved_pipes = sorted({int(n.split("-")[1]) for n in moved})
+        sizes = {i: (data / f"out-{i}.txt").stat().st_size for i in moved_pipes}
+        survivor = next(w for w in workers.values() if w is not victim)
+        victim.kill9()
+        killed = time.monotonic()
+        _feed(data, pipelines, lines, 500)
+        first: dict[int, float] = {}
+        running_at = None
+        while time.monotonic() - killed < 300 and (running_at is None or len(first) < len(sizes)):
+            now = time.monotonic() - killed
+            for i, size in sizes.items():
+                if i not in first and (data / f"out-{i}.txt").stat().st_size > size:
+                    first[i] = now
+            if running_at is None:
+                seen = owners(survivor, moved)
+                if all(s == "RUNNING" and o != victim.worker_id for s, o in seen.values()):
+                    running_at = now
+            time.sleep(0.1)
+        result["moved_on_kill"] = len(moved)
+        result["kill_to_running_s"] = round(running_at, 1) if running_at else None
+        result["kill_to_first_record_s"] = round(max(first.values()), 1) if first else None
+
+        # a 4th worker joins the two survivors
+        live_ids = sorted(w for w in workers if w != victim.worker_id)
+        before = allocate(strategy, live_ids, names, virtual_nodes=args.virtual_nodes)
+        starts_before = {w: workers[w].starts() for w in live_ids}
+        newcomer = DistWorker(root / "w-new", worker_id="w9", shared=shared)
+        newcomer.start()
+        workers["w9"] = newcomer
+        after = allocate(strategy, [*live_ids, "w9"], names, virtual_nodes=args.virtual_nodes)
+        wait_until(
+            lambda: all(owners(survivor, names)[n] == ("RUNNING", after[n]) for n in names),
+            timeout=300,
+            what="the allocation after the join",
+        )
+        restarted = set(newcomer.starts())
+        for w in live_ids:
+            now_starts = workers[w].starts()
+            restarted |= {n for n, c in now_starts.items() if c > starts_before[w].get(n, 0)}
+        result["join_restarted"] = len(restarted)
+        result["join_predicted"] = sum(1 for n in names if before[n] != after[n])
+
+        _feed(data, pipelines, lines, 200)
+        bus = EmbeddedLog(root / "shared" / "bus")
+        for i in range(pipelines):
+            src, dst = data / f"in-{i}.txt", data / f"out-{i}.txt"
+            wait_until(
+                lambda s=src, d=dst: d.stat().st_size >= s.stat().st_size,
+                timeout=300,
+                what=f"sink {i} to catch up",
+            )
+            assert dst.read_bytes() == src.read_bytes(), f"pipeline {i} differs"
+            published = sum(r.max_offset for r in bus.offsets(f"topic-{i}").values())
+            assert published == lines[i], f"topic-{i}: {published} != {lines[i]}"
+        result["exact"] = True
+    finally:
+        alive = [w for w in workers.values() if w.proc is not None and w.proc.poll() is None]
+        for w in alive:
+            assert w.proc is not None
+            w.proc.send_signal(signal.SIGTERM)
+        for w in alive:
+            w.terminate(60)
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--connectors", type=int, default=12)
+    parser.add_argument("--virtual-nodes", type=int, default=8)
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--session-timeout-ms", type=int, default=6000)
+    parser.add_argument("--strategy", choices=[*STRATEGIES, "both"], default="both")
+    args = parser.parse_args()
+    ensure("postgres")
+    out = REPO / "bench" / "out" / "failover"
+    out.mkdir(parents=True, exist_ok=True)
+    strategies = list(STRATEGIES) if args.strategy == "both" else [args.strategy]
+    print(
+        f"{platform.node()} {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
+        f"{args.workers} workers, {args.connectors} connectors, heartbeat {args.interval_ms} ms, "
+        f"session timeout {args.session_timeout_ms} ms"
+    )
+    for strategy in strategies:
+        print(json.dumps(run(strategy, args, out)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

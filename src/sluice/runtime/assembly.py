@@ -1,0 +1,97 @@
+"""The composition root: one function builds a worker's runtime from its `WorkerConfig`.
+
+Nothing else constructs the session, stores, bus, plugin registry or herder. The mode is chosen
+here and only here: `cluster.store.url` set means a distributed worker (the shared PostgreSQL
+store, `DistributedHerder`), otherwise a standalone one (SQLite under `storePathRootDir`). The
+REST app is built by the entry point (`sluice.worker_main`) from `Runtime.herder`, because
+`rest` depends on `runtime` and not the reverse.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from pyspark.sql import SparkSession
+
+from sluice.engine.session import build_session
+from sluice.runtime.herder import Herder
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.shared_path import check_shared_store_root
+from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.worker_config import WorkerConfig
+from sluice.store.configs import SqliteConfigStore
+from sluice.store.statuses import SqliteStatusStore
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    """What a worker process runs: its Spark session and herder (which owns the rest)."""
+
+    config: WorkerConfig
+    spark: SparkSession
+    plugins: PluginRegistry
+    herder: StandaloneHerder
+
+    @property
+    def control(self) -> Herder:
+        """The control-plane interface the REST API is given."""
+        return self.herder
+
+    def start(self) -> None:
+        """Bring connectors to their target states (slow: call it once the REST API is up)."""
+        self.herder.start()
+
+    def close(self) -> None:
+        """Stop every connector gracefully, leave the cluster, stop Spark."""
+        try:
+            self.herder.close()
+        finally:
+            self.spark.stop()
+
+
+def assemble(config: WorkerConfig) -> Runtime:
+    """Build the runtime of one worker; raises `ConfigException` naming the key on bad input.
+
+    The cluster store (distributed mode) is opened and checked before Spark starts, so a wrong
+    `cluster.store.url`, a foreign cluster or a duplicate `workerId` fails fast.
+    """
+    os.makedirs(config.store_root, exist_ok=True)
+    plugins = PluginRegistry(config.plugin_paths)
+    if config.cluster_store_url:
+        from sluice.runtime.distributed import DistributedHerder
+        from sluice.store.cluster import ClusterStore
+
+        cluster = ClusterStore.open(config)
+        host = "127.0.0.1" if config.http_host in ("0.0.0.0", "::", "") else config.http_host
+        cluster.join(
+            config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
+        )
+        spark = _checked_session(config)
+        herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster)
+    else:
+        spark = _checked_session(config)
+        herder = StandaloneHerder(
+            spark,
+            config,
+            plugins,
+            configs=SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite")),
+            statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
+        )
+    return Runtime(config, spark, plugins, herder)
+
+
+def _checked_session(config: WorkerConfig) -> SparkSession:
+    """The worker's SparkSession; on a Spark cluster, only once the executors proved they share
+    `storePathRootDir` (docs/spark-cluster.md) — otherwise Spark is stopped and the
+    `ConfigException` names the key."""
+    spark = build_session(config.spark, app_name=f"sluice-{config.worker_id}", log_level="ERROR")
+    try:
+        check_shared_store_root(spark, config)
+    except BaseException:
+        spark.stop()
+        raise
+    return spark

@@ -1,0 +1,409 @@
+"""The distributed herder: several workers share one PostgreSQL cluster store.
+
+Every `rocketmq.runtime.cluster.rebalance.waitInterval` (1 s by default) each worker runs one
+round:
+
+1. heartbeat its membership row; read the live workers (heartbeat within
+   `cluster.session.timeout.ms`);
+2. allocate the stored connectors over the sorted live worker ids with `allocTaskStrategy`
+   (`sluice.runtime.allocation`): every worker computes the same answer from the same rows;
+3. stop what it runs but should not (deleted, moved, paused or stopped, config changed, lease
+   lost) and release those leases;
+4. start what is allocated to it and not running: take the connector's lease (a new generation
+   unless it already holds it), fence the previous generation out of the shared position store
+   and the embedded topics, and start the query under that generation.
+
+A worker that was paused or partitioned past the session timeout has lost its leases: its
+queries' commits are refused by the fences (`Fenced`, `WriterFenced`), and at its next round or
+status check it stops those queries and logs it. The REST API of any worker writes to the store;
+the owner picks the change up at its next round (a write on the owner wakes its round at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from sluice.engine.session import activate
+from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
+from sluice.runtime.herder import BadRequest, Conflict, NotFound
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.standalone import StandaloneHerder, _warned
+from sluice.runtime.worker_config import WorkerConfig
+from sluice.store.cluster import ClusterStore
+from sluice.store.configs import StoredConnector
+
+log = logging.getLogger(__name__)
+
+_IDLE_STATE = {"PAUSED": "PAUSED", "STOPPED": "STOPPED"}
+
+
+@dataclass
+class _Owned:
+    """A connector this worker runs (or tried to run) under a lease."""
+
+    generation: int
+    config: dict[str, str]
+    failed: bool = False
+
+
+def _fenced(text: str) -> bool:
+    return "fenced:" in text
+
+
+class DistributedHerder(StandaloneHerder):
+    """A worker of a cluster: the lifecycle of the connectors allocated to it, REST for all.
+
+    Reuses the standalone herder's validation, plugins, offsets, topics and push views (one
+    implementation of each); replaces the lifecycle with store writes picked up by the owners.
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: WorkerConfig,
+        plugins: PluginRegistry,
+        cluster: ClusterStore,
+    ) -> None:
+        super().__init__(spark, config, plugins, configs=cluster.configs, statuses=cluster.statuses)
+        self.cluster = cluster
+        self._owned: dict[str, _Owned] = {}
+        self._wake = threading.Event()
+        self._hash = HASH_FUNCTIONS[config.hash_func]
+        self._round_thread: threading.Thread | None = None
+        self.last_assignment: dict[str, str] = {}
+
+    # -- boot and shutdown ------------------------------------------------------------------------
+    def start(self) -> None:
+        """One round now (this worker's connectors start before the boot message), then one
+        every `rocketmq.runtime.cluster.rebalance.waitInterval`, plus the status watch."""
+        threading.Thread(target=self._beat_loop, name="sluice-heartbeat", daemon=True).start()
+        self._round()
+        self._round_thread = threading.Thread(
+            target=self._loop, name="sluice-rebalance", daemon=True
+        )
+        self._round_thread.start()
+        self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
+        self._monitor.start()
+
+    def close(self) -> None:
+        """Stop this worker's queries, release their leases and leave the cluster at once (the
+        others take its connectors over at their next round, not after the session timeout)."""
+        self._closed.set()
+        self._wake.set()
+        with self._lock:
+            for name in list(self._owned):
+                self._give_up(name, "UNASSIGNED")
+            self.runner.close()
+        try:
+            self.cluster.leave(self.worker_id)
+        except Exception:  # the store is down: the session timeout frees our leases
+            log.exception("could not leave the cluster cleanly")
+        self.cluster.close()
+
+    def _loop(self) -> None:
+        interval = self.config.rebalance_interval_ms / 1000
+        while not self._closed.is_set():
+            self._wake.wait(interval)
+            self._wake.clear()
+            if self._closed.is_set():
+                return
+            try:
+                self._round()
+            except Exception:  # an unreachable store: keep trying; the leases fence us if need be
+                log.exception("rebalance round failed")
+
+    def _beat_loop(self) -> None:
+        """Heartbeats on their own thread: a round that is busy starting queries (seconds each)
+        must not make this worker look dead to the others."""
+        interval = self.config.rebalance_interval_ms / 1000
+        while not self._closed.wait(interval):
+            try:
+                self._beat()
+            except Exception:  # the store is unreachable: retried; the others may fence us
+                log.exception("heartbeat failed")
+
+    def _beat(self) -> None:
+        me = self.worker_id
+        if not self.cluster.heartbeat(me):
+            log.warning("membership row of %s was gone: joining again", me)
+            self.cluster.join(me, self._url(), self.config.session_timeout_ms)
+
+    # -- one round ----------------------------------------------------------------------------
+    def _round(self) -> None:
+        me = self.worker_id
+        self._beat()
+        live = self.cluster.live_workers(self.config.session_timeout_ms)
+        stored = {c.name: c for c in self.configs.all()}
+        assignment = allocate(
+            self.config.alloc_strategy,
+            live,
+            stored,
+            virtual_nodes=self.config.virtual_nodes,
+            hash_func=self._hash,
+        )
+        if assignment != self.last_assignment:
+            mine = sorted(n for n, w in assignment.items() if w == me)
+            log.info("allocation over %s: this worker runs %s", sorted(live), mine)
+            self.last_assignment = assignment
+        leases = self.cluster.leases()
+        with self._lock:
+            if self._closed.is_set():
+                return
+            for name, owned in list(self._owned.items()):
+                lease = leases.get(name)
+                if (
+                    lease is None
+                    or lease.session != self.cluster.session
+                    or lease.generation != owned.generation
+                ):
+                    holder = lease.worker_id if lease else None
+                    log.error(
+                        "connector %s: lease generation %d lost (now %s, worker %s); its late "
+                        "commits are refused; stopping its query",
+                        name,
+                        owned.generation,
+                        lease.generation if lease else "none",
+                        holder,
+                    )
+                    self.runner.stop(name)
+                    del self._owned[name]
+                    continue
+                current = stored.get(name)
+                if current is None:
+                    # released, not dropped: a re-created connector must get a newer generation
+                    # than the fences already recorded for its name
+                    self._give_up(name, None)
+                    log.info("connector %s deleted: query stopped", name)
+                elif assignment.get(name) != me:
+                    log.info(
+                        "connector %s moved to %s: stopping it here", name, assignment.get(name)
+                    )
+                    self._give_up(name, None)
+                elif current.target_state != "STARTED":
+                    self._give_up(name, None)
+                    self._set_idle(current)
+                elif current.config != owned.config:
+                    log.info("connector %s: config changed, restarting it", name)
+                    self.runner.stop(name)
+                    self.runner.reset_run(name)
+                    self._launch(current, owned.generation)
+                elif self._restart_requested(name):
+                    self.runner.stop(name)
+                    self._launch(current, owned.generation)
+            to_start: list[tuple[StoredConnector, int]] = []
+            for name, current in stored.items():
+                if assignment.get(name) != me or name in self._owned:
+                    continue
+                if current.target_state != "STARTED":
+                    self._show_idle(current)
+                    continue
+                generation = self.cluster.acquire(name, me, set(live))
+                if generation is None:
+                    continue  # its previous owner is alive and stops it at its next round
+                self.runner.fence(name, generation)
+                # visible at once: this worker owns it now and is starting it
+                self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
+                to_start.append((current, generation))
+            # Starting a query is mostly waiting on Spark (planning, the first Python workers):
+            # several at once make a failover take one start, not one per connector.
+            if len(to_start) == 1:
+                self._launch(*to_start[0])
+            elif to_start:
+                with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
+                    list(pool.map(lambda job: self._launch(*job), to_start))
+
+    def _launch(self, stored: StoredConnector, generation: int) -> None:
+        name = stored.name
+        self._owned[name] = _Owned(generation, dict(stored.config))
+        try:
+            activate(self.runner.spark)  # the JVM's active session is per thread
+            running = self.runner.start(name, stored.config, generation=generation)
+        except Exception as exc:  # fails alone; retried when its config changes or on restart
+            self._owned[name].failed = True
+            self._failed(name, exc)
+            return
+        self.configs.set_task_configs(name, list(running.task_configs))
+        self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
+        log.info(
+            "connector %s started (%s, run %s, lease generation %d)",
+            name,
+            running.kind,
+            running.run,
+            generation,
+        )
+
+    def _give_up(self, name: str, state: str | None) -> None:
+        """Stop the query here and release the lease (another worker, or nobody, takes it)."""
+        owned = self._owned.pop(name, None)
+        running = self.runner.running.get(name)
+        tasks = len(running.task_configs) if running else 0
+        self.runner.stop(name)
+        if owned is not None:
+            if state is not None:
+                self.statuses.put(name, state, self.worker_id, tasks=tasks)
+            self.cluster.release(name, owned.generation)
+
+    def _show_idle(self, stored: StoredConnector) -> None:
+        """A paused/stopped connector allocated here shows its state under this worker."""
+        own, _tasks = self.statuses.get(stored.name)
+        state = _IDLE_STATE[stored.target_state]
+        if own is None or own.state != state or own.worker_id != self.worker_id:
+            self._set_idle(stored)
+
+    def _restart_requested(self, name: str) -> bool:
+        own, _tasks = self.statuses.get(name)
+        return own is not None and own.state == "RESTARTING"
+
+    def _check_queries(self) -> None:
+        with self._lock:
+            for name, running in list(self.runner.running.items()):
+                if running.query.isActive:
+                    continue
+                failure = running.failure()
+                tasks = len(running.task_configs)
+                self.runner.stop(name)
+                owned = self._owned.get(name)
+                if failure is not None and _fenced(failure[1]):
+                    log.error(
+                        "connector %s: a late commit under lease generation %s was refused (%s); "
+                        "query stopped, another worker owns it",
+                        name,
+                        owned.generation if owned else "?",
+                        failure[0],
+                    )
+                    self._owned.pop(name, None)
+                    continue
+                if owned is None or not self.cluster.holds(name, owned.generation):
+                    self._owned.pop(name, None)
+                    continue  # the status belongs to the new owner
+                owned.failed = True
+                if failure is None:
+                    self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
+                    continue
+                cause, trace = failure
+                log.error("connector %s failed: %s", name, cause)
+                self.statuses.put(
+                    name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
+                )
+
+    def _url(self) -> str:
+        host = self.config.http_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.config.http_port}"
+
+    # -- REST writes: to the store; owners apply them ----------------------------------------
+    def put_connector(
+        self, name: str, config: dict[str, Any], *, create_only: bool = False
+    ) -> tuple[dict[str, Any], bool]:
+        if not name or "/" in name or name.strip() != name:
+            raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
+        # the sql-transform plan check of standalone mode is left to the owner, which plans
+        # the query: a config whose query does not analyse FAILs there
+        conf, warnings = self._accepted(name, config)
+        with self._lock:
+            existing = self.configs.get(name)
+            if existing is not None and create_only:
+                raise Conflict(f"connector {name!r} already exists")
+            if existing is not None and existing.config == conf:
+                return _warned(self.connector_info(name), warnings), False
+            if existing is not None:
+                self._check_change(existing, conf)
+            target = existing.target_state if existing is not None else "STARTED"
+            self.configs.put(name, conf, target)
+            if existing is None:
+                self.statuses.put(name, "UNASSIGNED", self._owner(name))
+            log.info("connector %s %s", name, "updated" if existing else "created")
+        self._wake.set()
+        return _warned(self.connector_info(name), warnings), existing is None
+
+    def _owner(self, name: str) -> str:
+        return self.last_assignment.get(name, self.worker_id)
+
+    def delete_connector(self, name: str) -> None:
+        self._stored(name)
+        self.configs.delete(name)
+        self.statuses.delete(name)
+        log.info("connector %s deleted (its positions are kept)", name)
+        self._wake.set()
+
+    def _set_target(self, name: str, target: str) -> None:
+        self._stored(name)
+        self.configs.set_target_state(name, target)
+        self._wake.set()
+
+    def pause(self, name: str) -> None:
+        self._set_target(name, "PAUSED")
+
+    def resume(self, name: str) -> None:
+        stored = self._stored(name)
+        owned = self._owned.get(name)
+        if owned is not None and owned.failed and stored.target_state == "STARTED":
+            self.statuses.put(name, "RESTARTING", self.worker_id)
+        self._set_target(name, "STARTED")
+
+    def stop(self, name: str) -> None:
+        self._set_target(name, "STOPPED")
+
+    def restart(self, name: str, task: int | None = None) -> None:
+        stored = self._stored(name)
+        if task is not None:
+            self._task_index(stored, task)
+        if stored.target_state != "STARTED":
+            return
+        own, _tasks = self.statuses.get(name)
+        owner = own.worker_id if own is not None else self._owner(name)
+        self.statuses.put(name, "RESTARTING", owner, tasks=len(stored.task_configs))
+        with self._lock:
+            owned = self._owned.get(name)
+            if owned is not None and owned.failed:
+                owned.failed = False
+                self.runner.stop(name)
+                self._launch(stored, owned.generation)
+                return
+        self._wake.set()
+
+    def _require_stopped(self, stored: StoredConnector, verb: str) -> None:
+        own, _tasks = self.statuses.get(stored.name)
+        if (
+            stored.target_state != "STOPPED"
+            or stored.name in self.runner.running
+            or own is None
+            or own.state != "STOPPED"
+        ):
+            state = own.state if own is not None else "UNASSIGNED"
+            raise Conflict(
+                f"connector {stored.name!r} must be STOPPED before its offsets can be {verb} "
+                f"(target {stored.target_state}, state {state}); "
+                f"PUT /v1/connectors/{stored.name}/stop first"
+            )
+
+    # -- cluster views ------------------------------------------------------------------------
+    def workers(self) -> list[str]:
+        return sorted(self.cluster.live_workers(self.config.session_timeout_ms))
+
+    def allocated_connectors(self) -> dict[str, dict[str, str]]:
+        # a connector deleted through another worker runs here until the next round
+        stored = {name: self.configs.get(name) for name in sorted(self.runner.running)}
+        return {name: c.config for name, c in stored.items() if c is not None}
+
+    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
+        groups = super().allocated_tasks()
+        return {
+            group: [t for t in tasks if t.get("workerId") == self.worker_id]
+            for group, tasks in groups.items()
+        }
+
+    def push(self, name: str) -> dict[str, Any]:
+        if name not in self.runner.running and name in self.configs.names():
+            raise NotFound(
+                f"connector {name!r} runs on worker {self._owner(name)!r}: ask that worker for "
+                "its live push settings"
+            )
+        return super().push(name)

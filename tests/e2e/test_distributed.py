@@ -1,0 +1,384 @@
+"""Distributed mode with real processes: 3 (then 4) workers sharing a PostgreSQL cluster store and
+one storePathRootDir, 6 file pipelines (file source -> embedded topic -> file sink = 12
+connectors) allocated by the consistent hash.
+
+One cluster for the whole module (tests run in file order and share it): allocation matches the
+strategy; kill -9 of a worker moves its connectors within 15 s with nothing lost or doubled (in
+the sinks and counted in the topics); a 4th worker restarts only the connectors the ring moves to
+it; a SIGSTOPped worker loses its leases, and after SIGCONT its late commits are refused and its
+queries stopped; REST writes through any worker reach the owner; bad cluster configs fail naming
+the key and a malformed store row crashes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from sluice.bus.embedded.log import EmbeddedLog
+from sluice.runtime.allocation import consistent_hash
+from tests.conftest import wait_until
+from tests.e2e.worker_process import REPO, DistWorker, WorkerProcess
+from tests.servers import ensure
+
+pytestmark = pytest.mark.slow
+
+PIPELINES = 6
+VNODES = 8
+PG = "postgresql://postgres@127.0.0.1:5432"
+
+
+@dataclass
+class Cluster:
+    root: Path
+    db_url: str
+    shared: dict[str, str]
+    workers: dict[str, DistWorker]
+    data: Path
+    lines: dict[int, int] = field(default_factory=dict)
+
+    def new_worker(self, worker_id: str, **extra: str) -> DistWorker:
+        return DistWorker(
+            self.root / worker_id, worker_id=worker_id, shared=self.shared, extra_conf=extra
+        )
+
+    def live(self) -> list[DistWorker]:
+        return [w for w in self.workers.values() if w.proc is not None and w.proc.poll() is None]
+
+    def names(self) -> list[str]:
+        return [f"{kind}-{i}" for i in range(PIPELINES) for kind in ("src", "sink")]
+
+    def feed(self, count: int) -> None:
+        """Append `count` lines to every pipeline's input file."""
+        for i in range(PIPELINES):
+            start = self.lines.get(i, 0)
+            with open(self.data / f"in-{i}.txt", "a", encoding="utf-8") as f:
+                for n in range(start, start + count):
+                    f.write(f"{i}:{n:07d} ünïcödé {'y' * (n % 40)}\n")
+            self.lines[i] = start + count
+
+    def assert_exact(self, timeout: float = 120) -> None:
+        """Every sink byte-identical to its source; every topic holds each line exactly once."""
+        bus = EmbeddedLog(self.root / "shared" / "bus")
+        for i in range(PIPELINES):
+            src, dst = self.data / f"in-{i}.txt", self.data / f"out-{i}.txt"
+            wait_until(
+                lambda s=src, d=dst: d.exists() and d.stat().st_size >= s.stat().st_size,
+                timeout=timeout,
+                what=f"sink {i} to catch up",
+            )
+            assert dst.read_bytes() == src.read_bytes(), f"pipeline {i}: sink differs"
+            published = sum(r.max_offset for r in bus.offsets(f"topic-{i}").values())
+            assert published == self.lines[i], f"topic-{i}: {published} != {self.lines[i]}"
+
+
+def _post(worker: WorkerProcess, name: str, config: dict[str, str]) -> None:
+    response = worker.request("POST", f"/connectors/{name}", content=json.dumps(config))
+    assert response.status_code == 200, response.text
+
+
+def _wait_allocated(cluster: Cluster, timeout: float = 120) -> dict[str, str]:
+    """Wait until every connector RUNNING on the worker the ring predicts; the prediction."""
+    live = cluster.live()
+    expected = consistent_hash([w.worker_id for w in live], cluster.names(), VNODES)
+    asker = live[0]
+
+    def settled() -> bool:
+        seen = asker.owners(cluster.names())
+        return all(seen[n] == ("RUNNING", expected[n]) for n in cluster.names())
+
+    wait_until(settled, timeout=timeout, every=0.3, what=f"allocation {expected}")
+    return expected
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    ensure("postgres")
+    db = f"sluice_dist_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    root = tmp_path_factory.mktemp("dist")
+    data = root / "data"
+    data.mkdir()
+    shared = {
+        "cluster.store.url": f"{PG}/{db}",
+        "cluster.name": "e2e",
+        "storePathRootDir": str(root / "shared"),
+        "allocTaskStrategy": "org.apache.rocketmq.connect.runtime.service.strategy."
+        "AllocateConnAndTaskStrategyByConsistentHash",
+        "virtualNode": str(VNODES),
+        "rocketmq.runtime.cluster.rebalance.waitInterval": "500",
+        "cluster.session.timeout.ms": "3000",
+    }
+    c = Cluster(root, f"{PG}/{db}", shared, {}, data)
+    for wid in ("w1", "w2", "w3"):
+        c.workers[wid] = c.new_worker(wid)
+    try:
+        # start the three together: their Spark sessions boot in parallel
+        threads = [threading.Thread(target=w.start) for w in c.workers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(c.live()) == 3, "a worker did not boot"
+        for i in range(PIPELINES):
+            (data / f"in-{i}.txt").write_text("")
+        c.feed(300)
+        a = c.workers["w1"]
+        for i in range(PIPELINES):
+            _post(
+                a,
+                f"src-{i}",
+                {
+                    "connector.class": "FileSourceConnector",
+                    "filename": str(data / f"in-{i}.txt"),
+                    "connect.topicname": f"topic-{i}",
+                },
+            )
+            _post(
+                a,
+                f"sink-{i}",
+                {
+                    "connector.class": "FileSinkConnector",
+                    "filename": str(data / f"out-{i}.txt"),
+                    "connect.topicnames": f"topic-{i}",
+                },
+            )
+        yield c
+    finally:
+        running = [w for w in c.workers.values() if w.proc is not None and w.proc.poll() is None]
+        for w in running:  # all at once: each stops its queries gracefully
+            assert w.proc is not None
+            os.killpg(w.proc.pid, signal.SIGCONT)
+            w.proc.send_signal(signal.SIGTERM)
+        for w in running:
+            w.terminate(60)
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+
+
+def test_allocation_follows_the_ring_and_every_worker_agrees(cluster: Cluster) -> None:
+    expected = _wait_allocated(cluster)
+    names = sorted(cluster.names())
+    for w in cluster.live():
+        assert sorted(w.body("/connectors/list")) == names
+        assert w.body("/getClusterInfo") == ["w1", "w2", "w3"]
+        mine = sorted(n for n, owner in expected.items() if owner == w.worker_id)
+        assert sorted(w.body("/allocated/connectors")) == mine
+        tasks = w.body("/allocated/tasks")["runningTasks"]
+        assert {t["workerId"] for t in tasks} <= {w.worker_id}
+        assert sorted({t["connector"] for t in tasks}) == mine
+    cluster.assert_exact()
+
+
+def test_kill_9_moves_its_connectors_within_15_s_and_loses_nothing(cluster: Cluster) -> None:
+    before = _wait_allocated(cluster)
+    victim = max(cluster.live(), key=lambda w: sum(1 for o in before.values() if o == w.worker_id))
+    moved = sorted(n for n, o in before.items() if o == victim.worker_id)
+    assert moved
+    cluster.feed(200)
+    victim.kill9()
+    killed = time.monotonic()
+    survivor = cluster.live()[0]
+
+    def running_elsewhere() -> bool:
+        seen = survivor.owners(moved)
+        return all(s == "RUNNING" and o != victim.worker_id for s, o in seen.values())
+
+    wait_until(running_elsewhere, timeout=60, every=0.2, what=f"{moved} to move")
+    took = time.monotonic() - killed
+    print(
+        f"\nkill -9 of {victim.worker_id}: {len(moved)} connectors RUNNING elsewhere "
+        f"in {took:.1f} s"
+    )
+    # The 15 s target is measured by bench/failover.py; here only a bound that a loaded CI
+    # machine keeps (3 s session timeout + a round + starting the moved queries, which takes
+    # seconds per query when Spark's Python workers compete for the cores).
+    assert took <= 40, f"failover took {took:.1f} s"
+    assert sorted(survivor.body("/getClusterInfo")) == sorted(w.worker_id for w in cluster.live())
+    cluster.feed(200)
+    cluster.assert_exact()
+
+
+def test_a_fourth_worker_restarts_only_what_the_ring_moves(cluster: Cluster) -> None:
+    before = _wait_allocated(cluster)
+    starts_before = [w.starts() for w in cluster.workers.values()]
+    w4 = cluster.new_worker("w4")
+    cluster.workers["w4"] = w4
+    w4.start()
+    after = _wait_allocated(cluster)
+    predicted = {n for n in cluster.names() if before[n] != after[n]}
+    assert all(after[n] == "w4" for n in predicted)
+    starts_after = [w.starts() for w in cluster.workers.values() if w is not w4]
+    restarted = {
+        n
+        for old, new in zip(starts_before, starts_after, strict=True)
+        for n in new
+        if new[n] > old.get(n, 0)
+    } | set(w4.starts())
+    print(f"\njoin of w4: restarted {sorted(restarted)}, ring predicted {sorted(predicted)}")
+    assert restarted == predicted
+    cluster.feed(100)
+    cluster.assert_exact()
+
+
+def test_a_stopped_worker_is_fenced_and_stops_its_queries(cluster: Cluster) -> None:
+    before = _wait_allocated(cluster)
+    zombie = max(cluster.live(), key=lambda w: sum(1 for o in before.values() if o == w.worker_id))
+    moved = sorted(n for n, o in before.items() if o == zombie.worker_id)
+    others = [w for w in cluster.live() if w is not zombie]
+    after = consistent_hash([w.worker_id for w in others], cluster.names(), VNODES)
+    assert zombie.proc is not None
+    os.killpg(zombie.proc.pid, signal.SIGSTOP)
+    try:
+        cluster.feed(300)  # data the zombie's queries will see when they wake up
+
+        def taken_over() -> bool:
+            seen = others[0].owners(moved)
+            return all(seen[n] == ("RUNNING", after[n]) for n in moved)
+
+        wait_until(taken_over, timeout=60, every=0.3, what=f"{moved} to move to {after}")
+    finally:
+        os.killpg(zombie.proc.pid, signal.SIGCONT)
+    pattern = re.compile(r"connector (\S+): (lease generation \d+ lost|a late commit)")
+
+    def noticed() -> set[str]:
+        return {m.group(1) for m in pattern.finditer(zombie.log.read_text())}
+
+    wait_until(lambda: noticed() >= set(moved), timeout=60, what="the zombie to notice")
+    refused = zombie.log.read_text().count("fenced:")
+    print(f"\nzombie {zombie.worker_id}: {len(moved)} queries stopped, {refused} refused commits")
+    cluster.feed(200)
+    _wait_allocated(cluster)  # it is live again: the ring gives it its connectors back
+    cluster.assert_exact()
+
+
+def test_rest_writes_through_any_worker_reach_the_owner(cluster: Cluster) -> None:
+    owners = _wait_allocated(cluster)
+    live = cluster.live()
+    name = "sink-0"
+    owner = next(w for w in live if w.worker_id == owners[name])
+    a = next(w for w in live if w is not owner)
+    assert a.request("PUT", f"/v1/connectors/{name}/pause").status_code < 300
+    wait_until(
+        lambda: all(w.owners([name])[name] == ("PAUSED", owner.worker_id) for w in live),
+        what="PAUSED everywhere",
+    )
+    assert name not in owner.body("/allocated/connectors")
+    a.body(f"/connectors/{name}/resume")
+    wait_until(lambda: owner.owners([name])[name] == ("RUNNING", owner.worker_id), what="resume")
+    # a new connector created through A, stopped, offsets changed and deleted through A
+    extra = cluster.data / "extra.txt"
+    extra.write_text("".join(f"extra {n}\n" for n in range(50)))
+    _post(
+        a,
+        "extra-src",
+        {
+            "connector.class": "FileSourceConnector",
+            "filename": str(extra),
+            "connect.topicname": "topic-extra",
+        },
+    )
+    live_ids = [w.worker_id for w in live]
+    extra_owner_id = consistent_hash(live_ids, [*cluster.names(), "extra-src"], VNODES)["extra-src"]
+    extra_owner = next(w for w in live if w.worker_id == extra_owner_id)
+    asker = next(w for w in live if w is not extra_owner)
+    wait_until(
+        lambda: asker.owners(["extra-src"])["extra-src"] == ("RUNNING", extra_owner_id),
+        what="extra-src RUNNING on its owner",
+    )
+    assert "extra-src" in extra_owner.body("/allocated/connectors")
+    bus = EmbeddedLog(cluster.root / "shared" / "bus")
+    wait_until(
+        lambda: (
+            bus.topic_exists("topic-extra")
+            and sum(r.max_offset for r in bus.offsets("topic-extra").values()) == 50
+        ),
+        what="extra lines in the topic",
+    )
+    conflict = asker.request("PATCH", "/v1/connectors/extra-src/offsets", json={"offsets": []})
+    assert conflict.status_code == 409, conflict.text  # running: must be stopped first
+    assert asker.request("PUT", "/v1/connectors/extra-src/stop").status_code < 300
+    wait_until(
+        lambda: asker.owners(["extra-src"])["extra-src"][0] == "STOPPED", what="extra stopped"
+    )
+    offsets = asker.get("/v1/connectors/extra-src/offsets").json()["offsets"]
+    assert offsets == extra_owner.get("/v1/connectors/extra-src/offsets").json()["offsets"]
+    assert offsets, "the source committed a position"
+    reset = [{"partition": o["partition"], "offset": None} for o in offsets]
+    patched = asker.request("PATCH", "/v1/connectors/extra-src/offsets", json={"offsets": reset})
+    assert patched.status_code == 200, patched.text
+    assert extra_owner.get("/v1/connectors/extra-src/offsets").json()["offsets"] == []
+    asker.body("/connectors/extra-src/resume")
+    wait_until(  # from the beginning again: the 50 lines a second time
+        lambda: sum(r.max_offset for r in bus.offsets("topic-extra").values()) == 100,
+        what="the re-read after the offsets reset",
+    )
+    assert asker.request("DELETE", "/v1/connectors/extra-src").status_code < 300
+    wait_until(
+        lambda: "extra-src" not in extra_owner.body("/allocated/connectors"),
+        what="the owner to stop the deleted connector",
+    )
+    for w in live:
+        assert sorted(w.body("/connectors/list")) == sorted(cluster.names())
+
+
+def _run_worker_expecting_error(cluster: Cluster, worker_id: str, **extra: str) -> str:
+    w = cluster.new_worker(worker_id, **extra)
+    w.tmp.mkdir(parents=True, exist_ok=True)
+    w.write_conf()
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "worker", "-c", str(w.conf)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    return done.stderr
+
+
+def test_bad_cluster_configs_are_refused_naming_the_key(cluster: Cluster) -> None:
+    taken = cluster.live()[0].worker_id
+    err = _run_worker_expecting_error(cluster, taken)
+    assert f"workerId: {taken!r} is already used by a live worker" in err
+    err = _run_worker_expecting_error(cluster, "w9", **{"cluster.name": "other"})
+    assert "cluster.name: the cluster store belongs to cluster 'e2e'" in err
+    err = _run_worker_expecting_error(cluster, "w9", storePathRootDir=str(cluster.root / "x"))
+    assert "storePathRootDir:" in err and "shared" in err
+    err = _run_worker_expecting_error(
+        cluster, "w9", **{"cluster.store.url": "postgresql://postgres@127.0.0.1:1/nope"}
+    )
+    assert "cluster.store.url: cannot open the cluster store" in err
+    # a malformed row: logged by every worker, none crashes, the rest goes on
+    with psycopg.connect(cluster.db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO sluice_connectors(name, config, target_state, task_configs, updated_at)"
+            " VALUES ('broken', '{not json', 'STARTED', '[]', 0)"
+        )
+    try:
+        for w in cluster.live():
+            wait_until(
+                lambda w=w: "connector row 'broken' is malformed" in w.log.read_text(),
+                what=f"{w.worker_id} to report the malformed row",
+            )
+            assert w.get("/getClusterInfo").status_code == 200
+        assert all(w.proc is not None and w.proc.poll() is None for w in cluster.live())
+    finally:
+        with psycopg.connect(cluster.db_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM sluice_connectors WHERE name = 'broken'")
+    _wait_allocated(cluster)
