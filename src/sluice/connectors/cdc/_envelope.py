@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.connectors.jdbc._values import encode
-from sluice.sdk import FieldType, Schema
+from sluice.sdk import ConfigException, ConnectException, FieldType, Schema
 
 SOURCE_SCHEMA = Schema.struct(
     ("version", Schema.string()),
@@ -72,3 +73,31 @@ def key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
 def is_envelope(names: Sequence[str]) -> bool:
     """True if a struct with these field names is a change-event envelope."""
     return {"before", "after", "op"} <= set(names)
+
+
+def describe_table(db: Any, conn: Any, table: Any, prefix: str) -> dict[str, Any]:
+    """What a CDC task needs of one captured table (`db` is the JDBC connector's database
+    helper): its topic, primary key and mapped columns; a clear error naming the table when it
+    does not exist, has no primary key, or has a column no type maps."""
+    columns = db.columns(conn, table)
+    if columns is None:
+        raise ConfigException("table.include.list", f"there is no table {table} on {db.describe()}")
+    pk = db.primary_key(conn, table)
+    if not pk:
+        raise ConnectException(
+            f"table {table} has no primary key; change events are keyed by it",
+            suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
+        )
+    mapped = []
+    for column in columns:
+        try:
+            m = db.dialect.map_column(column)
+        except UnmappableType as exc:
+            raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
+        mapped.append([m.name, m.schema.to_json()])
+    return {
+        "table": str(table),
+        "topic": f"{prefix}.{table.schema}.{table.name}",
+        "pk": pk,
+        "columns": mapped,
+    }

@@ -38,9 +38,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sluice.connectors.cdc._envelope import envelope_schema, key_text
+from sluice.connectors.cdc._envelope import describe_table, envelope_schema, key_text
 from sluice.connectors.jdbc._config import TableName, parse_connection
-from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -270,32 +269,7 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
             )
         if str(table) in exclude:
             continue
-        columns = db.columns(conn, table)
-        if columns is None:
-            raise ConfigException(
-                "table.include.list", f"there is no table {table} on {db.describe()}"
-            )
-        pk = db.primary_key(conn, table)
-        if not pk:
-            raise ConnectException(
-                f"table {table} has no primary key; change events are keyed by it",
-                suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
-            )
-        mapped = []
-        for column in columns:
-            try:
-                m = db.dialect.map_column(column)
-            except UnmappableType as exc:
-                raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
-            mapped.append([m.name, m.schema.to_json()])
-        described.append(
-            {
-                "table": str(table),
-                "topic": f"{values['topic.prefix']}.{table.schema}.{table.name}",
-                "pk": pk,
-                "columns": mapped,
-            }
-        )
+        described.append(describe_table(db, conn, table, values["topic.prefix"]))
     if not described:
         raise ConfigException("table.include.list", "no table to capture")
     return described, {"file": status[0], "pos": int(status[1])}

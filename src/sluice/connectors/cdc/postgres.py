@@ -51,7 +51,7 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sluice.connectors.cdc._envelope import envelope_schema, key_text
+from sluice.connectors.cdc._envelope import describe_table, envelope_schema, key_text
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
@@ -62,7 +62,6 @@ from sluice.connectors.cdc._pgoutput import (
     transactions,
 )
 from sluice.connectors.jdbc._config import TableName, parse_connection
-from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -306,32 +305,7 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
         raise ConfigException("table.include.list", "no table to capture")
     described = []
     for table in tables:
-        columns = db.columns(conn, table)
-        if columns is None:
-            raise ConfigException(
-                "table.include.list", f"there is no table {table} on {db.describe()}"
-            )
-        pk = db.primary_key(conn, table)
-        if not pk:
-            raise ConnectException(
-                f"table {table} has no primary key; change events are keyed by it",
-                suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
-            )
-        mapped = []
-        for column in columns:
-            try:
-                m = db.dialect.map_column(column)
-            except UnmappableType as exc:
-                raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
-            mapped.append([m.name, m.schema.to_json()])
-        described.append(
-            {
-                "table": str(table),
-                "topic": f"{values['topic.prefix']}.{table.schema}.{table.name}",
-                "pk": pk,
-                "columns": mapped,
-            }
-        )
+        described.append(describe_table(db, conn, table, values["topic.prefix"]))
     names = ", ".join(db.dialect.table(t) for t in tables)
     if not exists:
         conn.exec_driver_sql(
