@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request, Response
 
 from sluice.rest._common import herder_of
+from sluice.runtime.topic_records import MAX_LIMIT
 
 router = APIRouter(prefix="/v1", tags=["v1"])
 
@@ -18,9 +19,9 @@ router = APIRouter(prefix="/v1", tags=["v1"])
 def records(
     name: str,
     request: Request,
-    queue: int | None = None,
-    offset: int | None = None,
-    limit: int = Query(20),
+    queue: int | None = Query(None, ge=0),
+    offset: int | None = Query(None, ge=0),
+    limit: int = Query(20, ge=1, le=MAX_LIMIT),
 ) -> dict[str, Any]:
     """Records of a topic decoded with its writer's converters, with key, headers, timestamp and
     position. Without `offset`: the last `limit` records (of `queue`, or of all queues); `next`

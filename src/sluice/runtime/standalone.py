@@ -523,7 +523,7 @@ class StandaloneHerder(Herder):
         if not 1 <= limit <= MAX_LIMIT:
             raise BadRequest(f"limit: must be between 1 and {MAX_LIMIT}, got {limit}")
         log_ = self.runner.bus.log
-        if not log_.topic_exists(topic):
+        if not self._topic_exists(topic):
             raise NotFound(f"topic {topic!r} not found")
         ranges = log_.offsets(topic)
         if queue is not None and queue not in ranges:
@@ -551,7 +551,17 @@ class StandaloneHerder(Herder):
         except OffsetOutOfRange as exc:
             raise BadRequest(f"offset: {exc}") from None
 
+    def _topic_exists(self, topic: str) -> bool:
+        """False for a name no topic can have (the bus refuses it with ValueError): such a
+        request is a 404 like any other missing topic, not a 500."""
+        try:
+            return bool(self.runner.bus.log.topic_exists(topic))
+        except ValueError:
+            return False
+
     def delete_topic(self, topic: str) -> None:
+        if not self._topic_exists(topic):
+            raise NotFound(f"topic {topic!r} not found")
         with self._lock:
             users = self._topic_users(topic)
             if users:
