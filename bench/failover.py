@@ -49,32 +49,6 @@ STRATEGIES = {
 }
 
 
-def _post(w: DistWorker, name: str, config: dict[str, str]) -> None:
-    r = w.request("POST", f"/connectors/{name}", content=json.dumps(config))
-    assert r.status_code == 200, r.text
-
-
-def _pipeline(w: DistWorker, data: Path, i: int | str) -> None:
-    _post(
-        w,
-        f"src-{i}",
-        {
-            "connector.class": "FileSourceConnector",
-            "filename": str(data / f"in-{i}.txt"),
-            "connect.topicname": f"topic-{i}",
-        },
-    )
-    _post(
-        w,
-        f"sink-{i}",
-        {
-            "connector.class": "FileSinkConnector",
-            "filename": str(data / f"out-{i}.txt"),
-            "connect.topicnames": f"topic-{i}",
-        },
-    )
-
-
 def _feed(data: Path, pipelines: int, lines: dict[int, int], count: int) -> None:
     for i in range(pipelines):
         start = lines.get(i, 0)
@@ -125,8 +99,7 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
         # baseline: one connector on the idle cluster
         (data / "in-probe.txt").write_text("probe\n")
         t = time.monotonic()
-        _post(
-            a,
+        a.post_connector(
             "probe",
             {
                 "connector.class": "FileSourceConnector",
@@ -140,7 +113,7 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
 
         _feed(data, pipelines, lines, 2000)
         for i in range(pipelines):
-            _pipeline(a, data, i)
+            a.file_pipeline(data, i)
         live_ids = sorted(workers)
         expected = allocate(strategy, live_ids, names, virtual_nodes=args.virtual_nodes)
         wait_until(

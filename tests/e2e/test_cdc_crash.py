@@ -43,6 +43,7 @@ class Workload(threading.Thread):
     def __init__(self, pg: Db, pause: float) -> None:
         super().__init__(daemon=True)
         self.pg, self.pause, self.events, self.done, self.error = pg, pause, 0, 0, None
+        self.stopped = threading.Event()
 
     def run(self) -> None:
         items = self.pg.table("items")
@@ -65,7 +66,8 @@ class Workload(threading.Thread):
                     )
                     self.events += r.rowcount
                 self.done = b + 1
-                time.sleep(self.pause)  # a steady trickle, so kills land mid-stream
+                if self.stopped.wait(self.pause):  # a steady trickle, so kills land mid-stream
+                    return
         except Exception as exc:  # reported by the test
             self.error = exc
 
@@ -128,6 +130,7 @@ def test_kill_9_while_capturing_keeps_the_mirror_exact(tmp_path: Path, pg: Db, m
         )
         assert published == workload.events
     finally:
+        workload.stopped.set()  # a failed test does not leave the writer running
         if proc.poll() is None:
             kill9(proc)
         pg.execute(

@@ -12,7 +12,6 @@ the key and a malformed store row crashes nothing.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -31,7 +30,7 @@ import pytest
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
-from tests.e2e.worker_process import REPO, DistWorker, WorkerProcess
+from tests.e2e.worker_process import REPO, DistWorker
 from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
@@ -85,11 +84,6 @@ class Cluster:
             assert published == self.lines[i], f"topic-{i}: {published} != {self.lines[i]}"
 
 
-def _post(worker: WorkerProcess, name: str, config: dict[str, str]) -> None:
-    response = worker.request("POST", f"/connectors/{name}", content=json.dumps(config))
-    assert response.status_code == 200, response.text
-
-
 def _wait_allocated(cluster: Cluster, timeout: float = 120) -> dict[str, str]:
     """Wait until every connector RUNNING on the worker the ring predicts; the prediction."""
     live = cluster.live()
@@ -139,24 +133,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         c.feed(300)
         a = c.workers["w1"]
         for i in range(PIPELINES):
-            _post(
-                a,
-                f"src-{i}",
-                {
-                    "connector.class": "FileSourceConnector",
-                    "filename": str(data / f"in-{i}.txt"),
-                    "connect.topicname": f"topic-{i}",
-                },
-            )
-            _post(
-                a,
-                f"sink-{i}",
-                {
-                    "connector.class": "FileSinkConnector",
-                    "filename": str(data / f"out-{i}.txt"),
-                    "connect.topicnames": f"topic-{i}",
-                },
-            )
+            a.file_pipeline(data, i)
         yield c
     finally:
         running = [w for w in c.workers.values() if w.proc is not None and w.proc.poll() is None]
@@ -283,8 +260,7 @@ def test_rest_writes_through_any_worker_reach_the_owner(cluster: Cluster) -> Non
     # a new connector created through A, stopped, offsets changed and deleted through A
     extra = cluster.data / "extra.txt"
     extra.write_text("".join(f"extra {n}\n" for n in range(50)))
-    _post(
-        a,
+    a.post_connector(
         "extra-src",
         {
             "connector.class": "FileSourceConnector",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -118,6 +119,30 @@ class WorkerProcess:
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:
         return self.request("GET", path, **kwargs)
+
+    def post_connector(self, name: str, config: dict[str, str]) -> None:
+        """Create (or update) a connector through RocketMQ Connect's `POST /connectors/{name}`."""
+        response = self.request("POST", f"/connectors/{name}", content=json.dumps(config))
+        assert response.status_code == 200, response.text
+
+    def file_pipeline(self, data: Path, i: int | str) -> None:
+        """`src-<i>`: data/in-<i>.txt → topic-<i>, and `sink-<i>`: topic-<i> → data/out-<i>.txt."""
+        self.post_connector(
+            f"src-{i}",
+            {
+                "connector.class": "FileSourceConnector",
+                "filename": str(data / f"in-{i}.txt"),
+                "connect.topicname": f"topic-{i}",
+            },
+        )
+        self.post_connector(
+            f"sink-{i}",
+            {
+                "connector.class": "FileSinkConnector",
+                "filename": str(data / f"out-{i}.txt"),
+                "connect.topicnames": f"topic-{i}",
+            },
+        )
 
     def body(self, path: str, **kwargs: Any) -> Any:
         """The `body` of a successful RocketMQ Connect style GET."""

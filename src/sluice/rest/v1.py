@@ -186,7 +186,8 @@ def tune_push(name: ConnectorName, body: PushBody, request: Request) -> dict[str
     return herder_of(request).tune_push(name, body)
 
 
-@router.api_route("/connectors/{name}/task/adjust", methods=["GET", "POST"])
+@router.get("/connectors/{name}/task/adjust", operation_id="adjust_push_get")
+@router.post("/connectors/{name}/task/adjust", operation_id="adjust_push_post")
 def adjust_push(
     name: ConnectorName,
     request: Request,

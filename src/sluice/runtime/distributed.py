@@ -31,7 +31,7 @@ from pyspark.sql import SparkSession
 
 from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
-from sluice.runtime.herder import BadRequest, Conflict, NotFound
+from sluice.runtime.herder import Conflict, NotFound
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.standalone import StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
@@ -302,19 +302,13 @@ class DistributedHerder(StandaloneHerder):
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
     ) -> tuple[dict[str, Any], bool]:
-        if not name or "/" in name or name.strip() != name:
-            raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
         # the sql-transform plan check of standalone mode is left to the owner, which plans
         # the query: a config whose query does not analyse FAILs there
         conf, warnings = self._accepted(name, config)
         with self._lock:
-            existing = self.configs.get(name)
-            if existing is not None and create_only:
-                raise Conflict(f"connector {name!r} already exists")
-            if existing is not None and existing.config == conf:
+            existing, identical = self._replacing(name, conf, create_only)
+            if identical:
                 return _warned(self.connector_info(name), warnings), False
-            if existing is not None:
-                self._check_change(existing, conf)
             target = existing.target_state if existing is not None else "STARTED"
             self.configs.put(name, conf, target)
             if existing is None:

@@ -33,7 +33,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sluice.sdk import ConfigException
 from sluice.store.configs import TARGET_STATES, StoredConnector
-from sluice.store.statuses import CONNECTOR_ROW, Status
+from sluice.store.statuses import STATUS_COLUMNS, Status, split_statuses, status_rows
 
 log = logging.getLogger(__name__)
 
@@ -368,27 +368,9 @@ class PgStatusStore:
         tasks: int = 0,
         task_state: str | None = None,
     ) -> None:
-        now = time.time()
         rows = [
-            {
-                "connector": connector,
-                "task": CONNECTOR_ROW,
-                "state": state,
-                "trace": trace,
-                "worker_id": worker_id,
-                "updated_at": now,
-            }
-        ]
-        rows += [
-            {
-                "connector": connector,
-                "task": i,
-                "state": task_state or state,
-                "trace": trace,
-                "worker_id": worker_id,
-                "updated_at": now,
-            }
-            for i in range(tasks)
+            dict(zip(STATUS_COLUMNS, row, strict=True))
+            for row in status_rows(connector, state, worker_id, trace, tasks, task_state)
         ]
         with self.engine.begin() as conn:
             conn.execute(_STATUSES.delete().where(_STATUSES.c.connector == connector))
@@ -401,14 +383,7 @@ class PgStatusStore:
                 .where(_STATUSES.c.connector == connector)
                 .order_by(_STATUSES.c.task)
             ).all()
-        own = None
-        tasks = []
-        for r in rows:
-            if r.task == CONNECTOR_ROW:
-                own = Status(r.state, r.trace, r.worker_id)
-            else:
-                tasks.append(Status(r.state, r.trace, r.worker_id, r.task))
-        return own, tasks
+        return split_statuses((r.task, r.state, r.trace, r.worker_id) for r in rows)
 
     def delete(self, connector: str) -> None:
         with self.engine.begin() as conn:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from sluice.store._sqlite_file import SqliteFile
 
@@ -32,6 +33,41 @@ class Status:
     trace: str | None
     worker_id: str
     task: int | None = None
+
+
+#: The columns of a status row, in the order of `status_rows`.
+STATUS_COLUMNS = ("connector", "task", "state", "trace", "worker_id", "updated_at")
+
+
+def status_rows(
+    connector: str,
+    state: str,
+    worker_id: str,
+    trace: str | None,
+    tasks: int,
+    task_state: str | None,
+) -> list[tuple[Any, ...]]:
+    """The rows `put` writes: the connector's own, then one per task (sharing its state unless
+    `task_state` says otherwise; Spark runs a connector's tasks as one query)."""
+    now = time.time()
+    rows: list[tuple[Any, ...]] = [(connector, CONNECTOR_ROW, state, trace, worker_id, now)]
+    rows += [(connector, i, task_state or state, trace, worker_id, now) for i in range(tasks)]
+    return rows
+
+
+def split_statuses(
+    rows: Iterable[tuple[int, str, str | None, str]],
+) -> tuple[Status | None, list[Status]]:
+    """(task, state, trace, worker) rows in task order → the connector's status (None if
+    unknown) and its tasks' statuses."""
+    own = None
+    tasks = []
+    for task, state, trace, worker in rows:
+        if task == CONNECTOR_ROW:
+            own = Status(state, trace, worker)
+        else:
+            tasks.append(Status(state, trace, worker, task))
+    return own, tasks
 
 
 class StatusStore(Protocol):
@@ -73,9 +109,7 @@ class SqliteStatusStore(SqliteFile):
         Spark runs a connector's tasks as one query, so they share its state unless
         `task_state` says otherwise.
         """
-        now = time.time()
-        rows = [(connector, CONNECTOR_ROW, state, trace, worker_id, now)]
-        rows += [(connector, i, task_state or state, trace, worker_id, now) for i in range(tasks)]
+        rows = status_rows(connector, state, worker_id, trace, tasks, task_state)
         db = self._db()
         with db:
             db.execute("BEGIN IMMEDIATE")
@@ -93,14 +127,7 @@ class SqliteStatusStore(SqliteFile):
             )
             .fetchall()
         )
-        own = None
-        tasks = []
-        for task, state, trace, worker in rows:
-            if task == CONNECTOR_ROW:
-                own = Status(state, trace, worker)
-            else:
-                tasks.append(Status(state, trace, worker, task))
-        return own, tasks
+        return split_statuses(rows)
 
     def delete(self, connector: str) -> None:
         db = self._db()

@@ -38,7 +38,14 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sluice.connectors.cdc._envelope import describe_table, envelope_schema, key_text
+from sluice.connectors.cdc._base import (
+    PLAN_KEY,
+    CdcSourceConnector,
+    connection_config,
+    partition,
+    sql_error,
+)
+from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
     ConfigDef,
@@ -53,12 +60,10 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
     Schema,
-    SourceConnector,
 )
 
 log = logging.getLogger(__name__)
 
-_PLAN_KEY = "cdc.task.plan"
 VERSION = "sluice-cdc-1"
 
 CONFIG = ConfigDef(
@@ -93,16 +98,9 @@ _REQUIRED_SETTINGS = {
 
 
 def _connection_config(values: Mapping[str, Any], raw: Mapping[str, str]) -> dict[str, str]:
-    if values["connection.url"]:
-        return {k: v for k, v in raw.items() if k.startswith("connection.")}
     host = values["database.hostname"]
-    if not host:
-        raise ConfigException("connection.url", "set connection.url or database.hostname")
-    return {
-        "connection.url": f"jdbc:mysql://{host}:{values['database.port']}/",
-        "connection.user": values["database.user"] or values["connection.user"],
-        "connection.password": values["database.password"] or values["connection.password"],
-    }
+    url = f"jdbc:mysql://{host}:{values['database.port']}/" if host else None
+    return connection_config(values, raw, url)
 
 
 def _file_number(name: str) -> int:
@@ -157,7 +155,7 @@ def to_schema_value(value: Any, schema: Schema, where: str) -> Any:
     return value
 
 
-class MySqlCdcSourceConnector(SourceConnector):
+class MySqlCdcSourceConnector(CdcSourceConnector):
     """Captures the changes of MySQL/MariaDB tables from the row binlog.
 
     Delivery: exactly-once into the topic (positions are binlog file + position, re-readable until
@@ -165,18 +163,12 @@ class MySqlCdcSourceConnector(SourceConnector):
     """
 
     config_def = CONFIG
-    delivery = "exactly-once"
+    stream_start = "the binlog position at the connector's first start"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
         parse_connection(_connection_config(values, config))
-        if values["snapshot.mode"] != "never":
-            raise ConfigException(
-                "snapshot.mode",
-                f"{values['snapshot.mode']!r} is not supported yet; only 'never' (stream the "
-                "changes from the binlog position at the connector's first start on)",
-                suggestion="copy the existing rows once with JdbcSourceConnector (bulk mode)",
-            )
+        self.check_snapshot_mode(values)
         if not values["table.include.list"]:
             raise ConfigException("table.include.list", "names no table")
 
@@ -195,33 +187,8 @@ class MySqlCdcSourceConnector(SourceConnector):
             server_id = 5400 + zlib.crc32(name.encode()) % 100_000
         self.server_id = server_id
 
-    def key_schema(self) -> Schema:
-        return Schema.string()
-
-    def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
-        return [
-            (
-                _partition(self.values["topic.prefix"], t["table"]),
-                envelope_schema(t["topic"], [(n, Schema.from_json(s)) for n, s in t["columns"]]),
-            )
-            for t in self.tables
-        ]
-
-    def default_read_limit(self) -> ReadLimit:
-        return ReadLimit(max_rows=200_000)
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        plan = {
-            "prefix": self.values["topic.prefix"],
-            "server_id": self.server_id,
-            "initial": self.initial,
-            "tables": self.tables,
-        }
-        return [{**self.connection, _PLAN_KEY: json.dumps(plan)}]
-
-
-def _partition(prefix: str, table: str) -> RecordPartition:
-    return {"server": prefix, "table": table}
+    def task_plan(self) -> dict[str, Any]:
+        return {"server_id": self.server_id, "initial": self.initial}
 
 
 def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, Any]], dict]:
@@ -245,7 +212,7 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
         status = conn.exec_driver_sql("SHOW MASTER STATUS").fetchone()
     except Exception as exc:
         raise ConnectException(
-            f"{db.describe()}: the user cannot read the binlog status ({_sql_error(exc)}); "
+            f"{db.describe()}: the user cannot read the binlog status ({sql_error(exc)}); "
             "change data capture needs the REPLICATION SLAVE and REPLICATION CLIENT (MariaDB: "
             "BINLOG MONITOR) privileges",
             suggestion="GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the user",
@@ -275,11 +242,6 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
     return described, {"file": status[0], "pos": int(status[1])}
 
 
-def _sql_error(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-
-
 class _Table:
     def __init__(self, data: dict[str, Any]) -> None:
         self.name: str = data["table"]
@@ -306,7 +268,7 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
     """Reads whole transactions from the binlog between two positions (module docstring)."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        plan = json.loads(config[_PLAN_KEY])
+        plan = json.loads(config[PLAN_KEY])
         self.prefix: str = plan["prefix"]
         self.server_id: int = plan["server_id"]
         self.initial: dict = plan["initial"]
@@ -316,7 +278,7 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
         self._end: dict | None = None
 
     def partitions(self) -> list[RecordPartition]:
-        return [_partition(self.prefix, name) for name in self.tables]
+        return [partition(self.prefix, name) for name in self.tables]
 
     def _stream(self, start: dict, *, rows: bool) -> Any:
         from pymysqlreplication import BinLogStreamReader

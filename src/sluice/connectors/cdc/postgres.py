@@ -51,7 +51,14 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sluice.connectors.cdc._envelope import describe_table, envelope_schema, key_text
+from sluice.connectors.cdc._base import (
+    PLAN_KEY,
+    CdcSourceConnector,
+    connection_config,
+    partition,
+    sql_error,
+)
+from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
@@ -75,12 +82,10 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
     Schema,
-    SourceConnector,
 )
 
 log = logging.getLogger(__name__)
 
-_PLAN_KEY = "cdc.task.plan"
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
 VERSION = "sluice-cdc-1"
@@ -109,26 +114,15 @@ CONFIG = ConfigDef(
 
 def _connection_config(values: Mapping[str, Any], raw: Mapping[str, str]) -> dict[str, str]:
     """The `connection.*` keys of the JDBC connector, from either key family."""
-    if values["connection.url"]:
-        return {k: v for k, v in raw.items() if k.startswith("connection.")}
     host = values["database.hostname"]
-    if not host:
+    if not values["connection.url"] and not host:
         raise ConfigException(
             "connection.url", "set connection.url or database.hostname (+ database.dbname)"
         )
-    if not values["database.dbname"]:
+    if not values["connection.url"] and not values["database.dbname"]:
         raise ConfigException("database.dbname", "required with database.hostname")
-    return {
-        "connection.url": f"jdbc:postgresql://{host}:{values['database.port']}/"
-        f"{values['database.dbname']}",
-        "connection.user": values["database.user"] or values["connection.user"],
-        "connection.password": values["database.password"] or values["connection.password"],
-    }
-
-
-def _sql_error(exc: BaseException) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    url = f"jdbc:postgresql://{host}:{values['database.port']}/{values['database.dbname']}"
+    return connection_config(values, raw, url)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -206,7 +200,7 @@ class _Table:
         return out
 
 
-class PostgresCdcSourceConnector(SourceConnector):
+class PostgresCdcSourceConnector(CdcSourceConnector):
     """Captures the changes of PostgreSQL tables from a logical replication slot (`pgoutput`).
 
     Delivery: exactly-once into the topic (positions are LSNs; the slot is advanced only after
@@ -214,18 +208,12 @@ class PostgresCdcSourceConnector(SourceConnector):
     """
 
     config_def = CONFIG
-    delivery = "exactly-once"
+    stream_start = "the slot's position"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
         parse_connection(_connection_config(values, config))
-        if values["snapshot.mode"] != "never":
-            raise ConfigException(
-                "snapshot.mode",
-                f"{values['snapshot.mode']!r} is not supported yet; only 'never' (stream the "
-                "changes from the slot's position on)",
-                suggestion="copy the existing rows once with JdbcSourceConnector (bulk mode)",
-            )
+        self.check_snapshot_mode(values)
 
     def start(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database
@@ -238,33 +226,8 @@ class PostgresCdcSourceConnector(SourceConnector):
             self.tables = _setup(db, conn, self.values)
             conn.commit()
 
-    def key_schema(self) -> Schema:
-        return Schema.string()
-
-    def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
-        return [
-            (
-                _partition(self.values["topic.prefix"], t["table"]),
-                envelope_schema(t["topic"], [(n, Schema.from_json(s)) for n, s in t["columns"]]),
-            )
-            for t in self.tables
-        ]
-
-    def default_read_limit(self) -> ReadLimit:
-        return ReadLimit(max_rows=200_000)
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        plan = {
-            "prefix": self.values["topic.prefix"],
-            "slot": self.values["slot.name"],
-            "publication": self.values["publication.name"],
-            "tables": self.tables,
-        }
-        return [{**self.connection, _PLAN_KEY: json.dumps(plan)}]
-
-
-def _partition(prefix: str, table: str) -> RecordPartition:
-    return {"server": prefix, "table": table}
+    def task_plan(self) -> dict[str, Any]:
+        return {"slot": self.values["slot.name"], "publication": self.values["publication.name"]}
 
 
 def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
@@ -330,7 +293,7 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             )
         except Exception as exc:
             raise ConnectException(
-                f"cannot create replication slot {slot!r} on {db.describe()}: {_sql_error(exc)}"
+                f"cannot create replication slot {slot!r} on {db.describe()}: {sql_error(exc)}"
             ) from None
     elif plugin != "pgoutput":
         raise ConnectException(
@@ -351,7 +314,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
     def start(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database
 
-        plan = json.loads(config[_PLAN_KEY])
+        plan = json.loads(config[PLAN_KEY])
         self.prefix: str = plan["prefix"]
         self.slot: str = plan["slot"]
         self.publication: str = plan["publication"]
@@ -361,7 +324,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         self._end: int | None = None
 
     def partitions(self) -> list[RecordPartition]:
-        return [_partition(self.prefix, name) for name in self.tables]
+        return [partition(self.prefix, name) for name in self.tables]
 
     # -- the slot ------------------------------------------------------------------------------
     def _peek(self, upto_lsn: int) -> list[Any]:
@@ -389,7 +352,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
                     continue
                 raise ConnectException(
                     f"reading replication slot {self.slot!r} on {self.db.describe()}: "
-                    f"{_sql_error(exc)}"
+                    f"{sql_error(exc)}"
                 ) from None
 
     def _check_slot(self, conn: Any) -> int:
