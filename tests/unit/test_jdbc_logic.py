@@ -27,6 +27,7 @@ from sluice.connectors.jdbc._dialect import (
 )
 from sluice.connectors.jdbc._values import decode, encode, to_arrow
 from sluice.connectors.jdbc.sink import _Op, _runs, _with_retries, _Writer, sql_type
+from sluice.engine.retry import RetryPolicy
 from sluice.sdk import ConfigException, ConnectException, FieldType, RetriableException, Schema
 
 
@@ -360,7 +361,14 @@ def test_write_retries_follow_the_settings() -> None:
         }
     )
     calls.clear()
-    _with_retries(timed, flaky(5), "writing")
+    # errors.retry.* is the engine's: the sink raises the transient failure at once, and the
+    # engine's policy (the one that retries `put`) retries the whole flush (issue 19)
+    with pytest.raises(RetriableException, match=r"^writing: database away$"):
+        _with_retries(timed, flaky(5), "writing")
+    assert len(calls) == 1
+    calls.clear()
+    policy = RetryPolicy(timed.retry_timeout_ms, timed.retry_delay_max_ms)
+    assert policy.call(lambda: _with_retries(timed, flaky(5), "writing"), "flush") == 5
     assert len(calls) == 6
     calls.clear()
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sluice.connectors.jdbc._config import Connection, TableName
 from sluice.connectors.jdbc._dialect import (
@@ -26,6 +25,7 @@ from sluice.connectors.jdbc._dialect import (
     pg_column,
 )
 from sluice.sdk import ConfigException, ConnectException, RetriableException
+from sluice.sdk._retry import Backoff, retry
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -141,28 +141,42 @@ class Database:
         from sqlalchemy.exc import DBAPIError
 
         engine = _engine(self.connection, self.dialect)
-        for attempt in range(1, attempts + 1):
-            try:
-                return engine.connect()
-            except DBAPIError as exc:
-                if permanent_connect_failure(exc) or not self.is_transient(exc):
-                    raise self._connect_error(exc) from None
-                if attempt == attempts:
-                    tries = f" after {attempts} attempts" if attempts > 1 else ""
-                    raise RetriableException(
-                        f"cannot connect to {self.describe()}{tries}: {error_text(exc)}",
-                        suggestion="check that the database is running and reachable "
-                        "(connection.url, connection.attempts, connection.backoff.ms)",
-                    ) from None
-                log.warning(
-                    "cannot connect to %s (attempt %d of %d): %s",
-                    self.describe(),
-                    attempt,
-                    attempts,
-                    error_text(exc),
-                )
-                time.sleep(self.connection.backoff_ms / 1000)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        def transient(exc: BaseException) -> bool:
+            return (
+                isinstance(exc, DBAPIError)
+                and not permanent_connect_failure(exc)
+                and self.is_transient(exc)
+            )
+
+        def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            raise RetriableException(
+                f"cannot connect to {self.describe()}{tries}: {error_text(exc)}",
+                suggestion="check that the database is running and reachable "
+                "(connection.url, connection.attempts, connection.backoff.ms)",
+            ) from None
+
+        def warn(exc: BaseException, number: int, wait_s: float) -> None:
+            log.warning(
+                "cannot connect to %s (attempt %d of %d): %s",
+                self.describe(),
+                number,
+                attempts,
+                error_text(exc),
+            )
+
+        try:
+            return retry(
+                engine.connect,
+                backoff=Backoff.fixed(self.connection.backoff_ms / 1000),
+                attempts=attempts,
+                retriable=transient,
+                give_up=give_up,
+                on_retry=warn,
+            )
+        except DBAPIError as exc:
+            raise self._connect_error(exc) from None
 
     def _connect_error(self, exc: BaseException) -> ConnectException:
         code = _error_code(exc)
@@ -208,22 +222,35 @@ class Database:
         """`work(conn)`, tried up to `attempts` times while failures are transient."""
         from sqlalchemy.exc import DBAPIError
 
-        for attempt in range(1, attempts + 1):
-            try:
-                with self.connect(attempts=1) as conn:
-                    return work(conn)
-            except (DBAPIError, RetriableException) as exc:
-                transient = isinstance(exc, RetriableException) or self.is_transient(exc)
-                if not transient:
-                    raise self.statement_error(exc, what) from None
-                if attempt == attempts:
-                    raise RetriableException(
-                        f"{what}: {self.describe()} unavailable after {attempts} attempt(s): "
-                        f"{exc.message if isinstance(exc, RetriableException) else error_text(exc)}"
-                    ) from None
-                log.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, exc)
-                time.sleep(backoff_ms / 1000)
-        raise AssertionError("unreachable")  # pragma: no cover
+        def once() -> T:
+            with self.connect(attempts=1) as conn:
+                return work(conn)
+
+        def transient(exc: BaseException) -> bool:
+            if isinstance(exc, RetriableException):
+                return True
+            return isinstance(exc, DBAPIError) and self.is_transient(exc)
+
+        def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+            text = exc.message if isinstance(exc, RetriableException) else error_text(exc)
+            raise RetriableException(
+                f"{what}: {self.describe()} unavailable after {attempts} attempt(s): {text}"
+            ) from None
+
+        def warn(exc: BaseException, number: int, wait_s: float) -> None:
+            log.warning("%s failed (attempt %d of %d): %s", what, number, attempts, exc)
+
+        try:
+            return retry(
+                once,
+                backoff=Backoff.fixed(backoff_ms / 1000),
+                attempts=attempts,
+                retriable=transient,
+                give_up=give_up,
+                on_retry=warn,
+            )
+        except DBAPIError as exc:
+            raise self.statement_error(exc, what) from None
 
     def statement_error(self, exc: BaseException, what: str) -> ConnectException:
         if self.is_transient(exc):

@@ -24,8 +24,9 @@ applied: the `after` row is written, and a delete (`after` null) deletes the key
 Identifiers (tables from `table.name.format`, columns from record fields) are always quoted and
 values always bound, so names taken from records cannot inject SQL. A transient failure (lost
 connection, server restarting, deadlock) rolls the transaction back and retries it with backoff:
-`errors.retry.timeout` / `errors.retry.delay.max.ms` when set, else RocketMQ's `max.retries` /
-`retry.backoff.ms`. Nothing is skipped while the database is away; the micro-batch waits.
+RocketMQ's `max.retries` / `retry.backoff.ms`; with `errors.retry.timeout` set, the engine retries
+the task's `flush` as configured by `errors.retry.timeout` / `errors.retry.delay.max.ms`. Nothing
+is skipped while the database is away; the micro-batch waits.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +57,7 @@ from sluice.sdk import (
     SinkConnector,
     SinkTask,
 )
+from sluice.sdk._retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
@@ -496,44 +498,44 @@ def _pylist(array: pa.Array, dialect: str) -> list[Any]:
 
 
 def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
-    """Run `work`, retrying transient database failures as configured (see the module doc)."""
+    """Run `work`, retrying transient database failures `max.retries` times, `retry.backoff.ms`
+    apart (RocketMQ's keys). With `errors.retry.timeout` set, a transient failure is raised at
+    once as a `RetriableException`: the engine retries `flush` as it retries `put`."""
     from sluice.connectors.jdbc._db import error_text
 
-    started = time.monotonic()
-    delay_ms = 300
-    attempt = 0
-    while True:
-        try:
-            work()
-            return
-        except Exception as exc:
-            if isinstance(exc, ConnectException) and not isinstance(exc, RetriableException):
-                raise
-            retriable = isinstance(exc, RetriableException) or _transient(settings, exc)
-            message = exc.message if isinstance(exc, ConnectException) else error_text(exc)
-            if not retriable:
-                raise ConnectException(f"{what}: {message}") from None
-            attempt += 1
-            spent_ms = (time.monotonic() - started) * 1000
-            timeout = settings.retry_timeout_ms
-            if timeout != 0:
-                wait_ms = min(delay_ms, settings.retry_delay_max_ms)
-                delay_ms *= 2
-                if timeout != -1 and spent_ms + wait_ms > timeout:
-                    raise ConnectException(
-                        f"{what} failed after {attempt - 1} retries in {spent_ms:.0f} ms "
-                        f"(errors.retry.timeout={timeout}): {message}",
-                        suggestion="raise errors.retry.timeout to wait longer for the database",
-                    ) from None
-            else:
-                wait_ms = settings.retry_backoff_ms
-                if attempt > settings.max_retries:
-                    raise ConnectException(
-                        f"{what} failed after {settings.max_retries} retries: {message}",
-                        suggestion="raise max.retries or set errors.retry.timeout",
-                    ) from None
-            log.warning("%s failed (%s); retry %d in %d ms", what, message, attempt, wait_ms)
-            time.sleep(wait_ms / 1000)
+    def text(exc: BaseException) -> str:
+        return exc.message if isinstance(exc, ConnectException) else error_text(exc)
+
+    def transient(exc: BaseException) -> bool:
+        if isinstance(exc, ConnectException):
+            return isinstance(exc, RetriableException)
+        return _transient(settings, exc)
+
+    def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+        if timed:
+            raise RetriableException(f"{what}: {text(exc)}") from None
+        raise ConnectException(
+            f"{what} failed after {retries} retries: {text(exc)}",
+            suggestion="raise max.retries or set errors.retry.timeout",
+        ) from None
+
+    def warn(exc: BaseException, number: int, wait_s: float) -> None:
+        log.warning("%s failed (%s); retry %d in %d ms", what, text(exc), number, wait_s * 1000)
+
+    timed = settings.retry_timeout_ms != 0
+    try:
+        retry(
+            work,
+            backoff=Backoff.fixed(settings.retry_backoff_ms / 1000),
+            attempts=1 if timed else settings.max_retries + 1,
+            retriable=transient,
+            give_up=give_up,
+            on_retry=warn,
+        )
+    except ConnectException:
+        raise
+    except Exception as exc:
+        raise ConnectException(f"{what}: {error_text(exc)}") from None
 
 
 def _transient(settings: SinkSettings, exc: BaseException) -> bool:
