@@ -26,12 +26,10 @@ from sluice.converters._base import (
     DecodeSql,
     Encoder,
     RecordError,
-    sql_field,
-    sql_literal,
     string_errors,
 )
 from sluice.converters._schemas import canonical, describe, from_physical, to_physical, walk
-from sluice.sdk import ConfigDef, ConfigKey, FieldType, Logical, Schema
+from sluice.sdk import ConfigDef, ConfigKey, FieldType, Logical, Schema, literal, quote
 
 #: Largest |epoch milliseconds| whose microseconds fit in a 64-bit timestamp.
 MAX_MILLIS = 9_223_372_036_854_775
@@ -206,7 +204,7 @@ class _JsonEncoder(_PerProcessPython, Encoder):
         wrapped = f"to_json(named_struct('payload', {payload}), {_OPTIONS})"
         if self.envelope:
             # `{"payload":…}` minus its `{`, behind the (constant) schema: one to_json per record.
-            head = sql_literal('{"schema":' + self.schema_text + ",")
+            head = literal('{"schema":' + self.schema_text + ",")
             text = f"concat({head}, substr({wrapped}, 2))"
         elif self.schema.type in (FieldType.STRUCT, FieldType.ARRAY, FieldType.MAP):
             text = f"to_json({payload}, {_OPTIONS})"
@@ -247,7 +245,7 @@ class _JsonEncoder(_PerProcessPython, Encoder):
 def _case(checks: list[tuple[str, str]]) -> str | None:
     if not checks:
         return None
-    branches = " ".join(f"WHEN {cond} THEN {sql_literal(msg)}" for cond, msg in checks)
+    branches = " ".join(f"WHEN {cond} THEN {literal(msg)}" for cond, msg in checks)
     return f"CASE {branches} END"
 
 
@@ -273,14 +271,14 @@ def _to_json_ready(
     if s.type is FieldType.STRUCT:
         parts, changed = [], False
         for f in s.fields:
-            fe = sql_field(e, f.name)
+            fe = f"{e}.{quote(f.name)}"
             if not f.schema.optional:
                 checks.append(
                     (f"({e} IS NOT NULL AND {fe} IS NULL)", _required(f"{where}.{f.name}"))
                 )
             fx = _to_json_ready(fe, f.schema, _here(where, f.name), checks, numeric, depth)
             changed = changed or fx != fe
-            parts.append(f"{sql_literal(f.name)}, {fx}")
+            parts.append(f"{literal(f.name)}, {fx}")
         if not changed or not parts:
             return e
         return f"CASE WHEN {e} IS NULL THEN NULL ELSE named_struct({', '.join(parts)}) END"
@@ -461,20 +459,20 @@ class _JsonDecoder(_PerProcessPython, Decoder):
         options = f"map('columnNameOfCorruptRecord', '{_CORRUPT}')"
         text = f"CAST({column} AS STRING)"
         if self.envelope:
-            ddl = sql_literal(f"schema struct<>, payload {body}, {corrupt}")
+            ddl = literal(f"schema struct<>, payload {body}, {corrupt}")
             parse = f"from_json({text}, {ddl}, {options})"
             payload = f"{tmp}.payload"
         else:
             # The bare value may be a number or a string: parse it as the field of an object.
             wrapped = f"concat('{{\"p\":', {text}, '}}')"
-            parse = f"from_json({wrapped}, {sql_literal(f'p {body}, {corrupt}')}, {options})"
+            parse = f"from_json({wrapped}, {literal(f'p {body}, {corrupt}')}, {options})"
             payload = f"{tmp}.p"
         checks: list[tuple[str, str]] = []
         if not self.schema.optional:
             checks.append((f"{payload} IS NULL", _required(self.role)))
         value = _from_json_ready(payload, self.schema, self.role, checks, self.numeric, 0)
         invalid = (
-            f"concat({sql_literal(f'{self.role} is not valid JSON for {describe(self.schema)}: ')},"
+            f"concat({literal(f'{self.role} is not valid JSON for {describe(self.schema)}: ')},"
             f" left({text}, 200))"
         )
         branches = [(f"({tmp} IS NULL OR {tmp}.`{_CORRUPT}` IS NOT NULL)", None)]
@@ -483,8 +481,8 @@ class _JsonDecoder(_PerProcessPython, Decoder):
             branches.append((f"{tmp}.`schema` IS NULL", missing))
         cases = [f"WHEN {column} IS NULL THEN NULL"]
         cases.append(f"WHEN {branches[0][0]} THEN {invalid}")
-        cases.extend(f"WHEN {c} THEN {sql_literal(m)}" for c, m in branches[1:] if m)
-        cases.extend(f"WHEN {c} THEN {sql_literal(m)}" for c, m in checks)
+        cases.extend(f"WHEN {c} THEN {literal(m)}" for c, m in branches[1:] if m)
+        cases.extend(f"WHEN {c} THEN {literal(m)}" for c, m in checks)
         return DecodeSql(value=value, error=f"CASE {' '.join(cases)} END", parse=parse)
 
     # Arrow ----------------------------------------------------------------------------------------
@@ -533,7 +531,7 @@ class _JsonTextDecoder(Decoder):
         wrapped = f"concat('{{\"p\":', {text}, '}}')"
         options = f"map('columnNameOfCorruptRecord', '{_CORRUPT}')"
         parse = f"from_json({wrapped}, 'p string, `{_CORRUPT}` string', {options})"
-        message = sql_literal(f"{self.role} is not valid JSON: ")
+        message = literal(f"{self.role} is not valid JSON: ")
         error = (
             f"CASE WHEN {column} IS NULL THEN NULL WHEN {tmp} IS NULL OR "
             f"{tmp}.`{_CORRUPT}` IS NOT NULL THEN concat({message}, left({text}, 200)) END"
@@ -635,14 +633,14 @@ def _from_json_ready(
     if s.type is FieldType.STRUCT:
         parts, changed = [], False
         for f in s.fields:
-            fe = sql_field(e, f.name)
+            fe = f"{e}.{quote(f.name)}"
             if not f.schema.optional:
                 checks.append(
                     (f"({e} IS NOT NULL AND {fe} IS NULL)", _required(f"{where}.{f.name}"))
                 )
             fx = _from_json_ready(fe, f.schema, _here(where, f.name), checks, numeric, depth)
             changed = changed or fx != fe
-            parts.append(f"{sql_literal(f.name)}, {fx}")
+            parts.append(f"{literal(f.name)}, {fx}")
         if not changed or not parts:
             return e
         return f"CASE WHEN {e} IS NULL THEN NULL ELSE named_struct({', '.join(parts)}) END"
