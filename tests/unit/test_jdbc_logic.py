@@ -16,16 +16,12 @@ from sluice.connectors.jdbc._config import (
     TableName,
     parse_connection,
 )
-from sluice.connectors.jdbc._dialect import (
-    MYSQL,
-    POSTGRES,
-    ColumnInfo,
-    Mapped,
-    UnmappableType,
-    mysql_column,
-    pg_column,
-)
+from sluice.connectors.jdbc._dialect import ColumnInfo, Mapped, UnmappableType
 from sluice.connectors.jdbc._values import decode, encode, to_arrow
+from sluice.connectors.jdbc.dialects.mysql import DIALECT as MYSQL
+from sluice.connectors.jdbc.dialects.mysql import mysql_column
+from sluice.connectors.jdbc.dialects.postgres import DIALECT as POSTGRES
+from sluice.connectors.jdbc.dialects.postgres import pg_column
 from sluice.connectors.jdbc.sink import _Op, _runs, _with_retries, _Writer, sql_type
 from sluice.engine.retry import RetryPolicy
 from sluice.sdk import ConfigException, ConnectException, FieldType, RetriableException, Schema

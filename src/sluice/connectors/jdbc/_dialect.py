@@ -34,7 +34,6 @@ it was stored.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -73,7 +72,8 @@ class UnmappableType(Exception):
 
 
 class Dialect:
-    """The common interface; `POSTGRES` and `MYSQL` are the two implementations."""
+    """What one database does its own way (confluent's `DatabaseDialect`): one subclass per
+    database, in a module of `sluice.connectors.jdbc.dialects` that sets ``DIALECT``."""
 
     name: str = ""
     quote_char: str = '"'
@@ -107,24 +107,50 @@ class Dialect:
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
+    # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------
+    #: SQL of the current time in UTC, as a naive timestamp with microseconds.
+    utc_now_sql: str = ""
+    #: SQL listing the base tables of the current schema / database (one name per row).
+    tables_sql: str = ""
+
+    def current_schema(self, conn: Any) -> str:
+        """The schema (PostgreSQL) or database (MySQL) unqualified names resolve in."""
+        raise NotImplementedError
+
+    def columns(self, conn: Any, table: TableName) -> list[ColumnInfo] | None:
+        """The table's columns in order, or None if there is no such table (or view)."""
+        raise NotImplementedError
+
+    def temp_columns(self, conn: Any, name: str) -> list[ColumnInfo] | None:
+        """Columns of a temporary table created on `conn`."""
+        return self.columns(conn, TableName("", name))
+
+    def primary_key(self, conn: Any, table: TableName) -> list[str]:
+        """The primary key's columns, in key order."""
+        raise NotImplementedError
+
+    def unique_key_rows(self, conn: Any, table: TableName) -> list[tuple[Any, str]]:
+        """(index, column) of the primary key and every unique index without a predicate."""
+        raise NotImplementedError
+
 
 # -- schemas ------------------------------------------------------------------------------------
 _INTS = {8: FieldType.INT8, 16: FieldType.INT16, 32: FieldType.INT32, 64: FieldType.INT64}
 
 
-def _int(bits: int) -> Schema:
+def int_schema(bits: int) -> Schema:
     return Schema.of(_INTS[bits])
 
 
-def _float(bits: int) -> Schema:
+def float_schema(bits: int) -> Schema:
     return Schema.of(FieldType.FLOAT32 if bits == 32 else FieldType.FLOAT64)
 
 
-def _bool() -> Schema:
+def bool_schema() -> Schema:
     return Schema.of(FieldType.BOOLEAN)
 
 
-def _decimal(column: ColumnInfo, precision: int | None, scale: int | None) -> Schema:
+def decimal_schema(column: ColumnInfo, precision: int | None, scale: int | None) -> Schema:
     if precision is None:
         raise UnmappableType(
             f"{column.display} has no declared precision, so its values cannot be carried "
@@ -138,237 +164,30 @@ def _decimal(column: ColumnInfo, precision: int | None, scale: int | None) -> Sc
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
-class _Postgres(Dialect):
-    name = "postgresql"
-    quote_char = '"'
-
-    def connect_args(self) -> dict[str, Any]:
-        return {"options": "-c TimeZone=UTC", "connect_timeout": 10, "application_name": "sluice"}
-
-    def map_column(self, column: ColumnInfo) -> Mapped:
-        t = column.type_name
-        schema: Schema
-        conv, cast = "plain", False
-        if column.enum:
-            schema, cast = Schema.string(), True
-        elif t in ("int2", "smallint"):
-            schema = _int(16)
-        elif t in ("int4", "integer"):
-            schema = _int(32)
-        elif t in ("int8", "bigint"):
-            schema = _int(64)
-        elif t == "numeric":
-            schema, conv = _decimal(column, column.precision, column.scale), "decimal"
-        elif t in ("float4", "real"):
-            schema = _float(32)
-        elif t in ("float8", "double precision"):
-            schema = _float(64)
-        elif t in ("bool", "boolean"):
-            schema = _bool()
-        elif t in ("varchar", "bpchar", "text", "name", "citext"):
-            schema = Schema.string()
-        elif t in ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr", "macaddr8"):
-            schema, cast = Schema.string(), True
-        elif t == "bytea":
-            schema = Schema.bytes_()
-        elif t == "date":
-            schema, conv = Schema.date(), "date"
-        elif t == "time":
-            schema, conv = Schema.time(), "time"
-        elif t in ("timestamp", "timestamptz"):
-            schema, conv = Schema.timestamp(), "timestamp"
-        else:
-            raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, _optional(schema, column.nullable), conv, cast)
-
-    def select_expr(self, mapped: Mapped) -> str:
-        name = self.quote(mapped.name)
-        return f"{name}::text AS {name}" if mapped.cast_text else name
-
-    def is_transient(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", None) or exc
-        state = getattr(orig, "sqlstate", None)
-        if state is None:
-            # No SQLSTATE: the client could not reach the server or lost the connection.
-            import psycopg
-
-            return isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)) or bool(
-                getattr(exc, "connection_invalidated", False)
-            )
-        # 08: connection exception; 40001/40P01: serialization failure, deadlock;
-        # 53: insufficient resources; 57P01-57P05: shutdown / cannot connect now / idle timeout.
-        return (
-            state.startswith(("08", "53"))
-            or state in ("40001", "40P01", "55P03")
-            or state.startswith("57P")
-        )
-
-
-# -- MySQL / MariaDB --------------------------------------------------------------------------
-_MYSQL_TRANSIENT = {
-    1040,  # too many connections
-    1053,  # server shutdown in progress
-    1205,  # lock wait timeout
-    1213,  # deadlock
-    1927,  # connection was killed
-    2002,  # can't connect through socket
-    2003,  # can't connect to server
-    2006,  # server has gone away
-    2013,  # lost connection during query
-    2055,  # lost connection (system error)
-    4031,  # disconnected by the server because of inactivity
-}
-
-
-class _Mysql(Dialect):
-    name = "mysql"
-    quote_char = "`"
-
-    def connect_args(self) -> dict[str, Any]:
-        # UTC sessions: TIMESTAMP values come back in UTC, NOW() is UTC. Strict mode: a value
-        # that does not fit is an error, never silently truncated.
-        return {
-            "init_command": "SET time_zone = '+00:00', "
-            "sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')",
-            "connect_timeout": 10,
-        }
-
-    def map_column(self, column: ColumnInfo) -> Mapped:
-        t = column.type_name
-        conv = "plain"
-        schema: Schema
-        if t == "tinyint":
-            schema = _int(16 if column.unsigned else 8)
-        elif t == "smallint":
-            schema = _int(32 if column.unsigned else 16)
-        elif t in ("mediumint", "int", "integer"):
-            schema = _int(64 if column.unsigned and t != "mediumint" else 32)
-        elif t == "bigint":
-            if column.unsigned:
-                schema, conv = Schema.decimal(20, 0), "uint64"
-            else:
-                schema = _int(64)
-        elif t == "year":
-            schema = _int(16)
-        elif t in ("decimal", "numeric"):
-            schema, conv = _decimal(column, column.precision, column.scale), "decimal"
-        elif t == "float":
-            schema = _float(32)
-        elif t in ("double", "real", "double precision"):
-            schema = _float(64)
-        elif t == "bit":
-            if column.precision == 1:
-                schema, conv = _bool(), "bit1"
-            else:
-                schema = Schema.bytes_()
-        elif t in (
-            "char",
-            "varchar",
-            "tinytext",
-            "text",
-            "mediumtext",
-            "longtext",
-            "enum",
-            "set",
-            "json",
-            "uuid",
-            "inet4",
-            "inet6",
-        ):
-            schema = Schema.string()
-        elif t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
-            schema = Schema.bytes_()
-        elif t == "date":
-            schema, conv = Schema.date(), "date"
-        elif t == "time":
-            schema, conv = Schema.time(), "time"
-        elif t in ("datetime", "timestamp"):
-            schema, conv = Schema.timestamp(), "timestamp"
-        else:
-            raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, _optional(schema, column.nullable), conv)
-
-    def select_expr(self, mapped: Mapped) -> str:
-        name = self.quote(mapped.name)
-        if mapped.schema.type is FieldType.FLOAT32:
-            # The text protocol sends FLOAT with 6 significant digits (3.40282e+38); as a double
-            # the value arrives exactly and narrows back to the same float.
-            return f"CAST({name} AS DOUBLE) AS {name}"
-        return name
-
-    def is_transient(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", None) or exc
-        args = getattr(orig, "args", ())
-        code = args[0] if args and isinstance(args[0], int) else None
-        if code is None:
-            import pymysql
-
-            return isinstance(orig, pymysql.err.InterfaceError) or bool(
-                getattr(exc, "connection_invalidated", False)
-            )
-        return code in _MYSQL_TRANSIENT
-
-
-def _optional(schema: Schema, nullable: bool) -> Schema:
+def optional(schema: Schema, nullable: bool) -> Schema:
     return schema if schema.optional == nullable else replace(schema, optional=nullable)
 
 
-POSTGRES: Dialect = _Postgres()
-MYSQL: Dialect = _Mysql()
+def _registry() -> dict[str, Dialect]:
+    """Every dialect of the `sluice.connectors.jdbc.dialects` package, by name: a module there
+    with a ``DIALECT`` is all a new database needs."""
+    import importlib
+    import pkgutil
+
+    from sluice.connectors.jdbc import dialects
+
+    found: dict[str, Dialect] = {}
+    for module in pkgutil.iter_modules(dialects.__path__):
+        dialect = importlib.import_module(f"{dialects.__name__}.{module.name}").DIALECT
+        found[dialect.name] = dialect
+    return found
+
+
+_DIALECTS: dict[str, Dialect] = {}
 
 
 def dialect_for(name: str) -> Dialect:
-    return POSTGRES if name == "postgresql" else MYSQL
-
-
-_NUMERIC = re.compile(r"^(?:numeric|decimal)\((\d+)(?:,\s*(\d+))?\)", re.IGNORECASE)
-
-
-def pg_column(
-    name: str, base: str, display: str, nullable: bool, kind: str, autoincrement: bool
-) -> ColumnInfo:
-    """A PostgreSQL catalog row → `ColumnInfo` (`display` is `format_type` of the base type)."""
-    precision = scale = None
-    m = _NUMERIC.match(display)
-    if m:
-        precision, scale = int(m.group(1)), int(m.group(2) or 0)
-    type_name = base
-    if kind not in ("b", "e") or display.endswith("[]"):
-        type_name = f"<{display}>"  # arrays, composites, ranges, pseudo-types: unmappable
-    return ColumnInfo(
-        name=name,
-        type_name=type_name,
-        display=display,
-        nullable=nullable,
-        precision=precision,
-        scale=scale,
-        autoincrement=autoincrement,
-        enum=kind == "e",
-    )
-
-
-def mysql_column(
-    name: str,
-    data_type: str,
-    column_type: str,
-    nullable: bool,
-    precision: int | None,
-    scale: int | None,
-    extra: str,
-    check_json: bool = False,
-) -> ColumnInfo:
-    """A MySQL `information_schema.COLUMNS` row → `ColumnInfo`."""
-    data_type = data_type.lower()
-    if data_type == "bit":
-        m = re.match(r"bit\((\d+)\)", column_type.lower())
-        precision = int(m.group(1)) if m else precision
-    return ColumnInfo(
-        name=name,
-        type_name="json" if check_json else data_type,
-        display=column_type,
-        nullable=nullable,
-        precision=None if precision is None else int(precision),
-        scale=None if scale is None else int(scale),
-        unsigned="unsigned" in column_type.lower(),
-        autoincrement="auto_increment" in (extra or "").lower(),
-    )
+    """The dialect called ``name`` (``Connection.dialect``)."""
+    if not _DIALECTS:
+        _DIALECTS.update(_registry())
+    return _DIALECTS[name]
