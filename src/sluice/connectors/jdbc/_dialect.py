@@ -77,6 +77,18 @@ class Dialect:
 
     name: str = ""
     quote_char: str = '"'
+    #: URL schemes (after ``jdbc:``) that name this database, and the SQLAlchemy driver used.
+    schemes: tuple[str, ...] = ()
+    driver: str = ""
+
+    # -- connection URL ------------------------------------------------------------------------
+    def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
+        """The driver's connect options from the URL's query ``params``: a ``jdbc:`` URL's
+        parameters are the Java driver's, so only those that mean something here are kept."""
+        return [] if jdbc else list(params.items())
+
+    def default_query(self, query: dict[str, str]) -> None:
+        """Add the driver options sluice always wants to a SQLAlchemy URL's ``query``."""
 
     # -- identifiers --------------------------------------------------------------------------
     def quote_raw(self, name: str) -> str:
@@ -191,3 +203,9 @@ def dialect_for(name: str) -> Dialect:
     if not _DIALECTS:
         _DIALECTS.update(_registry())
     return _DIALECTS[name]
+
+
+def dialect_for_scheme(scheme: str) -> Dialect | None:
+    """The dialect of a connection URL's scheme (``postgresql``, ``mariadb+pymysql``, …)."""
+    dialect_for("postgresql")  # loads the registry
+    return next((d for d in _DIALECTS.values() if scheme in d.schemes), None)

@@ -38,6 +38,14 @@ _MYSQL_TRANSIENT = {
 class _Mysql(Dialect):
     name = "mysql"
     quote_char = "`"
+    schemes = ("mysql", "mariadb", "mysql+pymysql", "mariadb+pymysql")
+    driver = "mysql+pymysql"
+
+    def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
+        return [] if jdbc else [(k, v) for k, v in params.items() if k != "charset"]
+
+    def default_query(self, query: dict[str, str]) -> None:
+        query.setdefault("charset", "utf8mb4")
 
     def connect_args(self) -> dict[str, Any]:
         # UTC sessions: TIMESTAMP values come back in UTC, NOW() is UTC. Strict mode: a value

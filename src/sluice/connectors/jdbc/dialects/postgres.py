@@ -19,10 +19,27 @@ from sluice.connectors.jdbc._dialect import (
 )
 from sluice.sdk import Schema
 
+# JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)
+# concerns the Java driver only and is ignored.
+_JDBC_OPTIONS = {"currentSchema", "sslmode", "connectTimeout"}
+
 
 class _Postgres(Dialect):
     name = "postgresql"
     quote_char = '"'
+    schemes = ("postgresql", "postgres", "postgresql+psycopg")
+    driver = "postgresql+psycopg"
+
+    def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
+        options: list[tuple[str, str]] = []
+        for name, value in params.items():
+            if name == "currentSchema":
+                options.append(("options", f"-c search_path={value}"))
+            elif name == "connectTimeout":
+                options.append(("connect_timeout", value))
+            elif name in _JDBC_OPTIONS or not jdbc:
+                options.append((name, value))
+        return options
 
     def connect_args(self) -> dict[str, Any]:
         return {"options": "-c TimeZone=UTC", "connect_timeout": 10, "application_name": "sluice"}
