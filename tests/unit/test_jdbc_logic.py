@@ -461,7 +461,7 @@ def test_columnar_helpers() -> None:
 
 
 def test_fast_path_times_keep_microseconds_and_leave_other_values_to_the_driver() -> None:
-    from sluice.connectors.jdbc.source import _time_micros
+    from sluice.connectors.jdbc._pages import time_micros as _time_micros
 
     got = _time_micros(pa.array([0, 1, 86_399_999_999, None], pa.int64()))
     assert got is not None and got.type == pa.time64("us")

@@ -119,6 +119,26 @@ class Dialect:
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
+    # -- reading a source -----------------------------------------------------------------------
+    #: whether DDL (a temporary table) is rolled back with its transaction
+    transactional_ddl: bool = True
+
+    def same_name(self, a: str, b: str) -> bool:
+        """Whether column names ``a`` and ``b`` name the same column."""
+        return a == b
+
+    def page(self, plan: Any, value_type: Any) -> Any:
+        """The fast path reading pages of ``plan``'s rows (a `sluice.connectors.jdbc._pages.Page`),
+        or None to read every page through the driver."""
+        return None
+
+    def prefer_index_scans(self, conn: Any) -> None:
+        """Steer the planner of this transaction to index scans (`ORDER BY … LIMIT n` pages)."""
+
+    def empty_temp_table_sql(self, name: str, query: str) -> str:
+        """SQL creating temporary table ``name`` with the columns of ``query`` and no rows."""
+        raise NotImplementedError
+
     # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------
     #: SQL of the current time in UTC, as a naive timestamp with microseconds.
     utc_now_sql: str = ""

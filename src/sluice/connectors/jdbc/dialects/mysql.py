@@ -4,7 +4,12 @@ PyMySQL)."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from sluice.connectors.jdbc._config import TableName
 from sluice.connectors.jdbc._dialect import (
@@ -18,6 +23,8 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
+from sluice.connectors.jdbc._pages import PAGE_BYTES, Page, time_micros, unhex
+from sluice.connectors.jdbc._values import naive_utc
 from sluice.sdk import FieldType, Schema
 
 _MYSQL_TRANSIENT = {
@@ -183,6 +190,18 @@ class _Mysql(Dialect):
         ).fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    # -- reading a source -----------------------------------------------------------------------
+    transactional_ddl = False
+
+    def same_name(self, a: str, b: str) -> bool:
+        return a.lower() == b.lower()  # column names are case-insensitive
+
+    def page(self, plan: Any, value_type: pa.StructType) -> Page | None:
+        return CsvPage(self, plan, value_type)
+
+    def empty_temp_table_sql(self, name: str, query: str) -> str:
+        return f"CREATE TEMPORARY TABLE {name} AS {query} LIMIT 0"
+
     def is_transient(self, exc: BaseException) -> bool:
         orig = getattr(exc, "orig", None) or exc
         args = getattr(orig, "args", ())
@@ -194,6 +213,123 @@ class _Mysql(Dialect):
                 getattr(exc, "connection_invalidated", False)
             )
         return code in _MYSQL_TRANSIENT
+
+
+class CsvPage(Page):
+    """MySQL/MariaDB's fast path: a page as one CSV value, parsed by Arrow.
+
+    PyMySQL decodes every value of every row in Python (25k to 45k rows/s for 8 columns here). Here
+    the server renders each row as a CSV line of text values and concatenates the page into one
+    value (`GROUP_CONCAT`), which Arrow's CSV reader parses and Arrow casts column by column: no
+    Python object per value. Each value travels as the text the server would send anyway
+    (`CAST(… AS CHAR)`; text quoted, `"` doubled), binary values as quoted hex, times as
+    microseconds; NULL is an empty unquoted field, an empty string or no bytes `""`.
+
+    Whatever Arrow cannot parse or cast (a zero date, a time outside a day) makes `fetch` return
+    None: the page is read again through the driver, which names the value. A page larger than
+    the server's `max_allowed_packet` (or than `max_bytes`) cannot be one value: `fetch` returns
+    None and sets `too_big`; the page is tried again with fewer rows (see
+    `JdbcSourceTask._read_pages`).
+    """
+
+    #: the largest page read as one value (it is held in memory twice: text and Arrow)
+    max_bytes = 64 << 20
+    # `budget`: half the largest value the server allows, once known
+
+    def __init__(self, dialect: Any, plan: Any, value_type: pa.StructType) -> None:
+        self.plan = plan
+        self.value_type = value_type
+        self.too_big = False
+        fields = []
+        for i, m in enumerate(plan.columns):
+            name = dialect.quote(m.name)
+            target = value_type.field(i).type
+            if m.conv == "time":
+                text = f"CAST(TIME_TO_SEC({name}) * 1000000 AS SIGNED)"
+            elif m.conv == "bit1":
+                text = f"CAST({name} AS UNSIGNED)"
+            elif pa.types.is_binary(target):
+                # quoted, so that no bytes (an empty hex) is not NULL; BIT(n) too: its bytes
+                text = f"CONCAT('\"', HEX(CAST({name} AS BINARY)), '\"')"
+            elif pa.types.is_float32(target):
+                text = f"CAST({name} AS DOUBLE)"  # see `_Mysql.select_expr`
+            elif pa.types.is_string(target):
+                text = f"CONCAT('\"', REPLACE(CAST({name} AS CHAR), '\"', '\"\"'), '\"')"
+            else:
+                text = f"CAST({name} AS CHAR)"
+            fields.append(f"IFNULL({text}, '')")
+        self.row = "CONCAT_WS(',', " + ", ".join(fields) + ")"
+        self.names = [m.name for m in plan.columns]
+        self.read_names = [str(i) for i in range(len(plan.columns))]
+        self.parse = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
+        self.convert = pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in self.read_names},
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        )
+
+    def fetch(
+        self, conn: Any, tail: str, params: list[Any]
+    ) -> tuple[pa.StructArray, dict[str, Any]] | None:
+        """The page `SELECT * {tail}` (`tail` ends with `ORDER BY … LIMIT n`), or None."""
+        order = tail.rsplit(" ORDER BY ", 1)[1].rsplit(" LIMIT ", 1)[0]
+        conn.exec_driver_sql(
+            f"SET SESSION group_concat_max_len = LEAST(@@max_allowed_packet, {int(self.max_bytes)})"
+        )
+        count, data, limit = conn.exec_driver_sql(
+            f"SELECT COUNT(*), CAST(GROUP_CONCAT({self.row} ORDER BY {order} SEPARATOR X'0A') "
+            f"AS BINARY), @@group_concat_max_len FROM (SELECT *{tail}) AS sluice_page",
+            tuple(params),
+        ).one()
+        self.budget = min(PAGE_BYTES, int(limit) // 2)
+        if not count:
+            return pa.array([], self.value_type), {}
+        if data is None or len(data) >= limit:  # did not fit: cut short, or no value at all
+            self.too_big = True
+            return None
+        self.too_big = False
+        self.page_bytes = len(data)
+        try:
+            table = pacsv.read_csv(
+                pa.BufferReader(data),
+                read_options=pacsv.ReadOptions(
+                    column_names=self.read_names, use_threads=False, block_size=len(data) + 1
+                ),
+                parse_options=self.parse,
+                convert_options=self.convert,
+            )
+            if table.num_rows != count:
+                return None
+            arrays = [
+                self._finish(m, self.value_type.field(i).type, table.column(i).combine_chunks())
+                for i, m in enumerate(self.plan.columns)
+            ]
+        except (pa.ArrowException, ValueError):
+            return None
+        if any(a is None for a in arrays):
+            return None
+        value = pa.StructArray.from_arrays(arrays, fields=list(self.value_type))
+        last = {}
+        for i, name in enumerate(self.names):
+            v = arrays[i][-1].as_py()
+            last[name] = naive_utc(v) if isinstance(v, datetime) else v
+        return value, last
+
+    @staticmethod
+    def _finish(mapped: Mapped, target: pa.DataType, text: pa.Array) -> pa.Array | None:
+        if mapped.conv == "time":
+            return time_micros(text.cast(pa.int64()))
+        if mapped.conv == "bit1":
+            return pc.not_equal(text.cast(pa.int8()), 0)
+        if mapped.conv == "timestamp":
+            return text.cast(pa.timestamp("us")).cast(target)
+        if pa.types.is_binary(target):
+            return unhex(text)
+        if pa.types.is_floating(target):
+            # as PyMySQL does: the text read as a double, then (FLOAT) narrowed
+            return text.cast(pa.float64()).cast(target)
+        return text.cast(target)
 
 
 DIALECT: Dialect = _Mysql()

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
 from sluice.connectors.jdbc._config import TableName
 from sluice.connectors.jdbc._dialect import (
     ColumnInfo,
@@ -17,6 +20,7 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
+from sluice.connectors.jdbc._pages import Page, time_micros, unhex
 from sluice.sdk import Schema
 
 # JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)
@@ -83,6 +87,16 @@ class _Postgres(Dialect):
     def select_expr(self, mapped: Mapped) -> str:
         name = self.quote(mapped.name)
         return f"{name}::text AS {name}" if mapped.cast_text else name
+
+    # -- reading a source -----------------------------------------------------------------------
+    def page(self, plan: Any, value_type: pa.StructType) -> Page | None:
+        return CopyPage(self, plan, value_type)
+
+    def prefer_index_scans(self, conn: Any) -> None:
+        conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+
+    def empty_temp_table_sql(self, name: str, query: str) -> str:
+        return f"CREATE TEMPORARY TABLE {name} AS {query} WITH NO DATA"
 
     # -- catalog -------------------------------------------------------------------------------
     utc_now_sql = "SELECT (clock_timestamp() AT TIME ZONE 'UTC')"
@@ -165,6 +179,91 @@ class _Postgres(Dialect):
             or state in ("40001", "40P01", "55P03")
             or state.startswith("57P")
         )
+
+
+class CopyPage(Page):
+    """PostgreSQL's fast path: a page as `COPY (SELECT …) TO STDOUT (FORMAT csv)`, parsed by Arrow.
+
+    No Python object per value (about six times faster than fetching rows). Timestamps travel as
+    the session's UTC text (`2024-01-01 00:00:01.5+00`, naive ones cast to timestamptz, which in a
+    UTC session keeps their wall-clock value), times as microseconds since midnight, bytea as hex
+    text. Whatever Arrow cannot parse (`infinity`, a BC date), or a time that does not fit
+    sluice's Time, makes `fetch` return None: the page is then read again through the driver,
+    which names the offending value.
+    """
+
+    def __init__(self, dialect: Any, plan: Any, value_type: pa.StructType) -> None:
+        self.plan = plan
+        self.value_type = value_type
+        exprs, self.types = [], {}
+        for i, m in enumerate(plan.columns):
+            name = dialect.quote(m.name)
+            target = value_type.field(i).type
+            if m.conv == "timestamp":
+                # Text, parsed by Arrow: the server's EXTRACT(EPOCH …) is numeric arithmetic,
+                # 0.7 µs of its CPU a value against 0.25 µs for the text.
+                exprs.append(f"{name}::timestamptz AS {name}")
+                self.types[m.name] = pa.timestamp("us", tz="UTC")
+            elif m.conv == "time":
+                exprs.append(f"(EXTRACT(EPOCH FROM {name}) * 1000000)::bigint AS {name}")
+                self.types[m.name] = pa.int64()
+            else:
+                exprs.append(dialect.select_expr(m))
+                self.types[m.name] = pa.string() if pa.types.is_binary(target) else target
+        self.select = ", ".join(exprs)
+        self.names = [m.name for m in plan.columns]
+        self.options = pacsv.ConvertOptions(
+            column_types=self.types,
+            true_values=["t"],
+            false_values=["f"],
+            null_values=[""],
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+        )
+
+    def fetch(
+        self, conn: Any, tail: str, params: list[Any]
+    ) -> tuple[pa.StructArray, dict[str, Any]] | None:
+        statement = f"COPY (SELECT {self.select}{tail}) TO STDOUT WITH (FORMAT csv)"
+        if not params:
+            statement = statement.replace("%%", "%")  # psycopg formats only with parameters
+        cursor = conn.connection.driver_connection.cursor()
+        # One CopyData message per row: growing one buffer costs 1 µs a row, joining a bytes
+        # copy of each row 1.6 µs (500k rows of bench/jdbc_copy.py's table).
+        data = bytearray()
+        try:
+            with cursor.copy(statement, tuple(params) or None) as copy:
+                for row in copy:
+                    data += row
+        finally:
+            cursor.close()
+        self.page_bytes = len(data)
+        if not data:
+            return pa.array([], self.value_type), {}
+        try:
+            table = pacsv.read_csv(
+                pa.BufferReader(data),
+                read_options=pacsv.ReadOptions(column_names=self.names, use_threads=False),
+                convert_options=self.options,
+            )
+            arrays = [self._finish(m, table.column(i)) for i, m in enumerate(self.plan.columns)]
+        except (pa.ArrowException, ValueError):
+            return None
+        if any(a is None for a in arrays):
+            return None
+        value = pa.StructArray.from_arrays(arrays, fields=list(self.value_type))
+        last = {name: arrays[i][-1].as_py() for i, name in enumerate(self.names)}
+        return value, last
+
+    def _finish(self, mapped: Mapped, column: pa.ChunkedArray) -> pa.Array | None:
+        array = column.combine_chunks()
+        if mapped.conv == "timestamp":
+            return array.cast(pa.timestamp("us", tz="UTC"))
+        if mapped.conv == "time":
+            return time_micros(array)
+        if mapped.schema.to_arrow() == pa.binary():
+            return unhex(array, prefix=2)
+        return array
 
 
 DIALECT: Dialect = _Postgres()
