@@ -473,12 +473,12 @@ def test_upserted_keys_in_an_empty_range_are_copied_straight_in(pg: Db) -> None:
 def test_a_conflict_the_probe_missed_falls_back_to_the_upsert(
     pg: Db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sluice.connectors.jdbc import sink as sink_module
+    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
 
     _table(pg)
     pg.execute("INSERT INTO people VALUES (2, 'old', NULL)")
     # as if row 2 had been committed between the probe and the COPY: the probe looks elsewhere
-    monkeypatch.setattr(sink_module, "_integer_span", lambda rows: (1000, 1000))
+    monkeypatch.setattr(pg_dialect, "_integer_span", lambda rows: (1000, 1000))
     result = _write(pg, _people([(1, "one", None), (2, "new", None)]), **UPSERT)
     assert result["appended"] == 0 and result["rows"] == 2
     assert _content(pg) == [(1, "one", None), (2, "new", None)]

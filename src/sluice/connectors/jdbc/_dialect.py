@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.connectors.jdbc._config import TableName
-from sluice.sdk import FieldType, Schema
+from sluice.sdk import ConnectException, FieldType, Schema
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,35 @@ class Dialect:
         """SQL creating temporary table ``name`` with the columns of ``query`` and no rows."""
         raise NotImplementedError
 
+    # -- writing a sink -------------------------------------------------------------------------
+    #: whether the sink writes a task's batches while it still reads the next (`_EarlyWrites`)
+    early_writes: bool = False
+    #: what follows the column list of `auto.create`'s CREATE TABLE
+    create_table_options: str = ""
+
+    def driver_values(self, array: Any) -> list[Any]:
+        """The Python values of an Arrow array as this database's driver takes them."""
+        return array.to_pylist()
+
+    def column_type(self, type_: Any, *, pk: bool, where: str) -> str:
+        """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
+        raise NotImplementedError
+
+    def write(
+        self,
+        writer: Any,
+        conn: Any,
+        name: TableName,
+        kind: str,
+        cols: list[str],
+        pk: list[str],
+        rows: Any,
+    ) -> None:
+        """Apply ``kind`` (insert, upsert, update or delete) to ``rows`` (tuples, or an Arrow
+        table) of columns ``cols`` (key ``pk``) of table ``name``, in the open transaction.
+        ``writer`` is the sink's `_Writer` (its `chunks` and `appended`)."""
+        raise NotImplementedError
+
     # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------
     #: SQL of the current time in UTC, as a naive timestamp with microseconds.
     utc_now_sql: str = ""
@@ -196,6 +225,20 @@ def decimal_schema(column: ColumnInfo, precision: int | None, scale: int | None)
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
+def column_type(type_: Any, names: dict[str, str], where: str) -> str:
+    """The column type of Arrow ``type_`` shared by every database (TIME), else from ``names``
+    (by the Arrow type's name)."""
+    import pyarrow as pa
+
+    if pa.types.is_time(type_):
+        digits = {"s": 0, "ms": 3, "us": 6, "ns": 6}[type_.unit]
+        return f"TIME({digits})"
+    name = str(type_)
+    if name not in names:
+        raise ConnectException(f"{where}: sluice has no column type for {type_}")
+    return names[name]
+
+
 def optional(schema: Schema, nullable: bool) -> Schema:
     return schema if schema.optional == nullable else replace(schema, optional=nullable)
 

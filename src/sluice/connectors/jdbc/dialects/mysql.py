@@ -18,6 +18,7 @@ from sluice.connectors.jdbc._dialect import (
     Mapped,
     UnmappableType,
     bool_schema,
+    column_type,
     decimal_schema,
     float_schema,
     int_schema,
@@ -125,6 +126,84 @@ class _Mysql(Dialect):
             # the value arrives exactly and narrows back to the same float.
             return f"CAST({name} AS DOUBLE) AS {name}"
         return name
+
+    # -- writing a sink -------------------------------------------------------------------------
+    create_table_options = " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+
+    def driver_values(self, array: pa.Array) -> list[Any]:
+        type_ = array.type
+        if pa.types.is_timestamp(type_) and type_.tz is not None:
+            # MySQL takes naive values; sessions run in UTC.
+            array = array.cast(pa.timestamp(type_.unit))
+        return array.to_pylist()
+
+    def column_type(self, type_: pa.DataType, *, pk: bool, where: str) -> str:
+        if pa.types.is_decimal(type_):
+            return f"DECIMAL({type_.precision},{type_.scale})"
+        if pa.types.is_timestamp(type_):
+            return "DATETIME(6)"
+        if pk and (pa.types.is_string(type_) or pa.types.is_binary(type_)):
+            # MySQL cannot index a TEXT/BLOB column without a prefix length
+            return "VARCHAR(255)" if pa.types.is_string(type_) else "VARBINARY(255)"
+        return column_type(type_, _TYPES, where)
+
+    def write(
+        self,
+        writer: Any,
+        conn: Any,
+        name: TableName,
+        kind: str,
+        cols: list[str],
+        pk: list[str],
+        rows: list | pa.Table,
+    ) -> None:
+        if isinstance(rows, pa.Table):
+            lists = [self.driver_values(column.combine_chunks()) for column in rows.columns]
+            rows = list(zip(*lists, strict=True))
+        q = self.quote
+        target = self.table(name)
+        col_list = ", ".join(q(c) for c in cols)
+        one = "(" + ", ".join(["%s"] * len(cols)) + ")"
+        if kind == "delete":
+            key = "(" + ", ".join(q(c) for c in pk) + ")" if len(pk) > 1 else q(pk[0])
+            for chunk in writer.chunks(rows):
+                marks = ", ".join(one if len(pk) > 1 else "%s" for _ in chunk)
+                params = [v for row in chunk for v in row]
+                conn.exec_driver_sql(
+                    f"DELETE FROM {target} WHERE {key} IN ({marks})", tuple(params)
+                )
+            return
+        if kind == "update":
+            stage = q("sluice_stage")
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
+            conn.exec_driver_sql(
+                f"CREATE TEMPORARY TABLE {stage} AS SELECT {col_list} FROM {target} LIMIT 0"
+            )
+            self._insert(writer, conn, stage, col_list, one, rows, "")
+            rest = [c for c in cols if c not in pk]
+            if rest:
+                on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in pk)
+                sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in rest)
+                conn.exec_driver_sql(f"UPDATE {target} AS t JOIN {stage} AS s ON {on} SET {sets}")
+            conn.exec_driver_sql(f"DROP TEMPORARY TABLE {stage}")
+            return
+        suffix = ""
+        if kind == "upsert":
+            rest = [c for c in cols if c not in pk] or pk[:1]
+            suffix = " ON DUPLICATE KEY UPDATE " + ", ".join(
+                f"{q(c)} = VALUES({q(c)})" for c in rest
+            )
+        self._insert(writer, conn, target, col_list, one, rows, suffix)
+
+    def _insert(
+        self, writer: Any, conn: Any, target: str, col_list: str, one: str, rows: list, suffix: str
+    ) -> None:
+        for chunk in writer.chunks(rows):
+            marks = ", ".join([one] * len(chunk))
+            params = tuple(v for row in chunk for v in row)
+            conn.exec_driver_sql(
+                f"INSERT INTO {target} ({col_list}) VALUES {marks}{suffix}", params
+            )
 
     # -- catalog -------------------------------------------------------------------------------
     utc_now_sql = "SELECT UTC_TIMESTAMP(6)"
@@ -330,6 +409,22 @@ class CsvPage(Page):
             # as PyMySQL does: the text read as a double, then (FLOAT) narrowed
             return text.cast(pa.float64()).cast(target)
         return text.cast(target)
+
+
+_TYPES = {
+    "int8": "TINYINT",
+    "int16": "SMALLINT",
+    "int32": "INT",
+    "int64": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "bool": "BOOLEAN",
+    "string": "LONGTEXT",
+    "large_string": "LONGTEXT",
+    "binary": "LONGBLOB",
+    "large_binary": "LONGBLOB",
+    "date32[day]": "DATE",
+}
 
 
 DIALECT: Dialect = _Mysql()
