@@ -1158,10 +1158,6 @@ class RocketMQClient:
         if existing:
             return existing
         info = self.cluster_info()
-        if self._known_to_brokers(topic, info):
-            # The name server does not route it (yet): a broker restarting. Creating it again
-            # could change its queue count, so wait for the route instead.
-            raise self.unavailable(f"topic {topic!r}", "no route yet (a broker restarting?)")
         clusters = info.get("clusterAddrTable", {})
         name = cluster or ("DefaultCluster" if "DefaultCluster" in clusters else None)
         if name is None and len(clusters) == 1:
@@ -1187,9 +1183,9 @@ class RocketMQClient:
             time.sleep(0.1)
         return found
 
-    def _known_to_brokers(self, topic: str, info: Mapping[str, Any]) -> bool:
+    def known_to_brokers(self, topic: str) -> bool:
         """Whether a master broker has ``topic`` in its topic configs (GET_ALL_TOPIC_CONFIG)."""
-        for data in info.get("brokerAddrTable", {}).values():
+        for data in self.cluster_info().get("brokerAddrTable", {}).values():
             address = data.get("brokerAddrs", {}).get("0")
             if address is None:
                 continue

@@ -163,8 +163,13 @@ class RocketMQLog(ExternalLog):
 
     @_bus_errors()
     def create_topic(self, topic: str, queues: int = 8, *, exist_ok: bool = True) -> TopicInfo:
-        if self.topic_exists(topic) and not exist_ok:
-            raise FileExistsError(f"topic {topic!r} already exists")
+        if self.topic_exists(topic):
+            if not exist_ok:
+                raise FileExistsError(f"topic {topic!r} already exists")
+        elif self.client.known_to_brokers(topic):
+            # The name server does not route it (yet): a broker restarting. Creating it again
+            # could change its queue count, so wait for the route instead.
+            raise self.client.unavailable(f"topic {topic!r}", "no route yet (a broker restarting?)")
         self.client.create_topic(topic, queues, cluster=self.cluster)
         return self.describe(topic)
 
