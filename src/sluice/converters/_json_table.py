@@ -391,12 +391,18 @@ def _py_array(item: Schema, where: str, numeric: bool, decoding: bool) -> PyCode
     return decode if decoding else encode
 
 
-def _py_map_encoder(s: Schema, where: str, numeric: bool) -> PyCodec:
+def _map_parts(
+    s: Schema, where: str, numeric: bool, decoding: bool
+) -> tuple[PyCodec, PyCodec, bool, bool]:
+    """A map's key and value codecs, whether its values may be null, whether it is an object."""
     assert s.key_schema is not None and s.value_schema is not None
-    key = py_encoder(s.key_schema, f"{where}{{}}", numeric)
-    val = py_encoder(s.value_schema, f"{where}{{}}", numeric)
-    val_optional = s.value_schema.optional
-    as_object = string_keys(s)
+    key = _py_walk(s.key_schema, f"{where}{{}}", numeric, decoding=decoding)
+    val = _py_walk(s.value_schema, f"{where}{{}}", numeric, decoding=decoding)
+    return key, val, s.value_schema.optional, string_keys(s)
+
+
+def _py_map_encoder(s: Schema, where: str, numeric: bool) -> PyCodec:
+    key, val, val_optional, as_object = _map_parts(s, where, numeric, decoding=False)
 
     def map_(v: list[tuple[Any, Any]]) -> Any:
         if not val_optional and any(x is None for _, x in v):
@@ -409,11 +415,7 @@ def _py_map_encoder(s: Schema, where: str, numeric: bool) -> PyCodec:
 
 
 def _py_map_decoder(s: Schema, where: str, numeric: bool) -> PyCodec:
-    assert s.key_schema is not None and s.value_schema is not None
-    key = py_decoder(s.key_schema, f"{where}{{}}", numeric)
-    val = py_decoder(s.value_schema, f"{where}{{}}", numeric)
-    val_optional = s.value_schema.optional
-    as_object = string_keys(s)
+    key, val, val_optional, as_object = _map_parts(s, where, numeric, decoding=True)
 
     def entry(k: Any, x: Any) -> tuple[Any, Any]:
         if k is None:

@@ -67,6 +67,18 @@ class Mapped:
     cast_text: bool = False  # select it as text (PostgreSQL json, uuid, enums, …)
 
 
+@dataclass(frozen=True)
+class Write:
+    """One write of the JDBC sink: ``kind`` (insert, upsert, update or delete) of ``rows``
+    (tuples, or an Arrow table) of columns ``cols``, whose key is ``pk``, into ``table``."""
+
+    table: TableName
+    kind: str
+    cols: list[str]
+    pk: list[str]
+    rows: Any
+
+
 class UnmappableType(Exception):
     """A column whose type sluice cannot carry faithfully; the message says why."""
 
@@ -153,19 +165,9 @@ class Dialect:
         """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
         raise NotImplementedError
 
-    def write(
-        self,
-        writer: Any,
-        conn: Any,
-        name: TableName,
-        kind: str,
-        cols: list[str],
-        pk: list[str],
-        rows: Any,
-    ) -> None:
-        """Apply ``kind`` (insert, upsert, update or delete) to ``rows`` (tuples, or an Arrow
-        table) of columns ``cols`` (key ``pk``) of table ``name``, in the open transaction.
-        ``writer`` is the sink's `_Writer` (its `chunks` and `appended`)."""
+    def write(self, writer: Any, conn: Any, w: Write) -> None:
+        """Apply ``w`` in the open transaction of ``conn``. ``writer`` is the sink's `_Writer`
+        (its `chunks` and `appended`)."""
         raise NotImplementedError
 
     # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------

@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.connectors.jdbc._config import SINK_CONFIG, SinkSettings, TableName
+from sluice.connectors.jdbc._dialect import Write
 from sluice.sdk import (
     BatchId,
     ConnectException,
@@ -851,7 +852,7 @@ class _Writer:
     ) -> None:
         cols = [columns[f] for f in data.column_names]
         pk = cols if kind == "delete" else cols[:npk]
-        self.d.write(self, conn, table.name, kind, cols, pk, data)
+        self.d.write(self, conn, Write(table.name, kind, cols, pk, data))
 
     def _statement(
         self,
@@ -866,7 +867,7 @@ class _Writer:
         npk = len(ops[0].pk)
         pk = cols[:npk] if kind != "delete" else cols
         rows = [op.pk for op in ops] if kind == "delete" else [op.values for op in ops]
-        self.d.write(self, conn, table.name, kind, cols, pk, rows)
+        self.d.write(self, conn, Write(table.name, kind, cols, pk, rows))
 
     def chunks(self, rows: list) -> Iterable[list]:
         """``rows`` in statements of at most `batch.size` rows and `MAX_STATEMENT_BYTES`."""

@@ -17,6 +17,7 @@ from sluice.connectors.jdbc._dialect import (
     Dialect,
     Mapped,
     UnmappableType,
+    Write,
     bool_schema,
     column_type,
     decimal_schema,
@@ -147,16 +148,8 @@ class _Mysql(Dialect):
             return "VARCHAR(255)" if pa.types.is_string(type_) else "VARBINARY(255)"
         return column_type(type_, _TYPES, where)
 
-    def write(
-        self,
-        writer: Any,
-        conn: Any,
-        name: TableName,
-        kind: str,
-        cols: list[str],
-        pk: list[str],
-        rows: list | pa.Table,
-    ) -> None:
+    def write(self, writer: Any, conn: Any, w: Write) -> None:
+        name, kind, cols, pk, rows = w.table, w.kind, w.cols, w.pk, w.rows
         if isinstance(rows, pa.Table):
             lists = [self.driver_values(column.combine_chunks()) for column in rows.columns]
             rows = list(zip(*lists, strict=True))

@@ -16,6 +16,7 @@ from sluice.connectors.jdbc._dialect import (
     Dialect,
     Mapped,
     UnmappableType,
+    Write,
     bool_schema,
     column_type,
     decimal_schema,
@@ -117,16 +118,8 @@ class _Postgres(Dialect):
             return "TIMESTAMP(6) WITH TIME ZONE" if type_.tz else "TIMESTAMP(6)"
         return column_type(type_, _TYPES, where)
 
-    def write(
-        self,
-        writer: Any,
-        conn: Any,
-        name: TableName,
-        kind: str,
-        cols: list[str],
-        pk: list[str],
-        rows: list | pa.Table,
-    ) -> None:
+    def write(self, writer: Any, conn: Any, w: Write) -> None:
+        name, kind, cols, pk, rows = w.table, w.kind, w.cols, w.pk, w.rows
         q = self.quote
         target = self.table(name)
         col_list = ", ".join(q(c) for c in cols)
