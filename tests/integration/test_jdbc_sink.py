@@ -368,7 +368,7 @@ def test_an_unreachable_database_is_retried_then_reported(db: Db) -> None:
         (  # errors.retry.* is the engine's, around flush as around put (issue 19)
             {"errors.retry.timeout": "700"},
             r"flush failed after \d retries in \d+ ms \(errors.retry.timeout=700\): "
-            r"writing 1 records ",
+            r"writing 1 records: ",
         ),
         (
             {"max.retries": "2", "retry.backoff.ms": "10"},
