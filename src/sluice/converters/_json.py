@@ -120,6 +120,12 @@ class _PerProcessPython:
         self.__dict__.update(state)
         self._py = None
 
+    def _options(self, schema: Schema, envelope: bool, numeric: bool) -> None:
+        self.envelope = envelope
+        self.numeric = numeric
+        self.has_sql = table.sql_capable(schema)
+        self._py = None
+
 
 # -- encoding --------------------------------------------------------------------------------------
 class _JsonEncoder(_PerProcessPython, Encoder):
@@ -131,12 +137,9 @@ class _JsonEncoder(_PerProcessPython, Encoder):
         self, converter: str, role: str, schema: Schema, envelope: bool, numeric: bool
     ) -> None:
         super().__init__(converter, role, schema)
-        self.envelope = envelope
-        self.numeric = numeric
-        self.has_sql = table.sql_capable(schema)
+        self._options(schema, envelope, numeric)
         # Kafka's form (Time as int32): the payload carries Kafka's milliseconds.
         self.schema_text = canonical(schema, kafka=True)
-        self._py: Callable[[Any], Any] | None = None
 
     # SQL ------------------------------------------------------------------------------------------
     def _payload_sql(self, column: str) -> tuple[str, list[tuple[str, str]]]:
@@ -207,10 +210,7 @@ class _JsonDecoder(_PerProcessPython, Decoder):
         self, converter: str, role: str, schema: Schema, envelope: bool, numeric: bool
     ) -> None:
         super().__init__(converter, role, schema)
-        self.envelope = envelope
-        self.numeric = numeric
-        self.has_sql = table.sql_capable(schema)
-        self._py: Callable[[Any], Any] | None = None
+        self._options(schema, envelope, numeric)
 
     # SQL ------------------------------------------------------------------------------------------
     def sql(self, column: str, tmp: str) -> DecodeSql | None:
