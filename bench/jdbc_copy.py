@@ -220,6 +220,7 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
     """Each stage alone, in this process (no Spark): (name, rows/s, load average)."""
     from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSinkTask, JdbcSourceConnector
     from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import mysql as my_dialect
     from sluice.converters import converter_from_config
     from sluice.engine.converters import spark_arrow_type
     from sluice.sdk import BatchId, ReadLimit, SinkTaskContext
@@ -254,12 +255,12 @@ def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
     batches, schema = timed("PostgreSQL source (COPY → Arrow)", lambda: read(pg_url))
     my_url = f"jdbc:mysql://127.0.0.1:3306/{NS}?user=root"
     timed("MariaDB source (CSV page → Arrow)", lambda: read(my_url))
-    real = source_module._MyCsvPage.fetch
-    source_module._MyCsvPage.fetch = lambda *a, **k: None  # type: ignore[method-assign]
+    real = my_dialect.CsvPage.fetch
+    my_dialect.CsvPage.fetch = lambda *a, **k: None  # type: ignore[method-assign]
     try:
         timed("MariaDB source (driver rows)", lambda: read(my_url))
     finally:
-        source_module._MyCsvPage.fetch = real  # type: ignore[method-assign]
+        my_dialect.CsvPage.fetch = real  # type: ignore[method-assign]
     with tempfile.TemporaryDirectory() as tmp:
         registry = SqliteSchemaRegistry(os.path.join(tmp, "schemas.db"))
         conv = converter_from_config({"value.converter": converter}, "value", registry)

@@ -216,7 +216,7 @@ def test_queues_added_while_running_are_picked_up(bus: RocketMQBus, tmp_path: Pa
         "topicSysFlag": 0,
         "order": "false",
     }
-    for address in route.masters.values():
+    for address in {q.address for q in route}:
         (resp,) = rm.POOL.invoke_many(
             address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")], timeout_s=10
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.engine.converters import ByteArrayConverter, converter_for
+from sluice.engine.converters import converter_for, schema_of
 from sluice.sdk import ConfigException
 
 
@@ -16,11 +16,13 @@ from sluice.sdk import ConfigException
 def test_converter_errors_name_the_key(spark) -> None:
     with pytest.raises(ConfigException, match=r"value.converter: unknown converter 'Avro'"):
         converter_for({"value.converter": "Avro"}, "value.converter")
-    from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType
 
-    with pytest.raises(ConfigException, match=r"ByteArrayConverter cannot convert int"):
-        ByteArrayConverter().to_topic(F.col("value"), IntegerType())
+    raw = converter_for({"value.converter": "ByteArrayConverter"}, "value.converter")
+    with pytest.raises(
+        ConfigException, match=r"^value.converter: ByteArrayConverter cannot convert int"
+    ):
+        raw.encoder(schema_of(IntegerType()))
     alias = "org.apache.rocketmq.connect.runtime.converter.record.StringConverter"
     assert type(converter_for({"key.converter": alias}, "key.converter")).__name__ == (
         "StringConverter"

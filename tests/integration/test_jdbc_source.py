@@ -615,7 +615,8 @@ def test_times_are_read_to_the_microsecond_on_every_path(
 ) -> None:
     """PostgreSQL's plain TIME has microseconds; so has MariaDB's TIME(6). The fast paths (COPY,
     GROUP_CONCAT) and the driver's path read the same values."""
-    from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import mysql as my_dialect
+    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
 
     d = request.getfixturevalue("pg" if dialect == "postgresql" else "my")
     d.execute(f"CREATE TABLE {d.q('times')} (id INT PRIMARY KEY, t {ddl})")
@@ -624,7 +625,7 @@ def test_times_are_read_to_the_microsecond_on_every_path(
         mode="incrementing", table__whitelist="times", incrementing__column__name="id"
     )
     expected = [time(0), time(0, 0, 0, 1), time(12, 34, 56, 1), time(23, 59, 59, 999_999), None]
-    page = source_module._PgCopyPage if dialect == "postgresql" else source_module._MyCsvPage
+    page = pg_dialect.CopyPage if dialect == "postgresql" else my_dialect.CsvPage
     real = page.fetch
     fast_pages: list[bool] = []
 
@@ -722,9 +723,9 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
     config = pg.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
     (task,) = source_task(config)
     fast = read_all(task)
-    from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
 
-    monkeypatch.setattr(source_module._PgCopyPage, "fetch", lambda *a, **k: None)
+    monkeypatch.setattr(pg_dialect.CopyPage, "fetch", lambda *a, **k: None)
     (task,) = source_task(config)
     driver = read_all(task)
     import math
@@ -775,20 +776,20 @@ def test_mysql_csv_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None
     config = my.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
     (task,) = source_task(config)
     fast = read_all(task, max_rows=2)
-    from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import mysql as my_dialect
 
     pages: list[bool] = []
-    real = source_module._MyCsvPage.fetch
+    real = my_dialect.CsvPage.fetch
 
     def fetch(*a, **k):  # type: ignore[no-untyped-def]
         page = real(*a, **k)
         pages.append(page is not None)
         return page
 
-    monkeypatch.setattr(source_module._MyCsvPage, "fetch", fetch)
+    monkeypatch.setattr(my_dialect.CsvPage, "fetch", fetch)
     (task,) = source_task(config)
     assert read_all(task, max_rows=2) == fast and pages == [True, True]  # both pages: fast path
-    monkeypatch.setattr(source_module._MyCsvPage, "fetch", lambda *a, **k: None)
+    monkeypatch.setattr(my_dialect.CsvPage, "fetch", lambda *a, **k: None)
     (task,) = source_task(config)
     driver = read_all(task)
     assert len(fast) == 3 and fast == driver, (fast, driver)
@@ -805,18 +806,18 @@ def test_mysql_pages_too_big_for_one_value_are_read_in_fewer_rows(my: Db, monkey
     _plain_table(my, rows=50)
     my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
     my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('x', 10000)")
-    from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import mysql as my_dialect
 
-    monkeypatch.setattr(source_module._MyCsvPage, "max_bytes", 100_000)
+    monkeypatch.setattr(my_dialect.CsvPage, "max_bytes", 100_000)
     pages: list[tuple[int, bool]] = []  # (LIMIT, fitted)
-    real = source_module._MyCsvPage.fetch
+    real = my_dialect.CsvPage.fetch
 
     def fetch(self, conn, tail, params):  # type: ignore[no-untyped-def]
         page = real(self, conn, tail, params)
         pages.append((int(tail.rsplit(" LIMIT ", 1)[1]), page is not None))
         return page
 
-    monkeypatch.setattr(source_module._MyCsvPage, "fetch", fetch)
+    monkeypatch.setattr(my_dialect.CsvPage, "fetch", fetch)
     (task,) = source_task(my.config(mode="incrementing", table__whitelist="items"))
     values = read_all(task)
     assert _ids(values) == list(range(1, 51)) and {len(v["name"]) for v in values} == {10000}
@@ -837,18 +838,18 @@ def test_a_mysql_row_too_big_for_one_value_takes_the_driver_path(my: Db, monkeyp
     _plain_table(my, rows=3)
     my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
     my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('y', 20000) WHERE id = 2")
-    from sluice.connectors.jdbc import source as source_module
+    from sluice.connectors.jdbc.dialects import mysql as my_dialect
 
-    monkeypatch.setattr(source_module._MyCsvPage, "max_bytes", 10_000)
+    monkeypatch.setattr(my_dialect.CsvPage, "max_bytes", 10_000)
     tries: list[bool] = []
-    real = source_module._MyCsvPage.fetch
+    real = my_dialect.CsvPage.fetch
 
     def fetch(self, *a, **k):  # type: ignore[no-untyped-def]
         page = real(self, *a, **k)
         tries.append(page is not None)
         return page
 
-    monkeypatch.setattr(source_module._MyCsvPage, "fetch", fetch)
+    monkeypatch.setattr(my_dialect.CsvPage, "fetch", fetch)
     (task,) = source_task(my.config(mode="incrementing", table__whitelist="items"))
     values = read_all(task)
     assert [len(v["name"]) for v in values] == [5, 20000, 5]

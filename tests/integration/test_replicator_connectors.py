@@ -491,7 +491,7 @@ def test_rocketmq_sink_replaying_a_batch_sends_each_message_once() -> None:
             }
         )
         if crash_after_sends is not None:
-            real, sends = t.client._broker, [0]
+            real, sends = t.client.broker, [0]
 
             def dying(address: str, requests: list) -> list:
                 if requests[0][0] == rm.SEND_BATCH_MESSAGE:
@@ -500,7 +500,7 @@ def test_rocketmq_sink_replaying_a_batch_sends_each_message_once() -> None:
                         raise RuntimeError("the worker died here")
                 return real(address, requests)
 
-            t.client._broker = dying  # type: ignore[method-assign]
+            t.client.broker = dying  # type: ignore[method-assign]
         return t
 
     batch = BatchId("run1", 7)

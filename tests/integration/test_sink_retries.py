@@ -31,10 +31,12 @@ def _start(runner, tmp_path: Path, **extra: str) -> Path:
     return out
 
 
-def test_three_retriable_failures_then_success_deliver_once(runner, tmp_path: Path) -> None:
-    out = _start(
-        runner, tmp_path, **{"errors.retry.timeout": "60000", "errors.retry.delay.max.ms": "1000"}
-    )
+@pytest.mark.parametrize("stage", ["put", "flush"])
+def test_three_retriable_failures_then_success_deliver_once(
+    runner, tmp_path: Path, stage: str
+) -> None:
+    retry = {"errors.retry.timeout": "60000", "errors.retry.delay.max.ms": "1000"}
+    out = _start(runner, tmp_path, **retry, **{"fail.in": stage})
 
     def delivered() -> list[str]:
         assert runner.running["dst"].failure() is None, runner.running["dst"].failure()

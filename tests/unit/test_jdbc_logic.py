@@ -16,17 +16,14 @@ from sluice.connectors.jdbc._config import (
     TableName,
     parse_connection,
 )
-from sluice.connectors.jdbc._dialect import (
-    MYSQL,
-    POSTGRES,
-    ColumnInfo,
-    Mapped,
-    UnmappableType,
-    mysql_column,
-    pg_column,
-)
+from sluice.connectors.jdbc._dialect import ColumnInfo, Mapped, UnmappableType
 from sluice.connectors.jdbc._values import decode, encode, to_arrow
-from sluice.connectors.jdbc.sink import _Op, _runs, _with_retries, _Writer, sql_type
+from sluice.connectors.jdbc.dialects.mysql import DIALECT as MYSQL
+from sluice.connectors.jdbc.dialects.mysql import mysql_column
+from sluice.connectors.jdbc.dialects.postgres import DIALECT as POSTGRES
+from sluice.connectors.jdbc.dialects.postgres import pg_column
+from sluice.connectors.jdbc.sink import _Op, _runs, _with_retries, _Writer
+from sluice.engine.retry import RetryPolicy
 from sluice.sdk import ConfigException, ConnectException, FieldType, RetriableException, Schema
 
 
@@ -295,17 +292,17 @@ def test_values_to_arrow() -> None:
 
 # -- sink pieces ----------------------------------------------------------------------------------
 def test_auto_create_types() -> None:
-    assert sql_type(pa.decimal128(38, 10), True, pk=False, where="x") == "NUMERIC(38,10)"
-    assert sql_type(pa.timestamp("us", tz="UTC"), True, pk=False, where="x") == (
+    assert POSTGRES.column_type(pa.decimal128(38, 10), pk=False, where="x") == "NUMERIC(38,10)"
+    assert POSTGRES.column_type(pa.timestamp("us", tz="UTC"), pk=False, where="x") == (
         "TIMESTAMP(6) WITH TIME ZONE"
     )
-    assert sql_type(pa.timestamp("us", tz="UTC"), False, pk=False, where="x") == "DATETIME(6)"
-    assert sql_type(pa.string(), False, pk=True, where="x") == "VARCHAR(255)"
-    assert sql_type(pa.string(), False, pk=False, where="x") == "LONGTEXT"
-    assert sql_type(pa.time64("us"), False, pk=False, where="x") == "TIME(6)"
-    assert sql_type(pa.time64("us"), True, pk=False, where="x") == "TIME(6)"
+    assert MYSQL.column_type(pa.timestamp("us", tz="UTC"), pk=False, where="x") == "DATETIME(6)"
+    assert MYSQL.column_type(pa.string(), pk=True, where="x") == "VARCHAR(255)"
+    assert MYSQL.column_type(pa.string(), pk=False, where="x") == "LONGTEXT"
+    assert MYSQL.column_type(pa.time64("us"), pk=False, where="x") == "TIME(6)"
+    assert POSTGRES.column_type(pa.time64("us"), pk=False, where="x") == "TIME(6)"
     with pytest.raises(ConnectException, match=r"t: field 'f': sluice has no column type for list"):
-        sql_type(pa.list_(pa.int32()), True, pk=False, where="t: field 'f'")
+        POSTGRES.column_type(pa.list_(pa.int32()), pk=False, where="t: field 'f'")
 
 
 def test_insert_mode_runs_keep_record_order() -> None:
@@ -328,9 +325,9 @@ def test_statements_are_cut_by_rows_and_bytes() -> None:
     settings = SinkSettings.parse({"connection.url": "jdbc:mysql://h/d", "batch.size": "3"})
     writer = _Writer.__new__(_Writer)
     writer.settings = settings
-    assert [len(c) for c in writer._chunks([(i,) for i in range(7)])] == [3, 3, 1]
+    assert [len(c) for c in writer.chunks([(i,) for i in range(7)])] == [3, 3, 1]
     big = [("x" * (3 << 20),) for _ in range(3)]
-    assert [len(c) for c in writer._chunks(big)] == [1, 1, 1]
+    assert [len(c) for c in writer.chunks(big)] == [1, 1, 1]
 
 
 def test_write_retries_follow_the_settings() -> None:
@@ -360,7 +357,14 @@ def test_write_retries_follow_the_settings() -> None:
         }
     )
     calls.clear()
-    _with_retries(timed, flaky(5), "writing")
+    # errors.retry.* is the engine's: the sink raises the transient failure at once, and the
+    # engine's policy (the one that retries `put`) retries the whole flush (issue 19)
+    with pytest.raises(RetriableException, match=r"^writing: database away$"):
+        _with_retries(timed, flaky(5), "writing")
+    assert len(calls) == 1
+    calls.clear()
+    policy = RetryPolicy(timed.retry_timeout_ms, timed.retry_delay_max_ms)
+    assert policy.call(lambda: _with_retries(timed, flaky(5), "writing"), "flush") == 5
     assert len(calls) == 6
     calls.clear()
 
@@ -432,7 +436,8 @@ def test_dates_in_positions() -> None:
 
 
 def test_columnar_helpers() -> None:
-    from sluice.connectors.jdbc.sink import _csv_ready, _last_per_key
+    from sluice.connectors.jdbc.dialects.postgres import csv_ready as _csv_ready
+    from sluice.connectors.jdbc.sink import _last_per_key
 
     def last(keys: pa.Array, *more: pa.Array) -> list[int] | None:
         data = pa.table([keys, *more], names=[f"k{i}" for i in range(1 + len(more))])
@@ -457,7 +462,7 @@ def test_columnar_helpers() -> None:
 
 
 def test_fast_path_times_keep_microseconds_and_leave_other_values_to_the_driver() -> None:
-    from sluice.connectors.jdbc.source import _time_micros
+    from sluice.connectors.jdbc._pages import time_micros as _time_micros
 
     got = _time_micros(pa.array([0, 1, 86_399_999_999, None], pa.int64()))
     assert got is not None and got.type == pa.time64("us")

@@ -202,7 +202,7 @@ def test_client_failure_is_an_access_denied_error_that_pickles() -> None:
     client = rm.RocketMQClient(
         "h:9876", key="source.namesrv", credentials=rm.Credentials("ak", "s3cr3t")
     )
-    error = client._failed("pull of t/0 at 0", _refused("No default permission for topic:t"))
+    error = client.failed("pull of t/0 at 0", _refused("No default permission for topic:t"))
     assert isinstance(error, rm.RocketMQAccessDenied)
     assert str(error).startswith(
         "source.namesrv=h:9876: pull of t/0 at 0: accessKey 'ak' has no permission on topic 't'"

@@ -23,9 +23,14 @@ def test_properties_parse_comments_separators_and_blank_lines() -> None:
     }
 
 
-def test_properties_without_separator_name_the_line() -> None:
-    with pytest.raises(ConfigException, match=r"^w.conf:2: expected key=value, got 'oops'"):
-        parse_properties("a=1\noops\n", "w.conf")
+def test_properties_errors_name_the_file_and_line() -> None:
+    # java.util.Properties reads a line without a separator as a key with an empty value (it was
+    # an error here, unlike the CLI and Java: issue 19); what is still refused names the line.
+    assert parse_properties("a=1\noops\n", "w.conf") == {"a": "1", "oops": ""}
+    with pytest.raises(ConfigException, match=r"^w.conf:2: malformed \\u escape"):
+        parse_properties("a=1\nb=\\u12x4\n", "w.conf")
+    with pytest.raises(ConfigException, match=r"^w.conf:1: an entry has no key"):
+        parse_properties("=value\n", "w.conf")
 
 
 def test_worker_config_defaults_paths_and_spark_pass_through(tmp_path: Path) -> None:

@@ -32,8 +32,6 @@ Errors::
 
 from __future__ import annotations
 
-import contextlib
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -406,24 +404,22 @@ def retry_outage(
     0.3 s, doubling up to 2 s, and 10 s after every 16 consecutive failures. Each failure is
     logged as a warning naming ``what``; the last one is raised."""
     import logging
-    import time
+
+    from sluice.sdk._retry import Backoff, retry
 
     logger = logging.getLogger("sluice.bus")
-    deadline = time.monotonic() + outage_s
-    failures, delay = 0, 0.3
-    while True:
-        try:
-            return call()
-        except BusUnavailable as exc:
-            failures += 1
-            pause = BACKOFF_S if failures % BACKOFF_AFTER == 0 else delay
-            if time.monotonic() + pause > deadline:
-                raise
-            logger.warning(
-                "%s failed (%d in a row), retrying in %.1fs: %s", what, failures, pause, exc
-            )
-            sleep(pause)
-            delay = min(delay * 2, 2.0)
+
+    def warn(exc: BaseException, failures: int, pause: float) -> None:
+        logger.warning("%s failed (%d in a row), retrying in %.1fs: %s", what, failures, pause, exc)
+
+    return retry(
+        call,
+        backoff=Backoff(0.3, 2.0, 2.0, long_every=BACKOFF_AFTER, long_s=BACKOFF_S),
+        timeout_s=outage_s,
+        retriable=lambda exc: isinstance(exc, BusUnavailable),
+        on_retry=warn,
+        sleep=sleep,
+    )
 
 
 OUTAGE_KEY = "bus.outage.timeout.ms"
@@ -441,9 +437,3 @@ def outage_seconds(props: Mapping[str, str]) -> float:
     if value < 0:
         raise ConfigException(OUTAGE_KEY, f"must be at least 0, got {value}")
     return value / 1000.0
-
-
-def remove_quietly(path: str | os.PathLike[str]) -> None:
-    """Delete a file that may already be gone."""
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)

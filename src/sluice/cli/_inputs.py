@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from sluice import _properties
 
 from ._errors import UsageProblem
 
@@ -43,90 +45,16 @@ def parse_assignments(items: Iterable[str]) -> dict[str, str]:
 
 # -- properties files ---------------------------------------------------------------------------
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
-_SEPARATORS = "=:"
-_BLANKS = " \t\f"
-
-
-def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
-    """Join continuation lines (an odd number of trailing backslashes) like java.util.Properties."""
-    pending: str | None = None
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.lstrip(_BLANKS)
-        if pending is None:
-            if not line or line[0] in "#!":
-                continue
-            start = number
-            pending = ""
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2 == 1:
-            pending += line[:-1]
-            continue
-        yield start, pending + line
-        pending = None
-    if pending is not None:
-        # A continuation on the last line: Java keeps what it has, so do we.
-        yield start, pending
-
-
-def _unescape(text: str, where: str) -> str:
-    out: list[str] = []
-    i = 0
-    while i < len(text):
-        char = text[i]
-        if char != "\\" or i + 1 == len(text):
-            out.append(char)
-            i += 1
-            continue
-        nxt = text[i + 1]
-        if nxt == "u":
-            digits = text[i + 2 : i + 6]
-            if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
-                raise UsageProblem(f"{where}: malformed \\u escape {text[i : i + 6]!r}")
-            out.append(chr(int(digits, 16)))
-            i += 6
-            continue
-        out.append(_ESCAPES.get(nxt, nxt))
-        i += 2
-    return "".join(out)
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    # The key ends at the first unescaped '=', ':' or blank; blanks around one separator are
-    # skipped, so "a = b", "a:b" and "a b" all give ("a", "b").
-    i = 0
-    while i < len(line):
-        char = line[i]
-        if char == "\\":
-            i += 2
-            continue
-        if char in _SEPARATORS or char in _BLANKS:
-            break
-        i += 1
-    key, rest = line[:i], line[i:]
-    rest = rest.lstrip(_BLANKS)
-    if rest[:1] and rest[0] in _SEPARATORS:
-        rest = rest[1:].lstrip(_BLANKS)
-    return key, rest
-
 
 def parse_properties(text: str, *, source: str = "properties") -> dict[str, str]:
-    """Parse ``key=value`` text with java.util.Properties rules.
-
-    Comments start with ``#`` or ``!``; the separator is ``=``, ``:`` or blanks; a trailing
-    backslash continues a line; ``\\t``, ``\\n``, ``\\uXXXX`` and ``\\<char>`` escapes are decoded;
-    a repeated key keeps its last value. ``source`` names the file in error messages.
-    """
-    config: dict[str, str] = {}
-    for number, line in _logical_lines(text):
-        raw_key, raw_value = _split_entry(line)
-        where = f"{source}, line {number}"
-        key = _unescape(raw_key, where)
-        if not key:
-            raise UsageProblem(f"{where}: an entry has no key: {line!r}")
-        config[key] = _unescape(raw_value, where)
-    return config
+    """Parse ``key=value`` text with java.util.Properties rules (`sluice._properties`): comments
+    start with ``#`` or ``!``, the separator is ``=``, ``:`` or blanks, a trailing backslash
+    continues a line, escapes are decoded, a repeated key keeps its last value. ``source`` names
+    the file in error messages."""
+    try:
+        return _properties.parse_properties(text)
+    except _properties.PropertiesError as exc:
+        raise UsageProblem(f"{source}, line {exc.line}: {exc.reason}") from None
 
 
 # -- JSON config files --------------------------------------------------------------------------

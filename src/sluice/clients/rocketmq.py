@@ -797,16 +797,54 @@ class RocketMQAccessDenied(RocketMQError):
 
     code = "rocketmq.acl"
 
-    def __init__(self, message: str, *, suggestion: str | None = None, key: str = "") -> None:
+    def __init__(
+        self, message: str, *, suggestion: str | None = None, key: str = "", kind: str = ""
+    ) -> None:
         super().__init__(message, suggestion=suggestion)
         self.key = key  # the config key most likely wrong
+        self.kind = kind  # what was refused: `AclRefusal.kind` ("admin" for admin requests)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (_access_denied, (self.message, self.suggestion, self.key))
+        return (_access_denied, (self.message, self.suggestion, self.key, self.kind))
 
 
-def _access_denied(message: str, suggestion: str | None, key: str) -> RocketMQAccessDenied:
-    return RocketMQAccessDenied(message, suggestion=suggestion, key=key)
+def _access_denied(
+    message: str, suggestion: str | None, key: str, kind: str = ""
+) -> RocketMQAccessDenied:
+    return RocketMQAccessDenied(message, suggestion=suggestion, key=key, kind=kind)
+
+
+class RocketMQOffsetMoved(RocketMQError):
+    """A pull asked for an offset no longer (or not yet) in the queue; ``min_offset`` and
+    ``max_offset`` are the queue's range as the broker reported it."""
+
+    code = "rocketmq.offset_moved"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        offset: int,
+        min_offset: int,
+        max_offset: int,
+        suggestion: str | None = None,
+    ) -> None:
+        super().__init__(message, suggestion=suggestion)
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        bounds = (self.offset, self.min_offset, self.max_offset)
+        return (_offset_moved, (self.message, self.suggestion, *bounds))
+
+
+def _offset_moved(
+    message: str, suggestion: str | None, offset: int, min_offset: int, max_offset: int
+) -> RocketMQOffsetMoved:
+    return RocketMQOffsetMoved(
+        message, suggestion=suggestion, offset=offset, min_offset=min_offset, max_offset=max_offset
+    )
 
 
 class AclKeys(NamedTuple):
@@ -959,8 +997,8 @@ class MessageQueue:
 
 _CLIENT_ROUTES: dict[tuple[int, str, str], tuple[float, tuple[MessageQueue, ...]]] = {}
 _CLIENT_ROUTES_LOCK = threading.Lock()
-_SEND_BYTES = 1 << 20  # bytes per SEND_BATCH_MESSAGE (the broker's limit is maxMessageSize)
-_SEND_COUNT = 2_000
+SEND_BYTES = 1 << 20  # bytes per SEND_BATCH_MESSAGE (the broker's limit is maxMessageSize)
+SEND_COUNT = 2_000  # messages per SEND_BATCH_MESSAGE
 _PULL_WINDOW = 16  # pulls in flight per queue
 
 
@@ -993,25 +1031,32 @@ class RocketMQClient:
         return f"RocketMQClient({self.key}={self.namesrv_addr!r})"
 
     # -- transport -------------------------------------------------------------------------------
-    def _unavailable(self, what: str, detail: object) -> Exception:
+    def unavailable(self, what: str, detail: object) -> Exception:
+        """A `RocketMQUnavailable` naming the address key, ``what`` was asked and ``detail``."""
         return RocketMQUnavailable(
             f"{self.key}={self.namesrv_addr}: {what}: {detail}",
             suggestion="are the name server and the brokers up and reachable?",
         )
 
-    def _failed(self, what: str, resp: Response) -> Exception:
+    def failed(self, what: str, resp: Response) -> Exception:
+        """The error for a refused request: `RocketMQAccessDenied` (the ACL, naming the key to
+        fix), `RocketMQUnavailable` (a transient code) or `RocketMQError`."""
         where = f"{self.key}={self.namesrv_addr}: {what}"
         refusal = acl_refusal(resp, self.credentials, self.acl_keys)
         if refusal is not None:
             return RocketMQAccessDenied(
-                f"{where}: {refusal.message}", suggestion=refusal.suggestion, key=refusal.key
+                f"{where}: {refusal.message}",
+                suggestion=refusal.suggestion,
+                key=refusal.key,
+                kind=refusal.kind,
             )
         message = f"{where}: code {resp.code}: {resp.remark}"
         if resp.code in TRANSIENT_CODES:
             return RocketMQUnavailable(message)
         return RocketMQError(message)
 
-    def _ns(self, code: int, ext: Mapping[str, Any]) -> Response:
+    def ns(self, code: int, ext: Mapping[str, Any]) -> Response:
+        """One request to the first name server that answers."""
         errors = []
         for address in [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]:
             try:
@@ -1020,27 +1065,31 @@ class RocketMQClient:
                 )
             except RemotingError as exc:
                 errors.append(str(exc))
-        raise self._unavailable("no name server answered", "; ".join(errors) or "none configured")
+        raise self.unavailable("no name server answered", "; ".join(errors) or "none configured")
 
-    def _broker(
+    def broker(
         self, address: str, requests: Sequence[tuple[int, Mapping[str, Any], bytes]]
     ) -> list[Response]:
+        """``requests`` pipelined to the broker at ``address``, their responses in order."""
         try:
             return POOL.invoke_many(
                 address, requests, timeout_s=self.timeout_s, credentials=self.credentials
             )
         except RemotingError as exc:
-            raise self._unavailable(f"broker {address}", exc) from None
+            raise self.unavailable(f"broker {address}", exc) from None
 
     # -- admin -----------------------------------------------------------------------------------
+    def _cluster_table(self) -> dict[str, Any]:
+        resp = self.ns(GET_BROKER_CLUSTER_INFO, {})
+        if resp.code != SUCCESS:
+            raise self.failed("cluster info", resp)
+        return loads_lenient(resp.body)
+
     def cluster_info(self) -> dict[str, Any]:
         """GET_BROKER_CLUSTER_INFO; raises unless at least one broker is registered."""
-        resp = self._ns(GET_BROKER_CLUSTER_INFO, {})
-        if resp.code != SUCCESS:
-            raise self._failed("cluster info", resp)
-        info = loads_lenient(resp.body)
+        info = self._cluster_table()
         if not info.get("brokerAddrTable"):
-            raise self._unavailable("cluster info", "no broker is registered")
+            raise self.unavailable("cluster info", "no broker is registered")
         return info
 
     def check_access(self) -> None:
@@ -1051,25 +1100,25 @@ class RocketMQClient:
             address = data.get("brokerAddrs", {}).get("0")
             if address is None:
                 continue
-            (resp,) = self._broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
+            (resp,) = self.broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
             if acl_refusal(resp, self.credentials, self.acl_keys) is not None:
-                raise self._failed(f"broker {address}", resp)
+                raise self.failed(f"broker {address}", resp)
 
     def check_readable(self, topic: str) -> None:
         """One pull from the first queue of ``topic``: raises `RocketMQAccessDenied` if the
         broker's ACL refuses this account reading it (or its consumer group)."""
         for queue in self.queues(topic)[:1]:
             ext = pull_ext(self.group, topic, queue.queue_id, 0)
-            (resp,) = self._broker(queue.address, [(PULL_MESSAGE, ext, b"")])
+            (resp,) = self.broker(queue.address, [(PULL_MESSAGE, ext, b"")])
             if acl_refusal(resp, self.credentials, self.acl_keys) is not None:
-                raise self._failed(f"pull of {topic}/{queue.queue_id}", resp)
+                raise self.failed(f"pull of {topic}/{queue.queue_id}", resp)
 
     def topics(self) -> list[str]:
         """The cluster's user topics (no system, retry or dead-letter topics), sorted."""
-        resp = self._ns(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
+        resp = self.ns(GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
         if resp.code != SUCCESS:
-            raise self._failed("topic list", resp)
-        info = self.cluster_info()
+            raise self.failed("topic list", resp)
+        info = self._cluster_table()
         internal = set(info.get("brokerAddrTable", {})) | set(info.get("clusterAddrTable", {}))
         return sorted(
             t
@@ -1088,11 +1137,11 @@ class RocketMQClient:
             cached = _CLIENT_ROUTES.get(key)
         if cached is not None and not fresh and cached[0] > now:
             return cached[1]
-        resp = self._ns(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+        resp = self.ns(GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
         if resp.code == TOPIC_NOT_EXIST:
             found: tuple[MessageQueue, ...] = ()
         elif resp.code != SUCCESS:
-            raise self._failed(f"route of topic {topic!r}", resp)
+            raise self.failed(f"route of topic {topic!r}", resp)
         else:
             pairs, masters = parse_route(resp.body)
             found = tuple(MessageQueue(b, q, masters[b]) for b, q in pairs)
@@ -1100,27 +1149,58 @@ class RocketMQClient:
             _CLIENT_ROUTES[key] = (now + 2.0, found)
         return found
 
-    def create_topic(self, topic: str, queues: int = 8) -> tuple[MessageQueue, ...]:
-        """Create ``topic`` with ``queues`` queues on every master broker (kept if it exists)."""
+    def create_topic(
+        self, topic: str, queues: int = 8, *, cluster: str | None = None
+    ) -> tuple[MessageQueue, ...]:
+        """Create ``topic`` with ``queues`` queues on the master brokers of ``cluster`` (default:
+        ``DefaultCluster``, or the only cluster); an existing topic is kept as it is."""
         existing = self.queues(topic, fresh=True)
         if existing:
             return existing
         info = self.cluster_info()
-        for data in info["brokerAddrTable"].values():
-            address = data.get("brokerAddrs", {}).get("0")
+        clusters = info.get("clusterAddrTable", {})
+        name = cluster or ("DefaultCluster" if "DefaultCluster" in clusters else None)
+        if name is None and len(clusters) == 1:
+            name = next(iter(clusters))
+        if name not in clusters:
+            raise RocketMQError(
+                f"{self.key}={self.namesrv_addr}: cannot create topic {topic!r}: "
+                f"cluster {name!r} not found (clusters: {sorted(clusters)})"
+            )
+        ext = create_topic_ext(topic, queues)
+        for broker in clusters[name]:
+            address = info["brokerAddrTable"][broker]["brokerAddrs"].get("0")
             if address is None:
                 continue
-            (resp,) = self._broker(
-                address, [(UPDATE_AND_CREATE_TOPIC, create_topic_ext(topic, queues), b"")]
-            )
+            (resp,) = self.broker(address, [(UPDATE_AND_CREATE_TOPIC, ext, b"")])
             if resp.code != SUCCESS:
-                raise self._failed(f"create topic {topic!r}", resp)
+                raise self.failed(f"create topic {topic!r} on {broker}", resp)
+        # The broker registers the topic with the name servers right away; wait until they say so.
         deadline = time.monotonic() + self.timeout_s
         while not (found := self.queues(topic, fresh=True)):
             if time.monotonic() > deadline:
-                raise self._unavailable(f"topic {topic!r}", "created, but no route appeared")
+                raise self.unavailable(f"topic {topic!r}", "created, but no route appeared")
             time.sleep(0.1)
         return found
+
+    def known_to_brokers(self, topic: str) -> bool:
+        """Whether a master broker has ``topic`` in its topic configs (GET_ALL_TOPIC_CONFIG)."""
+        for data in self.cluster_info().get("brokerAddrTable", {}).values():
+            address = data.get("brokerAddrs", {}).get("0")
+            if address is None:
+                continue
+            (resp,) = self.broker(address, [(GET_ALL_TOPIC_CONFIG, {}, b"")])
+            table = loads_lenient(resp.body).get("topicConfigTable", {}) if resp.body else {}
+            if resp.code == SUCCESS and topic in table:
+                return True
+        return False
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete ``topic`` from its brokers and the name servers."""
+        for address in {q.address for q in self.queues(topic)}:
+            self.broker(address, [(DELETE_TOPIC_IN_BROKER, {"topic": topic}, b"")])
+        self.ns(DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
+        self.queues(topic, fresh=True)
 
     def offsets(
         self, topic: str, queues: Sequence[MessageQueue]
@@ -1136,12 +1216,12 @@ class RocketMQClient:
             for q in group:
                 ext = {"topic": topic, "queueId": q.queue_id}
                 requests += [(GET_MIN_OFFSET, ext, b""), (GET_MAX_OFFSET, ext, b"")]
-            responses = self._broker(address, requests)
+            responses = self.broker(address, requests)
             for n, q in enumerate(group):
                 low, high = responses[2 * n], responses[2 * n + 1]
                 for resp in (low, high):
                     if resp.code != SUCCESS:
-                        raise self._failed(f"offsets of {topic}/{q.broker}/{q.queue_id}", resp)
+                        raise self.failed(f"offsets of {topic}/{q.broker}/{q.queue_id}", resp)
                 out[q] = (int(low.field("offset")), int(high.field("offset")))
         return out
 
@@ -1151,51 +1231,73 @@ class RocketMQClient:
     ) -> Iterator[StoredMessage]:
         """The messages with ``start <= queue offset < stop``, in order (several pulls in flight).
 
-        Raises `RocketMQError` when ``start`` is no longer in the queue (removed by retention)."""
+        Raises `RocketMQOffsetMoved` when ``start`` is no longer in the queue (removed by
+        retention)."""
+        for body in self.pull_bodies(topic, queue, start, stop):
+            for message in decode_messages(body):
+                if start <= message.queue_offset < stop:
+                    yield message
+
+    def pull_bodies(
+        self, topic: str, queue: MessageQueue, start: int, stop: int, *, window: int = _PULL_WINDOW
+    ) -> Iterator[bytes]:
+        """PULL_MESSAGE response bodies covering offsets ``start`` to (at least) ``stop``, in
+        order, ``window`` pulls in flight at a time (the last body may hold messages past
+        ``stop``; decode them with `decode_messages` or `decode_pulled`)."""
         pos = start
         stalled: tuple[int, float] | None = None
         while pos < stop:
-            offsets = list(range(pos, stop, PULL_BATCH))[:_PULL_WINDOW]
+            offsets = list(range(pos, stop, PULL_BATCH))[:window]
             requests = [
                 (PULL_MESSAGE, pull_ext(self.group, topic, queue.queue_id, o), b"") for o in offsets
             ]
             found: dict[int, tuple[bytes, int]] = {}
-            for offset, resp in zip(offsets, self._broker(queue.address, requests), strict=True):
+            for offset, resp in zip(offsets, self.broker(queue.address, requests), strict=True):
                 if resp.code == SUCCESS:
                     found[offset] = (resp.body, int(resp.field("nextBeginOffset")))
                 elif resp.code == PULL_OFFSET_MOVED and offset == pos:
-                    raise RocketMQError(
-                        f"{self.key}={self.namesrv_addr}: {topic}/{queue.broker}/"
-                        f"{queue.queue_id}: offset {pos} is no longer in the queue (range "
-                        f"{resp.field('minOffset')}..{resp.field('maxOffset')})",
-                        suggestion="the broker removed it (retention); reset the offsets",
-                    )
+                    raise self._offset_moved(topic, queue, pos, resp)
                 elif resp.code == SUBSCRIPTION_GROUP_NOT_EXIST:
-                    self._create_group(queue.address, self.group)
+                    self.create_group(queue.address, self.group)
                 elif resp.code == PULL_RETRY_IMMEDIATELY:  # nothing matched: skip ahead
                     found[offset] = (b"", int(resp.field("nextBeginOffset") or offset))
                 elif resp.code != PULL_NOT_FOUND and offset == pos:
-                    raise self._failed(f"pull of {topic}/{queue.queue_id} at {pos}", resp)
+                    raise self.failed(f"pull of {topic}/{queue.queue_id} at {pos}", resp)
             progressed = False
+            # A response holds what follows its offset; one with fewer messages than asked for
+            # leaves a gap before the next, which the next round fills.
             while pos in found and pos < stop:
                 body, after = found.pop(pos)
                 if after <= pos:
                     break
-                for message in decode_messages(body):
-                    if pos <= message.queue_offset < stop:
-                        yield message
+                if body:
+                    yield body
                 pos, progressed = after, True
             if not progressed:  # not readable yet (consume queue lagging): retry shortly
                 now = time.monotonic()
                 if stalled is None or stalled[0] != pos:
                     stalled = (pos, now)
                 elif now - stalled[1] > self.timeout_s:
-                    raise self._unavailable(
+                    raise self.unavailable(
                         f"pull of {topic}/{queue.queue_id}", f"no message at offset {pos}"
                     )
                 time.sleep(0.05)
 
-    def _create_group(self, address: str, group: str) -> None:
+    def _offset_moved(
+        self, topic: str, queue: MessageQueue, pos: int, resp: Response
+    ) -> RocketMQOffsetMoved:
+        low, high = int(resp.field("minOffset") or 0), int(resp.field("maxOffset") or 0)
+        return RocketMQOffsetMoved(
+            f"{self.key}={self.namesrv_addr}: {topic}/{queue.broker}/{queue.queue_id}: offset "
+            f"{pos} is no longer in the queue (range {low}..{high})",
+            suggestion="the broker removed it (retention); reset the offsets",
+            offset=pos,
+            min_offset=low,
+            max_offset=high,
+        )
+
+    def create_group(self, address: str, group: str) -> None:
+        """Create (or update) subscription group ``group`` on the broker at ``address``."""
         body = json.dumps(
             {
                 "groupName": group,
@@ -1209,9 +1311,9 @@ class RocketMQClient:
                 "notifyConsumerIdsChangedEnable": True,
             }
         ).encode()
-        (resp,) = self._broker(address, [(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
+        (resp,) = self.broker(address, [(UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
         if resp.code != SUCCESS:
-            raise self._failed(f"create consumer group {group!r}", resp)
+            raise self.failed(f"create consumer group {group!r}", resp)
 
     def send(
         self,
@@ -1232,15 +1334,15 @@ class RocketMQClient:
             j, size = i, 0
             while (
                 j < len(items)
-                and j - i < _SEND_COUNT
-                and (j == i or size + len(items[j]) <= _SEND_BYTES)
+                and j - i < SEND_COUNT
+                and (j == i or size + len(items[j]) <= SEND_BYTES)
             ):
                 size += len(items[j])
                 j += 1
             ext = send_ext(self.group, topic, queue.queue_id, born)
-            (resp,) = self._broker(queue.address, [(SEND_BATCH_MESSAGE, ext, b"".join(items[i:j]))])
+            (resp,) = self.broker(queue.address, [(SEND_BATCH_MESSAGE, ext, b"".join(items[i:j]))])
             if resp.code not in STORED_CODES:
-                raise self._failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
+                raise self.failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
             end = int(resp.field("queueOffset")) + (j - i)
             i = j
         return end
@@ -1250,11 +1352,11 @@ class RocketMQClient:
         """The offset ``group`` committed for ``queue`` (-1: none). A broker answers 0 rather than
         "none" for a queue whose first message is still stored, so store values above 0."""
         ext = {"consumerGroup": group, "topic": topic, "queueId": queue.queue_id}
-        (resp,) = self._broker(queue.address, [(QUERY_CONSUMER_OFFSET, ext, b"")])
+        (resp,) = self.broker(queue.address, [(QUERY_CONSUMER_OFFSET, ext, b"")])
         if resp.code == QUERY_NOT_FOUND:
             return -1
         if resp.code != SUCCESS:
-            raise self._failed(f"offset of group {group!r} on {topic}/{queue.queue_id}", resp)
+            raise self.failed(f"offset of group {group!r} on {topic}/{queue.queue_id}", resp)
         return int(resp.field("offset"))
 
     def commit_offset(self, group: str, topic: str, queue: MessageQueue, offset: int) -> None:
@@ -1267,24 +1369,24 @@ class RocketMQClient:
             "queueId": queue.queue_id,
             "commitOffset": offset,
         }
-        (resp,) = self._broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
+        (resp,) = self.broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
         if resp.code == SUBSCRIPTION_GROUP_NOT_EXIST:
-            self._create_group(queue.address, group)
-            (resp,) = self._broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
+            self.create_group(queue.address, group)
+            (resp,) = self.broker(queue.address, [(UPDATE_CONSUMER_OFFSET, ext, b"")])
         if resp.code != SUCCESS:
-            raise self._failed(f"commit offset of group {group!r}", resp)
+            raise self.failed(f"commit offset of group {group!r}", resp)
 
     def wait_dispatched(self, address: str) -> None:
         """Wait until the broker at ``address`` made every stored message readable (its consume
         queues caught up with its commit log), so that counting messages sees them all."""
         deadline = time.monotonic() + self.timeout_s
         while True:
-            (resp,) = self._broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
+            (resp,) = self.broker(address, [(GET_BROKER_RUNTIME_INFO, {}, b"")])
             table = loads_lenient(resp.body).get("table", {}) if resp.body else {}
             if resp.code != SUCCESS or int(table.get("dispatchBehindBytes", 0)) == 0:
                 return
             if time.monotonic() > deadline:
-                raise self._unavailable(f"broker {address}", "its consume queues lag behind")
+                raise self.unavailable(f"broker {address}", "its consume queues lag behind")
             time.sleep(0.01)
 
     def count_tagged(

@@ -226,13 +226,3 @@ def string_errors(reasons: list[str | None]) -> pa.Array | None:
     if all(r is None for r in reasons):
         return None
     return pa.array(reasons, pa.string())
-
-
-def sql_literal(text: str) -> str:
-    """A Spark SQL string literal (backslashes and quotes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def sql_field(expr: str, name: str) -> str:
-    """`expr.name` with the name back-quoted (any name is safe)."""
-    return f"{expr}.`{name.replace('`', '``')}`"

@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
-from pyspark.sql.types import BinaryType, DataType, StringType, StructType
+from pyspark.sql.types import DataType, StructType
 
 from sluice import converters
 from sluice.converters import (
@@ -43,7 +43,6 @@ from sluice.converters import (
     RecordError,
     SchemaRegistry,
     canonical,
-    converter_class,
     converter_from_config,
     from_connect,
     record_error,
@@ -67,13 +66,6 @@ def converter_for(
 ) -> Converter:
     """The converter configured under `key` ("key.converter" / "value.converter")."""
     return converter_from_config(config, key.split(".", 1)[0], registry)
-
-
-def converter_named(name: str, key: str) -> Converter:
-    """The converter called `name`, with no options; errors name the config `key`."""
-    converter = converter_class(name, key)()
-    converter.configure({}, role=key.split(".", 1)[0])
-    return converter
 
 
 @dataclass(frozen=True)
@@ -748,35 +740,6 @@ class _RegisteringWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self.inner.abort([m.inner if isinstance(m, _Tagged) else m for m in messages], batchId)
-
-
-# -- the pre-package API (Spark columns on a converter), kept for existing callers -----------------
-class StringConverter(converters.StringConverter):
-    """`sluice.converters.StringConverter` with the Spark-column methods of the first API."""
-
-    def to_topic(self, column: Column, type_: DataType) -> Column:
-        self.encoder(schema_of(type_, key=self.key))  # same type checks as the encoder
-        if isinstance(type_, BinaryType):
-            return column
-        if isinstance(type_, StringType):
-            return column.cast("binary")
-        if type_.typeName() in ("struct", "map", "array"):
-            return F.to_json(column).cast("binary")
-        return column.cast("string").cast("binary")
-
-    def from_topic(self, column: Column) -> Column:
-        return column.cast("string")
-
-
-class ByteArrayConverter(converters.ByteArrayConverter):
-    """`sluice.converters.ByteArrayConverter` with the Spark-column methods of the first API."""
-
-    def to_topic(self, column: Column, type_: DataType) -> Column:
-        self.encoder(schema_of(type_, key=self.key))  # raises for anything but bytes/text
-        return column if isinstance(type_, BinaryType) else column.cast("binary")
-
-    def from_topic(self, column: Column) -> Column:
-        return column
 
 
 _NEVER_FAIL = (

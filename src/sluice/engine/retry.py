@@ -7,14 +7,16 @@ starts at 300 ms and doubles. Anything other than a `RetriableException` is not 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import NoReturn, TypeVar
 
 from sluice.engine.keys import RUNTIME_KEYS
-from sluice.sdk import ConnectException, RetriableException
+from sluice.sdk import ConnectException
+from sluice.sdk._retry import Backoff, retry
 
 FIRST_DELAY_MS = 300
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -29,25 +31,32 @@ class RetryPolicy:
         keys = RUNTIME_KEYS.parse(config)
         return RetryPolicy(keys["errors.retry.timeout"], keys["errors.retry.delay.max.ms"])
 
-    def call(self, operation: Callable[[], None], what: str) -> int:
+    def call(self, operation: Callable[[], object], what: str) -> int:
         """Run `operation`, retrying it as configured; return how many retries it took."""
-        started = time.monotonic()
-        delay_ms = FIRST_DELAY_MS
+        return self.run(operation, what)[1]
+
+    def run(self, operation: Callable[[], T], what: str) -> tuple[T, int]:
+        """Run `operation`, retrying it as configured; return its result and how many retries
+        it took. Backoff happens inside the executor task: the micro-batch waits, nothing is
+        skipped."""
         retries = 0
-        while True:
-            try:
-                operation()
-                return retries
-            except RetriableException as exc:
-                spent_ms = (time.monotonic() - started) * 1000
-                wait_ms = min(delay_ms, self.max_delay_ms)
-                if self.timeout_ms != -1 and spent_ms + wait_ms > self.timeout_ms:
-                    raise ConnectException(
-                        f"{what} failed after {retries} retries in {spent_ms:.0f} ms "
-                        f"(errors.retry.timeout={self.timeout_ms}): {exc}",
-                        suggestion="raise errors.retry.timeout to retry longer",
-                    ) from exc
-                # Backoff inside the executor task: the micro-batch waits, nothing is skipped.
-                time.sleep(wait_ms / 1000)
-                retries += 1
-                delay_ms *= 2
+
+        def counted(exc: BaseException, number: int, wait: float) -> None:
+            nonlocal retries
+            retries = number
+
+        def give_up(exc: BaseException, made: int, spent_s: float) -> NoReturn:
+            raise ConnectException(
+                f"{what} failed after {made} retries in {spent_s * 1000:.0f} ms "
+                f"(errors.retry.timeout={self.timeout_ms}): {exc}",
+                suggestion="raise errors.retry.timeout to retry longer",
+            ) from exc
+
+        result = retry(
+            operation,
+            backoff=Backoff(FIRST_DELAY_MS / 1000, 2.0, self.max_delay_ms / 1000),
+            timeout_s=None if self.timeout_ms == -1 else self.timeout_ms / 1000,
+            give_up=give_up,
+            on_retry=counted,
+        )
+        return result, retries

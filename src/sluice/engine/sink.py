@@ -192,7 +192,9 @@ class SinkRunner:
                 if batch.num_rows:
                     _note_assignment(task.context, batch)
                     retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
-            payload = task.flush(batch_id)
+            # A RetriableException from flush is retried like one from put (errors.retry.*).
+            payload, flush_retries = self.plan.retry.run(lambda: task.flush(batch_id), what)
+            retries += flush_retries
         finally:
             task.stop()
         c = task.context

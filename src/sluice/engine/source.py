@@ -211,9 +211,7 @@ def plan_source(
 
 def _retried(policy: RetryPolicy, operation: Any, what: str) -> Any:
     """`operation()`'s result, retried on `RetriableException` as `policy` says (driver)."""
-    result: list[Any] = []
-    policy.call(lambda: result.append(operation()), what)
-    return result[-1]
+    return policy.run(operation, what)[0]
 
 
 def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tuple[Shape, ...]:

@@ -6,6 +6,7 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+from sluice import _properties
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
 from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
@@ -269,14 +270,9 @@ class WorkerConfig:
 
 
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
-    """`key=value` (or `key: value`) lines; `#`/`!` comments and blank lines skipped."""
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        sep = min((i for i in (line.find("="), line.find(":")) if i > 0), default=-1)
-        if sep < 0:
-            raise ConfigException(f"{source}:{number}", f"expected key=value, got {line[:60]!r}")
-        props[line[:sep].strip()] = line[sep + 1 :].strip()
-    return props
+    """The entries of a ``.properties`` file by java.util.Properties' rules (see
+    `sluice._properties`); an error names ``source`` and the line (``w.conf:2: …``)."""
+    try:
+        return _properties.parse_properties(text)
+    except _properties.PropertiesError as exc:
+        raise ConfigException(f"{source}:{exc.line}", exc.reason) from None

@@ -107,10 +107,6 @@ class ConfigDef:
                 raise ValueError(f"config key {key.name}: unknown type {key.type!r}")
         self.keys = {k.name: k for k in keys}
 
-    def define(self, *keys: ConfigKey) -> ConfigDef:
-        """A new definition with these keys added (for subclasses extending a base connector)."""
-        return ConfigDef(*self.keys.values(), *keys)
-
     def parse(self, config: Mapping[str, Any]) -> dict[str, Any]:
         """Typed values for every declared key (defaults filled in). Unknown keys pass through."""
         raw = normalize_config(config)

@@ -25,7 +25,8 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any
@@ -53,40 +54,36 @@ TIMESTAMP_PROPERTY = "sluice.ts"
 KEY_ENCODING_PROPERTY = "sluice.kenc"
 _PULL_BATCH = rm.PULL_BATCH
 _PULL_WINDOW = 32  # pulls in flight per queue
-_SEND_BYTES = 1 << 20  # bytes per SEND_BATCH_MESSAGE (the broker's limit is maxMessageSize)
-_SEND_COUNT = 2_000
-_ROUTE_TTL_S = 2.0  # queues added to a topic are seen within this
+_SEND_BYTES = rm.SEND_BYTES
+_SEND_COUNT = rm.SEND_COUNT
 _ARROW_ROWS = 8192  # rows per Arrow batch the reader yields
 
 SYSTEM_PROPERTIES = rm.SYSTEM_PROPERTIES
-_SYSTEM_TOPICS = rm.SYSTEM_TOPICS
-_SUBSCRIPTION_GROUP_NOT_EXIST = rm.SUBSCRIPTION_GROUP_NOT_EXIST
-_UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = rm.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP
 
 
-@dataclass(frozen=True)
-class _Route:
-    """Where a topic's queues are: (broker name, queue id) per sluice queue, master addresses."""
-
-    queues: tuple[tuple[str, int], ...]
-    masters: dict[str, str]
-
-
-class _NotAdmin(BusError):
-    """The broker's ACL refused an admin request (creating a group) to a non-admin account."""
-
-
-_ROUTES: dict[tuple[int, str, str], tuple[float, _Route | None]] = {}
-_ROUTES_LOCK = threading.Lock()
 _GROUPS: set[tuple[int, str, str]] = set()  # (pid, broker, group) registered for monitoring
 # (pid, broker, group, topic) whose offset table the broker has (see `commit_group_offsets`)
 _OFFSET_TABLES: set[tuple[int, str, str, str]] = set()
 
 
+@contextmanager
+def _bus_errors() -> Iterator[None]:
+    """The boundary between the RocketMQ client and the bus: the client's errors as bus errors
+    (same message, prefixed ``rocketmq``), so the bus's callers see only `BusError`s."""
+    try:
+        yield
+    except rm.RocketMQOffsetMoved:
+        raise  # `_pull` turns it into OffsetOutOfRange, knowing the sluice queue
+    except rm.RocketMQUnavailable as exc:
+        raise BusUnavailable(f"rocketmq {exc.message}", suggestion=exc.suggestion) from exc
+    except rm.RocketMQError as exc:
+        raise BusError(f"rocketmq {exc}") from exc
+
+
 class RocketMQLog(ExternalLog):
     """Topics of the RocketMQ cluster behind ``namesrv_addr`` (``host:port``, ``;``-separated
     for several name servers). Picklable; connections are per process (see
-    `sluice.clients.rocketmq`)."""
+    `sluice.clients.rocketmq`), requests go through one `RocketMQClient` (``self.client``)."""
 
     broker_name = "rocketmq"  # only a default: positions name each queue's real broker
 
@@ -111,213 +108,82 @@ class RocketMQLog(ExternalLog):
         self.cluster = cluster
         self.timeout_s = timeout_s
         self.max_message_size = max_message_size
+        # reads pull as the consumer group; writes name the producer group (`_send_ext`)
+        self.client = rm.RocketMQClient(
+            namesrv_addr, timeout_s=timeout_s, group=consumer_group, credentials=credentials
+        )
 
     def __repr__(self) -> str:
         return f"RocketMQLog(namesrvAddr={self.namesrv_addr!r})"
 
-    # -- transport -------------------------------------------------------------------------------
-    def _unavailable(self, what: str, detail: object) -> BusUnavailable:
-        return BusUnavailable(
-            f"rocketmq namesrvAddr={self.namesrv_addr}: {what}: {detail}",
-            suggestion="are the name server and the brokers up and reachable?",
-        )
-
-    def _ns(self, code: int, ext: Mapping[str, Any]) -> rm.Response:
-        errors = []
-        for address in [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]:
-            try:
-                return rm.POOL.invoke(
-                    address, code, ext, timeout_s=self.timeout_s, credentials=self.credentials
-                )
-            except rm.RemotingError as exc:
-                errors.append(str(exc))
-        raise self._unavailable("no name server answered", "; ".join(errors) or "none configured")
-
-    def _broker(
-        self, address: str, requests: Sequence[tuple[int, Mapping[str, Any], bytes]]
-    ) -> list[rm.Response]:
-        try:
-            return rm.POOL.invoke_many(
-                address, requests, timeout_s=self.timeout_s, credentials=self.credentials
-            )
-        except rm.RemotingError as exc:
-            raise self._unavailable(f"broker {address}", exc) from None
-
-    def _failed(self, what: str, resp: rm.Response) -> BusError:
-        refusal = rm.acl_refusal(resp, self.credentials)
-        if refusal is not None:  # the broker's ACL: not transient, say which key to fix
-            return BusError(
-                f"rocketmq namesrvAddr={self.namesrv_addr}: {what}: {refusal.message} "
-                f"({refusal.suggestion})"
-            )
-        message = (
-            f"rocketmq namesrvAddr={self.namesrv_addr}: {what}: code {resp.code}: {resp.remark}"
-        )
-        if resp.code in rm.TRANSIENT_CODES:
-            return BusUnavailable(message)
-        return BusError(message)
-
     # -- routes ----------------------------------------------------------------------------------
-    def _route(self, topic: str, *, fresh: bool = False) -> _Route | None:
-        key = (os.getpid(), self.namesrv_addr, topic)
-        now = time.monotonic()
-        with _ROUTES_LOCK:
-            cached = _ROUTES.get(key)
-        if cached is not None and not fresh and cached[0] > now:
-            return cached[1]
-        resp = self._ns(rm.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
-        if resp.code == rm.TOPIC_NOT_EXIST:
-            route = None
-        elif resp.code != rm.SUCCESS:
-            raise self._failed(f"route of topic {topic!r}", resp)
-        else:
-            route = _Route(*rm.parse_route(resp.body))
-        with _ROUTES_LOCK:
-            _ROUTES[key] = (now + _ROUTE_TTL_S, route)
-        return route
-
-    def _require(self, topic: str) -> _Route:
-        route = self._route(topic)
-        if route is None or not route.queues:
+    def _require(self, topic: str) -> tuple[rm.MessageQueue, ...]:
+        queues = self.client.queues(topic)
+        if not queues:
             raise UnknownTopic(topic)
-        return route
+        return queues
 
-    def _queue(self, topic: str, queue: int) -> tuple[str, int, str]:
-        """(broker name, RocketMQ queue id, master address) of sluice queue ``queue``."""
-        route = self._require(topic)
-        if (
-            isinstance(queue, bool)
-            or not isinstance(queue, int)
-            or not 0 <= queue < len(route.queues)
-        ):
+    def _queue(self, topic: str, queue: int) -> rm.MessageQueue:
+        """The RocketMQ queue of sluice queue ``queue``."""
+        queues = self._require(topic)
+        if isinstance(queue, bool) or not isinstance(queue, int) or not 0 <= queue < len(queues):
             raise ValueError(
-                f"invalid queue {queue!r} for topic {topic!r}: must be an int in "
-                f"[0, {len(route.queues)})"
+                f"invalid queue {queue!r} for topic {topic!r}: must be an int in [0, {len(queues)})"
             )
-        broker, qid = route.queues[queue]
-        return broker, qid, route.masters[broker]
+        return queues[queue]
 
     # -- admin -----------------------------------------------------------------------------------
+    @_bus_errors()
     def check(self) -> None:
         """Raise :class:`BusUnavailable` unless the name server answers (used at worker start)."""
-        resp = self._ns(rm.GET_BROKER_CLUSTER_INFO, {})
-        if resp.code != rm.SUCCESS:
-            raise self._failed("cluster info", resp)
-        if not rm.loads_lenient(resp.body).get("brokerAddrTable"):
-            raise self._unavailable("cluster info", "no broker is registered")
+        self.client.cluster_info()
 
-    def _cluster_info(self) -> dict[str, Any]:
-        resp = self._ns(rm.GET_BROKER_CLUSTER_INFO, {})
-        if resp.code != rm.SUCCESS:
-            raise self._failed("cluster info", resp)
-        return rm.loads_lenient(resp.body)
-
+    @_bus_errors()
     def topics(self) -> list[str]:
-        resp = self._ns(rm.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, {})
-        if resp.code != rm.SUCCESS:
-            raise self._failed("topic list", resp)
-        info = self._cluster_info()
-        internal = set(info.get("brokerAddrTable", {})) | set(info.get("clusterAddrTable", {}))
-        return sorted(
-            t
-            for t in rm.loads_lenient(resp.body).get("topicList", [])
-            if t not in _SYSTEM_TOPICS
-            and t not in internal
-            and not t.startswith(("%RETRY%", "%DLQ%", "rmq_sys_", "RMQ_SYS_"))
-            and not t.endswith("_REPLY_TOPIC")
-        )
+        return self.client.topics()
 
+    @_bus_errors()
     def topic_exists(self, topic: str) -> bool:
-        route = self._route(topic)
-        return route is not None and bool(route.queues)
+        return bool(self.client.queues(topic))
 
+    @_bus_errors()
     def queue_count(self, topic: str) -> int:
-        return len(self._require(topic).queues)
+        return len(self._require(topic))
 
+    @_bus_errors()
     def queue_partition(self, topic: str, queue: int) -> dict[str, str]:
-        route = self._route(topic)
-        if route is None or not 0 <= queue < len(route.queues):
+        queues = self.client.queues(topic)
+        if not 0 <= queue < len(queues):
             return {"topic": topic, "brokerName": self.broker_name, "queueId": str(queue)}
-        broker, qid = route.queues[queue]
-        return {"topic": topic, "brokerName": broker, "queueId": str(qid)}
+        return {
+            "topic": topic,
+            "brokerName": queues[queue].broker,
+            "queueId": str(queues[queue].queue_id),
+        }
 
+    @_bus_errors()
     def create_topic(self, topic: str, queues: int = 8, *, exist_ok: bool = True) -> TopicInfo:
         if self.topic_exists(topic):
             if not exist_ok:
                 raise FileExistsError(f"topic {topic!r} already exists")
-            return self.describe(topic)
-        info = self._cluster_info()
-        clusters = info.get("clusterAddrTable", {})
-        if not clusters:
-            raise self._unavailable(f"cannot create topic {topic!r}", "no broker is registered")
-        if self._known_to_brokers(topic, info):
+        elif self.client.known_to_brokers(topic):
             # The name server does not route it (yet): a broker restarting. Creating it again
             # could change its queue count, so wait for the route instead.
-            raise self._unavailable(f"topic {topic!r}", "no route yet (a broker restarting?)")
-        cluster = self.cluster or ("DefaultCluster" if "DefaultCluster" in clusters else None)
-        if cluster is None and len(clusters) == 1:
-            cluster = next(iter(clusters))
-        if cluster not in clusters:
-            raise BusError(
-                f"rocketmq namesrvAddr={self.namesrv_addr}: cannot create topic {topic!r}: "
-                f"cluster {cluster!r} not found (clusters: {sorted(clusters)})"
-            )
-        ext = rm.create_topic_ext(topic, queues)
-        for broker in clusters[cluster]:
-            address = info["brokerAddrTable"][broker]["brokerAddrs"].get("0")
-            if address is None:
-                continue
-            (resp,) = self._broker(address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")])
-            if resp.code != rm.SUCCESS:
-                raise self._failed(f"create topic {topic!r} on {broker}", resp)
-        # The broker registers the topic with the name servers right away; wait until they say so.
-        deadline = time.monotonic() + self.timeout_s
-        while not (route := self._route(topic, fresh=True)) or not route.queues:
-            if time.monotonic() > deadline:
-                raise BusError(f"rocketmq: topic {topic!r} was created but no route appeared")
-            time.sleep(0.1)
+            raise self.client.unavailable(f"topic {topic!r}", "no route yet (a broker restarting?)")
+        self.client.create_topic(topic, queues, cluster=self.cluster)
         return self.describe(topic)
 
-    def _known_to_brokers(self, topic: str, info: Mapping[str, Any]) -> bool:
-        """Whether a master broker has ``topic`` in its topic configs (GET_ALL_TOPIC_CONFIG)."""
-        for data in info.get("brokerAddrTable", {}).values():
-            address = data.get("brokerAddrs", {}).get("0")
-            if address is None:
-                continue
-            (resp,) = self._broker(address, [(rm.GET_ALL_TOPIC_CONFIG, {}, b"")])
-            if resp.code == rm.SUCCESS and resp.body:
-                table = rm.loads_lenient(resp.body).get("topicConfigTable", {})
-                if topic in table:
-                    return True
-        return False
-
+    @_bus_errors()
     def delete_topic(self, topic: str) -> None:
         """Delete ``topic`` from its brokers and the name servers."""
-        route = self._require(topic)
-        for address in set(route.masters.values()):
-            self._broker(address, [(rm.DELETE_TOPIC_IN_BROKER, {"topic": topic}, b"")])
-        self._ns(rm.DELETE_TOPIC_IN_NAMESRV, {"topic": topic})
-        self._route(topic, fresh=True)
+        self._require(topic)
+        self.client.delete_topic(topic)
 
+    @_bus_errors()
     def offsets(self, topic: str) -> dict[int, QueueRange]:
-        route = self._require(topic)
-        by_broker: dict[str, list[int]] = {}
-        for index, (broker, _qid) in enumerate(route.queues):
-            by_broker.setdefault(broker, []).append(index)
-        out: dict[int, QueueRange] = {}
-        for broker, indexes in by_broker.items():
-            requests = []
-            for index in indexes:
-                ext = {"topic": topic, "queueId": route.queues[index][1]}
-                requests += [(rm.GET_MIN_OFFSET, ext, b""), (rm.GET_MAX_OFFSET, ext, b"")]
-            responses = self._broker(route.masters[broker], requests)
-            for n, index in enumerate(indexes):
-                low, high = responses[2 * n], responses[2 * n + 1]
-                for resp in (low, high):
-                    if resp.code != rm.SUCCESS:
-                        raise self._failed(f"offsets of topic {topic!r} queue {index}", resp)
-                out[index] = QueueRange(index, int(low.field("offset")), int(high.field("offset")))
-        return out
+        queues = self._require(topic)
+        ranges = self.client.offsets(topic, queues)
+        return {i: QueueRange(i, *ranges[q]) for i, q in enumerate(queues)}
 
     # -- staging: messages are encoded on the executors ------------------------------------
     def stage_for(
@@ -348,22 +214,18 @@ class RocketMQLog(ExternalLog):
         return self._write_staged(writer_id, topic, queue, table)
 
     # -- reading ---------------------------------------------------------------------------------
+    @_bus_errors()
     def read(
         self, topic: str, queue: int, start: int, end: int
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        _broker, qid, address = self._queue(topic, queue)
+        mq = self._queue(topic, queue)
         rng = self.offsets(topic)[queue]
         if start < rng.min_offset or start > rng.max_offset:
             raise OffsetOutOfRange(topic, queue, start, rng.min_offset, rng.max_offset)
         stop = min(end, rng.max_offset)
         if stop <= start:
             return iter(())
-        return self._read(topic, queue, qid, address, start, stop)
-
-    def _read(
-        self, topic: str, queue: int, qid: int, address: str, start: int, stop: int
-    ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        pulled = _prefetched(lambda: self._pull(topic, queue, qid, address, start, stop))
+        pulled = _prefetched(lambda: self._pull(topic, queue, mq, start, stop))
         return self._decode(pulled, stop)
 
     @staticmethod
@@ -379,80 +241,18 @@ class RocketMQLog(ExternalLog):
         if chunk:
             yield from _decode_chunk(b"".join(chunk), stop)
 
-    def _pull_ext(self, topic: str, qid: int, offset: int) -> dict[str, Any]:
-        return rm.pull_ext(self.consumer_group, topic, qid, offset)
-
     def _pull(
-        self, topic: str, queue: int, qid: int, address: str, start: int, stop: int
+        self, topic: str, queue: int, mq: rm.MessageQueue, start: int, stop: int
     ) -> Iterator[bytes]:
         """Pull response bodies covering offsets ``start`` to (at least) ``stop``, in order,
-        several pulls in flight at a time (the last body may hold messages past ``stop``)."""
-        pos = start
-        stalled: tuple[int, float] | None = None
-        while pos < stop:
-            offsets = list(range(pos, stop, _PULL_BATCH))[:_PULL_WINDOW]
-            requests = [(rm.PULL_MESSAGE, self._pull_ext(topic, qid, o), b"") for o in offsets]
-            responses = self._broker(address, requests)
-            found: dict[int, tuple[bytes, int]] = {}
-            for offset, resp in zip(offsets, responses, strict=True):
-                if resp.code == rm.SUCCESS:
-                    found[offset] = (resp.body, int(resp.field("nextBeginOffset")))
-                elif resp.code == rm.PULL_OFFSET_MOVED and offset == pos:
-                    raise OffsetOutOfRange(
-                        topic,
-                        queue,
-                        pos,
-                        int(resp.field("minOffset") or 0),
-                        int(resp.field("maxOffset") or 0),
-                    )
-                elif resp.code == _SUBSCRIPTION_GROUP_NOT_EXIST:
-                    self._create_group(address, self.consumer_group)
-                elif resp.code == rm.PULL_RETRY_IMMEDIATELY:  # nothing matched: skip ahead
-                    found[offset] = (b"", int(resp.field("nextBeginOffset") or offset))
-                elif resp.code != rm.PULL_NOT_FOUND and offset == pos:
-                    raise self._failed(f"pull of topic {topic!r} queue {queue} at {pos}", resp)
-            progressed = False
-            # A response holds what follows its offset; one with fewer messages than asked for
-            # leaves a gap before the next, which the next round fills.
-            while pos in found and pos < stop:
-                body, after = found.pop(pos)
-                if after <= pos:
-                    break
-                if body:
-                    yield body
-                pos, progressed = after, True
-            if not progressed:
-                # Nothing at `pos` yet although the range said so (the broker busy, its consume
-                # queue not yet built): try again shortly, within the operation timeout.
-                now = time.monotonic()
-                if stalled is None or stalled[0] != pos:
-                    stalled = (pos, now)
-                elif now - stalled[1] > self.timeout_s:
-                    raise self._unavailable(
-                        f"pull of topic {topic!r} queue {queue}", f"no message at offset {pos}"
-                    )
-                time.sleep(0.05)
-
-    def _create_group(self, address: str, group: str) -> None:
-        body = json.dumps(
-            {
-                "groupName": group,
-                "consumeEnable": True,
-                "consumeFromMinEnable": True,
-                "consumeBroadcastEnable": True,
-                "retryQueueNums": 1,
-                "retryMaxTimes": 16,
-                "brokerId": 0,
-                "whichBrokerWhenConsumeSlowly": 1,
-                "notifyConsumerIdsChangedEnable": True,
-            }
-        ).encode()
-        (resp,) = self._broker(address, [(_UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)])
-        if resp.code != rm.SUCCESS:
-            refusal = rm.acl_refusal(resp, self.credentials)
-            if refusal is not None and refusal.kind == "admin":
-                raise _NotAdmin(str(self._failed(f"create consumer group {group!r}", resp)))
-            raise self._failed(f"create consumer group {group!r}", resp)
+        ``_PULL_WINDOW`` pulls in flight at a time."""
+        with _bus_errors():
+            try:
+                yield from self.client.pull_bodies(topic, mq, start, stop, window=_PULL_WINDOW)
+            except rm.RocketMQOffsetMoved as exc:
+                raise OffsetOutOfRange(
+                    topic, queue, exc.offset, exc.min_offset, exc.max_offset
+                ) from exc
 
     def _register_group(self, address: str, group: str) -> None:
         """Make ``group`` known the way a Java consumer's first heartbeat does (its subscription
@@ -461,8 +261,10 @@ class RocketMQLog(ExternalLog):
         if key in _GROUPS:
             return
         try:
-            self._create_group(address, group)
-        except _NotAdmin:
+            self.client.create_group(address, group)
+        except rm.RocketMQAccessDenied as exc:
+            if exc.kind != "admin":
+                raise
             # ACL: an account without admin rights cannot create groups; the broker creates the
             # group itself on the first commit (autoCreateSubscriptionGroup), only the retry
             # topic that mqadmin looks for is missing.
@@ -472,31 +274,34 @@ class RocketMQLog(ExternalLog):
             _GROUPS.add(key)
             return
         ext = rm.create_topic_ext(f"%RETRY%{group}", 1)
-        (resp,) = self._broker(address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")])
+        (resp,) = self.client.broker(address, [(rm.UPDATE_AND_CREATE_TOPIC, ext, b"")])
         if resp.code != rm.SUCCESS:
             refusal = rm.acl_refusal(resp, self.credentials)
             if refusal is None or refusal.kind != "admin":
-                raise self._failed(f"create the retry topic of group {group!r}", resp)
+                raise self.client.failed(f"create the retry topic of group {group!r}", resp)
             # ACL 2.0 (5.x) may let an account create the group but not the retry topic: the
             # group is usable, only mqadmin's view of it lacks the retry topic.
             log.info("rocketmq: no retry topic for group %r on %s (not an admin)", group, address)
         _GROUPS.add(key)
 
     # -- the commit steps (see sluice.bus._external) ---------------------------------------------
+    @_bus_errors()
     def _end_offsets(self, topic: str, queues: list[int]) -> dict[int, int]:
         ranges = self.offsets(topic)
         return {q: ranges[q].max_offset for q in queues}
 
+    @_bus_errors()
     def _count_tagged(self, topic: str, queue: int, start: int, tag: str) -> int:
-        _broker, qid, address = self._queue(topic, queue)
+        mq = self._queue(topic, queue)
         end = self.offsets(topic)[queue].max_offset
         return sum(
             1
-            for body in self._pull(topic, queue, qid, address, start, end)
+            for body in self._pull(topic, queue, mq, start, end)
             for m in rm.decode_messages(body)
             if m.queue_offset < end and m.properties.get(WRITER_TAG) == tag
         )
 
+    @_bus_errors()
     def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
         # One batch per queue in flight at a time (a later batch of a queue is sent only once the
         # earlier one is stored), but the queues of one broker share each round trip.
@@ -512,15 +317,16 @@ class RocketMQLog(ExternalLog):
                 if item is None:
                     del pending[q]
                     continue
-                round_.setdefault(where[q][2], []).append((q, *item))
+                round_.setdefault(where[q].address, []).append((q, *item))
             for address, items in round_.items():
                 requests = [
-                    (rm.SEND_BATCH_MESSAGE, self._send_ext(topic, where[q][1]), body)
+                    (rm.SEND_BATCH_MESSAGE, self._send_ext(topic, where[q].queue_id), body)
                     for q, body, _ in items
                 ]
-                for (q, _, count), resp in zip(items, self._broker(address, requests), strict=True):
+                responses = self.client.broker(address, requests)
+                for (q, _, count), resp in zip(items, responses, strict=True):
                     if resp.code not in rm.STORED_CODES:
-                        raise self._failed(f"send to topic {topic!r} queue {q}", resp)
+                        raise self.client.failed(f"send to topic {topic!r} queue {q}", resp)
                     ends[q] = int(resp.field("queueOffset")) + count
         self._await_readable(topic, ends)
 
@@ -534,66 +340,69 @@ class RocketMQLog(ExternalLog):
             if not ends:
                 return
             if time.monotonic() > deadline:
-                raise self._unavailable(
+                raise self.client.unavailable(
                     f"topic {topic!r}", f"sent messages not readable after {self.timeout_s}s"
                 )
             time.sleep(0.005)
 
+    @_bus_errors()
     def _before_recount(self, topic: str) -> None:
         # What an earlier attempt stored must be readable before it is counted.
-        route = self._require(topic)
-        deadline = time.monotonic() + self.timeout_s
-        for address in sorted(set(route.masters.values())):
-            while True:
-                (resp,) = self._broker(address, [(rm.GET_BROKER_RUNTIME_INFO, {}, b"")])
-                table = rm.loads_lenient(resp.body).get("table", {}) if resp.body else {}
-                if resp.code != rm.SUCCESS or int(table.get("dispatchBehindBytes", 0)) == 0:
-                    break
-                if time.monotonic() > deadline:
-                    raise self._unavailable(f"broker {address}", "its consume queues lag behind")
-                time.sleep(0.01)
+        for address in sorted({q.address for q in self._require(topic)}):
+            self.client.wait_dispatched(address)
 
     def _send_ext(self, topic: str, qid: int) -> dict[str, Any]:
         return rm.send_ext(self.producer_group, topic, qid, rm.now_ms())
 
     # -- monitoring ------------------------------------------------------------------------------
+    @_bus_errors()
     def commit_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         by_broker: dict[str, list[tuple[int, Mapping[str, Any], bytes]]] = {}
         for (topic, queue), offset in sorted(offsets.items()):
             if not self.topic_exists(topic):
                 continue
-            _broker, qid, address = self._queue(topic, queue)
-            ext = {"consumerGroup": group, "topic": topic, "queueId": qid, "commitOffset": offset}
-            by_broker.setdefault(address, []).append((rm.UPDATE_CONSUMER_OFFSET, ext, b""))
+            mq = self._queue(topic, queue)
+            ext = {
+                "consumerGroup": group,
+                "topic": topic,
+                "queueId": mq.queue_id,
+                "commitOffset": offset,
+            }
+            by_broker.setdefault(mq.address, []).append((rm.UPDATE_CONSUMER_OFFSET, ext, b""))
         for address, requests in by_broker.items():
             self._register_group(address, group)
-            # A broker creates a (topic, group)'s offset table on its first commit without a lock
-            # and runs pipelined requests on several threads: concurrent first commits each made
-            # a table and the last replaced the others, losing their queues. So the first commit
-            # of each topic goes alone (one per topic at once is safe), the rest after it.
-            first: dict[str, tuple[int, Mapping[str, Any], bytes]] = {}
-            rest = []
-            for request in requests:
-                topic = request[1]["topic"]
-                if topic in first or (os.getpid(), address, group, topic) in _OFFSET_TABLES:
-                    rest.append(request)
-                else:
-                    first[topic] = request
-            for batch in (list(first.values()), rest):
-                for resp in self._broker(address, batch) if batch else ():
-                    if resp.code != rm.SUCCESS:
-                        raise self._failed(f"commit offsets of group {group!r}", resp)
-            _OFFSET_TABLES.update((os.getpid(), address, group, topic) for topic in first)
+            self._commit_first_apart(address, group, requests)
 
+    def _commit_first_apart(
+        self, address: str, group: str, requests: list[tuple[int, Mapping[str, Any], bytes]]
+    ) -> None:
+        # A broker creates a (topic, group)'s offset table on its first commit without a lock
+        # and runs pipelined requests on several threads: concurrent first commits each made
+        # a table and the last replaced the others, losing their queues. So the first commit
+        # of each topic goes alone (one per topic at once is safe), the rest after it.
+        first: dict[str, tuple[int, Mapping[str, Any], bytes]] = {}
+        rest = []
+        for request in requests:
+            topic = request[1]["topic"]
+            if topic in first or (os.getpid(), address, group, topic) in _OFFSET_TABLES:
+                rest.append(request)
+            else:
+                first[topic] = request
+        for batch in (list(first.values()), rest):
+            for resp in self.client.broker(address, batch) if batch else ():
+                if resp.code != rm.SUCCESS:
+                    raise self.client.failed(f"commit offsets of group {group!r}", resp)
+        _OFFSET_TABLES.update((os.getpid(), address, group, topic) for topic in first)
+
+    @_bus_errors()
     def group_offsets(self, group: str, topic: str) -> dict[int, int]:
         """The offsets committed under ``group`` for each queue of ``topic`` (-1: none)."""
         out = {}
-        for queue in range(self.queue_count(topic)):
-            _broker, qid, address = self._queue(topic, queue)
-            ext = {"consumerGroup": group, "topic": topic, "queueId": qid}
-            (resp,) = self._broker(address, [(rm.QUERY_CONSUMER_OFFSET, ext, b"")])
+        for queue, mq in enumerate(self._require(topic)):
+            ext = {"consumerGroup": group, "topic": topic, "queueId": mq.queue_id}
+            (resp,) = self.client.broker(mq.address, [(rm.QUERY_CONSUMER_OFFSET, ext, b"")])
             if rm.acl_refusal(resp, self.credentials) is not None:
-                raise self._failed(f"offsets of group {group!r} on topic {topic!r}", resp)
+                raise self.client.failed(f"offsets of group {group!r} on topic {topic!r}", resp)
             out[queue] = int(resp.field("offset")) if resp.code == rm.SUCCESS else -1
         return out
 

@@ -93,7 +93,9 @@ class Connection:
 
     @property
     def driver(self) -> str:
-        return "postgresql+psycopg" if self.dialect == "postgresql" else "mysql+pymysql"
+        from sluice.connectors.jdbc._dialect import dialect_for
+
+        return dialect_for(self.dialect).driver
 
     def describe(self) -> str:
         """The URL without its password, for messages."""
@@ -105,9 +107,10 @@ class Connection:
         from sqlalchemy.engine import URL
 
         # libpq `options` are merged with sluice's own session options when connecting
+        from sluice.connectors.jdbc._dialect import dialect_for
+
         query = {k: v for k, v in self.options if k != "options"}
-        if self.dialect == "mysql":
-            query.setdefault("charset", "utf8mb4")
+        dialect_for(self.dialect).default_query(query)
         return URL.create(
             self.driver,
             username=self.user or None,
@@ -119,22 +122,10 @@ class Connection:
         )
 
 
-_SCHEMES = {
-    "postgresql": "postgresql",
-    "postgres": "postgresql",
-    "postgresql+psycopg": "postgresql",
-    "mysql": "mysql",
-    "mariadb": "mysql",
-    "mysql+pymysql": "mysql",
-    "mariadb+pymysql": "mysql",
-}
-# JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)
-# concerns the Java driver only and is ignored.
-_JDBC_PG_OPTIONS = {"currentSchema", "sslmode", "connectTimeout"}
-
-
 def parse_connection(config: Mapping[str, Any]) -> Connection:
     """The connection described by `connection.url` (+ user, password, attempts, backoff)."""
+    from sluice.connectors.jdbc._dialect import dialect_for_scheme
+
     keys = ConfigDef(*_CONNECTION_KEYS).parse(config)
     raw = keys["connection.url"].strip()
     url = raw[5:] if raw.lower().startswith("jdbc:") else raw
@@ -143,15 +134,14 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
         port = parts.port
     except ValueError as exc:
         raise ConfigException("connection.url", f"cannot parse {_redact(raw)!r}: {exc}") from None
-    scheme = parts.scheme.lower()
-    if scheme not in _SCHEMES:
+    dialect = dialect_for_scheme(parts.scheme.lower())
+    if dialect is None:
         raise ConfigException(
             "connection.url",
             f"unsupported database or driver {parts.scheme!r} in {_redact(raw)!r}",
             suggestion="use jdbc:mysql://, jdbc:mariadb://, jdbc:postgresql:// or a "
             "postgresql+psycopg:// / mysql+pymysql:// SQLAlchemy URL",
         )
-    dialect = _SCHEMES[scheme]
     if "," in parts.netloc:
         raise ConfigException("connection.url", "several hosts (failover URLs) are not supported")
     if not parts.hostname:
@@ -163,19 +153,9 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
     )
     params.pop("user", None)
     params.pop("password", None)
-    options: list[tuple[str, str]] = []
-    if dialect == "postgresql":
-        for name, value in params.items():
-            if name == "currentSchema":
-                options.append(("options", f"-c search_path={value}"))
-            elif name == "connectTimeout":
-                options.append(("connect_timeout", value))
-            elif name in _JDBC_PG_OPTIONS or not raw.lower().startswith("jdbc:"):
-                options.append((name, value))
-    elif not raw.lower().startswith("jdbc:"):
-        options.extend((k, v) for k, v in params.items() if k != "charset")
+    options = dialect.url_options(params, jdbc=raw.lower().startswith("jdbc:"))
     return Connection(
-        dialect=dialect,
+        dialect=dialect.name,
         host=parts.hostname,
         port=port,
         database=unquote(parts.path.lstrip("/")),

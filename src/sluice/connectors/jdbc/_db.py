@@ -13,19 +13,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sluice.connectors.jdbc._config import Connection, TableName
-from sluice.connectors.jdbc._dialect import (
-    ColumnInfo,
-    Dialect,
-    dialect_for,
-    mysql_column,
-    pg_column,
-)
+from sluice.connectors.jdbc._dialect import ColumnInfo, Dialect, dialect_for
 from sluice.sdk import ConfigException, ConnectException, RetriableException
+from sluice.sdk._retry import Backoff, retry
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -141,28 +135,42 @@ class Database:
         from sqlalchemy.exc import DBAPIError
 
         engine = _engine(self.connection, self.dialect)
-        for attempt in range(1, attempts + 1):
-            try:
-                return engine.connect()
-            except DBAPIError as exc:
-                if permanent_connect_failure(exc) or not self.is_transient(exc):
-                    raise self._connect_error(exc) from None
-                if attempt == attempts:
-                    tries = f" after {attempts} attempts" if attempts > 1 else ""
-                    raise RetriableException(
-                        f"cannot connect to {self.describe()}{tries}: {error_text(exc)}",
-                        suggestion="check that the database is running and reachable "
-                        "(connection.url, connection.attempts, connection.backoff.ms)",
-                    ) from None
-                log.warning(
-                    "cannot connect to %s (attempt %d of %d): %s",
-                    self.describe(),
-                    attempt,
-                    attempts,
-                    error_text(exc),
-                )
-                time.sleep(self.connection.backoff_ms / 1000)
-        raise AssertionError("unreachable")  # pragma: no cover
+
+        def transient(exc: BaseException) -> bool:
+            return (
+                isinstance(exc, DBAPIError)
+                and not permanent_connect_failure(exc)
+                and self.is_transient(exc)
+            )
+
+        def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+            tries = f" after {attempts} attempts" if attempts > 1 else ""
+            raise RetriableException(
+                f"cannot connect to {self.describe()}{tries}: {error_text(exc)}",
+                suggestion="check that the database is running and reachable "
+                "(connection.url, connection.attempts, connection.backoff.ms)",
+            ) from None
+
+        def warn(exc: BaseException, number: int, wait_s: float) -> None:
+            log.warning(
+                "cannot connect to %s (attempt %d of %d): %s",
+                self.describe(),
+                number,
+                attempts,
+                error_text(exc),
+            )
+
+        try:
+            return retry(
+                engine.connect,
+                backoff=Backoff.fixed(self.connection.backoff_ms / 1000),
+                attempts=attempts,
+                retriable=transient,
+                give_up=give_up,
+                on_retry=warn,
+            )
+        except DBAPIError as exc:
+            raise self._connect_error(exc) from None
 
     def _connect_error(self, exc: BaseException) -> ConnectException:
         code = _error_code(exc)
@@ -208,170 +216,67 @@ class Database:
         """`work(conn)`, tried up to `attempts` times while failures are transient."""
         from sqlalchemy.exc import DBAPIError
 
-        for attempt in range(1, attempts + 1):
-            try:
-                with self.connect(attempts=1) as conn:
-                    return work(conn)
-            except (DBAPIError, RetriableException) as exc:
-                transient = isinstance(exc, RetriableException) or self.is_transient(exc)
-                if not transient:
-                    raise self.statement_error(exc, what) from None
-                if attempt == attempts:
-                    raise RetriableException(
-                        f"{what}: {self.describe()} unavailable after {attempts} attempt(s): "
-                        f"{exc.message if isinstance(exc, RetriableException) else error_text(exc)}"
-                    ) from None
-                log.warning("%s failed (attempt %d of %d): %s", what, attempt, attempts, exc)
-                time.sleep(backoff_ms / 1000)
-        raise AssertionError("unreachable")  # pragma: no cover
+        def once() -> T:
+            with self.connect(attempts=1) as conn:
+                return work(conn)
+
+        def transient(exc: BaseException) -> bool:
+            if isinstance(exc, RetriableException):
+                return True
+            return isinstance(exc, DBAPIError) and self.is_transient(exc)
+
+        def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+            text = exc.message if isinstance(exc, RetriableException) else error_text(exc)
+            raise RetriableException(
+                f"{what}: {self.describe()} unavailable after {attempts} attempt(s): {text}"
+            ) from None
+
+        def warn(exc: BaseException, number: int, wait_s: float) -> None:
+            log.warning("%s failed (attempt %d of %d): %s", what, number, attempts, exc)
+
+        try:
+            return retry(
+                once,
+                backoff=Backoff.fixed(backoff_ms / 1000),
+                attempts=attempts,
+                retriable=transient,
+                give_up=give_up,
+                on_retry=warn,
+            )
+        except DBAPIError as exc:
+            raise self.statement_error(exc, what) from None
 
     def statement_error(self, exc: BaseException, what: str) -> ConnectException:
         if self.is_transient(exc):
             return RetriableException(f"{what}: {error_text(exc)}")
         return ConnectException(f"{what}: {error_text(exc)}")
 
-    # -- catalog -------------------------------------------------------------------------------
+    # -- catalog (the SQL is the dialect's) -------------------------------------------------
     def current_schema(self, conn: sqlalchemy.Connection) -> str:
-        sql = (
-            "SELECT current_schema()" if self.dialect.name == "postgresql" else "SELECT DATABASE()"
-        )
-        return conn.exec_driver_sql(sql).scalar() or ""
+        return self.dialect.current_schema(conn)
 
     def columns(self, conn: sqlalchemy.Connection, table: TableName) -> list[ColumnInfo] | None:
         """The table's columns in order, or None if there is no such table (or view)."""
-        if self.dialect.name == "postgresql":
-            return self._pg_columns(conn, table)
-        return self._mysql_columns(conn, table)
-
-    def _pg_columns(self, conn: sqlalchemy.Connection, table: TableName) -> list[ColumnInfo] | None:
-        oid = conn.exec_driver_sql(
-            "SELECT to_regclass(%s)::oid", (self.dialect.table(table, raw=True),)
-        ).scalar()
-        if oid is None:
-            return None
-        rows = conn.exec_driver_sql(
-            """
-            SELECT a.attname,
-                   bt.typname,
-                   format_type(bt.oid, CASE WHEN t.typtype = 'd' THEN t.typtypmod
-                                            ELSE a.atttypmod END),
-                   NOT a.attnotnull,
-                   bt.typtype,
-                   (a.attidentity IN ('a', 'd')
-                    OR COALESCE(pg_get_expr(d.adbin, d.adrelid), '') LIKE 'nextval(%%')
-            FROM pg_attribute a
-            JOIN pg_type t ON t.oid = a.atttypid
-            JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
-                                             ELSE t.oid END
-            LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-            WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped
-            ORDER BY a.attnum
-            """,
-            (oid,),
-        ).fetchall()
-        return [pg_column(r[0], r[1], r[2], bool(r[3]), r[4], bool(r[5])) for r in rows]
-
-    def _mysql_columns(
-        self, conn: sqlalchemy.Connection, table: TableName
-    ) -> list[ColumnInfo] | None:
-        schema = table.schema or self.current_schema(conn)
-        rows = conn.exec_driver_sql(
-            """
-            SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION,
-                   NUMERIC_SCALE, EXTRA
-            FROM information_schema.COLUMNS
-            WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
-            ORDER BY ORDINAL_POSITION
-            """,
-            (schema, table.name),
-        ).fetchall()
-        if not rows:
-            return None
-        return [mysql_column(r[0], r[1], r[2], r[3] == "YES", r[4], r[5], r[6] or "") for r in rows]
+        return self.dialect.columns(conn, table)
 
     def temp_columns(self, conn: sqlalchemy.Connection, name: str) -> list[ColumnInfo] | None:
-        """Columns of a temporary table created on `conn` (MySQL does not list them)."""
-        if self.dialect.name == "postgresql":
-            return self._pg_columns(conn, TableName("", name))
-        rows = conn.exec_driver_sql(f"SHOW COLUMNS FROM {self.dialect.quote(name)}").fetchall()
-        out = []
-        for field, type_, null, _key, _default, extra in rows:
-            type_ = type_.decode() if isinstance(type_, bytes) else type_
-            base = type_.split("(")[0].split(" ")[0].lower()
-            precision = scale = None
-            if base in ("decimal", "numeric"):
-                inner = type_[type_.find("(") + 1 : type_.find(")")].split(",")
-                precision, scale = int(inner[0]), int(inner[1]) if len(inner) > 1 else 0
-            out.append(
-                mysql_column(field, base, type_, null == "YES", precision, scale, extra or "")
-            )
-        return out
+        """Columns of a temporary table created on `conn`."""
+        return self.dialect.temp_columns(conn, name)
 
     def primary_key(self, conn: sqlalchemy.Connection, table: TableName) -> list[str]:
-        if self.dialect.name == "postgresql":
-            rows = conn.exec_driver_sql(
-                """
-                SELECT a.attname
-                FROM pg_index i
-                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-                WHERE i.indrelid = to_regclass(%s) AND i.indisprimary
-                ORDER BY array_position(i.indkey::int2[], a.attnum)
-                """,
-                (self.dialect.table(table, raw=True),),
-            ).fetchall()
-        else:
-            rows = conn.exec_driver_sql(
-                """
-                SELECT COLUMN_NAME FROM information_schema.KEY_COLUMN_USAGE
-                WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY'
-                ORDER BY ORDINAL_POSITION
-                """,
-                (table.schema or self.current_schema(conn), table.name),
-            ).fetchall()
-        return [r[0] for r in rows]
+        return self.dialect.primary_key(conn, table)
 
     def unique_keys(self, conn: sqlalchemy.Connection, table: TableName) -> list[set[str]]:
         """The column sets of the table's primary key and unique indexes."""
-        if self.dialect.name == "postgresql":
-            rows = conn.exec_driver_sql(
-                """
-                SELECT i.indexrelid, a.attname
-                FROM pg_index i
-                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
-                WHERE i.indrelid = to_regclass(%s) AND i.indisunique AND i.indpred IS NULL
-                """,
-                (self.dialect.table(table, raw=True),),
-            ).fetchall()
-        else:
-            rows = conn.exec_driver_sql(
-                """
-                SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
-                WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0
-                """,
-                (table.schema or self.current_schema(conn), table.name),
-            ).fetchall()
         keys: dict[object, set[str]] = {}
-        for index, column in rows:
+        for index, column in self.dialect.unique_key_rows(conn, table):
             keys.setdefault(index, set()).add(column)
         return list(keys.values())
 
     def tables(self, conn: sqlalchemy.Connection) -> list[TableName]:
         """The base tables of the current schema (PostgreSQL) or database (MySQL)."""
-        if self.dialect.name == "postgresql":
-            sql = """
-                SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'p')
-                ORDER BY c.relname
-            """
-        else:
-            sql = """
-                SELECT TABLE_NAME FROM information_schema.TABLES
-                WHERE TABLE_SCHEMA = DATABASE() AND TABLE_TYPE = 'BASE TABLE'
-                ORDER BY TABLE_NAME
-            """
-        return [TableName("", r[0]) for r in conn.exec_driver_sql(sql).fetchall()]
+        rows = conn.exec_driver_sql(self.dialect.tables_sql).fetchall()
+        return [TableName("", r[0]) for r in rows]
 
     def utc_now_sql(self) -> str:
-        if self.dialect.name == "postgresql":
-            return "SELECT (clock_timestamp() AT TIME ZONE 'UTC')"
-        return "SELECT UTC_TIMESTAMP(6)"
+        return self.dialect.utc_now_sql

@@ -34,12 +34,11 @@ it was stored.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.connectors.jdbc._config import TableName
-from sluice.sdk import FieldType, Schema
+from sluice.sdk import ConnectException, FieldType, Schema
 
 
 @dataclass(frozen=True)
@@ -68,15 +67,40 @@ class Mapped:
     cast_text: bool = False  # select it as text (PostgreSQL json, uuid, enums, …)
 
 
+@dataclass(frozen=True)
+class Write:
+    """One write of the JDBC sink: ``kind`` (insert, upsert, update or delete) of ``rows``
+    (tuples, or an Arrow table) of columns ``cols``, whose key is ``pk``, into ``table``."""
+
+    table: TableName
+    kind: str
+    cols: list[str]
+    pk: list[str]
+    rows: Any
+
+
 class UnmappableType(Exception):
     """A column whose type sluice cannot carry faithfully; the message says why."""
 
 
 class Dialect:
-    """The common interface; `POSTGRES` and `MYSQL` are the two implementations."""
+    """What one database does its own way (confluent's `DatabaseDialect`): one subclass per
+    database, in a module of `sluice.connectors.jdbc.dialects` that sets ``DIALECT``."""
 
     name: str = ""
     quote_char: str = '"'
+    #: URL schemes (after ``jdbc:``) that name this database, and the SQLAlchemy driver used.
+    schemes: tuple[str, ...] = ()
+    driver: str = ""
+
+    # -- connection URL ------------------------------------------------------------------------
+    def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
+        """The driver's connect options from the URL's query ``params``: a ``jdbc:`` URL's
+        parameters are the Java driver's, so only those that mean something here are kept."""
+        return [] if jdbc else list(params.items())
+
+    def default_query(self, query: dict[str, str]) -> None:
+        """Add the driver options sluice always wants to a SQLAlchemy URL's ``query``."""
 
     # -- identifiers --------------------------------------------------------------------------
     def quote_raw(self, name: str) -> str:
@@ -107,24 +131,89 @@ class Dialect:
     def is_transient(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
+    # -- reading a source -----------------------------------------------------------------------
+    #: whether DDL (a temporary table) is rolled back with its transaction
+    transactional_ddl: bool = True
+
+    def same_name(self, a: str, b: str) -> bool:
+        """Whether column names ``a`` and ``b`` name the same column."""
+        return a == b
+
+    def page(self, plan: Any, value_type: Any) -> Any:
+        """The fast path reading pages of ``plan``'s rows (a `sluice.connectors.jdbc._pages.Page`),
+        or None to read every page through the driver."""
+        return None
+
+    def prefer_index_scans(self, conn: Any) -> None:
+        """Steer the planner of this transaction to index scans (`ORDER BY … LIMIT n` pages)."""
+
+    def empty_temp_table_sql(self, name: str, query: str) -> str:
+        """SQL creating temporary table ``name`` with the columns of ``query`` and no rows."""
+        raise NotImplementedError
+
+    # -- writing a sink -------------------------------------------------------------------------
+    #: whether the sink writes a task's batches while it still reads the next (`_EarlyWrites`)
+    early_writes: bool = False
+    #: what follows the column list of `auto.create`'s CREATE TABLE
+    create_table_options: str = ""
+
+    def driver_values(self, array: Any) -> list[Any]:
+        """The Python values of an Arrow array as this database's driver takes them."""
+        return array.to_pylist()
+
+    def column_type(self, type_: Any, *, pk: bool, where: str) -> str:
+        """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
+        raise NotImplementedError
+
+    def write(self, writer: Any, conn: Any, w: Write) -> None:
+        """Apply ``w`` in the open transaction of ``conn``. ``writer`` is the sink's `_Writer`
+        (its `chunks` and `appended`)."""
+        raise NotImplementedError
+
+    # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------
+    #: SQL of the current time in UTC, as a naive timestamp with microseconds.
+    utc_now_sql: str = ""
+    #: SQL listing the base tables of the current schema / database (one name per row).
+    tables_sql: str = ""
+
+    def current_schema(self, conn: Any) -> str:
+        """The schema (PostgreSQL) or database (MySQL) unqualified names resolve in."""
+        raise NotImplementedError
+
+    def columns(self, conn: Any, table: TableName) -> list[ColumnInfo] | None:
+        """The table's columns in order, or None if there is no such table (or view)."""
+        raise NotImplementedError
+
+    def temp_columns(self, conn: Any, name: str) -> list[ColumnInfo] | None:
+        """Columns of a temporary table created on `conn`."""
+        return self.columns(conn, TableName("", name))
+
+    def primary_key(self, conn: Any, table: TableName) -> list[str]:
+        """The primary key's columns, in key order."""
+        raise NotImplementedError
+
+    def unique_key_rows(self, conn: Any, table: TableName) -> list[tuple[Any, str]]:
+        """(index, column) of the primary key and every unique index without a predicate."""
+        raise NotImplementedError
+
 
 # -- schemas ------------------------------------------------------------------------------------
 _INTS = {8: FieldType.INT8, 16: FieldType.INT16, 32: FieldType.INT32, 64: FieldType.INT64}
 
 
-def _int(bits: int) -> Schema:
+def int_schema(bits: int) -> Schema:
     return Schema.of(_INTS[bits])
 
 
-def _float(bits: int) -> Schema:
+def float_schema(bits: int) -> Schema:
     return Schema.of(FieldType.FLOAT32 if bits == 32 else FieldType.FLOAT64)
 
 
-def _bool() -> Schema:
+def bool_schema() -> Schema:
     return Schema.of(FieldType.BOOLEAN)
 
 
-def _decimal(column: ColumnInfo, precision: int | None, scale: int | None) -> Schema:
+def decimal_schema(column: ColumnInfo, precision: int | None, scale: int | None) -> Schema:
     if precision is None:
         raise UnmappableType(
             f"{column.display} has no declared precision, so its values cannot be carried "
@@ -138,237 +227,50 @@ def _decimal(column: ColumnInfo, precision: int | None, scale: int | None) -> Sc
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
-class _Postgres(Dialect):
-    name = "postgresql"
-    quote_char = '"'
+def column_type(type_: Any, names: dict[str, str], where: str) -> str:
+    """The column type of Arrow ``type_`` shared by every database (TIME), else from ``names``
+    (by the Arrow type's name)."""
+    import pyarrow as pa
 
-    def connect_args(self) -> dict[str, Any]:
-        return {"options": "-c TimeZone=UTC", "connect_timeout": 10, "application_name": "sluice"}
-
-    def map_column(self, column: ColumnInfo) -> Mapped:
-        t = column.type_name
-        schema: Schema
-        conv, cast = "plain", False
-        if column.enum:
-            schema, cast = Schema.string(), True
-        elif t in ("int2", "smallint"):
-            schema = _int(16)
-        elif t in ("int4", "integer"):
-            schema = _int(32)
-        elif t in ("int8", "bigint"):
-            schema = _int(64)
-        elif t == "numeric":
-            schema, conv = _decimal(column, column.precision, column.scale), "decimal"
-        elif t in ("float4", "real"):
-            schema = _float(32)
-        elif t in ("float8", "double precision"):
-            schema = _float(64)
-        elif t in ("bool", "boolean"):
-            schema = _bool()
-        elif t in ("varchar", "bpchar", "text", "name", "citext"):
-            schema = Schema.string()
-        elif t in ("json", "jsonb", "uuid", "xml", "inet", "cidr", "macaddr", "macaddr8"):
-            schema, cast = Schema.string(), True
-        elif t == "bytea":
-            schema = Schema.bytes_()
-        elif t == "date":
-            schema, conv = Schema.date(), "date"
-        elif t == "time":
-            schema, conv = Schema.time(), "time"
-        elif t in ("timestamp", "timestamptz"):
-            schema, conv = Schema.timestamp(), "timestamp"
-        else:
-            raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, _optional(schema, column.nullable), conv, cast)
-
-    def select_expr(self, mapped: Mapped) -> str:
-        name = self.quote(mapped.name)
-        return f"{name}::text AS {name}" if mapped.cast_text else name
-
-    def is_transient(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", None) or exc
-        state = getattr(orig, "sqlstate", None)
-        if state is None:
-            # No SQLSTATE: the client could not reach the server or lost the connection.
-            import psycopg
-
-            return isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)) or bool(
-                getattr(exc, "connection_invalidated", False)
-            )
-        # 08: connection exception; 40001/40P01: serialization failure, deadlock;
-        # 53: insufficient resources; 57P01-57P05: shutdown / cannot connect now / idle timeout.
-        return (
-            state.startswith(("08", "53"))
-            or state in ("40001", "40P01", "55P03")
-            or state.startswith("57P")
-        )
+    if pa.types.is_time(type_):
+        digits = {"s": 0, "ms": 3, "us": 6, "ns": 6}[type_.unit]
+        return f"TIME({digits})"
+    name = str(type_)
+    if name not in names:
+        raise ConnectException(f"{where}: sluice has no column type for {type_}")
+    return names[name]
 
 
-# -- MySQL / MariaDB --------------------------------------------------------------------------
-_MYSQL_TRANSIENT = {
-    1040,  # too many connections
-    1053,  # server shutdown in progress
-    1205,  # lock wait timeout
-    1213,  # deadlock
-    1927,  # connection was killed
-    2002,  # can't connect through socket
-    2003,  # can't connect to server
-    2006,  # server has gone away
-    2013,  # lost connection during query
-    2055,  # lost connection (system error)
-    4031,  # disconnected by the server because of inactivity
-}
-
-
-class _Mysql(Dialect):
-    name = "mysql"
-    quote_char = "`"
-
-    def connect_args(self) -> dict[str, Any]:
-        # UTC sessions: TIMESTAMP values come back in UTC, NOW() is UTC. Strict mode: a value
-        # that does not fit is an error, never silently truncated.
-        return {
-            "init_command": "SET time_zone = '+00:00', "
-            "sql_mode = CONCAT(@@sql_mode, ',STRICT_ALL_TABLES')",
-            "connect_timeout": 10,
-        }
-
-    def map_column(self, column: ColumnInfo) -> Mapped:
-        t = column.type_name
-        conv = "plain"
-        schema: Schema
-        if t == "tinyint":
-            schema = _int(16 if column.unsigned else 8)
-        elif t == "smallint":
-            schema = _int(32 if column.unsigned else 16)
-        elif t in ("mediumint", "int", "integer"):
-            schema = _int(64 if column.unsigned and t != "mediumint" else 32)
-        elif t == "bigint":
-            if column.unsigned:
-                schema, conv = Schema.decimal(20, 0), "uint64"
-            else:
-                schema = _int(64)
-        elif t == "year":
-            schema = _int(16)
-        elif t in ("decimal", "numeric"):
-            schema, conv = _decimal(column, column.precision, column.scale), "decimal"
-        elif t == "float":
-            schema = _float(32)
-        elif t in ("double", "real", "double precision"):
-            schema = _float(64)
-        elif t == "bit":
-            if column.precision == 1:
-                schema, conv = _bool(), "bit1"
-            else:
-                schema = Schema.bytes_()
-        elif t in (
-            "char",
-            "varchar",
-            "tinytext",
-            "text",
-            "mediumtext",
-            "longtext",
-            "enum",
-            "set",
-            "json",
-            "uuid",
-            "inet4",
-            "inet6",
-        ):
-            schema = Schema.string()
-        elif t in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
-            schema = Schema.bytes_()
-        elif t == "date":
-            schema, conv = Schema.date(), "date"
-        elif t == "time":
-            schema, conv = Schema.time(), "time"
-        elif t in ("datetime", "timestamp"):
-            schema, conv = Schema.timestamp(), "timestamp"
-        else:
-            raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, _optional(schema, column.nullable), conv)
-
-    def select_expr(self, mapped: Mapped) -> str:
-        name = self.quote(mapped.name)
-        if mapped.schema.type is FieldType.FLOAT32:
-            # The text protocol sends FLOAT with 6 significant digits (3.40282e+38); as a double
-            # the value arrives exactly and narrows back to the same float.
-            return f"CAST({name} AS DOUBLE) AS {name}"
-        return name
-
-    def is_transient(self, exc: BaseException) -> bool:
-        orig = getattr(exc, "orig", None) or exc
-        args = getattr(orig, "args", ())
-        code = args[0] if args and isinstance(args[0], int) else None
-        if code is None:
-            import pymysql
-
-            return isinstance(orig, pymysql.err.InterfaceError) or bool(
-                getattr(exc, "connection_invalidated", False)
-            )
-        return code in _MYSQL_TRANSIENT
-
-
-def _optional(schema: Schema, nullable: bool) -> Schema:
+def optional(schema: Schema, nullable: bool) -> Schema:
     return schema if schema.optional == nullable else replace(schema, optional=nullable)
 
 
-POSTGRES: Dialect = _Postgres()
-MYSQL: Dialect = _Mysql()
+def _registry() -> dict[str, Dialect]:
+    """Every dialect of the `sluice.connectors.jdbc.dialects` package, by name: a module there
+    with a ``DIALECT`` is all a new database needs."""
+    import importlib
+    import pkgutil
+
+    from sluice.connectors.jdbc import dialects
+
+    found: dict[str, Dialect] = {}
+    for module in pkgutil.iter_modules(dialects.__path__):
+        dialect = importlib.import_module(f"{dialects.__name__}.{module.name}").DIALECT
+        found[dialect.name] = dialect
+    return found
+
+
+_DIALECTS: dict[str, Dialect] = {}
 
 
 def dialect_for(name: str) -> Dialect:
-    return POSTGRES if name == "postgresql" else MYSQL
+    """The dialect called ``name`` (``Connection.dialect``)."""
+    if not _DIALECTS:
+        _DIALECTS.update(_registry())
+    return _DIALECTS[name]
 
 
-_NUMERIC = re.compile(r"^(?:numeric|decimal)\((\d+)(?:,\s*(\d+))?\)", re.IGNORECASE)
-
-
-def pg_column(
-    name: str, base: str, display: str, nullable: bool, kind: str, autoincrement: bool
-) -> ColumnInfo:
-    """A PostgreSQL catalog row → `ColumnInfo` (`display` is `format_type` of the base type)."""
-    precision = scale = None
-    m = _NUMERIC.match(display)
-    if m:
-        precision, scale = int(m.group(1)), int(m.group(2) or 0)
-    type_name = base
-    if kind not in ("b", "e") or display.endswith("[]"):
-        type_name = f"<{display}>"  # arrays, composites, ranges, pseudo-types: unmappable
-    return ColumnInfo(
-        name=name,
-        type_name=type_name,
-        display=display,
-        nullable=nullable,
-        precision=precision,
-        scale=scale,
-        autoincrement=autoincrement,
-        enum=kind == "e",
-    )
-
-
-def mysql_column(
-    name: str,
-    data_type: str,
-    column_type: str,
-    nullable: bool,
-    precision: int | None,
-    scale: int | None,
-    extra: str,
-    check_json: bool = False,
-) -> ColumnInfo:
-    """A MySQL `information_schema.COLUMNS` row → `ColumnInfo`."""
-    data_type = data_type.lower()
-    if data_type == "bit":
-        m = re.match(r"bit\((\d+)\)", column_type.lower())
-        precision = int(m.group(1)) if m else precision
-    return ColumnInfo(
-        name=name,
-        type_name="json" if check_json else data_type,
-        display=column_type,
-        nullable=nullable,
-        precision=None if precision is None else int(precision),
-        scale=None if scale is None else int(scale),
-        unsigned="unsigned" in column_type.lower(),
-        autoincrement="auto_increment" in (extra or "").lower(),
-    )
+def dialect_for_scheme(scheme: str) -> Dialect | None:
+    """The dialect of a connection URL's scheme (``postgresql``, ``mariadb+pymysql``, …)."""
+    dialect_for("postgresql")  # loads the registry
+    return next((d for d in _DIALECTS.values() if scheme in d.schemes), None)

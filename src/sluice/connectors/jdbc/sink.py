@@ -24,8 +24,9 @@ applied: the `after` row is written, and a delete (`after` null) deletes the key
 Identifiers (tables from `table.name.format`, columns from record fields) are always quoted and
 values always bound, so names taken from records cannot inject SQL. A transient failure (lost
 connection, server restarting, deadlock) rolls the transaction back and retries it with backoff:
-`errors.retry.timeout` / `errors.retry.delay.max.ms` when set, else RocketMQ's `max.retries` /
-`retry.backoff.ms`. Nothing is skipped while the database is away; the micro-batch waits.
+RocketMQ's `max.retries` / `retry.backoff.ms`; with `errors.retry.timeout` set, the engine retries
+the task's `flush` as configured by `errors.retry.timeout` / `errors.retry.delay.max.ms`. Nothing
+is skipped while the database is away; the micro-batch waits.
 """
 
 from __future__ import annotations
@@ -38,16 +39,15 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC
 from decimal import Decimal
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from sluice.connectors.jdbc._config import SINK_CONFIG, SinkSettings, TableName
+from sluice.connectors.jdbc._dialect import Write
 from sluice.sdk import (
     BatchId,
     ConnectException,
@@ -56,13 +56,13 @@ from sluice.sdk import (
     SinkConnector,
     SinkTask,
 )
+from sluice.sdk._retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
 # Columns the columnar path adds beside the record fields (NUL: no field name can clash).
 _DELETE, _TOPIC, _QUEUE, _OFFSET, _POS = "\0delete", "\0topic", "\0queue", "\0offset", "\0pos"
 _META = {_DELETE, _TOPIC, _QUEUE, _OFFSET}
-_UNIQUE_VIOLATION = "23505"  # PostgreSQL's SQLSTATE (see `_db._error_code`)
 
 #: Rows of one multi-row statement are also capped by their approximate size (MySQL's
 #: max_allowed_packet is 16 MiB by default).
@@ -268,7 +268,7 @@ class JdbcSinkTask(SinkTask):
             for name, f in types.items():
                 table.types.setdefault(name, f)
             table.where.add(_where(t, None, None))
-            if self.db.dialect.name == "postgresql":  # `_add` turns it off for the per-record path
+            if self.db.dialect.early_writes:  # `_add` turns it off for the per-record path
                 if self._early is None:
                     self._early = _EarlyWrites(self.db, self.settings)
                 self._early.submit(table, part)
@@ -283,7 +283,7 @@ class JdbcSinkTask(SinkTask):
             valid = column.is_valid().to_pylist()
             children = column.flatten()
             fields = [type_.field(i) for i in range(type_.num_fields)]
-            lists = [_pylist(child, self.db.dialect.name) for child in children]
+            lists = [self.db.dialect.driver_values(child) for child in children]
             names = [f.name for f in fields]
             rows = (
                 [
@@ -313,7 +313,7 @@ class JdbcSinkTask(SinkTask):
             return out, {}
         if pa.types.is_null(type_):
             return [None] * len(column), {}
-        return _pylist(column, self.db.dialect.name), {}
+        return self.db.dialect.driver_values(column), {}
 
     def _add(
         self, table: _Table, value: Any, key: Any, where: str, types: dict[str, pa.Field]
@@ -485,55 +485,45 @@ def _where(topic: Any, partition: Any, offset: Any) -> str:
     return out
 
 
-def _pylist(array: pa.Array, dialect: str) -> list[Any]:
-    type_ = array.type
-    if pa.types.is_timestamp(type_) and dialect == "mysql" and type_.tz is not None:
-        # MySQL takes naive values; sessions run in UTC.
-        array = array.cast(pa.timestamp(type_.unit))
-    if pa.types.is_timestamp(type_) and dialect == "postgresql" and type_.tz is None:
-        return [None if v is None else v.replace(tzinfo=UTC) for v in array.to_pylist()]
-    return array.to_pylist()
-
-
 def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
-    """Run `work`, retrying transient database failures as configured (see the module doc)."""
+    """Run `work`, retrying transient database failures `max.retries` times, `retry.backoff.ms`
+    apart (RocketMQ's keys). With `errors.retry.timeout` set, a transient failure is raised at
+    once as a `RetriableException`: the engine retries `flush` as it retries `put`."""
     from sluice.connectors.jdbc._db import error_text
 
-    started = time.monotonic()
-    delay_ms = 300
-    attempt = 0
-    while True:
-        try:
-            work()
-            return
-        except Exception as exc:
-            if isinstance(exc, ConnectException) and not isinstance(exc, RetriableException):
-                raise
-            retriable = isinstance(exc, RetriableException) or _transient(settings, exc)
-            message = exc.message if isinstance(exc, ConnectException) else error_text(exc)
-            if not retriable:
-                raise ConnectException(f"{what}: {message}") from None
-            attempt += 1
-            spent_ms = (time.monotonic() - started) * 1000
-            timeout = settings.retry_timeout_ms
-            if timeout != 0:
-                wait_ms = min(delay_ms, settings.retry_delay_max_ms)
-                delay_ms *= 2
-                if timeout != -1 and spent_ms + wait_ms > timeout:
-                    raise ConnectException(
-                        f"{what} failed after {attempt - 1} retries in {spent_ms:.0f} ms "
-                        f"(errors.retry.timeout={timeout}): {message}",
-                        suggestion="raise errors.retry.timeout to wait longer for the database",
-                    ) from None
-            else:
-                wait_ms = settings.retry_backoff_ms
-                if attempt > settings.max_retries:
-                    raise ConnectException(
-                        f"{what} failed after {settings.max_retries} retries: {message}",
-                        suggestion="raise max.retries or set errors.retry.timeout",
-                    ) from None
-            log.warning("%s failed (%s); retry %d in %d ms", what, message, attempt, wait_ms)
-            time.sleep(wait_ms / 1000)
+    def text(exc: BaseException) -> str:
+        return exc.message if isinstance(exc, ConnectException) else error_text(exc)
+
+    def transient(exc: BaseException) -> bool:
+        if isinstance(exc, ConnectException):
+            return isinstance(exc, RetriableException)
+        return _transient(settings, exc)
+
+    def give_up(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+        if timed:
+            raise RetriableException(f"{what}: {text(exc)}") from None
+        raise ConnectException(
+            f"{what} failed after {retries} retries: {text(exc)}",
+            suggestion="raise max.retries or set errors.retry.timeout",
+        ) from None
+
+    def warn(exc: BaseException, number: int, wait_s: float) -> None:
+        log.warning("%s failed (%s); retry %d in %d ms", what, text(exc), number, wait_s * 1000)
+
+    timed = settings.retry_timeout_ms != 0
+    try:
+        retry(
+            work,
+            backoff=Backoff.fixed(settings.retry_backoff_ms / 1000),
+            attempts=1 if timed else settings.max_retries + 1,
+            retriable=transient,
+            give_up=give_up,
+            on_retry=warn,
+        )
+    except ConnectException:
+        raise
+    except Exception as exc:
+        raise ConnectException(f"{what}: {error_text(exc)}") from None
 
 
 def _transient(settings: SinkSettings, exc: BaseException) -> bool:
@@ -654,7 +644,6 @@ class _Writer:
         self.db = db
         self.settings = settings
         self.d = db.dialect
-        self.pg = db.dialect.name == "postgresql"
         self.appended = 0  # upserted rows that took the plain-COPY path (see `_append`)
 
     def write(self, tables: list[_Table]) -> None:
@@ -707,9 +696,14 @@ class _Writer:
             self._create(conn, table, fields)
             existing = self.db.columns(conn, table.name) or []
         names = {c.name: c.name for c in existing}
-        if not self.pg:
-            names.update({c.name.lower(): c.name for c in existing})
-        missing = [f for f in fields if f not in names and (self.pg or f.lower() not in names)]
+
+        def column_of(field: str) -> str | None:
+            found = names.get(field)
+            if found is None:  # MySQL: names match without regard to case
+                found = next((c.name for c in existing if self.d.same_name(c.name, field)), None)
+            return found
+
+        missing = [f for f in fields if column_of(f) is None]
         if missing:
             if not self.settings.auto_evolve:
                 raise ConnectException(
@@ -719,7 +713,7 @@ class _Writer:
             for name in missing:
                 self._add_column(conn, table, name)
             return self._prepare(conn, table)
-        mapping = {f: names.get(f) or names[f.lower()] for f in fields}
+        mapping = {f: column_of(f) or f for f in fields}
         if self.settings.insert_mode == "upsert" and writes:
             pk = {mapping[n] for n in self._pk_names(table)}
             if pk and pk not in self.db.unique_keys(conn, table.name):
@@ -738,7 +732,8 @@ class _Writer:
                 "auto.create and auto.evolve need record values with a schema (a struct)",
                 suggestion="use a schema-carrying converter, or create the table yourself",
             )
-        return sql_type(f.type, self.pg, pk=pk, where=f"table {str(table.name)!r}: field {name!r}")
+        where = f"table {str(table.name)!r}: field {name!r}"
+        return self.d.column_type(f.type, pk=pk, where=where)
 
     def _pk_names(self, table: _Table) -> list[str]:
         if self.settings.pk_mode == "none":
@@ -758,7 +753,7 @@ class _Writer:
             lines.append(f"{self.d.quote(name)} {self._field_sql(table, name, name in pk)} {null}")
         if pk:
             lines.append("PRIMARY KEY (" + ", ".join(self.d.quote(n) for n in pk) + ")")
-        options = "" if self.pg else " ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
+        options = self.d.create_table_options
         sql = (
             f"CREATE TABLE IF NOT EXISTS {self.d.table(table.name)} (\n  "
             + ",\n  ".join(lines)
@@ -857,11 +852,7 @@ class _Writer:
     ) -> None:
         cols = [columns[f] for f in data.column_names]
         pk = cols if kind == "delete" else cols[:npk]
-        if self.pg:
-            self._pg(conn, table.name, kind, cols, pk, data)
-        else:
-            lists = [_pylist(column.combine_chunks(), "mysql") for column in data.columns]
-            self._mysql(conn, table.name, kind, cols, pk, list(zip(*lists, strict=True)))
+        self.d.write(self, conn, Write(table.name, kind, cols, pk, data))
 
     def _statement(
         self,
@@ -876,144 +867,10 @@ class _Writer:
         npk = len(ops[0].pk)
         pk = cols[:npk] if kind != "delete" else cols
         rows = [op.pk for op in ops] if kind == "delete" else [op.values for op in ops]
-        if self.pg:
-            self._pg(conn, table.name, kind, cols, pk, rows)
-        else:
-            self._mysql(conn, table.name, kind, cols, pk, rows)
+        self.d.write(self, conn, Write(table.name, kind, cols, pk, rows))
 
-    def _pg(
-        self,
-        conn: Any,
-        name: TableName,
-        kind: str,
-        cols: list[str],
-        pk: list[str],
-        rows: list | pa.Table,
-    ) -> None:
-        q = self.d.quote
-        target = self.d.table(name)
-        col_list = ", ".join(q(c) for c in cols)
-        raw_cols = ", ".join(self.d.quote_raw(c) for c in cols)
-        cursor = conn.connection.driver_connection.cursor()
-        try:
-            copy_in = f"COPY {self.d.table(name, raw=True)} ({raw_cols}) FROM STDIN"
-            if kind == "insert":
-                _copy(cursor, copy_in, rows)
-                return
-            if kind == "upsert" and pk and self._append(cursor, target, q(pk[0]), copy_in, rows):
-                return
-            stage = "sluice_stage"
-            cursor.execute(f"DROP TABLE IF EXISTS {q(stage)}", ())
-            cursor.execute(
-                f"CREATE TEMPORARY TABLE {q(stage)} ON COMMIT DROP AS "
-                f"SELECT {col_list} FROM {target} WITH NO DATA",
-                (),
-            )
-            _copy(cursor, f"COPY {self.d.quote_raw(stage)} ({raw_cols}) FROM STDIN", rows)
-            on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in pk)
-            rest = [c for c in cols if c not in pk]
-            if kind == "delete":
-                sql = f"DELETE FROM {target} AS t USING {q(stage)} AS s WHERE {on}"
-            elif kind == "update":
-                if not rest:
-                    return
-                sets = ", ".join(f"{q(c)} = s.{q(c)}" for c in rest)
-                sql = f"UPDATE {target} AS t SET {sets} FROM {q(stage)} AS s WHERE {on}"
-            else:
-                conflict = ", ".join(q(c) for c in pk)
-                action = (
-                    "DO UPDATE SET " + ", ".join(f"{q(c)} = EXCLUDED.{q(c)}" for c in rest)
-                    if rest
-                    else "DO NOTHING"
-                )
-                sql = (
-                    f"INSERT INTO {target} AS t ({col_list}) SELECT {col_list} FROM {q(stage)} "
-                    f"ON CONFLICT ({conflict}) {action}"
-                )
-            cursor.execute(sql, ())
-            cursor.execute(f"DROP TABLE {q(stage)}", ())
-        finally:
-            cursor.close()
-
-    def _append(self, cursor: Any, target: str, first_pk: str, copy_in: str, rows: Any) -> bool:
-        """Upsert by plain COPY when no row of the table can conflict: True if it did.
-
-        An upsert costs PostgreSQL about twice a COPY (staging table, then `ON CONFLICT`), and
-        the common case, a first load or an incrementing table, only adds rows after the highest
-        key. When the batch's keys are integers and the table holds no row between the batch's
-        smallest and largest leading key (one index probe), nothing can conflict and the rows
-        are copied straight in. A row that appeared meanwhile raises a unique violation; the
-        savepoint then undoes the COPY and the caller upserts as usual.
-        """
-        from sluice.connectors.jdbc._db import _error_code
-
-        span = _integer_span(rows)
-        if span is None:
-            return False
-        cursor.execute(f"SELECT 1 FROM {target} WHERE {first_pk} BETWEEN %s AND %s LIMIT 1", span)
-        if cursor.fetchone() is not None:
-            return False
-        cursor.execute("SAVEPOINT sluice_append", ())
-        try:
-            _copy(cursor, copy_in, rows)
-        except Exception as exc:
-            if _error_code(exc) != _UNIQUE_VIOLATION:
-                raise
-            cursor.execute("ROLLBACK TO SAVEPOINT sluice_append", ())
-            return False
-        cursor.execute("RELEASE SAVEPOINT sluice_append", ())
-        self.appended += len(rows)
-        return True
-
-    def _mysql(
-        self, conn: Any, name: TableName, kind: str, cols: list[str], pk: list[str], rows: list
-    ) -> None:
-        q = self.d.quote
-        target = self.d.table(name)
-        col_list = ", ".join(q(c) for c in cols)
-        one = "(" + ", ".join(["%s"] * len(cols)) + ")"
-        if kind == "delete":
-            key = "(" + ", ".join(q(c) for c in pk) + ")" if len(pk) > 1 else q(pk[0])
-            for chunk in self._chunks(rows):
-                marks = ", ".join(one if len(pk) > 1 else "%s" for _ in chunk)
-                params = [v for row in chunk for v in row]
-                conn.exec_driver_sql(
-                    f"DELETE FROM {target} WHERE {key} IN ({marks})", tuple(params)
-                )
-            return
-        if kind == "update":
-            stage = q("sluice_stage")
-            conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {stage}")
-            conn.exec_driver_sql(
-                f"CREATE TEMPORARY TABLE {stage} AS SELECT {col_list} FROM {target} LIMIT 0"
-            )
-            self._mysql_insert(conn, stage, col_list, one, rows, "")
-            rest = [c for c in cols if c not in pk]
-            if rest:
-                on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in pk)
-                sets = ", ".join(f"t.{q(c)} = s.{q(c)}" for c in rest)
-                conn.exec_driver_sql(f"UPDATE {target} AS t JOIN {stage} AS s ON {on} SET {sets}")
-            conn.exec_driver_sql(f"DROP TEMPORARY TABLE {stage}")
-            return
-        suffix = ""
-        if kind == "upsert":
-            rest = [c for c in cols if c not in pk] or pk[:1]
-            suffix = " ON DUPLICATE KEY UPDATE " + ", ".join(
-                f"{q(c)} = VALUES({q(c)})" for c in rest
-            )
-        self._mysql_insert(conn, target, col_list, one, rows, suffix)
-
-    def _mysql_insert(
-        self, conn: Any, target: str, col_list: str, one: str, rows: list, suffix: str
-    ) -> None:
-        for chunk in self._chunks(rows):
-            marks = ", ".join([one] * len(chunk))
-            params = tuple(v for row in chunk for v in row)
-            conn.exec_driver_sql(
-                f"INSERT INTO {target} ({col_list}) VALUES {marks}{suffix}", params
-            )
-
-    def _chunks(self, rows: list) -> Iterable[list]:
+    def chunks(self, rows: list) -> Iterable[list]:
+        """``rows`` in statements of at most `batch.size` rows and `MAX_STATEMENT_BYTES`."""
         limit = self.settings.batch_size
         chunk: list = []
         size = 0
@@ -1038,57 +895,6 @@ def _runs(ops: list[_Op]) -> Iterable[tuple[bool, tuple[str, ...], list[_Op]]]:
         run.append(op)
     if run:
         yield run[0].delete, run[0].fields, run
-
-
-def _copy(cursor: Any, statement: str, rows: list | pa.Table) -> None:
-    """COPY rows (Python tuples, text format) or an Arrow table (CSV written by Arrow: no
-    Python object per value)."""
-    if not isinstance(rows, pa.Table):
-        with cursor.copy(statement) as copy:
-            for row in rows:
-                copy.write_row(row)
-        return
-    data = _csv_ready(rows)
-    options = pacsv.WriteOptions(include_header=False, quoting_style="all_valid")
-    with cursor.copy(statement + " WITH (FORMAT csv)") as copy:
-        for batch in data.to_batches(max_chunksize=65_536):
-            out = pa.BufferOutputStream()
-            pacsv.write_csv(batch, out, options)
-            copy.write(out.getvalue())
-
-
-def _integer_span(rows: list | pa.Table) -> tuple[int, int] | None:
-    """(smallest, largest) of the first column when it holds integers only, else None."""
-    if isinstance(rows, pa.Table):
-        column = rows.column(0)
-        if not rows.num_rows or not pa.types.is_integer(column.type) or column.null_count:
-            return None
-        span = pc.min_max(column)
-        return span["min"].as_py(), span["max"].as_py()
-    firsts = [row[0] for row in rows]
-    if not firsts or any(type(v) is not int for v in firsts):
-        return None
-    return min(firsts), max(firsts)
-
-
-def _csv_ready(data: pa.Table) -> pa.Table:
-    """`data` with what CSV cannot carry for PostgreSQL made text: bytes as `\\x…` hex, instants
-    as UTC text with an explicit `+00`."""
-    for i, f in enumerate(data.schema):
-        if pa.types.is_timestamp(f.type) and f.type.tz is not None:
-            # Arrow's own text for zoned timestamps costs ~1 µs a value (a zone lookup each): three
-            # quarters of the whole CSV write. Arrow keeps instants in UTC, so the zone-less text
-            # of the same values plus "+00" is the same instant at a fifteenth of the cost.
-            naive = data.column(i).cast(pa.timestamp(f.type.unit))
-            utc = pc.binary_join_element_wise(naive.cast(pa.string()), "+00", "")
-            data = data.set_column(i, f.name, utc)
-        elif pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
-            values = data.column(i).to_pylist()
-            hexed = pa.array([None if v is None else "\\x" + v.hex() for v in values], pa.string())
-            data = data.set_column(i, f.name, hexed)
-        elif pa.types.is_nested(f.type):
-            raise ConnectException(f"field {f.name!r}: {f.type} values cannot be written")
-    return data
 
 
 def _last_per_key(data: pa.Table, pk: list[str]) -> pa.Array | None:
@@ -1129,57 +935,6 @@ def _last_per_integer(keys: np.ndarray) -> pa.Array | None:
     if bool(last.all()):
         return None
     return pa.array(np.sort(order[last]))
-
-
-_PG_TYPES = {
-    "int8": "SMALLINT",
-    "int16": "SMALLINT",
-    "int32": "INTEGER",
-    "int64": "BIGINT",
-    "float": "REAL",
-    "double": "DOUBLE PRECISION",
-    "bool": "BOOLEAN",
-    "string": "TEXT",
-    "large_string": "TEXT",
-    "binary": "BYTEA",
-    "large_binary": "BYTEA",
-    "date32[day]": "DATE",
-}
-_MYSQL_TYPES = {
-    "int8": "TINYINT",
-    "int16": "SMALLINT",
-    "int32": "INT",
-    "int64": "BIGINT",
-    "float": "FLOAT",
-    "double": "DOUBLE",
-    "bool": "BOOLEAN",
-    "string": "LONGTEXT",
-    "large_string": "LONGTEXT",
-    "binary": "LONGBLOB",
-    "large_binary": "LONGBLOB",
-    "date32[day]": "DATE",
-}
-
-
-def sql_type(type_: pa.DataType, pg: bool, *, pk: bool, where: str) -> str:
-    """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
-    if pa.types.is_decimal(type_):
-        return f"{'NUMERIC' if pg else 'DECIMAL'}({type_.precision},{type_.scale})"
-    if pa.types.is_time(type_):
-        digits = {"s": 0, "ms": 3, "us": 6, "ns": 6}[type_.unit]
-        return f"TIME({digits})"
-    if pa.types.is_timestamp(type_):
-        if pg:
-            return "TIMESTAMP(6) WITH TIME ZONE" if type_.tz else "TIMESTAMP(6)"
-        return "DATETIME(6)"
-    if not pg and pk and (pa.types.is_string(type_) or pa.types.is_binary(type_)):
-        # MySQL cannot index a TEXT/BLOB column without a prefix length
-        return "VARCHAR(255)" if pa.types.is_string(type_) else "VARBINARY(255)"
-    table = _PG_TYPES if pg else _MYSQL_TYPES
-    name = str(type_)
-    if name not in table:
-        raise ConnectException(f"{where}: sluice has no column type for {type_}")
-    return table[name]
 
 
 class JdbcSinkConnector(SinkConnector):

@@ -37,8 +37,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
 
 from sluice.connectors.jdbc._config import (
     SOURCE_CONFIG,
@@ -63,9 +61,8 @@ from sluice.sdk import (
 log = logging.getLogger(__name__)
 
 _PLAN_KEY = "jdbc.task.plan"
-#: The text a fast-path page aims at (see `JdbcSourceTask._read_pages`), and the rows of a
-#: table's first page, before its rows' width is known.
-PAGE_BYTES = 8 << 20
+#: The rows of a table's first page, before its rows' width is known (pages aim at
+#: `_pages.PAGE_BYTES` of text).
 FIRST_PAGE_ROWS = 10_000
 _MAX_INT = 2**63 - 1
 #: A range is cut for parallel reading only if every piece gets at least this many rows.
@@ -231,9 +228,9 @@ def _map_columns(db: Any, columns: list, where: str, key: str) -> list[Mapped]:
     return mapped
 
 
-def _find(columns: list, name: str, mysql: bool) -> Any:
+def _find(columns: list, name: str, dialect: Any) -> Any:
     for column in columns:
-        if column.name == name or (mysql and column.name.lower() == name.lower()):
+        if dialect.same_name(column.name, name):
             return column
     return None
 
@@ -242,12 +239,11 @@ def _cursor_terms(
     db: Any, settings: SourceSettings, columns: list, where: str, pk: list[str]
 ) -> tuple[list[str], list[str]]:
     """The cursor columns of the mode (checked), and the unique ordering to resume with."""
-    mysql = db.dialect.name == "mysql"
     names = ", ".join(c.name for c in columns)
     terms: list[str] = []
     if settings.uses_timestamp:
         for name in settings.timestamp_columns:
-            column = _find(columns, name, mysql)
+            column = _find(columns, name, db.dialect)
             if column is None:
                 raise ConfigException(
                     "timestamp.column.name", f"{where} has no column {name!r} (columns: {names})"
@@ -274,7 +270,7 @@ def _cursor_terms(
                 )
             column = auto[0]
         else:
-            column = _find(columns, name, mysql)
+            column = _find(columns, name, db.dialect)
             if column is None:
                 raise ConfigException(
                     "incrementing.column.name",
@@ -330,10 +326,7 @@ def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
 
     probe = "sluice_query_probe"
     query = _query_sql(settings.query)
-    if db.dialect.name == "postgresql":
-        create = f"CREATE TEMPORARY TABLE {db.dialect.quote(probe)} AS {query} WITH NO DATA"
-    else:
-        create = f"CREATE TEMPORARY TABLE {db.dialect.quote(probe)} AS {query} LIMIT 0"
+    create = db.dialect.empty_temp_table_sql(db.dialect.quote(probe), query)
     try:
         conn.exec_driver_sql(create)
         columns = db.temp_columns(conn, probe) or []
@@ -343,7 +336,8 @@ def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
         raise ConfigException("query", f"the query fails: {error_text(exc)}") from None
     finally:
         conn.rollback()
-        if db.dialect.name == "mysql":
+        # a temporary table outlives a rollback where DDL is not transactional
+        if not db.dialect.transactional_ddl:
             conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {db.dialect.quote(probe)}")
     mapped = _map_columns(db, columns, "query", "query")
     terms, resume = _cursor_terms(db, settings, columns, "the query", [])
@@ -373,7 +367,6 @@ class JdbcSourceTask(ReplayableSourceTask):
         self.tables = [TablePlan.from_json(t) for t in data["tables"]]
         self.by_partition = {json.dumps(t.partition, sort_keys=True): t for t in self.tables}
         self.db = Database(self.settings.connection)
-        self._pg = self.db.dialect.name == "postgresql"
         self._warned = False
         # partition → (offset, monotonic time): while a table is idle, look again only every
         # poll.interval.ms (while it has a backlog, every micro-batch asks)
@@ -504,8 +497,7 @@ class JdbcSourceTask(ReplayableSourceTask):
         after n rows. On a table without fresh statistics PostgreSQL would rather bitmap-scan the
         whole range and sort it, again for every page (measured: 90 ms instead of 2 ms a page).
         """
-        if self._pg:
-            conn.exec_driver_sql("SET LOCAL enable_bitmapscan = off")
+        self.db.dialect.prefer_index_scans(conn)
 
     def _bound(self, conn: Any) -> datetime | None:
         """Timestamp modes read rows older than the database's now - timestamp.delay.interval.ms."""
@@ -772,9 +764,7 @@ class JdbcSourceTask(ReplayableSourceTask):
         topic = pa.array([plan.topic], pa.string())
         most = self.settings.batch_max_rows
         size = min(most, FIRST_PAGE_ROWS)
-        page_class = _PgCopyPage if self._pg else _MyCsvPage
-        value_type = plan.value_schema().to_arrow()
-        copy: _PgCopyPage | _MyCsvPage | None = page_class(self.db.dialect, plan, value_type)
+        copy = self.db.dialect.page(plan, plan.value_schema().to_arrow())
         lower_terms = plan.terms
         failures = delivered = 0
         while True:
@@ -785,7 +775,7 @@ class JdbcSourceTask(ReplayableSourceTask):
                 with self.db.connect(attempts=1) as conn:
                     self._ordered_scans(conn)
                     page = copy.fetch(conn, tail, params) if copy is not None else None
-                    if page is None and isinstance(copy, _MyCsvPage) and copy.too_big:
+                    if page is None and copy is not None and copy.too_big:
                         if size > 1:  # rows too wide for this many in one value
                             size = max(1, size // 4)
                             continue
@@ -892,230 +882,6 @@ class JdbcSourceTask(ReplayableSourceTask):
 
     def stop(self) -> None:
         pass
-
-
-class _PgCopyPage:
-    """PostgreSQL's fast path: a page as `COPY (SELECT …) TO STDOUT (FORMAT csv)`, parsed by Arrow.
-
-    No Python object per value (about six times faster than fetching rows). Timestamps travel as
-    the session's UTC text (`2024-01-01 00:00:01.5+00`, naive ones cast to timestamptz, which in a
-    UTC session keeps their wall-clock value), times as microseconds since midnight, bytea as hex
-    text. Whatever Arrow cannot parse (`infinity`, a BC date), or a time that does not fit
-    sluice's Time, makes `fetch` return None: the page is then read again through the driver,
-    which names the offending value.
-    """
-
-    #: the text a page aims at, and that of the last page read
-    budget = PAGE_BYTES
-    page_bytes = 0
-
-    def __init__(self, dialect: Any, plan: TablePlan, value_type: pa.StructType) -> None:
-        self.plan = plan
-        self.value_type = value_type
-        exprs, self.types = [], {}
-        for i, m in enumerate(plan.columns):
-            name = dialect.quote(m.name)
-            target = value_type.field(i).type
-            if m.conv == "timestamp":
-                # Text, parsed by Arrow: the server's EXTRACT(EPOCH …) is numeric arithmetic,
-                # 0.7 µs of its CPU a value against 0.25 µs for the text.
-                exprs.append(f"{name}::timestamptz AS {name}")
-                self.types[m.name] = pa.timestamp("us", tz="UTC")
-            elif m.conv == "time":
-                exprs.append(f"(EXTRACT(EPOCH FROM {name}) * 1000000)::bigint AS {name}")
-                self.types[m.name] = pa.int64()
-            else:
-                exprs.append(dialect.select_expr(m))
-                self.types[m.name] = pa.string() if pa.types.is_binary(target) else target
-        self.select = ", ".join(exprs)
-        self.names = [m.name for m in plan.columns]
-        self.options = pacsv.ConvertOptions(
-            column_types=self.types,
-            true_values=["t"],
-            false_values=["f"],
-            null_values=[""],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        )
-
-    def fetch(
-        self, conn: Any, tail: str, params: list[Any]
-    ) -> tuple[pa.StructArray, dict[str, Any]] | None:
-        statement = f"COPY (SELECT {self.select}{tail}) TO STDOUT WITH (FORMAT csv)"
-        if not params:
-            statement = statement.replace("%%", "%")  # psycopg formats only with parameters
-        cursor = conn.connection.driver_connection.cursor()
-        # One CopyData message per row: growing one buffer costs 1 µs a row, joining a bytes
-        # copy of each row 1.6 µs (500k rows of bench/jdbc_copy.py's table).
-        data = bytearray()
-        try:
-            with cursor.copy(statement, tuple(params) or None) as copy:
-                for row in copy:
-                    data += row
-        finally:
-            cursor.close()
-        self.page_bytes = len(data)
-        if not data:
-            return pa.array([], self.value_type), {}
-        try:
-            table = pacsv.read_csv(
-                pa.BufferReader(data),
-                read_options=pacsv.ReadOptions(column_names=self.names, use_threads=False),
-                convert_options=self.options,
-            )
-            arrays = [self._finish(m, table.column(i)) for i, m in enumerate(self.plan.columns)]
-        except (pa.ArrowException, ValueError):
-            return None
-        if any(a is None for a in arrays):
-            return None
-        value = pa.StructArray.from_arrays(arrays, fields=list(self.value_type))
-        last = {name: arrays[i][-1].as_py() for i, name in enumerate(self.names)}
-        return value, last
-
-    def _finish(self, mapped: Mapped, column: pa.ChunkedArray) -> pa.Array | None:
-        array = column.combine_chunks()
-        if mapped.conv == "timestamp":
-            return array.cast(pa.timestamp("us", tz="UTC"))
-        if mapped.conv == "time":
-            return _time_micros(array)
-        if mapped.schema.to_arrow() == pa.binary():
-            return _unhex(array, prefix=2)
-        return array
-
-
-def _time_micros(micros: pa.Array) -> pa.Array | None:
-    """Microseconds of the day → sluice's Time; None if a value is not a time of day (a MySQL
-    TIME may be negative or over 24 h: the driver's path then names it)."""
-    low, high = pc.min(micros).as_py(), pc.max(micros).as_py()
-    if (low is not None and low < 0) or (high is not None and high >= 86_400_000_000):
-        return None
-    return micros.cast(pa.time64("us"))
-
-
-def _unhex(array: pa.Array, prefix: int = 0) -> pa.Array:
-    """Hex text (after `prefix` characters, e.g. PostgreSQL's `\\x`) → bytes."""
-    values = array.to_pylist()
-    return pa.array([None if v is None else bytes.fromhex(v[prefix:]) for v in values], pa.binary())
-
-
-class _MyCsvPage:
-    """MySQL/MariaDB's fast path: a page as one CSV value, parsed by Arrow.
-
-    PyMySQL decodes every value of every row in Python (25k to 45k rows/s for 8 columns here). Here
-    the server renders each row as a CSV line of text values and concatenates the page into one
-    value (`GROUP_CONCAT`), which Arrow's CSV reader parses and Arrow casts column by column: no
-    Python object per value. Each value travels as the text the server would send anyway
-    (`CAST(… AS CHAR)`; text quoted, `"` doubled), binary values as quoted hex, times as
-    microseconds; NULL is an empty unquoted field, an empty string or no bytes `""`.
-
-    Whatever Arrow cannot parse or cast (a zero date, a time outside a day) makes `fetch` return
-    None: the page is read again through the driver, which names the value. A page larger than
-    the server's `max_allowed_packet` (or than `max_bytes`) cannot be one value: `fetch` returns
-    None and sets `too_big`; the page is tried again with fewer rows (see
-    `JdbcSourceTask._read_pages`).
-    """
-
-    #: the largest page read as one value (it is held in memory twice: text and Arrow)
-    max_bytes = 64 << 20
-    #: the text a page aims at (half the largest value the server allows, once known), and
-    #: that of the last page read
-    budget = PAGE_BYTES
-    page_bytes = 0
-
-    def __init__(self, dialect: Any, plan: TablePlan, value_type: pa.StructType) -> None:
-        self.plan = plan
-        self.value_type = value_type
-        self.too_big = False
-        fields = []
-        for i, m in enumerate(plan.columns):
-            name = dialect.quote(m.name)
-            target = value_type.field(i).type
-            if m.conv == "time":
-                text = f"CAST(TIME_TO_SEC({name}) * 1000000 AS SIGNED)"
-            elif m.conv == "bit1":
-                text = f"CAST({name} AS UNSIGNED)"
-            elif pa.types.is_binary(target):
-                # quoted, so that no bytes (an empty hex) is not NULL; BIT(n) too: its bytes
-                text = f"CONCAT('\"', HEX(CAST({name} AS BINARY)), '\"')"
-            elif pa.types.is_float32(target):
-                text = f"CAST({name} AS DOUBLE)"  # see MySQL.select_expr
-            elif pa.types.is_string(target):
-                text = f"CONCAT('\"', REPLACE(CAST({name} AS CHAR), '\"', '\"\"'), '\"')"
-            else:
-                text = f"CAST({name} AS CHAR)"
-            fields.append(f"IFNULL({text}, '')")
-        self.row = "CONCAT_WS(',', " + ", ".join(fields) + ")"
-        self.names = [m.name for m in plan.columns]
-        self.read_names = [str(i) for i in range(len(plan.columns))]
-        self.parse = pacsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=False)
-        self.convert = pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in self.read_names},
-            null_values=[""],
-            strings_can_be_null=True,
-            quoted_strings_can_be_null=False,
-        )
-
-    def fetch(
-        self, conn: Any, tail: str, params: list[Any]
-    ) -> tuple[pa.StructArray, dict[str, Any]] | None:
-        """The page `SELECT * {tail}` (`tail` ends with `ORDER BY … LIMIT n`), or None."""
-        order = tail.rsplit(" ORDER BY ", 1)[1].rsplit(" LIMIT ", 1)[0]
-        conn.exec_driver_sql(
-            f"SET SESSION group_concat_max_len = LEAST(@@max_allowed_packet, {int(self.max_bytes)})"
-        )
-        count, data, limit = conn.exec_driver_sql(
-            f"SELECT COUNT(*), CAST(GROUP_CONCAT({self.row} ORDER BY {order} SEPARATOR X'0A') "
-            f"AS BINARY), @@group_concat_max_len FROM (SELECT *{tail}) AS sluice_page",
-            tuple(params),
-        ).one()
-        self.budget = min(PAGE_BYTES, int(limit) // 2)
-        if not count:
-            return pa.array([], self.value_type), {}
-        if data is None or len(data) >= limit:  # did not fit: cut short, or no value at all
-            self.too_big = True
-            return None
-        self.too_big = False
-        self.page_bytes = len(data)
-        try:
-            table = pacsv.read_csv(
-                pa.BufferReader(data),
-                read_options=pacsv.ReadOptions(
-                    column_names=self.read_names, use_threads=False, block_size=len(data) + 1
-                ),
-                parse_options=self.parse,
-                convert_options=self.convert,
-            )
-            if table.num_rows != count:
-                return None
-            arrays = [
-                self._finish(m, self.value_type.field(i).type, table.column(i).combine_chunks())
-                for i, m in enumerate(self.plan.columns)
-            ]
-        except (pa.ArrowException, ValueError):
-            return None
-        if any(a is None for a in arrays):
-            return None
-        value = pa.StructArray.from_arrays(arrays, fields=list(self.value_type))
-        last = {}
-        for i, name in enumerate(self.names):
-            v = arrays[i][-1].as_py()
-            last[name] = naive_utc(v) if isinstance(v, datetime) else v
-        return value, last
-
-    @staticmethod
-    def _finish(mapped: Mapped, target: pa.DataType, text: pa.Array) -> pa.Array | None:
-        if mapped.conv == "time":
-            return _time_micros(text.cast(pa.int64()))
-        if mapped.conv == "bit1":
-            return pc.not_equal(text.cast(pa.int8()), 0)
-        if mapped.conv == "timestamp":
-            return text.cast(pa.timestamp("us")).cast(target)
-        if pa.types.is_binary(target):
-            return _unhex(text)
-        if pa.types.is_floating(target):
-            # as PyMySQL does: the text read as a double, then (FLOAT) narrowed
-            return text.cast(pa.float64()).cast(target)
-        return text.cast(target)
 
 
 class JdbcSourceConnector(SourceConnector):

@@ -1,0 +1,100 @@
+"""Retry with backoff: the one loop behind every "try again later" in sluice.
+
+Used by the engine (`errors.retry.*` around a task's `put` and `flush`, `sluice.engine.retry`), the
+bus (riding out a broker outage, `sluice.bus.base.retry_outage`) and connectors (the JDBC sink's
+`max.retries`, opening a database connection). Each caller says what is worth retrying, when to
+stop (a time budget, a number of attempts, or both) and what to raise then; the waits come from
+one `Backoff`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NoReturn, TypeVar
+
+from sluice.sdk._errors import RetriableException
+
+T = TypeVar("T")
+
+__all__ = ["Backoff", "retry"]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """The waits between attempts, in seconds: ``first_s``, multiplied by ``factor`` after each
+    failure, at most ``max_s``; every ``long_every``-th consecutive failure waits ``long_s``
+    instead (RocketMQ Connect's sink task pauses like that after 16 pull errors in a row)."""
+
+    first_s: float = 0.3
+    factor: float = 2.0
+    max_s: float = 60.0
+    long_every: int = 0
+    long_s: float = 0.0
+
+    @classmethod
+    def fixed(cls, seconds: float) -> Backoff:
+        """The same wait after every failure."""
+        return cls(first_s=seconds, factor=1.0, max_s=seconds)
+
+    def waits(self) -> Iterator[float]:
+        """The wait after the 1st, 2nd, … consecutive failure."""
+        delay, failures = self.first_s, 0
+        while True:
+            failures += 1
+            if self.long_every and failures % self.long_every == 0:
+                yield self.long_s
+            else:
+                yield min(delay, self.max_s)
+            delay = min(delay * self.factor, self.max_s)
+
+
+def _is_retriable(exc: BaseException) -> bool:
+    return isinstance(exc, RetriableException)
+
+
+def _reraise(exc: BaseException, retries: int, spent_s: float) -> NoReturn:
+    raise exc
+
+
+def retry(
+    call: Callable[[], T],
+    *,
+    backoff: Backoff,
+    timeout_s: float | None = None,
+    attempts: int | None = None,
+    retriable: Callable[[BaseException], bool] = _is_retriable,
+    give_up: Callable[[BaseException, int, float], NoReturn] = _reraise,
+    on_retry: Callable[[BaseException, int, float], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """``call()``, called again after each failure that ``retriable`` accepts (by default a
+    `RetriableException`) with the waits of ``backoff``; anything else propagates at once.
+
+    It stops after ``attempts`` calls, or when the next wait would end more than ``timeout_s``
+    after the first call began (``None``: no such limit; ``timeout_s=0``: no retry): then
+    ``give_up(last error, retries made, seconds spent)`` raises (by default the last error
+    itself). ``on_retry(error, retry number, wait)`` is called before each wait (to log it).
+    Runs where it is called (a driver thread or an executor task): the caller waits, nothing
+    is skipped.
+    """
+    started = time.monotonic()
+    waits = backoff.waits()
+    retries = 0
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not retriable(exc):
+                raise
+            wait = next(waits)
+            spent = time.monotonic() - started
+            if (attempts is not None and retries + 1 >= attempts) or (
+                timeout_s is not None and spent + wait > timeout_s
+            ):
+                give_up(exc, retries, spent)
+            retries += 1
+            if on_retry is not None:
+                on_retry(exc, retries, wait)
+            sleep(wait)
