@@ -41,9 +41,9 @@ from sluice.sdk import (
     Connector,
     SinkConnector,
     SourceConnector,
-    normalize_config,
     partition_key,
 )
+from sluice.sdk._config import normalize_config
 from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import StatusStore
