@@ -7,7 +7,7 @@ micro-batch (`SinkTask.put` / `put_batch`) and `flush` it with the batch id; the
 it. See `sluice.connectors.file` for a complete example.
 """
 
-from sluice.sdk._append import StagedAppend, StagedPart
+from sluice.sdk._append import AppendSinkConnector, AppendSinkTask, StagedAppend, StagedPart
 from sluice.sdk._arrow import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
@@ -60,6 +60,8 @@ __all__ = [
     "HEADERS_TYPE",
     "PASSWORD_MASK",
     "TIMESTAMP_TYPE",
+    "AppendSinkConnector",
+    "AppendSinkTask",
     "BatchId",
     "ConfigDef",
     "ConfigException",

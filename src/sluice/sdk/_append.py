@@ -1,7 +1,8 @@
 """Exactly-once appends to one file, for any sink whose target is "append bytes to a file".
 
-The protocol (used by the file sink; a sink writing CSV, JSON lines or Avro blocks to a file can
-use it unchanged):
+A sink writing lines, CSV, JSON lines or Avro blocks to a file extends `AppendSinkConnector` and
+`AppendSinkTask` (set `target` in `start`, call `append(data)` from `put`): that is the whole
+exactly-once machinery (the file sink is the example). The protocol underneath, usable alone:
 
 1. **Executor, per task and micro-batch** — `StagedAppend.stage(batch_id, task_id)` opens a part
    file in a staging folder beside the target (`.<name>.sluice/`); the task writes its bytes
@@ -23,10 +24,10 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Sequence
-from typing import Any, BinaryIO
+from collections.abc import Mapping, Sequence
+from typing import Any, BinaryIO, ClassVar
 
-from sluice.sdk._connector import BatchId
+from sluice.sdk._connector import BatchId, Delivery, SinkConnector, SinkTask
 
 _STALE_PART_S = 3600.0
 
@@ -115,6 +116,47 @@ class StagedAppend:
             out.flush()
             os.fsync(out.fileno())
             _write_state(state_path, batch_id, out.tell(), pending=False)
+
+
+class AppendSinkTask(SinkTask):
+    """A sink task appending bytes to `target` (set it in `start`): `append` stages them, `flush`
+    returns the part for the connector's commit, `stop` drops an unflushed part. Executor."""
+
+    target: StagedAppend
+    _part: StagedPart | None = None
+
+    def append(self, data: bytes | memoryview) -> None:
+        """Add `data` to this task's share of the current micro-batch."""
+        if self._part is None:
+            self._part = self.target.stage(self.context.batch_id, self.context.task_id)
+        self._part.write(data)
+
+    def flush(self, batch_id: BatchId) -> Any:
+        part, self._part = self._part, None
+        return part.close() if part is not None else None
+
+    def stop(self) -> None:
+        if self._part is not None:
+            self._part.discard()
+            self._part = None
+
+
+class AppendSinkConnector(SinkConnector):
+    """A sink connector committing its `AppendSinkTask`s' parts to `target` (set it in `start`)
+    exactly once per micro-batch, in task order (so one queue may span several tasks)."""
+
+    target: StagedAppend
+    ordered_commit: ClassVar[bool] = True
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
+
+    def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
+        self.target.commit(batch_id, messages)
+
+    def abort(self, batch_id: BatchId, messages: list[Any]) -> None:
+        self.target.abort(messages)
 
 
 def _copy(src: int, dst: int) -> None:
