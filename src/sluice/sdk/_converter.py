@@ -91,14 +91,9 @@ class Decoded:
     errors: pa.Array | None = None
 
 
-class Encoder:
-    """Turns values of one schema into topic bytes (source side). Picklable.
-
-    `sql(column)` returns a Spark SQL expression of type BINARY (None unless `has_sql`).
-    `sql_error(column)` returns a string expression, null when a record can be written, else why
-    not (or None when writing cannot fail). `arrow(array)` returns a binary array and raises
-    `RecordError` for a record it cannot write.
-    """
+class _Codec:
+    """What encoders and decoders share: the converter's name, the role and the bound schema,
+    and which of their forms (Spark SQL, Arrow) the engine should use."""
 
     arrow_mode: str | None = None
     has_sql = False
@@ -107,6 +102,23 @@ class Encoder:
         self.converter = converter
         self.role = role
         self.schema = schema
+
+    @property
+    def prefers_arrow(self) -> bool:
+        """True when the Arrow form is the one to use (vectorised, or there is no SQL form)."""
+        if self.arrow_mode is None:
+            return False
+        return self.arrow_mode == "vectorised" or not self.has_sql
+
+
+class Encoder(_Codec):
+    """Turns values of one schema into topic bytes (source side). Picklable.
+
+    `sql(column)` returns a Spark SQL expression of type BINARY (None unless `has_sql`).
+    `sql_error(column)` returns a string expression, null when a record can be written, else why
+    not (or None when writing cannot fail). `arrow(array)` returns a binary array and raises
+    `RecordError` for a record it cannot write.
+    """
 
     def sql(self, column: str) -> str | None:
         return None
@@ -117,40 +129,19 @@ class Encoder:
     def arrow(self, array: pa.Array) -> pa.Array:
         raise NotImplementedError(f"{self.converter} has no Arrow form for this schema")
 
-    @property
-    def prefers_arrow(self) -> bool:
-        """True when the Arrow form is the one to use (vectorised, or there is no SQL form)."""
-        if self.arrow_mode is None:
-            return False
-        return self.arrow_mode == "vectorised" or not self.has_sql
 
-
-class Decoder:
+class Decoder(_Codec):
     """Turns topic bytes back into values of `schema` (sink side). Picklable.
 
     `sql(column, tmp)` returns a `DecodeSql` (None unless `has_sql`); `arrow(array)` takes a
     binary array and returns a `Decoded`. Reasons name the role: `"value is not valid JSON: …"`.
     """
 
-    arrow_mode: str | None = None
-    has_sql = False
-
-    def __init__(self, converter: str, role: str, schema: Schema) -> None:
-        self.converter = converter
-        self.role = role
-        self.schema = schema
-
     def sql(self, column: str, tmp: str) -> DecodeSql | None:
         return None
 
     def arrow(self, array: pa.Array) -> Decoded:
         raise NotImplementedError(f"{self.converter} has no Arrow form for this schema")
-
-    @property
-    def prefers_arrow(self) -> bool:
-        if self.arrow_mode is None:
-            return False
-        return self.arrow_mode == "vectorised" or not self.has_sql
 
 
 class Converter:
