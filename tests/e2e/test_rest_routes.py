@@ -89,7 +89,10 @@ def test_v1_gets_of_an_existing_connector(worker: WorkerProcess, scratch: Path) 
         "connector": {"state": "RUNNING", "trace": None, "workerId": "e2e-worker"},
         "tasks": [{"id": 0, "state": "RUNNING", "trace": None, "workerId": "e2e-worker"}],
         "type": "sink",
+        "delivery": "exactly-once",  # the file sink's StagedAppend
     }
+    # the RocketMQ face shows the same status, delivery included
+    assert worker.body(f"/connectors/{source}/status")["delivery"] == "exactly-once"
     assert worker.get(f"/v1/connectors/{sink}/tasks/0/status").json() == status["tasks"][0]
     tasks = worker.get(f"/v1/connectors/{sink}/tasks").json()
     assert [t["id"] for t in tasks] == [{"connector": sink, "task": 0}]
@@ -118,9 +121,16 @@ def test_v1_gets_of_an_existing_connector(worker: WorkerProcess, scratch: Path) 
 
     plugins = worker.get("/v1/connector-plugins").json()
     file_source = [p for p in plugins if "FileSourceConnector" in p["aliases"]]
-    assert [(p["class"], p["type"]) for p in file_source] == [
-        ("sluice.connectors.file.source.FileSourceConnector", "source")
+    assert [(p["class"], p["type"], p["delivery"]) for p in file_source] == [
+        ("sluice.connectors.file.source.FileSourceConnector", "source", "exactly-once")
     ]
+    # delivery follows the task's base class (poll-only: at-least-once) or a sink's config
+    rocketmq_face = {p["className"]: p["delivery"] for p in worker.body("/plugin/list")}
+    assert rocketmq_face["sluice.connectors.redis.source.RedisListSourceConnector"] == (
+        "at-least-once"
+    )
+    assert rocketmq_face["sluice.connectors.jdbc.sink.JdbcSinkConnector"] == "at-least-once"
+    assert rocketmq_face["sluice.connectors.file.sink.FileSinkConnector"] == "exactly-once"
     assert {p["type"] for p in plugins} == {"source", "sink"}
     everything = {
         p["type"] for p in worker.get("/v1/connector-plugins?connectorsOnly=false").json()

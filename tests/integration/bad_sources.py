@@ -78,7 +78,6 @@ class BadRecordSource(SourceConnector):
 
     config_def = _CONFIG
     task_class = BadRecordTask
-    delivery = "exactly-once"
 
     def key_schema(self) -> Schema:
         return Schema.of(FieldType.INT64)

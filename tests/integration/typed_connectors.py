@@ -120,7 +120,6 @@ class TypedSource(SourceConnector):
 
     config_def = _SOURCE
     task_class = TypedTask
-    delivery = "exactly-once"
 
     def key_schema(self) -> Schema:
         return Schema.of(FieldType.INT64)
@@ -233,7 +232,6 @@ class ShapedSource(SourceConnector):
 
     config_def = _SHAPED
     task_class = ShapedTask
-    delivery = "exactly-once"
 
     def value_schemas(self) -> list[tuple[RecordPartition, Schema]]:
         return [({"shape": s}, schema) for s, schema in SHAPES.items()]

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pyarrow as pa
 import pytest
 
+from sluice.engine.frames import partition_hash, records_to_batch, source_frame_schema
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -15,12 +16,9 @@ from sluice.sdk import (
     ConnectRecord,
     FieldType,
     Schema,
-    normalize_config,
-    partition_hash,
-    records_from_batch,
-    records_to_batch,
-    source_frame_schema,
 )
+from sluice.sdk._arrow import records_from_batch
+from sluice.sdk._config import normalize_config
 
 ALL_TYPES = Schema.struct(
     ("i8", Schema.of(FieldType.INT8)),

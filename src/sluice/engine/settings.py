@@ -171,9 +171,10 @@ def check_config(
         try:
             step()
         except ConfigException as exc:
-            if exc.key not in bad:  # a key parsed above already has its message
-                errors.append(Problem.of(exc))
-                bad.add(exc.key)
+            for one in getattr(exc, "problems", [exc]):  # InvalidConfig: every bad key
+                if one.key not in bad:  # a key parsed above already has its message
+                    errors.append(Problem.of(one))
+                    bad.add(one.key)
         except ConnectException as exc:
             errors.append(Problem.of(exc, "connector.class"))
         except Exception as exc:  # a plugin's own check crashed: still the caller's config

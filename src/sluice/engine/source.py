@@ -54,6 +54,12 @@ from sluice.engine.errors import (
     required_nulls,
     row_letter,
 )
+from sluice.engine.frames import (
+    partition_hash,
+    records_to_batch,
+    source_frame_ddl,
+    source_frame_schema,
+)
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.engine.retry import RetryPolicy
@@ -69,11 +75,7 @@ from sluice.sdk import (
     SourceConnector,
     SourceTask,
     SourceTaskContext,
-    partition_hash,
     partition_key,
-    records_to_batch,
-    source_frame_ddl,
-    source_frame_schema,
 )
 
 _RECORDS_PER_BATCH = 10_000

@@ -16,16 +16,16 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from sluice.engine.frames import RECORD_COLUMNS
 from sluice.sdk import (
-    RECORD_COLUMNS,
     ConfigException,
     ConnectRecord,
     Predicate,
     SqlStep,
     Transform,
-    normalize_config,
     quote,
 )
+from sluice.sdk._config import normalize_config
 
 TransformResolver = Callable[[str], type[Transform]]
 _RECORDS = re.compile(r"\brecords\b", re.IGNORECASE)

@@ -153,6 +153,7 @@ def _plugin_body(info: Any) -> dict[str, Any]:
         "type": data["type"].upper(),
         "version": data["version"],
         "aliases": list(data["aliases"]),
+        "delivery": data["delivery"],
     }
 
 

@@ -218,7 +218,13 @@ def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any
     """Connector plugins; with `?connectorsOnly=false` also transforms, converters and predicates
     (Kafka Connect's query parameter)."""
     return [
-        {"class": p.class_name, "type": p.type, "version": p.version, "aliases": list(p.aliases)}
+        {
+            "class": p.class_name,
+            "type": p.type,
+            "version": p.version,
+            "aliases": list(p.aliases),
+            "delivery": p.delivery,
+        }
         for p in herder_of(request).plugins()
         if not connectorsOnly or p.type in ("source", "sink")
     ]

@@ -95,6 +95,22 @@ class PluginInfo:
     version: str
     aliases: tuple[str, ...] = ()
     origin: str = "builtin"  # builtin | entry-point | plugin-path
+    #: a connector's guarantee under its default config (`Connector.delivery({})`), else None
+    delivery: str | None = None
+
+
+def delivery_of(cls: type | None, config: Mapping[str, str]) -> str | None:
+    """`cls.delivery(config)` as text; None for a non-connector or a plugin whose method fails
+    (a plugin written before `delivery` was derived may still set it as a plain string)."""
+    if cls is None or not issubclass(cls, Connector):
+        return None
+    stated = cls.__dict__.get("delivery", getattr(cls, "delivery", None))
+    if isinstance(stated, str):
+        return stated
+    try:
+        return str(cls.delivery(config))
+    except Exception:  # a plugin's bug must not break the plugin list or a status
+        return None
 
 
 @dataclass
@@ -266,6 +282,7 @@ class PluginRegistry:
                     version,
                     tuple(sorted(a for a in aliases if a != full)),
                     names.origins.get(cls, "builtin"),
+                    delivery_of(cls, {}),
                 )
             )
         return sorted(out, key=lambda p: (p.type, p.class_name))

@@ -53,9 +53,9 @@ from sluice.sdk import (
     RecordOffset,
     SinkConnector,
     SourceConnector,
-    normalize_config,
     partition_key,
 )
+from sluice.sdk._config import normalize_config
 from sluice.store.counters import SqliteCounters
 from sluice.store.positions import Fenced, FencedPositions, SqlitePositionStore
 from sluice.store.schemas import SqliteSchemaRegistry

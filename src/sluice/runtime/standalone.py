@@ -25,7 +25,7 @@ from sluice.runtime import validation
 from sluice.runtime.file_access import check_allowed_paths
 from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
 from sluice.runtime.metrics import ProgressTracker
-from sluice.runtime.plugins import PluginInfo, PluginRegistry
+from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
 from sluice.runtime.runner import SINK_KEYS, ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -41,9 +41,9 @@ from sluice.sdk import (
     Connector,
     SinkConnector,
     SourceConnector,
-    normalize_config,
     partition_key,
 )
+from sluice.sdk._config import normalize_config
 from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import StatusStore
@@ -389,6 +389,7 @@ class StandaloneHerder(Herder):
                 for t in tasks
             ],
             "type": _kind(self._class_of(stored.config)),
+            "delivery": delivery_of(self._class_of(stored.config), stored.config),
         }
 
     def _task_index(self, stored: StoredConnector, task: int) -> int:

@@ -23,9 +23,9 @@ from sluice.sdk import (
     ConfigKey,
     Connector,
     SinkConnector,
-    normalize_config,
     partition_key,
 )
+from sluice.sdk._config import normalize_config
 
 log = logging.getLogger(__name__)
 

@@ -7,20 +7,17 @@ micro-batch (`SinkTask.put` / `put_batch`) and `flush` it with the batch id; the
 it. See `sluice.connectors.file` for a complete example.
 """
 
+from sluice.sdk._append import AppendSinkConnector, AppendSinkTask, StagedAppend, StagedPart
 from sluice.sdk._arrow import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
-    partition_hash,
-    records_from_batch,
-    records_to_batch,
-    source_frame_ddl,
-    source_frame_schema,
 )
-from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey, normalize_config
+from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey
 from sluice.sdk._connector import (
     BatchId,
     Connector,
     DeadLetterRequest,
+    Delivery,
     OffsetStorageReader,
     ProduceRequest,
     ReadLimit,
@@ -32,11 +29,24 @@ from sluice.sdk._connector import (
     SourceTask,
     SourceTaskContext,
 )
-from sluice.sdk._errors import ConfigException, ConnectException, RetriableException
+from sluice.sdk._converter import (
+    Converter,
+    Decoded,
+    Decoder,
+    DecodeSql,
+    Encoder,
+    RecordError,
+    SchemaRegistry,
+)
+from sluice.sdk._errors import (
+    ConfigException,
+    ConnectException,
+    InvalidConfig,
+    RetriableException,
+)
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition, partition_key
 from sluice.sdk._schema import Field, FieldType, Logical, Schema
 from sluice.sdk._transform import (
-    RECORD_COLUMNS,
     Predicate,
     SqlStep,
     Transform,
@@ -49,8 +59,9 @@ from sluice.sdk._transform import (
 __all__ = [
     "HEADERS_TYPE",
     "PASSWORD_MASK",
-    "RECORD_COLUMNS",
     "TIMESTAMP_TYPE",
+    "AppendSinkConnector",
+    "AppendSinkTask",
     "BatchId",
     "ConfigDef",
     "ConfigException",
@@ -58,19 +69,28 @@ __all__ = [
     "ConnectException",
     "ConnectRecord",
     "Connector",
+    "Converter",
     "DeadLetterRequest",
+    "DecodeSql",
+    "Decoded",
+    "Decoder",
+    "Delivery",
+    "Encoder",
     "Field",
     "FieldType",
+    "InvalidConfig",
     "Logical",
     "OffsetStorageReader",
     "Predicate",
     "ProduceRequest",
     "ReadLimit",
+    "RecordError",
     "RecordOffset",
     "RecordPartition",
     "ReplayableSourceTask",
     "RetriableException",
     "Schema",
+    "SchemaRegistry",
     "SinkConnector",
     "SinkTask",
     "SinkTaskContext",
@@ -78,16 +98,12 @@ __all__ = [
     "SourceTask",
     "SourceTaskContext",
     "SqlStep",
+    "StagedAppend",
+    "StagedPart",
     "Transform",
     "column_type",
     "literal",
-    "normalize_config",
-    "partition_hash",
     "partition_key",
     "quote",
-    "records_from_batch",
-    "records_to_batch",
-    "source_frame_ddl",
-    "source_frame_schema",
     "struct_fields",
 ]

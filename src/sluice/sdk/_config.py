@@ -69,6 +69,10 @@ class ConfigKey:
     min: int | None = None
     #: a regular expression a string value must match in full (e.g. allowed characters)
     pattern: str | None = None
+    #: Kafka's `ConfigDef.Validator`: given the typed value, returns why it is unusable (or None).
+    #: Run by `ConfigDef.problems` (create-time validation, driver), never by `parse`, so a task
+    #: starting on an executor does not repeat checks such as "the file exists".
+    check: Callable[[Any], str | None] | None = None
 
     @property
     def required(self) -> bool:
@@ -108,25 +112,41 @@ class ConfigDef:
         self.keys = {k.name: k for k in keys}
 
     def parse(self, config: Mapping[str, Any]) -> dict[str, Any]:
-        """Typed values for every declared key (defaults filled in). Unknown keys pass through."""
+        """Typed values for every declared key (defaults filled in). Unknown keys pass through.
+        Raises the first problem as a `ConfigException` naming its key."""
         raw = normalize_config(config)
-        values: dict[str, Any] = {}
-        for name, key in self.keys.items():
-            if name not in raw or raw[name].strip() == "":
-                if key.required:
-                    raise ConfigException(
-                        name, "required key is missing", suggestion=key.doc or None
-                    )
-                values[name] = key.default
+        return {name: _value(key, raw) for name, key in self.keys.items()}
+
+    def problems(self, config: Mapping[str, Any]) -> list[ConfigException]:
+        """Every declared key's problem, one per bad key, `check`s included (for validation)."""
+        try:
+            raw = normalize_config(config)
+        except ConfigException as exc:
+            return [exc]
+        found = []
+        for key in self.keys.values():
+            try:
+                value = _value(key, raw)
+                why = key.check(value) if key.check is not None and value is not None else None
+            except ConfigException as exc:
+                found.append(exc)
                 continue
-            value = _PARSERS[key.type](name, raw[name])
-            if key.choices and value not in key.choices:
-                raise ConfigException(
-                    name, f"must be one of {', '.join(key.choices)}, got {value!r}"
-                )
-            if key.pattern is not None and not re.fullmatch(key.pattern, str(value)):
-                raise ConfigException(name, f"{value!r} does not match the pattern {key.pattern}")
-            if key.min is not None and value < key.min:
-                raise ConfigException(name, f"must be at least {key.min}, got {value}")
-            values[name] = value
-        return values
+            if why:
+                found.append(ConfigException(key.name, why))
+        return found
+
+
+def _value(key: ConfigKey, raw: Mapping[str, str]) -> Any:
+    name = key.name
+    if name not in raw or raw[name].strip() == "":
+        if key.required:
+            raise ConfigException(name, "required key is missing", suggestion=key.doc or None)
+        return key.default
+    value = _PARSERS[key.type](name, raw[name])
+    if key.choices and value not in key.choices:
+        raise ConfigException(name, f"must be one of {', '.join(key.choices)}, got {value!r}")
+    if key.pattern is not None and not re.fullmatch(key.pattern, str(value)):
+        raise ConfigException(name, f"{value!r} does not match the pattern {key.pattern}")
+    if key.min is not None and value < key.min:
+        raise ConfigException(name, f"must be at least {key.min}, got {value}")
+    return value

@@ -21,9 +21,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from sluice.sdk._config import ConfigDef
+from sluice.sdk._errors import ConfigException, InvalidConfig
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition
 from sluice.sdk._schema import Schema
 
@@ -174,6 +176,14 @@ class ProduceRequest:
     headers: dict[str, str] = field(default_factory=dict)
 
 
+class Delivery(StrEnum):
+    """A connector's delivery guarantee (`Connector.delivery`), shown by `/plugin/list` and in
+    the connector's status."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+
+
 class Connector(ABC):
     """A configured plugin instance: validates its config and plans tasks (driver side).
 
@@ -182,8 +192,6 @@ class Connector(ABC):
 
     config_def: ClassVar[ConfigDef] = ConfigDef()
     task_class: ClassVar[type]
-    #: Stated by every built-in connector; shown by the runtime: "exactly-once" or "at-least-once".
-    delivery: ClassVar[str] = "at-least-once"
     #: keys whose change makes the stored positions mean something else (a JDBC source's `mode`):
     #: the runtime refuses to change them in place while positions are stored
     position_keys: ClassVar[tuple[str, ...]] = ()
@@ -194,12 +202,29 @@ class Connector(ABC):
     def __init__(self) -> None:
         self.config: dict[str, str] = {}
 
-    def validate(self, config: Mapping[str, str]) -> None:
-        """Raise `ConfigException` naming the key if `config` is not usable. Driver, before start.
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        """The guarantee this connector gives under `config` (driver; `{}` for the defaults)."""
+        raise NotImplementedError
 
-        The default parses `config_def`; override to add checks (reachability, paths, …).
+    def problems(self, config: Mapping[str, str]) -> list[ConfigException]:
+        """Every problem of `config`, one `ConfigException` per bad key (Kafka's `validate`
+        returning `ConfigValue`s with their error messages). Driver, at create, before start.
+
+        The default checks `config_def` (types, choices, each key's `check`); override to add
+        checks across keys or against the outside world (reachability, a table's columns):
+        call `super().problems(config)` and append.
         """
-        self.config_def.parse(config)
+        return self.config_def.problems(config)
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        """Raise if `problems` finds any: their `ConfigException`, or `InvalidConfig` carrying
+        all of them. What the runtime calls; override `problems` instead."""
+        found = self.problems(config)
+        if len(found) == 1:
+            raise found[0]
+        if found:
+            raise InvalidConfig(found)
 
     def start(self, config: Mapping[str, str]) -> None:
         """Called once on the driver with the validated config, before `task_configs`."""
@@ -214,7 +239,14 @@ class Connector(ABC):
 
 
 class SourceConnector(Connector):
-    """A connector that brings records into topics."""
+    """A connector that brings records into topics. Its delivery follows from its task's base
+    class: exactly-once for a `ReplayableSourceTask`, at-least-once for a `SourceTask`."""
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        if issubclass(cls.task_class, ReplayableSourceTask):
+            return Delivery.EXACTLY_ONCE
+        return Delivery.AT_LEAST_ONCE
 
     def key_schema(self) -> Schema:
         """The schema of record keys (after `start`). Default: optional STRING."""
@@ -241,7 +273,16 @@ class SourceConnector(Connector):
 
 
 class SinkConnector(Connector):
-    """A connector that delivers records from topics to an external system."""
+    """A connector that delivers records from topics to an external system.
+
+    At-least-once unless it says otherwise: a sink whose `commit` (or target) makes a replayed
+    micro-batch a no-op overrides `delivery` (the file sink with `StagedAppend`; a JDBC sink
+    only in upsert mode).
+    """
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.AT_LEAST_ONCE
 
     #: True when `commit` applies the tasks' results in task order (as the file sink does): the
     #: runtime may then split one queue's range over several tasks without reordering it.

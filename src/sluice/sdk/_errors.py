@@ -5,6 +5,7 @@ Hierarchy::
     ConnectException                 fatal: the task fails and shows the message in its `trace`
     ├── RetriableException           transient: the runtime retries the same work with backoff
     └── ConfigException              bad configuration: names the offending key
+        └── InvalidConfig            several bad keys at once: `problems` holds one per key
 
 Retriable versus fatal is a type, never a flag: raise `RetriableException` (or a subclass) only when
 doing the same thing again may succeed (a connection dropped, a lock timed out).
@@ -46,3 +47,13 @@ class ConfigException(ConnectException):
     def __init__(self, key: str, message: str, *, suggestion: str | None = None) -> None:
         super().__init__(f"{key}: {message}", suggestion=suggestion)
         self.key = key
+
+
+class InvalidConfig(ConfigException):
+    """Several keys are bad at once (`Connector.validate`): `problems` has one error per key, in
+    the order found; `key` is the first one's."""
+
+    def __init__(self, problems: list[ConfigException]) -> None:
+        super().__init__(problems[0].key, "", suggestion=problems[0].suggestion)
+        self.message = "; ".join(p.message for p in problems)
+        self.problems = list(problems)

@@ -20,8 +20,6 @@ from sluice.sdk._config import ConfigDef
 from sluice.sdk._errors import ConnectException
 from sluice.sdk._record import ConnectRecord
 
-RECORD_COLUMNS = ("topic", "key", "value", "timestamp", "headers")
-
 
 @dataclass(frozen=True)
 class SqlStep:

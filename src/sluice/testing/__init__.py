@@ -4,7 +4,8 @@
 pop-style queue: a message is "acknowledged" by deleting its file), so the at-least-once path runs
 across Spark's processes. `JsonLinesSink` appends every record it receives as one JSON line with its
 topic, queue and offset: handy to check what reached a sink. `sink_frame` builds the rows a sink
-task's `put_batch` receives, for driving a task directly.
+task's `put_batch` receives, for driving a task directly. `SourceHarness` and `SinkHarness`
+drive a connector's tasks through the runtime's calls without Spark (see docs/sdk.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from sluice.sdk import (
     SourceConnector,
     SourceTask,
 )
+from sluice.testing._harness import SinkHarness, SourceHarness, as_records
 
 
 def sink_frame(
@@ -122,3 +124,15 @@ class JsonLinesSink(SinkConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]
+
+
+__all__ = [
+    "DirectoryQueueSource",
+    "DirectoryQueueTask",
+    "JsonLinesSink",
+    "JsonLinesSinkTask",
+    "SinkHarness",
+    "SourceHarness",
+    "as_records",
+    "sink_frame",
+]

@@ -46,7 +46,6 @@ class CdcSourceConnector(SourceConnector):
     (`self.tables`, see `describe_table`); records are Debezium envelopes keyed by the primary
     key as JSON text."""
 
-    delivery = "exactly-once"
     #: what streaming starts from when snapshot.mode=never (the refusal of other modes says it)
     stream_start = ""
 

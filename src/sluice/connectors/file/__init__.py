@@ -1,14 +1,16 @@
-"""File source and sink: the RocketMQ Connect sample connectors, exactly-once.
+"""File source and sink: the RocketMQ Connect sample connectors, exactly-once, and the SDK's
+reference connector (`source.py`, `sink.py`; the fast paths are private in `_lines.py`).
 
 Source keys: `filename` (the file to follow), `connect.topicname` (the topic to write).
 Sink keys: `filename` (the file to append to), `connect.topicnames` (topics to read, `,` or `;`).
 
-Example (library level)::
+Example (library level; over REST the same maps are the request bodies, see docs/sdk.md)::
 
-    runner.start_connector("file-source", {
+    runner = ConnectorRunner(build_session(), "/var/lib/sluice")
+    runner.start("file-source", {
         "connector.class": "FileSourceConnector",
         "filename": "/tmp/in.txt", "connect.topicname": "lines"})
-    runner.start_connector("file-sink", {
+    runner.start("file-sink", {
         "connector.class": "FileSinkConnector",
         "filename": "/tmp/out.txt", "connect.topicnames": "lines"})
 

@@ -32,8 +32,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, replace
 from typing import Any
 
-import pyarrow as pa
-
 from sluice.connectors.http import _request as rq
 from sluice.connectors.http._config import KEYS, HttpConfig, parse
 from sluice.push import (
@@ -52,7 +50,6 @@ from sluice.sdk import (
     ConnectRecord,
     SinkConnector,
     SinkTask,
-    records_from_batch,
 )
 
 _COUNTERS = ("read", "succeeded", "failed", "retried", "dead_lettered", "parked", "timeouts")
@@ -159,9 +156,6 @@ class HttpSinkTask(SinkTask):
                 continue
 
     # -- the task's side --------------------------------------------------------------------------
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self.put(records_from_batch(batch))
-
     def put(self, records: list[ConnectRecord]) -> None:
         for record in records:
             if rq.is_parked(record):
@@ -257,7 +251,6 @@ class HttpSinkConnector(SinkConnector):
 
     config_def = KEYS
     task_class = HttpSinkTask
-    delivery = "at-least-once"
     #: Its tasks run on `sluice.push`: limits tunable live, progress on `GET …/push`.
     push_runtime = True
 

@@ -52,6 +52,7 @@ from sluice.sdk import (
     BatchId,
     ConnectException,
     ConnectRecord,
+    Delivery,
     RetriableException,
     SinkConnector,
     SinkTask,
@@ -942,8 +943,13 @@ class JdbcSinkConnector(SinkConnector):
 
     config_def = SINK_CONFIG
     task_class = JdbcSinkTask
-    #: With insert.mode=upsert or update (idempotent writes); insert.mode=insert is at-least-once.
-    delivery = "exactly-once"
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        """Exactly-once with insert.mode=upsert or update (idempotent writes); at-least-once
+        with insert (a replayed micro-batch inserts its rows again)."""
+        mode = config.get("insert.mode", "insert").strip().lower()
+        return Delivery.AT_LEAST_ONCE if mode == "insert" else Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database

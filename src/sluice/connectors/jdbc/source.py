@@ -889,7 +889,6 @@ class JdbcSourceConnector(SourceConnector):
 
     config_def = SOURCE_CONFIG
     task_class = JdbcSourceTask
-    delivery = "exactly-once"
     position_keys = SOURCE_POSITION_KEYS
 
     def __init__(self) -> None:

@@ -43,6 +43,7 @@ from sluice.sdk import (
     ConfigKey,
     ConnectException,
     ConnectRecord,
+    Delivery,
     RetriableException,
     SinkConnector,
     SinkTask,
@@ -274,7 +275,10 @@ class KafkaSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = KafkaSinkTask
-    delivery = "exactly-once"
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -214,7 +214,6 @@ class KafkaSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = KafkaSourceTask
-    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -52,6 +52,7 @@ from sluice.sdk import (
     ConfigKey,
     ConnectException,
     ConnectRecord,
+    Delivery,
     SinkConnector,
     SinkTask,
 )
@@ -279,7 +280,10 @@ class RedisSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RedisSinkTask
-    delivery = "exactly-once"
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

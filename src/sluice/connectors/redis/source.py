@@ -261,7 +261,6 @@ class RedisStreamSourceConnector(SourceConnector):
 
     config_def = STREAM_CONFIG
     task_class = RedisStreamSourceTask
-    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)

@@ -50,6 +50,7 @@ from sluice.sdk import (
     ConfigKey,
     ConnectException,
     ConnectRecord,
+    Delivery,
     SinkConnector,
     SinkTask,
 )
@@ -223,7 +224,10 @@ class RocketMQSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RocketMQSinkTask
-    delivery = "exactly-once"
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

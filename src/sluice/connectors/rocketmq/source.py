@@ -178,7 +178,6 @@ class RocketMQSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = RocketMQSourceTask
-    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -1,0 +1,124 @@
+"""The SDK's contracts a connector author relies on: derived delivery, every bad key reported,
+and the Spark-free harness driving the file connectors."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from sluice.connectors.file import FileSinkConnector, FileSourceTask
+from sluice.connectors.jdbc import JdbcSinkConnector
+from sluice.connectors.redis import RedisListSourceConnector
+from sluice.runtime import validation
+from sluice.runtime.herder import BadRequest
+from sluice.runtime.plugins import PluginRegistry, delivery_of
+from sluice.sdk import (
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    ConnectRecord,
+    Delivery,
+    InvalidConfig,
+    ReadLimit,
+    SinkConnector,
+)
+from sluice.testing import SinkHarness, SourceHarness
+
+
+def test_delivery_follows_the_task_base_class_or_the_sink_config() -> None:
+    assert RedisListSourceConnector.delivery({}) is Delivery.AT_LEAST_ONCE  # a poll-only task
+    assert FileSinkConnector.delivery({}) is Delivery.EXACTLY_ONCE
+    assert JdbcSinkConnector.delivery({}) is Delivery.AT_LEAST_ONCE  # insert.mode=insert
+    assert JdbcSinkConnector.delivery({"insert.mode": "Upsert"}) is Delivery.EXACTLY_ONCE
+    assert SinkConnector.delivery({}) is Delivery.AT_LEAST_ONCE
+
+    class Legacy(FileSinkConnector):
+        delivery = "exactly-once"  # a plugin written before delivery was derived
+
+    assert delivery_of(Legacy, {}) == "exactly-once"
+    assert delivery_of(JdbcSinkConnector, {"insert.mode": "update"}) == "exactly-once"
+    assert delivery_of(str, {}) is None
+
+
+class _TwoChecks(FileSinkConnector):
+    """A connector whose own checks find two bad keys."""
+
+    config_def = ConfigDef(
+        ConfigKey("filename", type="path"),
+        ConfigKey("connect.topicnames", type="list"),
+        ConfigKey("mode", check=lambda v: None if v == "ok" else f"{v!r} is not ok"),
+        ConfigKey("level", type="int", default=1, min=1),
+    )
+
+    def problems(self, config: Mapping[str, str]) -> list[ConfigException]:
+        found = super().problems(config)
+        if config.get("color") == "red":
+            found.append(ConfigException("color", "red is not allowed with mode=x"))
+        return found
+
+
+def test_every_bad_key_of_a_connector_is_reported(tmp_path: Path) -> None:
+    config = {
+        "filename": str(tmp_path / "out.txt"),
+        "connect.topicnames": "t",
+        "mode": "x",
+        "level": "0",
+        "color": "red",
+    }
+    with pytest.raises(InvalidConfig) as caught:
+        _TwoChecks().validate(config)
+    assert [p.key for p in caught.value.problems] == ["mode", "level", "color"]
+    assert str(caught.value) == (
+        "mode: 'x' is not ok; level: must be at least 1, got 0; "
+        "color: red is not allowed with mode=x"
+    )
+    with pytest.raises(ConfigException, match=r"^mode: 'y' is not ok$"):  # one problem: itself
+        _TwoChecks().validate({**config, "mode": "y", "level": "2", "color": "blue"})
+
+    # create-time validation reports each of them once, beside the runtime's own keys
+    with pytest.raises(BadRequest) as refused:
+        validation.accepted(
+            PluginRegistry(),
+            "c",
+            {"connector.class": f"{__name__}._TwoChecks", "max.tasks": "x", **config},
+        )
+    # (types and bounds of declared keys first, then the connector's checks)
+    assert [e["key"] for e in refused.value.errors] == ["max.tasks", "level", "mode", "color"]
+
+
+def test_a_check_runs_at_validation_only_never_in_a_task(tmp_path: Path) -> None:
+    missing = str(tmp_path / "later.txt")
+    problems = FileSinkConnector().problems({"filename": str(tmp_path / "no" / "x")})
+    assert [(p.key, p.message.split(": ", 1)[1][:9]) for p in problems] == [
+        ("filename", "directory"),
+        ("connect.topicnames", "required "),
+    ]
+    task = FileSourceTask()
+    task.start({"filename": missing, "connect.topicname": "t"})  # parse does not check
+    assert task.partitions() == [{"filename": missing}]
+
+
+def test_the_harness_drives_the_file_connectors_end_to_end(tmp_path: Path) -> None:
+    src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
+    src.write_text("a\nb\nc\n")
+    source = SourceHarness(
+        FileSourceTask,
+        {"filename": str(src), "connect.topicname": "t"},
+        limit=ReadLimit(max_rows=2),
+    )
+    assert [r.value for r in source.next_batch()] == ["a", "b"]
+    source = source.restart()
+    with open(src, "a") as f:
+        f.write("d\n")
+    records = source.drain()
+    assert [r.value for r in records] == ["c", "d"]
+
+    sink = SinkHarness(
+        FileSinkConnector, {"filename": str(dst), "connect.topicnames": "t"}, tasks=2
+    )
+    sink.deliver([ConnectRecord(v) for v in ("a", "b", "c")])
+    sink.deliver([ConnectRecord("a"), ConnectRecord("b")], batch=0)  # replayed: not appended
+    sink.deliver(records)
+    assert dst.read_text() == "a\nb\nc\nc\nd\n"
