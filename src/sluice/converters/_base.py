@@ -30,8 +30,6 @@ __all__ = [
     "RecordError",
     "RegisteredSchema",
     "SchemaRegistry",
-    "sql_field",
-    "sql_literal",
     "string_errors",
     "subject",
 ]
