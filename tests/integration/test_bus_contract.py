@@ -128,6 +128,26 @@ def test_replayed_batch_is_not_appended_twice(harness: Harness, bus: Any) -> Non
 
 # Only where a commit can be half-done (the embedded log commits in one SQLite transaction).
 @pytest.mark.parametrize("harness", backends(lambda h: not h.atomic_commit), indirect=True)
+def test_a_writer_of_a_superseded_generation_cannot_commit(harness: Harness, bus: Any) -> None:
+    """Distributed mode: once the new owner of a connector recorded its lease generation, the
+    old owner's commits are refused, whatever it had staged; the new owner's go on."""
+    from sluice.bus.base import WriterFenced
+
+    topic = harness.new_topic(bus, 2)
+    old = bus.topic_appender(writer_id="c/run", fence=("c", 1))
+    old.commit([old.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
+    late = old.write(iter([topic_frame(topic, [b"late"], route=[1])]), 0)
+    bus.fence("c", 2)
+    with pytest.raises(WriterFenced, match="fenced: writer 'c' epoch 1 may no longer commit"):
+        old.commit([late], 1)
+    new = bus.topic_appender(writer_id="c/run", fence=("c", 2))
+    new.commit([new.write(iter([topic_frame(topic, [b"b"], route=[1])]), 0)], 1)
+    assert sorted(values(read_all(bus, topic, 0, 0, 99) + read_all(bus, topic, 1, 0, 99))) == [
+        b"a",
+        b"b",
+    ]
+
+
 def test_crash_mid_commit_is_completed_by_the_replay(
     harness: Harness, bus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.base import Bus
-from sluice.bus.embedded import EmbeddedBus, EmbeddedLog
+from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import (
     SchemaRegistration,
@@ -221,10 +221,7 @@ class ConnectorRunner:
         """Distributed mode, before starting `name` under lease `generation`: from now on the
         previous owner's commits (positions, sink batches, topic publishes) are refused."""
         self.positions.fence(name, generation)
-        log_ = getattr(self.bus, "log", None)
-        if isinstance(log_, EmbeddedLog):
-            for topic in log_.topics():
-                log_.fence(topic, name, generation)
+        self.bus.fence(name, generation)
 
     def _generation_dir(self, run_dir: str, generation: int) -> str:
         """`<run>/gen-<g>`, seeded with a copy of the newest older generation's checkpoint and

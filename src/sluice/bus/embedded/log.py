@@ -79,6 +79,7 @@ from sluice.bus.base import (
     TopicInfo,
     TopicLog,
     UnknownTopic,
+    WriterFenced,
 )
 
 __all__ = [
@@ -135,18 +136,6 @@ CREATE TABLE IF NOT EXISTS fences (
     epoch INTEGER NOT NULL
 )
 """
-
-
-class WriterFenced(RuntimeError):
-    """A commit by a writer whose epoch is older than the newest one seen for its key (a
-    connector whose lease moved to another worker): refused, nothing published."""
-
-    def __init__(self, key: str, epoch: int, current: int, topic: str) -> None:
-        super().__init__(
-            f"fenced: writer {key!r} epoch {epoch} may no longer commit to topic {topic!r} "
-            f"(epoch {current} took over)"
-        )
-        self.key, self.epoch, self.current = key, epoch, current
 
 
 # Connections that belonged to a parent process before fork().  SQLite must not use (or close)
