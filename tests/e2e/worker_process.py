@@ -125,14 +125,16 @@ class WorkerProcess:
         response = self.request("POST", f"/connectors/{name}", content=json.dumps(config))
         assert response.status_code == 200, response.text
 
-    def file_pipeline(self, data: Path, i: int | str) -> None:
-        """`src-<i>`: data/in-<i>.txt → topic-<i>, and `sink-<i>`: topic-<i> → data/out-<i>.txt."""
+    def file_pipeline(self, data: Path, i: int | str, topic: str = "") -> None:
+        """`src-<i>`: data/in-<i>.txt → `topic` (default topic-<i>), and `sink-<i>`: that topic
+        → data/out-<i>.txt."""
+        topic = topic or f"topic-{i}"
         self.post_connector(
             f"src-{i}",
             {
                 "connector.class": "FileSourceConnector",
                 "filename": str(data / f"in-{i}.txt"),
-                "connect.topicname": f"topic-{i}",
+                "connect.topicname": topic,
             },
         )
         self.post_connector(
@@ -140,7 +142,7 @@ class WorkerProcess:
             {
                 "connector.class": "FileSinkConnector",
                 "filename": str(data / f"out-{i}.txt"),
-                "connect.topicnames": f"topic-{i}",
+                "connect.topicnames": topic,
             },
         )
 
