@@ -126,8 +126,6 @@ def test_replayed_batch_is_not_appended_twice(harness: Harness, bus: Any) -> Non
     )
 
 
-# Only where a commit can be half-done (the embedded log commits in one SQLite transaction).
-@pytest.mark.parametrize("harness", backends(lambda h: not h.atomic_commit), indirect=True)
 def test_a_writer_of_a_superseded_generation_cannot_commit(harness: Harness, bus: Any) -> None:
     """Distributed mode: once the new owner of a connector recorded its lease generation, the
     old owner's commits are refused, whatever it had staged; the new owner's go on."""
@@ -148,6 +146,8 @@ def test_a_writer_of_a_superseded_generation_cannot_commit(harness: Harness, bus
     ]
 
 
+# Only where a commit can be half-done (the embedded log commits in one SQLite transaction).
+@pytest.mark.parametrize("harness", backends(lambda h: not h.atomic_commit), indirect=True)
 def test_crash_mid_commit_is_completed_by_the_replay(
     harness: Harness, bus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -157,9 +157,9 @@ def test_crash_mid_commit_is_completed_by_the_replay(
 
     real_send = type(bus.log)._send
 
-    def dying_send(self: Any, topic_: str, tables: dict[int, Any], tag: str) -> None:
+    def dying_send(self: Any, topic_: str, tables: dict[int, Any], tag: str, check: Any) -> None:
         # the broker got the first 30 messages of each queue, then the driver died
-        real_send(self, topic_, {q: t.slice(0, 30) for q, t in tables.items()}, tag)
+        real_send(self, topic_, {q: t.slice(0, 30) for q, t in tables.items()}, tag, check)
         raise RuntimeError("simulated crash while sending")
 
     monkeypatch.setattr(type(bus.log), "_send", dying_send)
