@@ -568,8 +568,8 @@ class KafkaLog(ExternalLog):
         return ProducerFenced(
             f"kafka bootstrap.servers={self.bootstrap_servers}: writer {writer_id} "
             f"(transactional.id {transactional_id(writer_id)!r}) was fenced by a newer producer "
-            f"with the same id: {detail} (another worker runs this connector; nothing of this "
-            "batch was published by this one)"
+            f"with the same id, or failed fatally: {detail} (nothing of this transaction is "
+            "visible)"
         )
 
     def _wait_stable(
@@ -654,9 +654,13 @@ class KafkaLog(ExternalLog):
 
 
 def _fenced(err: Any) -> bool:
-    """Whether a Kafka error says a newer producer with our transactional.id took over."""
+    """Whether a Kafka error leaves the transactional producer unusable: a newer producer with
+    our transactional.id took over, or another fatal error. librdkafka reports a fencing that
+    happened in the background as ``_FATAL`` ("Unable to produce message: Local: Fatal error")
+    from the next call, before the error callback names the cause; either way the producer
+    must be replaced, and the writer's lease generation decides whether by this writer."""
     kafka_error = _kafka().KafkaError
-    codes = {kafka_error._FENCED, kafka_error.INVALID_PRODUCER_EPOCH}
+    codes = {kafka_error._FENCED, kafka_error.INVALID_PRODUCER_EPOCH, kafka_error._FATAL}
     codes.add(getattr(kafka_error, "PRODUCER_FENCED", kafka_error._FENCED))
     return err.code() in codes
 
