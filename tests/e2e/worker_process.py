@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 
 REPO = Path(__file__).parents[2]
 BOOT = "The standalone worker boot success."
@@ -79,7 +80,7 @@ class WorkerProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [sys.executable, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
             stdout=out,
             stderr=subprocess.STDOUT,
