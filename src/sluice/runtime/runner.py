@@ -31,7 +31,6 @@ from sluice.engine.converters import (
 )
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.errors import ErrorPolicy
-from sluice.engine.keys import RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.pipeline import (
     fusable,
     jvm_path_forced,
@@ -41,6 +40,7 @@ from sluice.engine.pipeline import (
 )
 from sluice.engine.positions import PositionStore
 from sluice.engine.session import activate
+from sluice.engine.settings import parse_settings
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
@@ -329,7 +329,8 @@ class ConnectorRunner:
                 )
             kind = "source"
         elif isinstance(connector, SinkConnector):
-            topics = SINK_KEYS.parse(conf)["connect.topicnames"]
+            settings = parse_settings(conf, "sink")
+            topics = list(settings.topics)
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
@@ -375,12 +376,12 @@ class ConnectorRunner:
                 max_tasks=len(plan.task_configs),
                 control_path=control_path,
                 positions=positions,
-                max_rows=RUNTIME_KEYS.parse(conf)["read.max.rows"],
+                max_rows=settings.read_max_rows,
                 split_queues=connector.ordered_commit,
                 downstream=runner if fused else None,
                 downstream_ddl=RECEIPT_DDL if fused else None,
-                group=SINK_KEYS.parse(conf)["task.group.id"],
-                consume_from=SINK_KEYS.parse(conf)["consume.from.where"],
+                group=settings.task_group_id,
+                consume_from=settings.consume_from_where,
             )
             if fused:
                 query = start_fused_query(
