@@ -33,7 +33,7 @@ from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
 from sluice.runtime.herder import AllocatedTask, Conflict, ConnectorInfo, NotFound
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.standalone import StandaloneHerder, _warned
+from sluice.runtime.standalone import QueryRunner, StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.cluster import ClusterStore
 from sluice.store.configs import StoredConnector
@@ -69,8 +69,17 @@ class DistributedHerder(StandaloneHerder):
         config: WorkerConfig,
         plugins: PluginRegistry,
         cluster: ClusterStore,
+        *,
+        runner: QueryRunner,
     ) -> None:
-        super().__init__(spark, config, plugins, configs=cluster.configs, statuses=cluster.statuses)
+        super().__init__(
+            spark,
+            config,
+            plugins,
+            runner=runner,
+            configs=cluster.configs,
+            statuses=cluster.statuses,
+        )
         self.cluster = cluster
         self._owned: dict[str, _Owned] = {}
         self._wake = threading.Event()
@@ -222,7 +231,7 @@ class DistributedHerder(StandaloneHerder):
         name = stored.name
         self._owned[name] = _Owned(generation, dict(stored.config))
         try:
-            activate(self.runner.spark)  # the JVM's active session is per thread
+            activate(self.spark)  # the JVM's active session is per thread
             running = self.runner.start(name, stored.config, generation=generation)
         except Exception as exc:  # fails alone; retried when its config changes or on restart
             self._owned[name].failed = True

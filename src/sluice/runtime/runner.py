@@ -451,6 +451,10 @@ class ConnectorRunner:
             positions.update(self._checkpoint_positions(running))
         return positions
 
+    def counts_own_records(self, name: str) -> bool:
+        """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
+        return name in self.counts_itself
+
     def stop_all(self) -> None:
         for name in list(self.running):
             self.stop(name)

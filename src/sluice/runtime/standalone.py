@@ -14,12 +14,13 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
 from sluice.engine.keys import SINK_KEYS
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
@@ -57,12 +58,15 @@ from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
     Connector,
+    RecordOffset,
     SinkConnector,
     SourceConnector,
     normalize_config,
     partition_key,
 )
 from sluice.store.configs import ConfigStore, StoredConnector
+from sluice.store.counters import SqliteCounters
+from sluice.store.positions import SqlitePositionStore
 from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import StatusStore
 
@@ -84,6 +88,66 @@ def _trace(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n\n" + "".join(traceback.format_exception(exc))
 
 
+class QueryRunner(Protocol):
+    """What the herders use of the query runner (`ConnectorRunner`): the lifecycle of each
+    connector's query, the queries running now, and the stores and bus those queries commit to
+    (the herder reads them for offsets, topics and metrics). Declared here, where it is used."""
+
+    @property
+    def running(self) -> Mapping[str, RunningConnector]:
+        """The queries this worker runs now, by connector name (read-only)."""
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def positions(self) -> SqlitePositionStore: ...
+
+    @property
+    def counters(self) -> SqliteCounters: ...
+
+    @property
+    def push_board_path(self) -> str: ...
+
+    def counts_own_records(self, name: str) -> bool:
+        """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
+
+    def start(
+        self, name: str, config: dict[str, object], *, generation: int | None = None
+    ) -> RunningConnector:
+        """Start the query of connector `name` (under lease `generation`, if distributed)."""
+
+    def stop(self, name: str, timeout_s: float = 60.0) -> None:
+        """Stop the query of `name` (its checkpoint and positions stay)."""
+
+    def close(self) -> None:
+        """Stop every query and the runner's maintenance."""
+
+    def fence(self, name: str, generation: int) -> None:
+        """Refuse, from now on, commits of `name` under an older lease generation."""
+
+    def reset_run(self, name: str) -> str:
+        """Start a fresh checkpoint for `name` (it must be stopped)."""
+
+    def committed_positions(self, name: str) -> dict[str, RecordOffset]:
+        """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
+
+
+def build_runner(spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry) -> QueryRunner:
+    """The query runner of a worker (called by the composition root, `runtime.assembly`)."""
+    return ConnectorRunner(
+        spark,
+        config.store_root,
+        trigger_interval_ms=config.trigger_interval_ms,
+        default_queues=config.default_queues,
+        retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes,
+        plugins=plugins,
+        bus=config.create_bus(),
+        providers=ConfigProviders.from_worker(config.raw),
+    )
+
+
 class StandaloneHerder(Herder):
     """Runs connectors on one worker; the REST API's only entry into the runtime."""
 
@@ -93,27 +157,19 @@ class StandaloneHerder(Herder):
         config: WorkerConfig,
         plugins: PluginRegistry,
         *,
+        runner: QueryRunner,
         configs: ConfigStore,
         statuses: StatusStore,
     ) -> None:
+        self.spark = spark
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
         self.providers = ConfigProviders.from_worker(config.raw)
-        self.runner = ConnectorRunner(
-            spark,
-            config.store_root,
-            trigger_interval_ms=config.trigger_interval_ms,
-            default_queues=config.default_queues,
-            retention_ms=config.retention_ms,
-            retention_bytes=config.retention_bytes,
-            plugins=plugins,
-            bus=config.create_bus(),
-            providers=self.providers,
-        )
+        self.runner = runner
         # record totals, rates and batch times of every query, for /metrics
         self.progress = ProgressTracker(
-            self.runner.counters, self.runner.counts_itself.__contains__
+            self.runner.counters, self.runner.counts_own_records
         ).attach(spark)
         self.configs = configs
         self.statuses = statuses
@@ -699,7 +755,7 @@ class StandaloneHerder(Herder):
 
     def _jvm_memory(self) -> dict[str, int]:
         try:
-            runtime = self.runner.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+            runtime = self.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
             total, free = int(runtime.totalMemory()), int(runtime.freeMemory())
             return {
                 "heap_used": total - free,
