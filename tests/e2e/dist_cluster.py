@@ -4,13 +4,24 @@ bus (embedded on the shared store root, or Kafka)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psycopg
 
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
 from tests.e2e.worker_process import DistWorker
+from tests.servers import ensure
+
+PG = "postgresql://postgres@127.0.0.1:5432"
 
 
 def topic_values(shared: dict[str, str], topic: str) -> list[bytes]:
@@ -96,3 +107,64 @@ class Cluster:
 
         wait_until(settled, timeout=timeout, every=0.3, what=f"allocation {expected}")
         return expected
+
+
+@contextlib.contextmanager
+def running_cluster(
+    root: Path,
+    *,
+    name: str,
+    workers: int,
+    pipelines: int,
+    virtual_nodes: int,
+    extra: dict[str, str] | None = None,
+    topic_prefix: str = "topic-",
+) -> Iterator[Cluster]:
+    """`workers` distributed workers on a fresh PostgreSQL database (consistent hash, 500 ms
+    rounds, 3 s session timeout, plus `extra` keys), started together (their Spark sessions boot
+    in parallel), with `pipelines` file pipelines of 300 lines each created through the first;
+    at the end every worker is stopped and the database dropped."""
+    ensure("postgres")
+    db = f"sluice_{name}_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {db}")
+    data = root / "data"
+    data.mkdir()
+    shared = {
+        "cluster.store.url": f"{PG}/{db}",
+        "cluster.name": name,
+        "storePathRootDir": str(root / "shared"),
+        "allocTaskStrategy": "org.apache.rocketmq.connect.runtime.service.strategy."
+        "AllocateConnAndTaskStrategyByConsistentHash",
+        "virtualNode": str(virtual_nodes),
+        "rocketmq.runtime.cluster.rebalance.waitInterval": "500",
+        "cluster.session.timeout.ms": "3000",
+        **(extra or {}),
+    }
+    c = Cluster(
+        root, f"{PG}/{db}", shared, {}, data, pipelines, virtual_nodes, topic_prefix=topic_prefix
+    )
+    for i in range(1, workers + 1):
+        c.workers[f"w{i}"] = c.new_worker(f"w{i}")
+    try:
+        threads = [threading.Thread(target=w.start) for w in c.workers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(c.live()) == workers, "a worker did not boot"
+        for i in range(pipelines):
+            (data / f"in-{i}.txt").write_text("")
+        c.feed(300)
+        c.create_pipelines(c.workers["w1"])
+        yield c
+    finally:
+        running = c.live()
+        for w in running:  # all at once: each stops its queries gracefully
+            assert w.proc is not None
+            os.killpg(w.proc.pid, signal.SIGCONT)
+            w.proc.send_signal(signal.SIGTERM)
+        for w in running:
+            w.terminate(60)
+        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")

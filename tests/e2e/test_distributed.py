@@ -17,9 +17,7 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -28,62 +26,22 @@ import pytest
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
-from tests.e2e.dist_cluster import Cluster
+from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.e2e.worker_process import REPO
-from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
 
 PIPELINES = 6
 VNODES = 8
-PG = "postgresql://postgres@127.0.0.1:5432"
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    ensure("postgres")
-    db = f"sluice_dist_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
     root = tmp_path_factory.mktemp("dist")
-    data = root / "data"
-    data.mkdir()
-    shared = {
-        "cluster.store.url": f"{PG}/{db}",
-        "cluster.name": "e2e",
-        "storePathRootDir": str(root / "shared"),
-        "allocTaskStrategy": "org.apache.rocketmq.connect.runtime.service.strategy."
-        "AllocateConnAndTaskStrategyByConsistentHash",
-        "virtualNode": str(VNODES),
-        "rocketmq.runtime.cluster.rebalance.waitInterval": "500",
-        "cluster.session.timeout.ms": "3000",
-    }
-    c = Cluster(root, f"{PG}/{db}", shared, {}, data, PIPELINES, VNODES)
-    for wid in ("w1", "w2", "w3"):
-        c.workers[wid] = c.new_worker(wid)
-    try:
-        # start the three together: their Spark sessions boot in parallel
-        threads = [threading.Thread(target=w.start) for w in c.workers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(c.live()) == 3, "a worker did not boot"
-        for i in range(PIPELINES):
-            (data / f"in-{i}.txt").write_text("")
-        c.feed(300)
-        c.create_pipelines(c.workers["w1"])
+    with running_cluster(
+        root, name="e2e", workers=3, pipelines=PIPELINES, virtual_nodes=VNODES
+    ) as c:
         yield c
-    finally:
-        running = [w for w in c.workers.values() if w.proc is not None and w.proc.poll() is None]
-        for w in running:  # all at once: each stops its queries gracefully
-            assert w.proc is not None
-            os.killpg(w.proc.pid, signal.SIGCONT)
-            w.proc.send_signal(signal.SIGTERM)
-        for w in running:
-            w.terminate(60)
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def test_allocation_follows_the_ring_and_every_worker_agrees(cluster: Cluster) -> None:

@@ -10,74 +10,35 @@ test; test_distributed.py covers the rest of distributed mode on the embedded bu
 
 from __future__ import annotations
 
-import os
-import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from tests.conftest import wait_until
-from tests.e2e.dist_cluster import Cluster
+from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
 
-PG = "postgresql://postgres@127.0.0.1:5432"
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    ensure("postgres")
-    bootstraps = ensure("kafka")
-    run = uuid.uuid4().hex[:8]
-    db = f"sluice_distk_{run}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
-    root = tmp_path_factory.mktemp("distk")
-    data = root / "data"
-    data.mkdir()
-    shared = {
-        "cluster.store.url": f"{PG}/{db}",
-        "cluster.name": "e2e-kafka",
-        "storePathRootDir": str(root / "shared"),
-        "bus": "kafka",
-        "bootstrap.servers": bootstraps,
-        "bus.default.queues": "2",
-        "allocTaskStrategy": "consistent-hash",
-        "virtualNode": "8",
-        "rocketmq.runtime.cluster.rebalance.waitInterval": "500",
-        "cluster.session.timeout.ms": "3000",
-    }
+    kafka = {"bus": "kafka", "bootstrap.servers": ensure("kafka"), "bus.default.queues": "2"}
     # the broker outlives the run: topics of this run get names of their own
-    c = Cluster(root, f"{PG}/{db}", shared, {}, data, 2, 8, topic_prefix=f"dk-{run}-")
-    for wid in ("w1", "w2"):
-        c.workers[wid] = c.new_worker(wid)
-    try:
-        threads = [threading.Thread(target=w.start) for w in c.workers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(c.live()) == 2, "a worker did not boot"
-        for i in range(c.pipelines):
-            (data / f"in-{i}.txt").write_text("")
-        c.feed(300)
-        c.create_pipelines(c.workers["w1"])
+    prefix = f"dk-{uuid.uuid4().hex[:8]}-"
+    root = tmp_path_factory.mktemp("distk")
+    with running_cluster(
+        root,
+        name="e2e-kafka",
+        workers=2,
+        pipelines=2,
+        virtual_nodes=8,
+        extra=kafka,
+        topic_prefix=prefix,
+    ) as c:
         yield c
-    finally:
-        running = c.live()
-        for w in running:
-            assert w.proc is not None
-            os.killpg(w.proc.pid, signal.SIGCONT)
-            w.proc.send_signal(signal.SIGTERM)
-        for w in running:
-            w.terminate(60)
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def test_kill_9_on_the_kafka_bus_moves_the_connectors_and_loses_nothing(cluster: Cluster) -> None:

@@ -69,6 +69,7 @@ from sluice.bus.base import (
     StagedSegment,
     TopicLog,
     WriterFenced,
+    raise_fence,
     retry_outage,
 )
 
@@ -121,24 +122,9 @@ class CommitJournal:
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
-    @staticmethod
-    def _raise_fence(db: Any, fence: tuple[str, int], topic: str) -> None:
-        """Inside a transaction: refuse ``fence`` if a newer epoch is recorded for its key,
-        record it if it is newer than the stored one (never lowers it)."""
-        key, epoch = fence
-        row = db.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
-        if row is not None and int(row[0]) > epoch:
-            raise WriterFenced(key, epoch, int(row[0]), topic)
-        if row is None or int(row[0]) < epoch:
-            db.execute(
-                "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
-                "DO UPDATE SET epoch = excluded.epoch",
-                (key, epoch),
-            )
-
     def fence(self, key: str, epoch: int) -> None:
         """Record ``epoch`` as the newest of writer ``key``; older epochs' commits are refused."""
-        self._write(lambda db: self._raise_fence(db, (key, epoch), "*"))
+        self._write(lambda db: raise_fence(db, key, epoch, "*"))
 
     def check_fence(self, fence: tuple[str, int] | None, topic: str) -> None:
         """Raise :class:`WriterFenced` if ``fence`` was superseded (a read: records nothing)."""
@@ -193,7 +179,7 @@ class CommitJournal:
 
         def change(db: Any) -> None:
             if fence is not None:
-                self._raise_fence(db, fence, topic)
+                raise_fence(db, fence[0], fence[1], topic)
             db.execute(
                 "INSERT INTO writes (writer_id, batch_id, topic, state, starts, updated_at) "
                 "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (writer_id, batch_id, topic) DO UPDATE "

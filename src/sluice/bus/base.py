@@ -179,6 +179,22 @@ class WriterFenced(BusError):
         return (type(self), (self.key, self.epoch, self.current, self.topic))
 
 
+def raise_fence(db: Any, key: str, epoch: int, topic: str) -> None:
+    """Inside a SQLite transaction on a table ``fences (fence_key TEXT PRIMARY KEY, epoch
+    INTEGER)``: refuse ``epoch`` (:class:`WriterFenced`) if a newer one is recorded for ``key``,
+    record it if it is newer (the stored epoch never goes down). Shared by the embedded log and
+    the broker backends' commit journal."""
+    row = db.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
+    if row is not None and int(row[0]) > epoch:
+        raise WriterFenced(key, epoch, int(row[0]), topic)
+    if row is None or int(row[0]) < epoch:
+        db.execute(
+            "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
+            "DO UPDATE SET epoch = excluded.epoch",
+            (key, epoch),
+        )
+
+
 class BusUnavailable(BusError, RetriableException):
     """The broker could not be reached, or failed a request; doing it again later may work.
 

@@ -80,6 +80,7 @@ from sluice.bus.base import (
     TopicLog,
     UnknownTopic,
     WriterFenced,
+    raise_fence,
 )
 
 __all__ = [
@@ -550,15 +551,7 @@ class EmbeddedLog(TopicLog):
 
     @staticmethod
     def _raise_fence(conn: sqlite3.Connection, topic: str, key: str, epoch: int) -> int:
-        row = conn.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
-        if row is not None and int(row[0]) > epoch:
-            raise WriterFenced(key, epoch, int(row[0]), topic)
-        if row is None or int(row[0]) < epoch:
-            conn.execute(
-                "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
-                "DO UPDATE SET epoch = excluded.epoch",
-                (key, epoch),
-            )
+        raise_fence(conn, key, epoch, topic)
         return epoch
 
     def _publish(
