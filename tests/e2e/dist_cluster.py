@@ -125,7 +125,7 @@ def running_cluster(
     in parallel), with `pipelines` file pipelines of 300 lines each created through the first;
     at the end every worker is stopped and the database dropped."""
     ensure("postgres")
-    db = f"sluice_{name}_{uuid.uuid4().hex[:8]}"
+    db = f"sluice_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {db}")
     data = root / "data"
