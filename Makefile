@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq crash-kafka crash-redis lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,11 @@ test: $(STAMP) lint servers-prepare
 # The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local
 # RocketMQ 5.x of `scripts/servers.sh up rocketmq` (the tests start it on demand; this target
 # leaves it running for the next run, `scripts/servers.sh down rocketmq` stops it).
+# The Spark standalone cluster test on the Kafka bus (the suite runs it on RocketMQ; see
+# docs/spark-cluster.md).
+test-spark-cluster-kafka: $(STAMP)
+	SLUICE_SPARK_CLUSTER_BUS=kafka $(VENV)/bin/pytest tests/e2e/test_spark_cluster.py -k pipeline
+
 test-rocketmq: $(STAMP)
 	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then bash scripts/servers.sh up rocketmq; fi
 	$(VENV)/bin/pytest -m rocketmq

@@ -32,8 +32,10 @@ from sluice.rest.metrics import render
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.runner import ConnectorRunner
-from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.standalone import StandaloneHerder, build_runner
 from sluice.runtime.worker_config import WorkerConfig
+from sluice.store.configs import SqliteConfigStore
+from sluice.store.statuses import SqliteStatusStore
 
 sys.path.insert(0, os.path.dirname(__file__))
 from file_pipeline import make_file, wait
@@ -123,7 +125,15 @@ def scrapes(spark, out: str, connectors: int) -> list[float]:
     config = WorkerConfig.from_properties(
         {"storePathRootDir": root, "offsetCommitIntervalMsConfig": "2000"}
     )
-    herder = StandaloneHerder(spark, config, PluginRegistry(()))
+    plugins = PluginRegistry(())
+    herder = StandaloneHerder(
+        spark,
+        config,
+        plugins,
+        runner=build_runner(spark, config, plugins),
+        configs=SqliteConfigStore(os.path.join(root, "configs.sqlite")),
+        statuses=SqliteStatusStore(os.path.join(root, "statuses.sqlite")),
+    )
     herder.start()
     half = connectors // 2
     for i in range(half):

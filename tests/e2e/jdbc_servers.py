@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.servers import prepare
 
 
@@ -70,7 +71,7 @@ class PrivateMariaDB:
 
     def start(self) -> None:
         log = open(self.dir / "server.log", "ab")  # noqa: SIM115 - handed to the server
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [
                 _need("/usr/sbin/mariadbd", "MariaDB"),
                 "--no-defaults",

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.integration import bus_helpers
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, RealKafka, unique
 
@@ -36,7 +37,7 @@ def _start(props: dict[str, str], root: Path, src: Path, dst: Path, topic: str, 
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), json.dumps(props), str(root), str(src), str(dst), topic],
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.e2e.test_jdbc_crash import kill9, topic_records
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
@@ -145,7 +146,7 @@ def start_child_cdc(root: Path, log: Path, pg: Db, my: Db, table: str, slot: str
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), str(root), pg.jdbc_url, my.jdbc_url, table, slot],
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +25,7 @@ def _start(root: Path, src: Path, dst: Path, log: Path, fused: str) -> subproces
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), str(root), str(src), str(dst), fused],
         stdout=out,
         stderr=subprocess.STDOUT,

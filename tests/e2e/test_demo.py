@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.e2e.worker_process import REPO, free_port
 
 pytestmark = pytest.mark.slow
@@ -74,7 +75,7 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MAKEFLAGS")}
     with open(out, "wb") as sink:
         # its own process group, the terminal's foreground group when a user types Ctrl-C
-        demo = subprocess.Popen(
+        demo = spawn(
             [make, "demo"],
             cwd=tmp_path,
             env={**env, "SLUICE_DEMO_PORT": str(port), "PYTHONUNBUFFERED": "1"},

@@ -17,12 +17,8 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -30,125 +26,26 @@ import pytest
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
-from tests.e2e.worker_process import REPO, DistWorker
-from tests.servers import ensure
+from tests.e2e.dist_cluster import Cluster, running_cluster
+from tests.e2e.worker_process import REPO
 
 pytestmark = pytest.mark.slow
 
 PIPELINES = 6
 VNODES = 8
-PG = "postgresql://postgres@127.0.0.1:5432"
-
-
-@dataclass
-class Cluster:
-    root: Path
-    db_url: str
-    shared: dict[str, str]
-    workers: dict[str, DistWorker]
-    data: Path
-    lines: dict[int, int] = field(default_factory=dict)
-
-    def new_worker(self, worker_id: str, **extra: str) -> DistWorker:
-        return DistWorker(
-            self.root / worker_id, worker_id=worker_id, shared=self.shared, extra_conf=extra
-        )
-
-    def live(self) -> list[DistWorker]:
-        return [w for w in self.workers.values() if w.proc is not None and w.proc.poll() is None]
-
-    def names(self) -> list[str]:
-        return [f"{kind}-{i}" for i in range(PIPELINES) for kind in ("src", "sink")]
-
-    def feed(self, count: int) -> None:
-        """Append `count` lines to every pipeline's input file."""
-        for i in range(PIPELINES):
-            start = self.lines.get(i, 0)
-            with open(self.data / f"in-{i}.txt", "a", encoding="utf-8") as f:
-                for n in range(start, start + count):
-                    f.write(f"{i}:{n:07d} ünïcödé {'y' * (n % 40)}\n")
-            self.lines[i] = start + count
-
-    def assert_exact(self, timeout: float = 120) -> None:
-        """Every sink byte-identical to its source; every topic holds each line exactly once."""
-        bus = EmbeddedLog(self.root / "shared" / "bus")
-        for i in range(PIPELINES):
-            src, dst = self.data / f"in-{i}.txt", self.data / f"out-{i}.txt"
-            wait_until(
-                lambda s=src, d=dst: d.exists() and d.stat().st_size >= s.stat().st_size,
-                timeout=timeout,
-                what=f"sink {i} to catch up",
-            )
-            assert dst.read_bytes() == src.read_bytes(), f"pipeline {i}: sink differs"
-            published = sum(r.max_offset for r in bus.offsets(f"topic-{i}").values())
-            assert published == self.lines[i], f"topic-{i}: {published} != {self.lines[i]}"
-
-
-def _wait_allocated(cluster: Cluster, timeout: float = 120) -> dict[str, str]:
-    """Wait until every connector RUNNING on the worker the ring predicts; the prediction."""
-    live = cluster.live()
-    expected = consistent_hash([w.worker_id for w in live], cluster.names(), VNODES)
-    asker = live[0]
-
-    def settled() -> bool:
-        seen = asker.owners(cluster.names())
-        return all(seen[n] == ("RUNNING", expected[n]) for n in cluster.names())
-
-    wait_until(settled, timeout=timeout, every=0.3, what=f"allocation {expected}")
-    return expected
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    ensure("postgres")
-    db = f"sluice_dist_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {db}")
     root = tmp_path_factory.mktemp("dist")
-    data = root / "data"
-    data.mkdir()
-    shared = {
-        "cluster.store.url": f"{PG}/{db}",
-        "cluster.name": "e2e",
-        "storePathRootDir": str(root / "shared"),
-        "allocTaskStrategy": "org.apache.rocketmq.connect.runtime.service.strategy."
-        "AllocateConnAndTaskStrategyByConsistentHash",
-        "virtualNode": str(VNODES),
-        "rocketmq.runtime.cluster.rebalance.waitInterval": "500",
-        "cluster.session.timeout.ms": "3000",
-    }
-    c = Cluster(root, f"{PG}/{db}", shared, {}, data)
-    for wid in ("w1", "w2", "w3"):
-        c.workers[wid] = c.new_worker(wid)
-    try:
-        # start the three together: their Spark sessions boot in parallel
-        threads = [threading.Thread(target=w.start) for w in c.workers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert len(c.live()) == 3, "a worker did not boot"
-        for i in range(PIPELINES):
-            (data / f"in-{i}.txt").write_text("")
-        c.feed(300)
-        a = c.workers["w1"]
-        for i in range(PIPELINES):
-            a.file_pipeline(data, i)
+    with running_cluster(
+        root, name="e2e", workers=3, pipelines=PIPELINES, virtual_nodes=VNODES
+    ) as c:
         yield c
-    finally:
-        running = [w for w in c.workers.values() if w.proc is not None and w.proc.poll() is None]
-        for w in running:  # all at once: each stops its queries gracefully
-            assert w.proc is not None
-            os.killpg(w.proc.pid, signal.SIGCONT)
-            w.proc.send_signal(signal.SIGTERM)
-        for w in running:
-            w.terminate(60)
-        with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
 
 
 def test_allocation_follows_the_ring_and_every_worker_agrees(cluster: Cluster) -> None:
-    expected = _wait_allocated(cluster)
+    expected = cluster.wait_allocated()
     names = sorted(cluster.names())
     for w in cluster.live():
         assert sorted(w.body("/connectors/list")) == names
@@ -162,7 +59,7 @@ def test_allocation_follows_the_ring_and_every_worker_agrees(cluster: Cluster) -
 
 
 def test_kill_9_moves_its_connectors_within_15_s_and_loses_nothing(cluster: Cluster) -> None:
-    before = _wait_allocated(cluster)
+    before = cluster.wait_allocated()
     victim = max(cluster.live(), key=lambda w: sum(1 for o in before.values() if o == w.worker_id))
     moved = sorted(n for n, o in before.items() if o == victim.worker_id)
     assert moved
@@ -191,12 +88,12 @@ def test_kill_9_moves_its_connectors_within_15_s_and_loses_nothing(cluster: Clus
 
 
 def test_a_fourth_worker_restarts_only_what_the_ring_moves(cluster: Cluster) -> None:
-    before = _wait_allocated(cluster)
+    before = cluster.wait_allocated()
     starts_before = [w.starts() for w in cluster.workers.values()]
     w4 = cluster.new_worker("w4")
     cluster.workers["w4"] = w4
     w4.start()
-    after = _wait_allocated(cluster)
+    after = cluster.wait_allocated()
     predicted = {n for n in cluster.names() if before[n] != after[n]}
     assert all(after[n] == "w4" for n in predicted)
     starts_after = [w.starts() for w in cluster.workers.values() if w is not w4]
@@ -213,7 +110,7 @@ def test_a_fourth_worker_restarts_only_what_the_ring_moves(cluster: Cluster) -> 
 
 
 def test_a_stopped_worker_is_fenced_and_stops_its_queries(cluster: Cluster) -> None:
-    before = _wait_allocated(cluster)
+    before = cluster.wait_allocated()
     zombie = max(cluster.live(), key=lambda w: sum(1 for o in before.values() if o == w.worker_id))
     moved = sorted(n for n, o in before.items() if o == zombie.worker_id)
     others = [w for w in cluster.live() if w is not zombie]
@@ -239,12 +136,12 @@ def test_a_stopped_worker_is_fenced_and_stops_its_queries(cluster: Cluster) -> N
     refused = zombie.log.read_text().count("fenced:")
     print(f"\nzombie {zombie.worker_id}: {len(moved)} queries stopped, {refused} refused commits")
     cluster.feed(200)
-    _wait_allocated(cluster)  # it is live again: the ring gives it its connectors back
+    cluster.wait_allocated()  # it is live again: the ring gives it its connectors back
     cluster.assert_exact()
 
 
 def test_rest_writes_through_any_worker_reach_the_owner(cluster: Cluster) -> None:
-    owners = _wait_allocated(cluster)
+    owners = cluster.wait_allocated()
     live = cluster.live()
     name = "sink-0"
     owner = next(w for w in live if w.worker_id == owners[name])
@@ -357,4 +254,4 @@ def test_bad_cluster_configs_are_refused_naming_the_key(cluster: Cluster) -> Non
     finally:
         with psycopg.connect(cluster.db_url, autocommit=True) as conn:
             conn.execute("DELETE FROM sluice_connectors WHERE name = 'broken'")
-    _wait_allocated(cluster)
+    cluster.wait_allocated()

@@ -24,6 +24,7 @@ import pytest
 
 from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
 
@@ -38,7 +39,7 @@ def start_child(root: Path, log: Path, source: Db, sink: Db, table: str, *extra:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), str(root), source.jdbc_url, sink.jdbc_url, table, *extra],
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -25,6 +25,7 @@ import pytest
 
 from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
@@ -37,7 +38,7 @@ ROUNDS = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 def _start(root: Path, url: str, stream: str, queue: str, log: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), str(root), url, stream, queue],
         stdout=out,
         stderr=subprocess.STDOUT,

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -42,7 +43,7 @@ class PrivateRedis:
         self.url = f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [
                 shutil.which("redis-server") or "redis-server",
                 "--port",

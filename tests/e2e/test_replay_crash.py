@@ -27,6 +27,7 @@ import pytest
 
 from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def _start(root: Path, queue: Path, log: Path) -> subprocess.Popen:
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     args = [str(root), str(queue), str(MAX_POLL), str(RECORDS), str(READ_MAX_ROWS)]
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
-    return subprocess.Popen(
+    return spawn(
         [sys.executable, str(CHILD), *args],
         stdout=out,
         stderr=subprocess.STDOUT,

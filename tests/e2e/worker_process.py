@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
 
 REPO = Path(__file__).parents[2]
 BOOT = "The standalone worker boot success."
@@ -79,7 +80,7 @@ class WorkerProcess:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
-        self.proc = subprocess.Popen(
+        self.proc = spawn(
             [sys.executable, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -125,14 +126,16 @@ class WorkerProcess:
         response = self.request("POST", f"/connectors/{name}", content=json.dumps(config))
         assert response.status_code == 200, response.text
 
-    def file_pipeline(self, data: Path, i: int | str) -> None:
-        """`src-<i>`: data/in-<i>.txt → topic-<i>, and `sink-<i>`: topic-<i> → data/out-<i>.txt."""
+    def file_pipeline(self, data: Path, i: int | str, topic: str = "") -> None:
+        """`src-<i>`: data/in-<i>.txt → `topic` (default topic-<i>), and `sink-<i>`: that topic
+        → data/out-<i>.txt."""
+        topic = topic or f"topic-{i}"
         self.post_connector(
             f"src-{i}",
             {
                 "connector.class": "FileSourceConnector",
                 "filename": str(data / f"in-{i}.txt"),
-                "connect.topicname": f"topic-{i}",
+                "connect.topicname": topic,
             },
         )
         self.post_connector(
@@ -140,7 +143,7 @@ class WorkerProcess:
             {
                 "connector.class": "FileSinkConnector",
                 "filename": str(data / f"out-{i}.txt"),
-                "connect.topicnames": f"topic-{i}",
+                "connect.topicnames": topic,
             },
         )
 

@@ -126,6 +126,26 @@ def test_replayed_batch_is_not_appended_twice(harness: Harness, bus: Any) -> Non
     )
 
 
+def test_a_writer_of_a_superseded_generation_cannot_commit(harness: Harness, bus: Any) -> None:
+    """Distributed mode: once the new owner of a connector recorded its lease generation, the
+    old owner's commits are refused, whatever it had staged; the new owner's go on."""
+    from sluice.bus.base import WriterFenced
+
+    topic = harness.new_topic(bus, 2)
+    old = bus.topic_appender(writer_id="c/run", fence=("c", 1))
+    old.commit([old.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
+    late = old.write(iter([topic_frame(topic, [b"late"], route=[1])]), 0)
+    bus.fence("c", 2)
+    with pytest.raises(WriterFenced, match="fenced: writer 'c' epoch 1 may no longer commit"):
+        old.commit([late], 1)
+    new = bus.topic_appender(writer_id="c/run", fence=("c", 2))
+    new.commit([new.write(iter([topic_frame(topic, [b"b"], route=[1])]), 0)], 1)
+    assert sorted(values(read_all(bus, topic, 0, 0, 99) + read_all(bus, topic, 1, 0, 99))) == [
+        b"a",
+        b"b",
+    ]
+
+
 # Only where a commit can be half-done (the embedded log commits in one SQLite transaction).
 @pytest.mark.parametrize("harness", backends(lambda h: not h.atomic_commit), indirect=True)
 def test_crash_mid_commit_is_completed_by_the_replay(
@@ -137,9 +157,9 @@ def test_crash_mid_commit_is_completed_by_the_replay(
 
     real_send = type(bus.log)._send
 
-    def dying_send(self: Any, topic_: str, tables: dict[int, Any], tag: str) -> None:
+    def dying_send(self: Any, topic_: str, tables: dict[int, Any], tag: str, check: Any) -> None:
         # the broker got the first 30 messages of each queue, then the driver died
-        real_send(self, topic_, {q: t.slice(0, 30) for q, t in tables.items()}, tag)
+        real_send(self, topic_, {q: t.slice(0, 30) for q, t in tables.items()}, tag, check)
         raise RuntimeError("simulated crash while sending")
 
     monkeypatch.setattr(type(bus.log), "_send", dying_send)

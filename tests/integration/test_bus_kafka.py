@@ -273,9 +273,13 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
     assert bus.reader_health(control)["failures"] == 0
 
 
-def test_a_second_writer_with_the_same_transactional_id_fences_the_first(
+def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(
     tmp_path: Path, kafka_cluster: RealKafka
 ) -> None:
+    """Spark runs a query's driver-side commit in whichever pooled Python worker is idle, so two
+    processes of one live writer each make a producer with its transactional.id, and the newer
+    fences the older (what failed the source with _FATAL after a Spark executor loss). Without a
+    newer lease generation the fenced one takes the id back and completes its batch once."""
     from confluent_kafka import KafkaException, Producer
 
     from sluice.bus.kafka._log import transactional_id
@@ -284,14 +288,14 @@ def test_a_second_writer_with_the_same_transactional_id_fences_the_first(
     bus = harness.make_bus(tmp_path)
     topic = harness.new_topic(bus, 2)
     writer = f"conn-{unique()}/run1"
-    appender = bus.topic_appender(writer_id=writer)
+    appender = bus.topic_appender(writer_id=writer, fence=(writer, 1))
 
     def batch(tag: str) -> Any:
         return topic_frame(topic, [f"{tag}{i}".encode() for i in range(10)], route=[0, 1] * 5)
 
     appender.commit([appender.write(iter([batch("a")]), 0)], 0)
-    # Another process takes over the writer (same connector, same run: same transactional.id);
-    # it sends a batch in a transaction it has not committed yet.
+    # Another process of the same writer (same transactional.id) makes its producer and leaves
+    # a transaction open.
     txn_id = transactional_id(writer)
     other = Producer({"bootstrap.servers": kafka_cluster.bootstraps, "transactional.id": txn_id})
     other.init_transactions(30)
@@ -299,20 +303,42 @@ def test_a_second_writer_with_the_same_transactional_id_fences_the_first(
     for i in range(5):
         other.produce(topic, value=f"z{i}".encode(), partition=i % 2)
     assert other.flush(30) == 0
-    # The first writer's producer is fenced: its commit is refused, nothing of it is visible.
-    with pytest.raises(BusError, match=r"was fenced by a newer producer with the same id"):
-        appender.commit([appender.write(iter([batch("b")]), 0)], 1)
-    assert sorted(kafka_cluster.committed_values(topic)) == sorted(
-        f"a{i}".encode() for i in range(10)
-    )
-    # Restarted, the first writer fences the other in turn: its open transaction is aborted and
-    # its commit refused; the replayed batch 1 is published once.
+    # Our producer is fenced; the generation is still ours: a new producer fences the other
+    # (its open transaction is aborted and its commit refused) and batch 1 is published once.
     appender.commit([appender.write(iter([batch("b")]), 0)], 1)
     with pytest.raises(KafkaException) as refused:
         other.commit_transaction(30)
     assert refused.value.args[0].fatal() or "fenc" in str(refused.value).lower()
     values = kafka_cluster.committed_values(topic)
     assert sorted(values) == sorted(f"{t}{i}".encode() for t in "ab" for i in range(10))
+
+
+def test_a_writer_of_a_superseded_generation_is_refused_before_it_touches_kafka(
+    tmp_path: Path, kafka_cluster: RealKafka
+) -> None:
+    """Distributed mode: a worker that lost a connector's lease (a zombie) can neither make a
+    producer (it would fence the new owner's) nor commit; the new owner's commits go on."""
+    from sluice.bus.base import WriterFenced
+    from sluice.bus.kafka import _log
+
+    harness = KafkaHarness(kafka_cluster)
+    bus = harness.make_bus(tmp_path)
+    topic = harness.new_topic(bus, 2)
+    name = f"conn-{unique()}"
+    zombie = bus.topic_appender(writer_id=f"{name}/run1", fence=(name, 1))
+    zombie_staged = zombie.write(iter([topic_frame(topic, [b"late"], route=[0])]), 0)
+    bus.fence(name, 2)  # the new owner took the lease
+    producers = sum(1 for key in _log._CLIENTS if key[1] == "producer")
+    with pytest.raises(WriterFenced, match=rf"fenced: writer '{name}' epoch 1 may no longer"):
+        zombie.commit([zombie_staged], 5)
+    assert sum(1 for key in _log._CLIENTS if key[1] == "producer") == producers
+    owner = bus.topic_appender(writer_id=f"{name}/run1", fence=(name, 2))
+    owner.commit([owner.write(iter([topic_frame(topic, [b"new"], route=[1])]), 0)], 5)
+    with pytest.raises(WriterFenced):  # the recorded generation is never lowered
+        bus.fence(name, 1)
+    with pytest.raises(WriterFenced):
+        zombie.commit([zombie_staged], 6)
+    assert kafka_cluster.committed_values(topic) == [b"new"]
 
 
 def test_replication_factor_key_is_checked(tmp_path: Path) -> None:

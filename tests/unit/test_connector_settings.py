@@ -10,7 +10,7 @@ import pytest
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.engine.errors import DeadLetter, ErrorPolicy, ErrorReporter
 from sluice.engine.pipeline import jvm_path_forced
-from sluice.engine.settings import canonical_keys, check_config
+from sluice.engine.settings import canonical_keys, check_config, parse_settings
 from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest, Conflict
 from sluice.runtime.plugins import PluginRegistry
@@ -57,6 +57,10 @@ def test_a_good_config_gives_typed_settings(registry: PluginRegistry, tmp_path) 
     # Kafka's names are renamed, so the rest of the runtime reads one name per setting
     assert report.config["max.tasks"] == "3" and "tasks.max" not in report.config
     assert report.config["connect.topicnames"] == "a;b" and "topics" not in report.config
+    # what the runner reads when it starts the query: the same settings from the same config
+    assert parse_settings(report.config, "sink") == settings
+    with pytest.raises(ConfigException, match=r"^read\.max\.rows: "):
+        parse_settings({**report.config, "read.max.rows": "many"}, "sink")
 
 
 def test_every_bad_key_is_reported_not_only_the_first(registry: PluginRegistry, tmp_path) -> None:

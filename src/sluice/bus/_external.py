@@ -30,6 +30,15 @@ Replaying a micro-batch (Spark re-runs it after a crash) therefore finds one of 
   writers in between are not counted (they have other tags). The tag names only the writer, so
   executors can encode complete messages before the batch id is known.
 
+Fencing (distributed mode): a commit made with ``fence=(connector, lease generation)`` is checked
+against the newest generation recorded in the journal's ``fences`` table (:meth:`ExternalLog.fence`,
+called by the worker that took the lease over) before anything else, in the same SQLite
+transaction as the ``pending`` row and as the ``done`` row, and (RocketMQ) before each round trip
+of the send. So a worker that lost a connector's lease cannot start a commit, and one that was
+paused in the middle of a send stops at its next round trip; Kafka also fences the paused one's
+open transaction in the broker (:mod:`sluice.bus.kafka._log`). RocketMQ has no producer epoch:
+its one unfenced window is a single round trip of a writer paused between its check and its send.
+
 So every record is appended exactly once, provided the replay produces the same rows per queue
 (Spark's offset log makes the batch's input range identical; sources and routing are
 deterministic). Unlike the embedded log, a batch whose commit was interrupted is *partly* visible
@@ -47,14 +56,22 @@ import threading
 import time
 import uuid
 from abc import abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from sluice._sqlite import connect_shared
-from sluice.bus.base import STORED_SCHEMA, Bus, StagedSegment, TopicLog, retry_outage
+from sluice.bus.base import (
+    STORED_SCHEMA,
+    Bus,
+    StagedSegment,
+    TopicLog,
+    WriterFenced,
+    raise_fence,
+    retry_outage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +79,12 @@ log = logging.getLogger(__name__)
 WRITER_TAG = "sluice.writer"
 _JOURNAL_KEEP_S = 24 * 3600  # done rows older than this go (the newest per writer always stays)
 
+_FENCES = """
+CREATE TABLE IF NOT EXISTS fences (
+    fence_key TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL
+)
+"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
     writer_id TEXT NOT NULL,
@@ -81,7 +104,8 @@ def writer_tag(writer_id: str) -> str:
 
 
 class CommitJournal:
-    """The ``pending``/``done`` rows of step 2 (SQLite, safe for several processes)."""
+    """The ``pending``/``done`` rows of step 2 (SQLite, safe for several processes), and the
+    writers' fences (distributed mode: the newest lease generation of each connector)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -94,8 +118,38 @@ class CommitJournal:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             conn = connect_shared(self.path)
             conn.execute(_SCHEMA)
+            conn.execute(_FENCES)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
+
+    def fence(self, key: str, epoch: int) -> None:
+        """Record ``epoch`` as the newest of writer ``key``; older epochs' commits are refused."""
+        self._write(lambda db: raise_fence(db, key, epoch, "*"))
+
+    def check_fence(self, fence: tuple[str, int] | None, topic: str) -> None:
+        """Raise :class:`WriterFenced` if ``fence`` was superseded (a read: records nothing)."""
+        if fence is None:
+            return
+        with self._lock:
+            row = (
+                self._db()
+                .execute("SELECT epoch FROM fences WHERE fence_key = ?", (fence[0],))
+                .fetchone()
+            )
+        if row is not None and int(row[0]) > fence[1]:
+            raise WriterFenced(fence[0], fence[1], int(row[0]), topic)
+
+    def _write(self, change: Callable[[Any], None]) -> None:
+        """Run ``change(db)`` in one ``BEGIN IMMEDIATE`` transaction."""
+        with self._lock:
+            db = self._db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                change(db)
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            db.execute("COMMIT")
 
     def get(self, writer_id: str, batch_id: int, topic: str) -> tuple[str, dict[int, int]] | None:
         with self._lock:
@@ -113,22 +167,27 @@ class CommitJournal:
         return row[0], {int(q): int(o) for q, o in json.loads(row[1]).items()}
 
     def put(
-        self, writer_id: str, batch_id: int, topic: str, state: str, starts: Mapping[int, int]
+        self,
+        writer_id: str,
+        batch_id: int,
+        topic: str,
+        state: str,
+        starts: Mapping[int, int],
+        fence: tuple[str, int] | None = None,
     ) -> None:
-        with self._lock:
-            db = self._db()
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                db.execute(
-                    "INSERT INTO writes (writer_id, batch_id, topic, state, starts, updated_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (writer_id, batch_id, topic) DO UPDATE "
-                    "SET state = excluded.state, updated_at = excluded.updated_at",
-                    (writer_id, batch_id, topic, state, json.dumps(dict(starts)), time.time()),
-                )
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+        """Write the row; with ``fence``, only if it was not superseded (same transaction)."""
+
+        def change(db: Any) -> None:
+            if fence is not None:
+                raise_fence(db, fence[0], fence[1], topic)
+            db.execute(
+                "INSERT INTO writes (writer_id, batch_id, topic, state, starts, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (writer_id, batch_id, topic) DO UPDATE "
+                "SET state = excluded.state, updated_at = excluded.updated_at",
+                (writer_id, batch_id, topic, state, json.dumps(dict(starts)), time.time()),
+            )
+
+        self._write(change)
 
     def prune(self, older_than_s: float = _JOURNAL_KEEP_S) -> int:
         """Forget old ``done`` rows (a replay only ever concerns a writer's latest batches)."""
@@ -246,7 +305,14 @@ class ExternalLog(TopicLog):
         return self._journal.prune()
 
     # -- commit ----------------------------------------------------------------------------------
-    def commit(self, writer_id: str, batch_id: int, segments: Sequence[StagedSegment]) -> bool:
+    def commit(
+        self,
+        writer_id: str,
+        batch_id: int,
+        segments: Sequence[StagedSegment],
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> bool:
         segs = list(segments)
         if not segs:
             return True
@@ -272,7 +338,7 @@ class ExternalLog(TopicLog):
         # the batch left it `pending`, so the next one counts what arrived and sends the rest.
         return retry_outage(
             f"commit of {writer_id} batch {batch_id} to topic {topic!r}",
-            lambda: self._commit(writer_id, batch_id, topic, segs),
+            lambda: self._commit(writer_id, batch_id, topic, segs, fence),
             self.outage_s,
             sleep=self._pause,
         )
@@ -281,7 +347,19 @@ class ExternalLog(TopicLog):
         """Wait between attempts through an outage (a seam for tests)."""
         time.sleep(seconds)
 
-    def _commit(self, writer_id: str, batch_id: int, topic: str, segs: list[StagedSegment]) -> bool:
+    def fence(self, key: str, epoch: int) -> None:
+        """Record ``epoch`` as the newest of writer ``key`` in the journal (see :meth:`commit`)."""
+        self._journal.fence(key, epoch)
+
+    def _commit(
+        self,
+        writer_id: str,
+        batch_id: int,
+        topic: str,
+        segs: list[StagedSegment],
+        fence: tuple[str, int] | None = None,
+    ) -> bool:
+        self._journal.check_fence(fence, topic)
         entry = self._journal.get(writer_id, batch_id, topic)
         if entry is not None and entry[0] == "done":
             self.discard(segs)
@@ -294,7 +372,7 @@ class ExternalLog(TopicLog):
         tag = writer_tag(writer_id)
         if entry is None:
             starts = self._end_offsets(topic, sorted(tables)) if tables else {}
-            self._journal.put(writer_id, batch_id, topic, "pending", starts)
+            self._journal.put(writer_id, batch_id, topic, "pending", starts, fence)
             done = dict.fromkeys(tables, 0)
         else:
             # An earlier attempt died while sending: count what of this batch each queue has.
@@ -314,8 +392,8 @@ class ExternalLog(TopicLog):
             )
         todo = {q: t.slice(done[q]) for q, t in tables.items() if done[q] < t.num_rows}
         if todo:
-            self._send(topic, todo, tag)
-        self._journal.put(writer_id, batch_id, topic, "done", starts)
+            self._send(topic, todo, tag, lambda: self._journal.check_fence(fence, topic))
+        self._journal.put(writer_id, batch_id, topic, "done", starts, fence)
         self.discard(segs)
         return True
 
@@ -337,10 +415,14 @@ class ExternalLog(TopicLog):
         """How many messages from ``start`` to the end of the queue carry ``tag``."""
 
     @abstractmethod
-    def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
+    def _send(
+        self, topic: str, tables: Mapping[int, pa.Table], tag: str, check: Callable[[], None]
+    ) -> None:
         """Send each queue's staged rows in order, tagged ``tag``; return once the broker
         acknowledged all of them and they are readable; raise (without having skipped any row of
-        a queue) otherwise."""
+        a queue) otherwise. ``check`` raises :class:`WriterFenced` once the writer's lease
+        generation was superseded: a backend whose broker cannot fence a producer calls it
+        before each round trip."""
 
     def close(self) -> None:
         self._journal.close()
@@ -374,3 +456,7 @@ class ExternalBus(Bus):
         removed = self.log.remove_orphans(orphan_age_s)
         self.log.prune_journal()
         return {"segments_expired": 0, "orphans_removed": removed}
+
+    def fence(self, key: str, epoch: int) -> None:
+        """Record ``epoch`` in the commit journal (one row per writer key, for every topic)."""
+        self.log.fence(key, epoch)

@@ -26,6 +26,8 @@ Errors::
     BusError                       root of what a bus raises on purpose
     ├── OffsetOutOfRange           a read asked for offsets not (or no longer) in the queue
     ├── UnknownTopic (KeyError)    the topic does not exist
+    ├── WriterFenced               a commit by a writer whose epoch (a connector's lease
+    │                              generation) was superseded: refused, nothing published
     └── BusUnavailable             the broker cannot be reached or refused a request; retriable
                                    (also a sluice.sdk.RetriableException)
 """
@@ -57,6 +59,7 @@ __all__ = [
     "TopicInfo",
     "TopicLog",
     "UnknownTopic",
+    "WriterFenced",
 ]
 
 #: The columns a topic stores per record, whatever the backend: key and value bytes, the record's
@@ -156,6 +159,40 @@ class UnknownTopic(BusError, KeyError):
         return f"unknown topic {self.topic!r}"
 
 
+class WriterFenced(BusError):
+    """A commit by a writer whose epoch is older than the newest one recorded for its key (a
+    connector whose lease moved to another worker): refused, nothing of it published.
+
+    Its text starts with ``fenced:``, which is how the distributed herder recognises a query
+    that failed because another worker owns it now."""
+
+    def __init__(self, key: str, epoch: int, current: int, topic: str) -> None:
+        super().__init__(
+            f"fenced: writer {key!r} epoch {epoch} may no longer commit to topic {topic!r} "
+            f"(epoch {current} took over)"
+        )
+        self.key, self.epoch, self.current, self.topic = key, epoch, current, topic
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.epoch, self.current, self.topic))
+
+
+def raise_fence(db: Any, key: str, epoch: int, topic: str) -> None:
+    """Inside a SQLite transaction on a table ``fences (fence_key TEXT PRIMARY KEY, epoch
+    INTEGER)``: refuse ``epoch`` (:class:`WriterFenced`) if a newer one is recorded for ``key``,
+    record it if it is newer (the stored epoch never goes down). Shared by the embedded log and
+    the broker backends' commit journal."""
+    row = db.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
+    if row is not None and int(row[0]) > epoch:
+        raise WriterFenced(key, epoch, int(row[0]), topic)
+    if row is None or int(row[0]) < epoch:
+        db.execute(
+            "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
+            "DO UPDATE SET epoch = excluded.epoch",
+            (key, epoch),
+        )
+
+
 class BusUnavailable(BusError, RetriableException):
     """The broker could not be reached, or failed a request; doing it again later may work.
 
@@ -227,11 +264,23 @@ class TopicLog(ABC):
         return self.stage(topic, queue, data)
 
     @abstractmethod
-    def commit(self, writer_id: str, batch_id: int, segments: Sequence[StagedSegment]) -> bool:
+    def commit(
+        self,
+        writer_id: str,
+        batch_id: int,
+        segments: Sequence[StagedSegment],
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> bool:
         """Driver: publish ``segments`` (all of one topic, in list order per queue) at most once
         per ``(writer_id, batch_id)``. Returns False if that pair was already published (the
         segments are then discarded), True otherwise. After a crash in the middle of a commit,
-        committing the same batch again publishes exactly what is missing."""
+        committing the same batch again publishes exactly what is missing.
+
+        With ``fence=(key, epoch)`` (distributed mode: the connector and its lease generation)
+        the commit is refused with :class:`WriterFenced` once :meth:`Bus.fence` recorded a
+        newer epoch for ``key``; each backend says in its docstring how the check and the
+        publish are made one step."""
 
     @abstractmethod
     def read(
@@ -305,13 +354,21 @@ class Bus(ABC):
         """Release clients held by this process."""
         self.log.close()
 
+    @abstractmethod
+    def fence(self, key: str, epoch: int) -> None:
+        """Record ``epoch`` as the newest of writer ``key`` (never lowers it): from now on every
+        commit made with ``fence=(key, older epoch)`` is refused with :class:`WriterFenced`.
+
+        Called by a worker that took a connector's lease, before it starts the connector's
+        query, so the previous owner (a zombie) can no longer publish to any topic."""
+
     # -- Spark adapters ------------------------------------------------------------------------
     def topic_appender(
         self, *, writer_id: str, fence: tuple[str, int] | None = None
     ) -> TopicWriterPlan:
         """The topic writer as a plain object (for fused pipelines: `write` + `commit`).
 
-        `fence=(key, epoch)` makes every commit check the writer's epoch (embedded bus only)."""
+        `fence=(key, epoch)` makes every commit check the writer's epoch (see `fence`)."""
         from sluice.bus.spark import TopicWriterPlan
 
         return TopicWriterPlan(self.log, writer_id, self.default_queues, fence)

@@ -94,7 +94,7 @@ class TopicWriterPlan:
     writer_id: str
     default_queues: int = 8
     #: `(key, epoch)` of a fenced writer (distributed mode): each commit is checked against the
-    #: newest epoch in the same transaction (embedded bus only)
+    #: newest epoch recorded by `Bus.fence` (see each backend for how)
     fence: tuple[str, int] | None = None
 
     @property
@@ -160,10 +160,7 @@ class TopicWriterPlan:
             for segment in segments:
                 by_topic.setdefault(segment.topic, []).append(segment)
         for _topic, segments in sorted(by_topic.items()):
-            if self.fence is not None:
-                self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)  # type: ignore[call-arg]
-            else:
-                self.log.commit(self.writer_id, batch_id, segments)
+            self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)
 
     def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
         self.log.discard([segment for segments in receipts for segment in segments or []])

@@ -39,6 +39,21 @@ RUNTIME_KEYS = ConfigDef(
     ConfigKey("errors.retry.timeout", type="int", default=0, min=-1, doc="ms; -1 = forever"),
     ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
     *ERROR_KEYS.keys.values(),
+    # sluice.runtime.restarts: a query failed by a transient Spark error restarts by itself
+    ConfigKey(
+        "restart.transient.max.attempts",
+        type="int",
+        default=5,
+        min=0,
+        doc="automatic restarts after a transient Spark failure; 0 = never (Kafka Connect)",
+    ),
+    ConfigKey(
+        "restart.transient.backoff.max.ms",
+        type="int",
+        default=60_000,
+        min=1000,
+        doc="the restarts' backoff doubles from 1 s up to this",
+    ),
 )
 
 #: `pipeline.fused=false` forces the JVM path; a value that is not a boolean names the key.

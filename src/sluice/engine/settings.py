@@ -208,20 +208,34 @@ def check_config(
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common):
-        settings = ConnectorSettings(
-            kind=kind,
-            max_tasks=values["max.tasks"],
-            read_max_rows=values["read.max.rows"],
-            read_max_bytes=values["read.max.bytes"],
-            pipeline_fused=values["pipeline.fused"],
-            key_converter=values.get("key.converter") or "",
-            value_converter=values.get("value.converter") or "",
-            transforms=tuple(values.get("transforms") or ()),
-            topics=tuple(topics),
-            consume_from_where=values.get("consume.from.where"),
-            task_group_id=values.get("task.group.id"),
-        )
+        settings = _settings(kind, values, topics)
     return ConfigReport(conf, settings, errors, warnings)
+
+
+def _settings(kind: str, values: Mapping[str, Any], topics: list[str]) -> ConnectorSettings:
+    return ConnectorSettings(
+        kind=kind,
+        max_tasks=values["max.tasks"],
+        read_max_rows=values["read.max.rows"],
+        read_max_bytes=values["read.max.bytes"],
+        pipeline_fused=values["pipeline.fused"],
+        key_converter=values.get("key.converter") or "",
+        value_converter=values.get("value.converter") or "",
+        transforms=tuple(values.get("transforms") or ()),
+        topics=tuple(topics),
+        consume_from_where=values.get("consume.from.where"),
+        task_group_id=values.get("task.group.id"),
+    )
+
+
+def parse_settings(config: Mapping[str, str], kind: str) -> ConnectorSettings:
+    """The connector-level keys of an accepted config (aliases renamed), typed; the first bad
+    key raises `ConfigException` naming it (`check_config` reports them all at create time)."""
+    conf, _errors = canonical_keys(config)
+    values = COMMON_KEYS.parse({k: v for k, v in conf.items() if k in COMMON_KEYS.keys})
+    if kind == "sink":
+        values.update(SINK_KEYS.parse({k: v for k, v in conf.items() if k in SINK_KEYS.keys}))
+    return _settings(kind, values, list(values.get("connect.topicnames") or []))
 
 
 def _names(value: str) -> list[str]:

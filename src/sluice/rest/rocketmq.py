@@ -10,7 +10,14 @@ from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
 from sluice.rest._common import ConnectorName, herder_of, parse_json_object
-from sluice.runtime.herder import BadRequest
+from sluice.rest._shapes import (
+    allocated_tasks_body,
+    info_body,
+    status_body,
+    task_config_body,
+    task_status_body,
+)
+from sluice.runtime.herder import BadRequest, ConnectorInfo
 
 router = APIRouter(tags=["RocketMQ Connect"])
 
@@ -29,7 +36,10 @@ def list_connectors(request: Request) -> dict[str, Any]:
     herder = herder_of(request)
     return ok(
         {
-            name: {"status": herder.status(name), "info": herder.connector_info(name)}
+            name: {
+                "status": status_body(herder.status(name)),
+                "info": info_body(herder.connector_info(name)),
+            }
             for name in herder.connectors()
         }
     )
@@ -42,7 +52,7 @@ def allocated_connectors(request: Request) -> dict[str, Any]:
 
 @router.get("/allocated/tasks")
 def allocated_tasks(request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).allocated_tasks())
+    return ok(allocated_tasks_body(herder_of(request).allocated_tasks()))
 
 
 def _all(request: Request, action: str, done: str) -> dict[str, Any]:
@@ -72,22 +82,22 @@ def resume_all(request: Request) -> dict[str, Any]:
 
 @router.get("/connectors/{name}/config")
 def connector_config(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).connector_info(name))
+    return ok(info_body(herder_of(request).connector_info(name)))
 
 
 @router.get("/connectors/{name}/status")
 def connector_status(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).status(name))
+    return ok(status_body(herder_of(request).status(name)))
 
 
 @router.get("/connectors/{name}/tasks")
 def task_configs(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).task_configs(name))
+    return ok([task_config_body(t) for t in herder_of(request).task_configs(name)])
 
 
 @router.get("/connectors/{name}/tasks/{task}/status")
 def task_status(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).task_status(name, task))
+    return ok(task_status_body(herder_of(request).task_status(name, task)))
 
 
 @router.get("/connectors/{name}/stop")
@@ -133,10 +143,10 @@ def create_connector_by_get(
     return _with_warnings(ok(herder_of(request).shown_config(parsed)), info)  # never a secret
 
 
-def _with_warnings(envelope: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+def _with_warnings(envelope: dict[str, Any], info: ConnectorInfo) -> dict[str, Any]:
     """The envelope with the config's warnings (unknown keys) beside `body`, when it has any."""
-    if info.get("warnings"):
-        envelope["warnings"] = info["warnings"]
+    if info.warnings:
+        envelope["warnings"] = list(info.warnings)
     return envelope
 
 

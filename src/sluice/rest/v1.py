@@ -17,6 +17,14 @@ from sluice.rest._common import (
     ConnectorName,
     herder_of,
 )
+from sluice.rest._shapes import (
+    info_body,
+    position_body,
+    status_body,
+    task_config_body,
+    task_status_body,
+    topic_body,
+)
 from sluice.runtime.herder import BadRequest, NotFound
 
 router = APIRouter(prefix="/v1", tags=["v1"])
@@ -62,19 +70,22 @@ def list_connectors(
     for part in expand:
         if part not in ("status", "info"):
             raise BadRequest(f"expand must be 'status' or 'info', got {part!r}", key="expand")
-    fetch = {"status": herder.status, "info": herder.connector_info}
+    fetch = {
+        "status": lambda name: status_body(herder.status(name)),
+        "info": lambda name: info_body(herder.connector_info(name)),
+    }
     return {name: {part: fetch[part](name) for part in dict.fromkeys(expand)} for name in names}
 
 
 @router.post("/connectors", status_code=201)
 def create_connector(body: NewConnector, request: Request) -> dict[str, Any]:
     info, _ = herder_of(request).put_connector(body.name, body.config, create_only=True)
-    return info
+    return info_body(info)
 
 
 @router.get("/connectors/{name}")
 def get_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return herder_of(request).connector_info(name)
+    return info_body(herder_of(request).connector_info(name))
 
 
 @router.put("/connectors/{name}")
@@ -84,7 +95,7 @@ def put_connector(
 ) -> dict[str, Any]:
     info, created = herder_of(request).put_connector(name, config)
     response.status_code = 201 if created else 200
-    return info
+    return info_body(info)
 
 
 @router.get("/connectors/{name}/config")
@@ -100,35 +111,35 @@ def delete_connector(name: ConnectorName, request: Request) -> Response:
 
 @router.get("/connectors/{name}/status")
 def status(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return herder_of(request).status(name)
+    return status_body(herder_of(request).status(name))
 
 
 @router.get("/connectors/{name}/tasks")
 def tasks(name: ConnectorName, request: Request) -> list[dict[str, Any]]:
-    return herder_of(request).task_configs(name)
+    return [task_config_body(t) for t in herder_of(request).task_configs(name)]
 
 
 @router.get("/connectors/{name}/tasks/{task}/status")
 def task_status(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
-    return herder_of(request).task_status(name, task)
+    return task_status_body(herder_of(request).task_status(name, task))
 
 
 @router.put("/connectors/{name}/pause", status_code=202)
 def pause(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).pause(name)
-    return herder_of(request).status(name)
+    return status_body(herder_of(request).status(name))
 
 
 @router.put("/connectors/{name}/resume", status_code=202)
 def resume(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).resume(name)
-    return herder_of(request).status(name)
+    return status_body(herder_of(request).status(name))
 
 
 @router.put("/connectors/{name}/stop", status_code=202)
 def stop(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).stop(name)
-    return herder_of(request).status(name)
+    return status_body(herder_of(request).status(name))
 
 
 @router.post("/connectors/{name}/restart", status_code=202)
@@ -141,24 +152,21 @@ def restart(
     herder = herder_of(request)
     if onlyFailed:
         status = herder.status(name)
-        failed = status["connector"]["state"] == "FAILED" or (
-            includeTasks and any(t["state"] == "FAILED" for t in status["tasks"])
-        )
-        if not failed:
-            return status
+        if not status.failed(include_tasks=includeTasks):
+            return status_body(status)
     herder.restart(name)
-    return herder.status(name)
+    return status_body(herder.status(name))
 
 
 @router.post("/connectors/{name}/tasks/{task}/restart", status_code=202)
 def restart_task(name: ConnectorName, task: int, request: Request) -> dict[str, Any]:
     herder_of(request).restart(name, task)
-    return herder_of(request).status(name)
+    return status_body(herder_of(request).status(name))
 
 
 @router.get("/connectors/{name}/offsets")
 def get_offsets(name: ConnectorName, request: Request) -> dict[str, Any]:
-    return {"offsets": herder_of(request).offsets(name)}
+    return {"offsets": [position_body(p) for p in herder_of(request).offsets(name)]}
 
 
 @router.patch("/connectors/{name}/offsets")
@@ -237,12 +245,12 @@ def validate(class_name: str, request: Request, config: ValidateBody) -> dict[st
 
 @router.get("/topics")
 def topics(request: Request) -> list[dict[str, Any]]:
-    return herder_of(request).topics()
+    return [topic_body(t) for t in herder_of(request).topics()]
 
 
 @router.get("/topics/{name}")
 def topic(name: str, request: Request) -> dict[str, Any]:
     for t in herder_of(request).topics():
-        if t["name"] == name:
-            return t
+        if t.name == name:
+            return topic_body(t)
     raise NotFound(f"topic {name!r} not found")

@@ -19,7 +19,7 @@ from sluice.engine.session import build_session
 from sluice.runtime.herder import Herder
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.shared_path import check_shared_store_root
-from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.standalone import StandaloneHerder, build_runner
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
@@ -71,13 +71,15 @@ def assemble(config: WorkerConfig) -> Runtime:
             config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
         )
         spark = _checked_session(config)
-        herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster)
+        runner = build_runner(spark, config, plugins)
+        herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster, runner=runner)
     else:
         spark = _checked_session(config)
         herder = StandaloneHerder(
             spark,
             config,
             plugins,
+            runner=build_runner(spark, config, plugins),
             configs=SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite")),
             statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
         )

@@ -31,9 +31,9 @@ from pyspark.sql import SparkSession
 
 from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
-from sluice.runtime.herder import Conflict, NotFound
+from sluice.runtime.herder import AllocatedTask, Conflict, ConnectorInfo, NotFound
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.standalone import StandaloneHerder, _warned
+from sluice.runtime.standalone import QueryRunner, StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.cluster import ClusterStore
 from sluice.store.configs import StoredConnector
@@ -69,8 +69,17 @@ class DistributedHerder(StandaloneHerder):
         config: WorkerConfig,
         plugins: PluginRegistry,
         cluster: ClusterStore,
+        *,
+        runner: QueryRunner,
     ) -> None:
-        super().__init__(spark, config, plugins, configs=cluster.configs, statuses=cluster.statuses)
+        super().__init__(
+            spark,
+            config,
+            plugins,
+            runner=runner,
+            configs=cluster.configs,
+            statuses=cluster.statuses,
+        )
         self.cluster = cluster
         self._owned: dict[str, _Owned] = {}
         self._wake = threading.Event()
@@ -193,7 +202,7 @@ class DistributedHerder(StandaloneHerder):
                     self.runner.stop(name)
                     self.runner.reset_run(name)
                     self._launch(current, owned.generation)
-                elif self._restart_requested(name):
+                elif self._restart_requested(name) and not self._restarts.waiting(name):
                     self.runner.stop(name)
                     self._launch(current, owned.generation)
             to_start: list[tuple[StoredConnector, int]] = []
@@ -222,12 +231,13 @@ class DistributedHerder(StandaloneHerder):
         name = stored.name
         self._owned[name] = _Owned(generation, dict(stored.config))
         try:
-            activate(self.runner.spark)  # the JVM's active session is per thread
+            activate(self.spark)  # the JVM's active session is per thread
             running = self.runner.start(name, stored.config, generation=generation)
         except Exception as exc:  # fails alone; retried when its config changes or on restart
             self._owned[name].failed = True
             self._failed(name, exc)
             return
+        self._restarts.started(name)
         self.configs.set_task_configs(name, list(running.task_configs))
         self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
         log.info(
@@ -237,6 +247,14 @@ class DistributedHerder(StandaloneHerder):
             running.run,
             generation,
         )
+
+    def _relaunch(self, stored: StoredConnector) -> None:
+        """An automatic restart is due: start it again under the lease it still holds."""
+        owned = self._owned.get(stored.name)
+        if owned is None or owned.failed:
+            return  # moved, or failed for good meanwhile
+        if self.cluster.holds(stored.name, owned.generation):
+            self._launch(stored, owned.generation)
 
     def _give_up(self, name: str, state: str | None) -> None:
         """Stop the query here and release the lease (another worker, or nobody, takes it)."""
@@ -282,6 +300,8 @@ class DistributedHerder(StandaloneHerder):
                 if owned is None or not self.cluster.holds(name, owned.generation):
                     self._owned.pop(name, None)
                     continue  # the status belongs to the new owner
+                if failure is not None and self._restart_transient(name, *failure, tasks):
+                    continue
                 owned.failed = True
                 if failure is None:
                     self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
@@ -301,7 +321,7 @@ class DistributedHerder(StandaloneHerder):
     # -- REST writes: to the store; owners apply them ----------------------------------------
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[ConnectorInfo, bool]:
         # the sql-transform plan check of standalone mode is left to the owner, which plans
         # the query: a config whose query does not analyse FAILs there
         conf, warnings = self._accepted(name, config)
@@ -387,10 +407,10 @@ class DistributedHerder(StandaloneHerder):
         stored = {name: self.configs.get(name) for name in sorted(self.runner.running)}
         return {name: c.config for name, c in stored.items() if c is not None}
 
-    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
+    def allocated_tasks(self) -> dict[str, list[AllocatedTask]]:
         groups = super().allocated_tasks()
         return {
-            group: [t for t in tasks if t.get("workerId") == self.worker_id]
+            group: [t for t in tasks if t.status.state.worker_id == self.worker_id]
             for group, tasks in groups.items()
         }
 

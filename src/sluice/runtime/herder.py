@@ -8,10 +8,111 @@ its own HTTP status and body.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.runtime.plugins import PluginInfo
 from sluice.runtime.secrets import redact
+
+
+# ------------------------------------------------------------------------------ typed results
+# What the herder answers; `sluice.rest` maps each to the RocketMQ Connect and `/v1` shapes.
+@dataclass(frozen=True)
+class TaskId:
+    """One task of a connector (its index in the connector's task configs)."""
+
+    connector: str
+    task: int
+
+
+@dataclass(frozen=True)
+class ConnectorInfo:
+    """A connector as stored: its config as it may be shown (passwords masked), its tasks and
+    its kind (`source`, `sink`, or `unknown` when its class cannot be loaded). `warnings` are
+    the config's non-fatal problems (unknown keys), filled only in `put_connector`'s answer."""
+
+    name: str
+    config: dict[str, str]
+    tasks: tuple[TaskId, ...]
+    type: str
+    warnings: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class State:
+    """A connector's or task's state (UNASSIGNED, RUNNING, PAUSED, STOPPED, FAILED, RESTARTING,
+    DESTROYED), its failure trace (secrets scrubbed) and the worker that reported it."""
+
+    state: str
+    trace: str | None
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """The state of task `id` of a connector."""
+
+    id: int
+    state: State
+
+
+@dataclass(frozen=True)
+class ConnectorStatus:
+    """A connector's own state and its tasks' (Spark runs them as one query: they share it
+    unless one was reported apart)."""
+
+    name: str
+    connector: State
+    tasks: tuple[TaskStatus, ...]
+    type: str
+    delivery: str  # the guarantee the connector gives with its config (`delivery_of`)
+
+    def failed(self, *, include_tasks: bool = False) -> bool:
+        """Whether the connector (or, with `include_tasks`, one of its tasks) is FAILED."""
+        return self.connector.state == "FAILED" or (
+            include_tasks and any(t.state.state == "FAILED" for t in self.tasks)
+        )
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """The config one task was started with (passwords masked)."""
+
+    id: TaskId
+    config: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Position:
+    """One source partition (or topic queue) and the position committed for it."""
+
+    partition: dict[str, Any]
+    offset: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class QueueOffsets:
+    """The retained offsets of one queue: `min_offset <= offset < max_offset`."""
+
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class TopicSummary:
+    """A topic of the bus and its queues' offset ranges."""
+
+    name: str
+    queues: tuple[QueueOffsets, ...] = field(default=())
+
+
+@dataclass(frozen=True)
+class AllocatedTask:
+    """A task as `/allocated/tasks` lists it: its connector and its status."""
+
+    connector: str
+    status: TaskStatus
 
 
 class HerderError(Exception):
@@ -64,9 +165,11 @@ class Conflict(HerderError):
 class Herder(ABC):
     """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
 
-    Shapes follow RocketMQ Connect: INFO is `{"name", "config", "tasks": [{"connector", "task"}],
-    "type"}`, STATUS is `{"name", "connector": {"state", "trace", "workerId"}, "tasks": [{"id",
-    "state", "trace", "workerId"}], "type"}`.
+    Reads answer typed results (the dataclasses above); `sluice.rest` maps them to the RocketMQ
+    Connect and `/v1` shapes. The results that are documents rather than records (validation,
+    plugin config, push progress, metrics, topic records) stay JSON-shaped dicts, described in
+    each method's docstring. Every method may raise a `HerderError` subclass, which the REST
+    layer maps to its HTTP status in one place.
     """
 
     worker_id: str
@@ -92,13 +195,13 @@ class Herder(ABC):
         for name in self.connectors():
             status = self.status(name)
             tasks: dict[str, int] = {}
-            for task in status["tasks"]:
-                tasks[task["state"]] = tasks.get(task["state"], 0) + 1
+            for task in status.tasks:
+                tasks[task.state.state] = tasks.get(task.state.state, 0) + 1
             connectors.append(
                 {
                     "name": name,
-                    "type": status["type"],
-                    "state": status["connector"]["state"],
+                    "type": status.type,
+                    "state": status.connector.state,
                     "tasks": tasks,
                     "counters": {},
                     "progress": None,
@@ -121,15 +224,15 @@ class Herder(ABC):
 
     @abstractmethod
     def workers(self) -> list[str]:
-        """Ids of the live workers."""
+        """Ids of the live workers, sorted (standalone: this worker only)."""
 
     @abstractmethod
     def connectors(self) -> list[str]:
         """Names of every connector of the cluster, sorted."""
 
     @abstractmethod
-    def connector_info(self, name: str) -> dict[str, Any]:
-        """INFO of `name` (see the class docstring); `NotFound` if there is no such connector."""
+    def connector_info(self, name: str) -> ConnectorInfo:
+        """The stored connector `name`; `NotFound` if there is no such connector."""
 
     @abstractmethod
     def connector_config(self, name: str) -> dict[str, str]:
@@ -138,8 +241,11 @@ class Herder(ABC):
     @abstractmethod
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
-    ) -> tuple[dict[str, Any], bool]:
-        """Create or update; returns (INFO, created). An identical config is a no-op."""
+    ) -> tuple[ConnectorInfo, bool]:
+        """Create or update `name` with `config` after the create-time checks (`BadRequest`
+        naming every bad key; `Conflict` with `create_only` when it exists, or when a change
+        would make its stored positions unusable). Returns (its info with the config's
+        warnings, whether it was created). An identical config is a no-op."""
 
     @abstractmethod
     def delete_connector(self, name: str) -> None:
@@ -163,20 +269,22 @@ class Herder(ABC):
         they are partitions of one query); `NotFound` for an unknown task."""
 
     @abstractmethod
-    def status(self, name: str) -> dict[str, Any]:
-        """STATUS of `name`, with the id of the worker running it."""
+    def status(self, name: str) -> ConnectorStatus:
+        """The state of `name` and its tasks, with the id of the worker running it (read from
+        the status store: any worker answers for the cluster); `NotFound` if unknown."""
 
     @abstractmethod
-    def task_status(self, name: str, task: int) -> dict[str, Any]:
-        """One task's `{"id", "state", "trace", "workerId"}`."""
+    def task_status(self, name: str, task: int) -> TaskStatus:
+        """The state of task `task` of `name`; `NotFound` for an unknown connector or task."""
 
     @abstractmethod
-    def task_configs(self, name: str) -> list[dict[str, Any]]:
-        """`[{"id": {"connector", "task"}, "config": {…}}]` of the running (or last) start."""
+    def task_configs(self, name: str) -> list[TaskConfig]:
+        """The task configs of the running (or last) start of `name`, passwords masked."""
 
     @abstractmethod
-    def offsets(self, name: str) -> list[dict[str, Any]]:
-        """`[{"partition": {…}, "offset": {…}}]` from the position store."""
+    def offsets(self, name: str) -> list[Position]:
+        """What `name` has committed, per partition (the position store, overlaid by a running
+        query's last committed batch)."""
 
     @abstractmethod
     def alter_offsets(self, name: str, offsets: list[dict[str, Any]]) -> None:
@@ -213,13 +321,14 @@ class Herder(ABC):
         """The config keys of a connector class (runtime keys included), Kafka Connect style."""
 
     @abstractmethod
-    def topics(self) -> list[dict[str, Any]]:
-        """Topics of the bus with their queues' offset ranges."""
+    def topics(self) -> list[TopicSummary]:
+        """Topics of the bus, sorted by name, with their queues' offset ranges."""
 
     @abstractmethod
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
-        """`{name: config}` of the connectors running on the worker asked."""
+        """`{name: config}` (as shown) of the connectors running on the worker asked."""
 
     @abstractmethod
-    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
-        """The worker's tasks grouped as RocketMQ Connect groups them (pending, running, …)."""
+    def allocated_tasks(self) -> dict[str, list[AllocatedTask]]:
+        """The tasks of the worker asked, grouped as RocketMQ Connect groups them:
+        `pendingTasks`, `runningTasks`, `stoppingTasks`, `stoppedTasks`, `errorTasks`."""

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.base import Bus
-from sluice.bus.embedded import EmbeddedBus, EmbeddedLog
+from sluice.bus.embedded import EmbeddedBus
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import (
     SchemaRegistration,
@@ -31,7 +31,6 @@ from sluice.engine.converters import (
 )
 from sluice.engine.direct import RECEIPT_DDL
 from sluice.engine.errors import ErrorPolicy
-from sluice.engine.keys import RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.pipeline import (
     fusable,
     jvm_path_forced,
@@ -41,6 +40,7 @@ from sluice.engine.pipeline import (
 )
 from sluice.engine.positions import PositionStore
 from sluice.engine.session import activate
+from sluice.engine.settings import parse_settings
 from sluice.engine.sink import SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
@@ -221,10 +221,7 @@ class ConnectorRunner:
         """Distributed mode, before starting `name` under lease `generation`: from now on the
         previous owner's commits (positions, sink batches, topic publishes) are refused."""
         self.positions.fence(name, generation)
-        log_ = getattr(self.bus, "log", None)
-        if isinstance(log_, EmbeddedLog):
-            for topic in log_.topics():
-                log_.fence(topic, name, generation)
+        self.bus.fence(name, generation)
 
     def _generation_dir(self, run_dir: str, generation: int) -> str:
         """`<run>/gen-<g>`, seeded with a copy of the newest older generation's checkpoint and
@@ -332,7 +329,8 @@ class ConnectorRunner:
                 )
             kind = "source"
         elif isinstance(connector, SinkConnector):
-            topics = SINK_KEYS.parse(conf)["connect.topicnames"]
+            settings = parse_settings(conf, "sink")
+            topics = list(settings.topics)
             if not topics:
                 raise ConfigException("connect.topicnames", "names no topic")
             control_path = os.path.join(self._connector_dir(name), "control.json")
@@ -378,12 +376,12 @@ class ConnectorRunner:
                 max_tasks=len(plan.task_configs),
                 control_path=control_path,
                 positions=positions,
-                max_rows=RUNTIME_KEYS.parse(conf)["read.max.rows"],
+                max_rows=settings.read_max_rows,
                 split_queues=connector.ordered_commit,
                 downstream=runner if fused else None,
                 downstream_ddl=RECEIPT_DDL if fused else None,
-                group=SINK_KEYS.parse(conf)["task.group.id"],
-                consume_from=SINK_KEYS.parse(conf)["consume.from.where"],
+                group=settings.task_group_id,
+                consume_from=settings.consume_from_where,
             )
             if fused:
                 query = start_fused_query(
@@ -452,6 +450,10 @@ class ConnectorRunner:
         if running is not None:
             positions.update(self._checkpoint_positions(running))
         return positions
+
+    def counts_own_records(self, name: str) -> bool:
+        """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
+        return name in self.counts_itself
 
     def stop_all(self) -> None:
         for name in list(self.running):

@@ -14,19 +14,38 @@ import os
 import threading
 import time
 import traceback
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.engine.keys import SINK_KEYS
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
 from sluice.runtime.file_access import check_allowed_paths
-from sluice.runtime.herder import BadRequest, Conflict, Herder, NotFound
+from sluice.runtime.herder import (
+    AllocatedTask,
+    BadRequest,
+    Conflict,
+    ConnectorInfo,
+    ConnectorStatus,
+    Herder,
+    NotFound,
+    Position,
+    QueueOffsets,
+    State,
+    TaskConfig,
+    TaskId,
+    TaskStatus,
+    TopicSummary,
+)
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.runner import SINK_KEYS, ConnectorRunner, RunningConnector
+from sluice.runtime.restarts import TransientRestarts
+from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
     keep_masked,
@@ -39,12 +58,15 @@ from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
     Connector,
+    RecordOffset,
     SinkConnector,
     SourceConnector,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
 from sluice.store.configs import ConfigStore, StoredConnector
+from sluice.store.counters import SqliteCounters
+from sluice.store.positions import SqlitePositionStore
 from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import StatusStore
 
@@ -66,6 +88,66 @@ def _trace(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n\n" + "".join(traceback.format_exception(exc))
 
 
+class QueryRunner(Protocol):
+    """What the herders use of the query runner (`ConnectorRunner`): the lifecycle of each
+    connector's query, the queries running now, and the stores and bus those queries commit to
+    (the herder reads them for offsets, topics and metrics). Declared here, where it is used."""
+
+    @property
+    def running(self) -> Mapping[str, RunningConnector]:
+        """The queries this worker runs now, by connector name (read-only)."""
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def positions(self) -> SqlitePositionStore: ...
+
+    @property
+    def counters(self) -> SqliteCounters: ...
+
+    @property
+    def push_board_path(self) -> str: ...
+
+    def counts_own_records(self, name: str) -> bool:
+        """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
+
+    def start(
+        self, name: str, config: dict[str, object], *, generation: int | None = None
+    ) -> RunningConnector:
+        """Start the query of connector `name` (under lease `generation`, if distributed)."""
+
+    def stop(self, name: str, timeout_s: float = 60.0) -> None:
+        """Stop the query of `name` (its checkpoint and positions stay)."""
+
+    def close(self) -> None:
+        """Stop every query and the runner's maintenance."""
+
+    def fence(self, name: str, generation: int) -> None:
+        """Refuse, from now on, commits of `name` under an older lease generation."""
+
+    def reset_run(self, name: str) -> str:
+        """Start a fresh checkpoint for `name` (it must be stopped)."""
+
+    def committed_positions(self, name: str) -> dict[str, RecordOffset]:
+        """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
+
+
+def build_runner(spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry) -> QueryRunner:
+    """The query runner of a worker (called by the composition root, `runtime.assembly`)."""
+    return ConnectorRunner(
+        spark,
+        config.store_root,
+        trigger_interval_ms=config.trigger_interval_ms,
+        default_queues=config.default_queues,
+        retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes,
+        plugins=plugins,
+        bus=config.create_bus(),
+        providers=ConfigProviders.from_worker(config.raw),
+    )
+
+
 class StandaloneHerder(Herder):
     """Runs connectors on one worker; the REST API's only entry into the runtime."""
 
@@ -75,27 +157,19 @@ class StandaloneHerder(Herder):
         config: WorkerConfig,
         plugins: PluginRegistry,
         *,
+        runner: QueryRunner,
         configs: ConfigStore,
         statuses: StatusStore,
     ) -> None:
+        self.spark = spark
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
         self.providers = ConfigProviders.from_worker(config.raw)
-        self.runner = ConnectorRunner(
-            spark,
-            config.store_root,
-            trigger_interval_ms=config.trigger_interval_ms,
-            default_queues=config.default_queues,
-            retention_ms=config.retention_ms,
-            retention_bytes=config.retention_bytes,
-            plugins=plugins,
-            bus=config.create_bus(),
-            providers=self.providers,
-        )
+        self.runner = runner
         # record totals, rates and batch times of every query, for /metrics
         self.progress = ProgressTracker(
-            self.runner.counters, self.runner.counts_itself.__contains__
+            self.runner.counters, self.runner.counts_own_records
         ).attach(spark)
         self.configs = configs
         self.statuses = statuses
@@ -103,6 +177,7 @@ class StandaloneHerder(Herder):
         self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
+        self._restarts = TransientRestarts()
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
@@ -149,8 +224,46 @@ class StandaloneHerder(Herder):
         while not self._closed.wait(interval):
             try:
                 self._check_queries()
+                self._restart_due()
             except Exception:  # keep watching; one bad check must not blind the worker
                 log.exception("status check failed")
+
+    def _restart_transient(self, name: str, cause: str, trace: str, tasks: int) -> bool:
+        """Schedule the automatic restart of a query failed by a transient Spark error
+        (`sluice.runtime.restarts`) and show it RESTARTING; False if it is not one, or its
+        attempts are used up."""
+        stored = self.configs.get(name)
+        restart = self._restarts.schedule(
+            name, f"{cause}\n{trace}", stored.config if stored else {}
+        )
+        if restart is None:
+            return False
+        log.warning(
+            "connector %s failed for a transient Spark reason (%s): restarting it in %.0f s "
+            "(automatic restart %d of %d, restart.transient.max.attempts)",
+            name,
+            cause.splitlines()[0][:300],
+            restart.delay_s,
+            restart.attempt,
+            restart.of,
+        )
+        self._last_error[name] = time.time()
+        text = f"{cause}\n\n{trace}"
+        self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)
+        return True
+
+    def _restart_due(self) -> None:
+        for name in self._restarts.due():
+            with self._lock:
+                stored = self.configs.get(name)
+                if stored is None or stored.target_state != "STARTED":
+                    continue  # deleted, paused or stopped meanwhile
+                if name not in self.runner.running:
+                    self._relaunch(stored)
+
+    def _relaunch(self, stored: StoredConnector) -> None:
+        """Start a connector whose automatic restart is due."""
+        self._start(stored)
 
     def _check_queries(self) -> None:
         with self._lock:
@@ -164,6 +277,8 @@ class StandaloneHerder(Herder):
                     self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
                     continue
                 cause, trace = failure
+                if self._restart_transient(name, cause, trace, tasks):
+                    continue
                 self._last_error[name] = time.time()
                 log.error("connector %s failed: %s", name, cause)
                 self.statuses.put(
@@ -186,6 +301,7 @@ class StandaloneHerder(Herder):
         self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
 
     def _running(self, name: str, running: RunningConnector) -> None:
+        self._restarts.started(name)
         self.configs.set_task_configs(name, list(running.task_configs))
         self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
         log.info("connector %s started (%s, run %s)", name, running.kind, running.run)
@@ -284,7 +400,7 @@ class StandaloneHerder(Herder):
 
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
-    ) -> tuple[dict[str, Any], bool]:
+    ) -> tuple[ConnectorInfo, bool]:
         conf, warnings = self._accepted(name, config)
         with self._lock:
             existing, identical = self._replacing(name, conf, create_only)
@@ -360,37 +476,36 @@ class StandaloneHerder(Herder):
     def connector_config(self, name: str) -> dict[str, str]:
         return self.shown_config(self._stored(name).config)
 
-    def connector_info(self, name: str) -> dict[str, Any]:
+    def connector_info(self, name: str) -> ConnectorInfo:
         stored = self._stored(name)
-        return {
-            "name": name,
-            "config": self.shown_config(stored.config),
-            "tasks": [{"connector": name, "task": i} for i in range(len(stored.task_configs))],
-            "type": _kind(self._class_of(stored.config)),
-        }
+        return ConnectorInfo(
+            name,
+            self.shown_config(stored.config),
+            tuple(TaskId(name, i) for i in range(len(stored.task_configs))),
+            _kind(self._class_of(stored.config)),
+        )
 
-    def status(self, name: str) -> dict[str, Any]:
+    def status(self, name: str) -> ConnectorStatus:
         stored = self._stored(name)
         own, tasks = self.statuses.get(name)
-        return {
-            "name": name,
-            "connector": {
-                "state": own.state if own else "UNASSIGNED",
-                "trace": scrub(own.trace) if own and own.trace else None,
-                "workerId": own.worker_id if own else self.worker_id,
-            },
-            "tasks": [
-                {
-                    "id": t.task,
-                    "state": t.state,
-                    "trace": scrub(t.trace) if t.trace else t.trace,
-                    "workerId": t.worker_id,
-                }
-                for t in tasks
-            ],
-            "type": _kind(self._class_of(stored.config)),
-            "delivery": delivery_of(self._class_of(stored.config), stored.config),
-        }
+        connector = (
+            State(own.state, scrub(own.trace) if own.trace else None, own.worker_id)
+            if own
+            else State("UNASSIGNED", None, self.worker_id)
+        )
+        return ConnectorStatus(
+            name,
+            connector,
+            tuple(
+                TaskStatus(
+                    t.task if t.task is not None else i,
+                    State(t.state, scrub(t.trace) if t.trace else t.trace, t.worker_id),
+                )
+                for i, t in enumerate(tasks)
+            ),
+            _kind(self._class_of(stored.config)),
+            delivery_of(self._class_of(stored.config), stored.config),
+        )
 
     def _task_index(self, stored: StoredConnector, task: int) -> int:
         if not 0 <= task < len(stored.task_configs):
@@ -399,19 +514,19 @@ class StandaloneHerder(Herder):
             )
         return task
 
-    def task_status(self, name: str, task: int) -> dict[str, Any]:
+    def task_status(self, name: str, task: int) -> TaskStatus:
         stored = self._stored(name)
         self._task_index(stored, task)
-        for t in self.status(name)["tasks"]:
-            if t["id"] == task:
+        for t in self.status(name).tasks:
+            if t.id == task:
                 return t
-        return {"id": task, "state": "UNASSIGNED", "trace": None, "workerId": self.worker_id}
+        return TaskStatus(task, State("UNASSIGNED", None, self.worker_id))
 
-    def task_configs(self, name: str) -> list[dict[str, Any]]:
+    def task_configs(self, name: str) -> list[TaskConfig]:
         stored = self._stored(name)
         secret_keys = self.password_keys(stored.config.get("connector.class", ""))
         return [
-            {"id": {"connector": name, "task": i}, "config": redact(config, secret_keys)}
+            TaskConfig(TaskId(name, i), redact(config, secret_keys))
             for i, config in enumerate(stored.task_configs)
         ]
 
@@ -447,13 +562,10 @@ class StandaloneHerder(Herder):
         return self.push(name)
 
     # -- offsets ----------------------------------------------------------------------------------
-    def offsets(self, name: str) -> list[dict[str, Any]]:
+    def offsets(self, name: str) -> list[Position]:
         self._stored(name)
         stored = self.runner.committed_positions(name)
-        return [
-            {"partition": json.loads(key), "offset": offset}
-            for key, offset in sorted(stored.items())
-        ]
+        return [Position(json.loads(key), offset) for key, offset in sorted(stored.items())]
 
     def _require_stopped(self, stored: StoredConnector, verb: str) -> None:
         if stored.target_state != "STOPPED" or stored.name in self.runner.running:
@@ -644,7 +756,7 @@ class StandaloneHerder(Herder):
 
     def _jvm_memory(self) -> dict[str, int]:
         try:
-            runtime = self.runner.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
+            runtime = self.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
             total, free = int(runtime.totalMemory()), int(runtime.freeMemory())
             return {
                 "heap_used": total - free,
@@ -655,24 +767,24 @@ class StandaloneHerder(Herder):
             return {}
 
     # -- topics and allocation --------------------------------------------------------------------
-    def topics(self) -> list[dict[str, Any]]:
+    def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
         return [
-            {
-                "name": topic,
-                "queues": [
-                    {"queue_id": q, "min_offset": r.min_offset, "max_offset": r.max_offset}
+            TopicSummary(
+                topic,
+                tuple(
+                    QueueOffsets(q, r.min_offset, r.max_offset)
                     for q, r in sorted(log_.offsets(topic).items())
-                ],
-            }
+                ),
+            )
             for topic in sorted(log_.topics())
         ]
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}
 
-    def allocated_tasks(self) -> dict[str, list[dict[str, Any]]]:
-        groups: dict[str, list[dict[str, Any]]] = {
+    def allocated_tasks(self) -> dict[str, list[AllocatedTask]]:
+        groups: dict[str, list[AllocatedTask]] = {
             "pendingTasks": [],
             "runningTasks": [],
             "stoppingTasks": [],
@@ -688,13 +800,12 @@ class StandaloneHerder(Herder):
             "FAILED": "errorTasks",
         }
         for name in self.connectors():
-            for task in self.status(name)["tasks"]:
-                groups[group_of.get(task["state"], "pendingTasks")].append(
-                    {"connector": name, "task": task["id"], **task}
-                )
+            for task in self.status(name).tasks:
+                group = group_of.get(task.state.state, "pendingTasks")
+                groups[group].append(AllocatedTask(name, task))
         return groups
 
 
-def _warned(info: dict[str, Any], warnings: list[dict[str, Any]]) -> dict[str, Any]:
-    """INFO with the config's warnings (unknown keys), when it has any."""
-    return {**info, "warnings": warnings} if warnings else info
+def _warned(info: ConnectorInfo, warnings: list[dict[str, Any]]) -> ConnectorInfo:
+    """The info with the config's warnings (unknown keys), when it has any."""
+    return replace(info, warnings=tuple(warnings)) if warnings else info

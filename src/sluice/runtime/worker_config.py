@@ -214,12 +214,6 @@ class WorkerConfig:
                 f"rocketmq.runtime.cluster.rebalance.waitInterval ({interval} ms): a live worker "
                 "would be taken for dead",
             )
-        if values["cluster.store.url"] and values["bus"] != "embedded":
-            raise ConfigException(
-                "bus",
-                f"distributed mode supports the embedded bus only for now (got {values['bus']!r})",
-                suggestion="use bus=embedded with storePathRootDir on storage every worker shares",
-            )
         # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
         create_bus(values["bus"], props, os.path.join(store_root, "bus"))
         return cls(

@@ -51,3 +51,9 @@ class EmbeddedBus(Bus):
                 )
             removed += self.log.remove_orphans(topic, older_than_s=orphan_age_s)
         return {"segments_expired": expired, "orphans_removed": removed}
+
+    def fence(self, key: str, epoch: int) -> None:
+        """Record ``epoch`` in every existing topic's ``fences`` table (a topic created later
+        records the first epoch that commits to it: see docs/distributed.md)."""
+        for topic in self.log.topics():
+            self.log.fence(topic, key, epoch)

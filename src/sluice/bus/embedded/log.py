@@ -79,6 +79,8 @@ from sluice.bus.base import (
     TopicInfo,
     TopicLog,
     UnknownTopic,
+    WriterFenced,
+    raise_fence,
 )
 
 __all__ = [
@@ -135,18 +137,6 @@ CREATE TABLE IF NOT EXISTS fences (
     epoch INTEGER NOT NULL
 )
 """
-
-
-class WriterFenced(RuntimeError):
-    """A commit by a writer whose epoch is older than the newest one seen for its key (a
-    connector whose lease moved to another worker): refused, nothing published."""
-
-    def __init__(self, key: str, epoch: int, current: int, topic: str) -> None:
-        super().__init__(
-            f"fenced: writer {key!r} epoch {epoch} may no longer commit to topic {topic!r} "
-            f"(epoch {current} took over)"
-        )
-        self.key, self.epoch, self.current = key, epoch, current
 
 
 # Connections that belonged to a parent process before fork().  SQLite must not use (or close)
@@ -561,15 +551,7 @@ class EmbeddedLog(TopicLog):
 
     @staticmethod
     def _raise_fence(conn: sqlite3.Connection, topic: str, key: str, epoch: int) -> int:
-        row = conn.execute("SELECT epoch FROM fences WHERE fence_key = ?", (key,)).fetchone()
-        if row is not None and int(row[0]) > epoch:
-            raise WriterFenced(key, epoch, int(row[0]), topic)
-        if row is None or int(row[0]) < epoch:
-            conn.execute(
-                "INSERT INTO fences (fence_key, epoch) VALUES (?, ?) ON CONFLICT(fence_key) "
-                "DO UPDATE SET epoch = excluded.epoch",
-                (key, epoch),
-            )
+        raise_fence(conn, key, epoch, topic)
         return epoch
 
     def _publish(

@@ -20,6 +20,15 @@ Why a batch is published exactly once (the journal plus transactions):
   this id** (or completes one whose commit it had already accepted), and from then on refuses
   that older producer (a zombie: a worker that was thought dead) — its commit fails and nothing
   it sent becomes visible to ``read_committed`` readers.
+* Which producer may use the id is decided by the writer's **lease generation**, not by Kafka:
+  Spark runs a query's driver-side commit in whichever of its pooled Python workers is idle, so
+  two processes of one live writer may each make a producer, and the newer one fences the older.
+  A commit whose producer was fenced therefore checks the journal's fence
+  (:mod:`sluice.bus._external`): if its generation is still the newest (or there is none, in
+  standalone mode) it makes a new producer, which takes the id back, and completes the batch
+  from its ``pending`` row; if another worker took the connector over, it stops with
+  ``WriterFenced``. A writer whose generation was superseded never makes a producer at all (the
+  fence is checked first), so it cannot fence the new owner's.
 * The journal row is written ``pending`` (with each partition's high watermark) *before* the
   transaction begins, and ``done`` after ``commit_transaction`` returned.
 * A replay that finds no row: nothing was sent; ``done``: everything is visible, send nothing.
@@ -72,11 +81,19 @@ _LOCK = threading.Lock()
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENT_LOCKS: dict[tuple[Any, ...], threading.RLock] = {}
 _WRITERS: dict[str, str] = {}  # writer tag -> writer id, for the producer of a commit
+# How many times one commit takes its transactional.id back from another process of the same
+# writer before it gives up (each time costs one init_transactions).
+_REINITS = 3
 
 
 def transactional_id(writer_id: str) -> str:
     """The ``transactional.id`` of a writer's producer: stable across restarts of the writer."""
     return f"sluice-{writer_id}"
+
+
+class ProducerFenced(BusError):
+    """A newer producer with this writer's ``transactional.id`` fenced ours: its open
+    transaction was aborted, nothing of it is visible."""
 
 
 def _kafka() -> Any:
@@ -211,13 +228,35 @@ class KafkaLog(ExternalLog):
         except Exception as exc:  # it is being thrown away anyway
             log.debug("purging a failed producer: %s", exc)
 
-    def _commit(self, writer_id: str, batch_id: int, topic: str, segs: list[Any]) -> bool:
+    def _commit(
+        self,
+        writer_id: str,
+        batch_id: int,
+        topic: str,
+        segs: list[Any],
+        fence: tuple[str, int] | None = None,
+    ) -> bool:
         _WRITERS[writer_tag(writer_id)] = writer_id
-        try:
-            self._sender(writer_id)  # fence an older producer of this writer before the journal
-        except _kafka().KafkaException as exc:
-            raise self._error(f"cannot start the producer of {writer_id}", exc) from None
-        return super()._commit(writer_id, batch_id, topic, segs)
+        for attempt in range(_REINITS + 1):
+            # a writer whose lease generation was superseded never makes a producer: it would
+            # fence the new owner's
+            self._journal.check_fence(fence, topic)
+            try:
+                self._sender(writer_id)  # fence an older producer of this writer first
+            except _kafka().KafkaException as exc:
+                raise self._error(f"cannot start the producer of {writer_id}", exc) from None
+            try:
+                return super()._commit(writer_id, batch_id, topic, segs, fence)
+            except ProducerFenced as exc:
+                self._journal.check_fence(fence, topic)  # superseded: WriterFenced, stop
+                if attempt == _REINITS:
+                    raise
+                # Still the owner: the newer producer belongs to another process of this very
+                # writer (Spark runs the driver-side commit in whichever pooled Python worker
+                # is idle, and each process makes its own producer). Take the id back; the
+                # journal row is `pending`, so the batch is completed, not sent twice.
+                log.info("%s; the writer still holds its lease: starting a new producer", exc)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     def _before_recount(self, topic: str) -> None:
         # The producer is fresh (see _commit), so this writer's earlier transaction is settled;
@@ -476,7 +515,11 @@ class KafkaLog(ExternalLog):
                     count += 1
         return count
 
-    def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
+    def _send(
+        self, topic: str, tables: Mapping[int, pa.Table], tag: str, check: Callable[[], None]
+    ) -> None:
+        # `check` is not needed: a newer producer of this writer aborts our transaction and
+        # makes its commit fail (the broker fences by producer epoch), see `_commit`
         writer_id = _WRITERS[tag]
         sender, lock = self._sender(writer_id)
         with lock:  # one transaction at a time per producer
@@ -519,13 +562,14 @@ class KafkaLog(ExternalLog):
             )
 
     def _fenced_error(self, writer_id: str, detail: str | None) -> BusError:
-        # Not retried here: a newer producer of this writer took over (a restarted worker);
-        # this one must stop, not fence it back. Its open transaction is aborted.
-        return BusError(
+        # Not retried here: `_commit` decides, from the writer's lease generation, whether this
+        # writer stops (another worker owns it) or takes the id back (another process of its
+        # own). Its open transaction is aborted either way.
+        return ProducerFenced(
             f"kafka bootstrap.servers={self.bootstrap_servers}: writer {writer_id} "
             f"(transactional.id {transactional_id(writer_id)!r}) was fenced by a newer producer "
-            f"with the same id: {detail} (another worker runs this connector; nothing of this "
-            "batch was published by this one)"
+            f"with the same id, or failed fatally: {detail} (nothing of this transaction is "
+            "visible)"
         )
 
     def _wait_stable(
@@ -610,9 +654,13 @@ class KafkaLog(ExternalLog):
 
 
 def _fenced(err: Any) -> bool:
-    """Whether a Kafka error says a newer producer with our transactional.id took over."""
+    """Whether a Kafka error leaves the transactional producer unusable: a newer producer with
+    our transactional.id took over, or another fatal error. librdkafka reports a fencing that
+    happened in the background as ``_FATAL`` ("Unable to produce message: Local: Fatal error")
+    from the next call, before the error callback names the cause; either way the producer
+    must be replaced, and the writer's lease generation decides whether by this writer."""
     kafka_error = _kafka().KafkaError
-    codes = {kafka_error._FENCED, kafka_error.INVALID_PRODUCER_EPOCH}
+    codes = {kafka_error._FENCED, kafka_error.INVALID_PRODUCER_EPOCH, kafka_error._FATAL}
     codes.add(getattr(kafka_error, "PRODUCER_FENCED", kafka_error._FENCED))
     return err.code() in codes
 

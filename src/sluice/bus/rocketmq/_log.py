@@ -302,15 +302,19 @@ class RocketMQLog(ExternalLog):
         )
 
     @_bus_errors()
-    def _send(self, topic: str, tables: Mapping[int, pa.Table], tag: str) -> None:
+    def _send(
+        self, topic: str, tables: Mapping[int, pa.Table], tag: str, check: Callable[[], None]
+    ) -> None:
         # One batch per queue in flight at a time (a later batch of a queue is sent only once the
-        # earlier one is stored), but the queues of one broker share each round trip.
+        # earlier one is stored), but the queues of one broker share each round trip. RocketMQ
+        # cannot fence a producer: the writer's lease generation is checked before each round.
         pending: dict[int, Iterator[tuple[memoryview, int]]] = {
             q: _send_bodies(table.column("message")) for q, table in sorted(tables.items())
         }
         where = {q: self._queue(topic, q) for q in pending}
         ends: dict[int, int] = {}
         while pending:
+            check()
             round_: dict[str, list[tuple[int, bytes, int]]] = {}
             for q in list(pending):
                 item = next(pending[q], None)

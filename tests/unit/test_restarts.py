@@ -1,0 +1,69 @@
+"""The automatic restarts after a transient Spark failure (`sluice.runtime.restarts`): which
+failures qualify, the backoff, the attempt limit and when the count starts again."""
+
+from __future__ import annotations
+
+from sluice.runtime.restarts import TransientRestarts, is_transient
+
+CONNECT_BACK = (
+    "PythonException: org.apache.spark.SparkException: Python worker failed to connect back."
+)
+CRASHED = "SparkException: Python worker exited unexpectedly (crashed)"
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_only_spark_failures_of_the_machine_are_transient() -> None:
+    assert is_transient(f"StreamingQueryException: Job aborted\n\n{CONNECT_BACK}")
+    assert is_transient(CRASHED)
+    assert is_transient("ExecutorLostFailure (executor 1 exited caused by one of the tasks)")
+    assert not is_transient("ValueError: line 3 is not JSON")
+    assert not is_transient("WriterFenced: fenced: writer 'c' epoch 1 may no longer commit")
+
+
+def test_restarts_back_off_and_stop_after_the_limit() -> None:
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    config = {"restart.transient.max.attempts": "3", "restart.transient.backoff.max.ms": "3000"}
+    restarts.started("c")
+    delays = []
+    for _ in range(3):
+        restart = restarts.schedule("c", CRASHED, config)
+        assert restart is not None
+        delays.append((restart.attempt, restart.of, restart.delay_s))
+        assert restarts.waiting("c") and restarts.due() == []
+        clock.now += restart.delay_s
+        assert not restarts.waiting("c")
+        assert restarts.due() == ["c"] and restarts.due() == []  # returned once
+        restarts.started("c")
+        clock.now += 1  # fails again a second later
+    assert delays == [(1, 3, 1.0), (2, 3, 2.0), (3, 3, 3.0)]  # doubling, capped at 3 s
+    assert restarts.schedule("c", CRASHED, config) is None  # used up: it stays FAILED
+
+
+def test_a_query_that_ran_past_the_longest_backoff_starts_a_new_series() -> None:
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    config = {"restart.transient.max.attempts": "1", "restart.transient.backoff.max.ms": "5000"}
+    restarts.started("c")
+    assert restarts.schedule("c", CONNECT_BACK, config) is not None
+    clock.now += 1
+    restarts.due()
+    restarts.started("c")
+    clock.now += 6  # ran 6 s > 5 s without failing
+    restart = restarts.schedule("c", CONNECT_BACK, config)
+    assert restart is not None and restart.attempt == 1
+
+
+def test_no_automatic_restart_for_other_failures_or_when_turned_off() -> None:
+    restarts = TransientRestarts(_Clock())
+    assert restarts.schedule("c", "ValueError: bad record", {}) is None
+    assert restarts.schedule("c", CRASHED, {"restart.transient.max.attempts": "0"}) is None
+    first = restarts.schedule("d", CRASHED, {})  # defaults: 5 attempts, from 1 s
+    assert first is not None and (first.attempt, first.of, first.delay_s) == (1, 5, 1.0)
