@@ -121,6 +121,16 @@ class FileSourceTask(ReplayableSourceTask):
                     cuts.append({"position": cut})
         return cuts
 
+    lag_unit = "bytes"
+
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """Bytes of the file after the committed position (a partial last line included)."""
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:  # gone or unreadable: the task names that when it reads
+            return None
+        return max(0, size - (int(position["position"]) if position else 0))
+
     def _lines(self, block: bytes, base: int) -> pa.Array:
         # One C++ split over the whole block: no Python object per line.
         parts = pc.split_pattern(pa.array([block], pa.binary()), b"\n").flatten()
