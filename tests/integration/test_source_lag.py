@@ -25,11 +25,12 @@ from sluice.runtime.source_lag import PartitionLag, SourceLag
 from sluice.sdk import ReplayableSourceTask, partition_key
 from sluice.store.configs import StoredConnector
 from tests.conftest import wait_until
-from tests.integration import jdbc_db
+from tests.integration import jdbc_db, test_cdc_postgres
 from tests.integration.jdbc_db import Db, read_all, source_task
 from tests.servers import ensure
 
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
+slot = test_cdc_postgres.slot  # fixture: a replication slot name, dropped afterwards
 
 
 def _started(connector_class: type, config: dict[str, str]) -> Any:
@@ -85,31 +86,18 @@ def _lsn(text: str) -> int:
     return (int(high, 16) << 32) | int(low, 16)
 
 
-@pytest.fixture
-def slot(pg: Db) -> Iterator[str]:
-    name = f"sluice_{uuid.uuid4().hex[:10]}"
-    yield name
-    pg.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-        "WHERE slot_name = %s AND NOT active",
-        (name,),
-    )
-    pg.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
+def _capture(db: Db, connector_class: type, columns: str, **extra: str) -> tuple[Any, str]:
+    """A CDC task capturing a new table `items` of `db` (started as the runtime starts it)."""
+    items = db.table("items")
+    db.execute(f"CREATE TABLE {items} ({columns})")
+    config = {"topic.prefix": "cdc", "table.include.list": f"{db.namespace}.items"}
+    return _started(connector_class, {**db.config(), **config, **extra}), items
 
 
 def test_postgres_cdc_lag_is_the_wal_bytes_after_the_position(pg: Db, slot: str) -> None:
-    items = pg.table("items")
-    pg.execute(f"CREATE TABLE {items} (id INTEGER PRIMARY KEY, v TEXT)")
-    task = _started(
-        PostgresCdcSourceConnector,
-        {
-            **pg.config(),
-            "topic.prefix": "cdc",
-            "table.include.list": f"{pg.namespace}.items",
-            "slot.name": slot,
-            "publication.name": slot,
-        },
-    )
+    columns = "id INTEGER PRIMARY KEY, v TEXT"
+    extra = {"slot.name": slot, "publication.name": slot}
+    task, items = _capture(pg, PostgresCdcSourceConnector, columns, **extra)
     (partition,) = task.partitions()
     assert task.lag_unit == "bytes"
     current = "SELECT pg_current_wal_lsn()::text"
@@ -133,16 +121,10 @@ def test_postgres_cdc_lag_is_the_wal_bytes_after_the_position(pg: Db, slot: str)
 
 def test_mariadb_cdc_lag_is_the_binlog_bytes_after_the_position(my: Db) -> None:
     my.execute("SET GLOBAL binlog_row_metadata = 'FULL'")
-    items = my.table("items")
-    my.execute(f"CREATE TABLE {items} (id INT NOT NULL PRIMARY KEY, v TEXT)")
-    task = _started(
-        MySqlCdcSourceConnector,
-        {
-            **my.config(),
-            "topic.prefix": "cdc",
-            "table.include.list": f"{my.namespace}.items",
-            "database.server.id": str(7000 + uuid.uuid4().int % 10_000),
-        },
+    server_id = str(7000 + uuid.uuid4().int % 10_000)
+    columns = "id INT NOT NULL PRIMARY KEY, v TEXT"
+    task, items = _capture(
+        my, MySqlCdcSourceConnector, columns, **{"database.server.id": server_id}
     )
     (partition,) = task.partitions()
 
