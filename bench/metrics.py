@@ -115,7 +115,7 @@ def pipeline(spark, src: str, out: str, lines: int, metrics: bool) -> float:
     return elapsed
 
 
-def scrapes(out: str, connectors: int, count: int) -> tuple[list[float], int]:
+def scrapes(out: str, connectors: int, count: int, settle_s: float) -> tuple[list[float], int]:
     """`count` timed `GET /metrics` of a worker running `connectors` connectors (built by the
     composition root, like a real worker; its Spark session is the one already running)."""
     root = os.path.join(out, "store-many")
@@ -150,7 +150,7 @@ def scrapes(out: str, connectors: int, count: int) -> tuple[list[float], int]:
     client = TestClient(create_app(herder))
     # every sink has copied its 1,000 lines: the scrapes below see a settled worker (on a busy
     # machine a query may fail to start: the scrapes then go on, and the count says so)
-    deadline = time.monotonic() + 600
+    deadline = time.monotonic() + settle_s
 
     def done() -> int:
         return sum(_lines(os.path.join(out, f"many-{i}.txt")) == 1000 for i in range(half))
@@ -207,6 +207,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--connectors", type=int, default=50)
     parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--settle-s", type=float, default=600, help="wait for the sinks' copies")
     parser.add_argument("--scrape-only", action="store_true", help="skip the pipeline runs")
     parser.add_argument(
         "--out", default=os.path.join(tempfile.gettempdir(), "sluice-bench-metrics")
@@ -225,7 +226,7 @@ def main() -> None:
         on.append(pipeline(spark, src, out, args.lines, metrics=True))
     if args.scrape_only:
         off = on = [float("nan")]
-    times, series = scrapes(out, args.connectors, args.scrapes)
+    times, series = scrapes(out, args.connectors, args.scrapes, args.settle_s)
     floor = baseline_render(series, args.scrapes)
     load = os.getloadavg()[0]
     print(
