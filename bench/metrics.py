@@ -9,7 +9,9 @@
    through the FastAPI app (routing, herder snapshot, lag per queue, text rendering): median and
    max of 20 scrapes.
 
-Usage: python bench/metrics.py [--lines 2000000] [--rounds 2] [--connectors 50]
+   Baseline in the same run: a prometheus-client registry with as many series, rendered alone.
+
+Usage: python bench/metrics.py [--lines 2000000] [--rounds 2] [--connectors 50] [--scrape-only]
 """
 
 from __future__ import annotations
@@ -25,17 +27,15 @@ import threading
 import time
 
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from sluice.engine.session import build_session
 from sluice.rest import create_app
 from sluice.rest.metrics import render
+from sluice.runtime.assembly import assemble
 from sluice.runtime.metrics import ProgressTracker
-from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.runner import ConnectorRunner
-from sluice.runtime.standalone import StandaloneHerder, build_runner
 from sluice.runtime.worker_config import WorkerConfig
-from sluice.store.configs import SqliteConfigStore
-from sluice.store.statuses import SqliteStatusStore
 
 sys.path.insert(0, os.path.dirname(__file__))
 from file_pipeline import make_file, wait
@@ -115,7 +115,9 @@ def pipeline(spark, src: str, out: str, lines: int, metrics: bool) -> float:
     return elapsed
 
 
-def scrapes(spark, out: str, connectors: int) -> list[float]:
+def scrapes(out: str, connectors: int, count: int, settle_s: float) -> tuple[list[float], int]:
+    """`count` timed `GET /metrics` of a worker running `connectors` connectors (built by the
+    composition root, like a real worker; its Spark session is the one already running)."""
     root = os.path.join(out, "store-many")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
@@ -125,15 +127,7 @@ def scrapes(spark, out: str, connectors: int) -> list[float]:
     config = WorkerConfig.from_properties(
         {"storePathRootDir": root, "offsetCommitIntervalMsConfig": "2000"}
     )
-    plugins = PluginRegistry(())
-    herder = StandaloneHerder(
-        spark,
-        config,
-        plugins,
-        runner=build_runner(spark, config, plugins),
-        configs=SqliteConfigStore(os.path.join(root, "configs.sqlite")),
-        statuses=SqliteStatusStore(os.path.join(root, "statuses.sqlite")),
-    )
+    herder = assemble(config).herder
     herder.start()
     half = connectors // 2
     for i in range(half):
@@ -154,14 +148,56 @@ def scrapes(spark, out: str, connectors: int) -> list[float]:
             },
         )
     client = TestClient(create_app(herder))
-    client.get("/metrics")  # warm up
+    # every sink has copied its 1,000 lines: the scrapes below see a settled worker (on a busy
+    # machine a query may fail to start: the scrapes then go on, and the count says so)
+    deadline = time.monotonic() + settle_s
+
+    def done() -> int:
+        return sum(_lines(os.path.join(out, f"many-{i}.txt")) == 1000 for i in range(half))
+
+    while done() < half and time.monotonic() < deadline:
+        time.sleep(0.5)
+    text = client.get("/metrics").text  # warm up
+    running = sum(
+        1
+        for line in text.splitlines()
+        if line.startswith("sluice_connector_state{") and line.endswith('state="RUNNING"} 1.0')
+    )
+    print(f"{done()} of {half} sinks copied their file; {running} connectors RUNNING")
+    series = sum(1 for line in text.splitlines() if line and not line.startswith("#"))
     times = []
-    for _ in range(20):
+    for _ in range(count):
         t = time.perf_counter()
         response = client.get("/metrics")
         times.append((time.perf_counter() - t) * 1000)
         assert response.status_code == 200
     herder.close()
+    return times, series
+
+
+def _lines(path: str) -> int:
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        return f.read().count(b"\n")
+
+
+def baseline_render(series: int, count: int) -> list[float]:
+    """The floor: a prometheus-client registry holding `series` gauge samples (in families of
+    50 labelled children, like a scrape's per-connector families) rendered alone."""
+    registry = CollectorRegistry()
+    families = (series + 49) // 50
+    left = series
+    for f in range(families):
+        gauge = Gauge(f"bench_family_{f}", "a family", ["connector"], registry=registry)
+        for c in range(min(50, left)):
+            gauge.labels(f"connector{c}").set(c)
+        left -= 50
+    times = []
+    for _ in range(count):
+        t = time.perf_counter()
+        generate_latest(registry)
+        times.append((time.perf_counter() - t) * 1000)
     return times
 
 
@@ -170,6 +206,9 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=2_000_000)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--connectors", type=int, default=50)
+    parser.add_argument("--scrapes", type=int, default=20)
+    parser.add_argument("--settle-s", type=float, default=600, help="wait for the sinks' copies")
+    parser.add_argument("--scrape-only", action="store_true", help="skip the pipeline runs")
     parser.add_argument(
         "--out", default=os.path.join(tempfile.gettempdir(), "sluice-bench-metrics")
     )
@@ -179,12 +218,16 @@ def main() -> None:
     src = os.path.join(out, "input.txt")
     make_file(src, args.lines)
     spark = build_session(log_level="ERROR")
-    pipeline(spark, src, out, args.lines, metrics=False)  # warm-up (JIT, Python workers)
     off, on = [], []
-    for _ in range(args.rounds):
+    if not args.scrape_only:  # warm-up (JIT, Python workers)
+        pipeline(spark, src, out, args.lines, metrics=False)
+    for _ in range(0 if args.scrape_only else args.rounds):
         off.append(pipeline(spark, src, out, args.lines, metrics=False))
         on.append(pipeline(spark, src, out, args.lines, metrics=True))
-    times = scrapes(spark, out, args.connectors)
+    if args.scrape_only:
+        off = on = [float("nan")]
+    times, series = scrapes(out, args.connectors, args.scrapes, args.settle_s)
+    floor = baseline_render(series, args.scrapes)
     load = os.getloadavg()[0]
     print(
         f"\n{args.lines:,} lines; {platform.machine()}, {os.cpu_count()} cores, load {load:.1f}, "
@@ -194,8 +237,12 @@ def main() -> None:
     print(f"metrics on  (s): {', '.join(f'{t:.2f}' for t in on)}  best {min(on):.2f}")
     print(f"on/off (best of each): {min(on) / min(off):.3f}")
     print(
-        f"GET /metrics with {args.connectors} running connectors: median "
+        f"GET /metrics with {args.connectors} running connectors ({series} series): median "
         f"{statistics.median(times):.1f} ms, max {max(times):.1f} ms"
+    )
+    print(
+        f"baseline, a registry of {series} series rendered alone: median "
+        f"{statistics.median(floor):.1f} ms, max {max(floor):.1f} ms"
     )
     spark.stop()
 

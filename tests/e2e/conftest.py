@@ -13,7 +13,10 @@ from tests.e2e.worker_process import WorkerProcess
 @pytest.fixture(scope="session")
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
     tmp = tmp_path_factory.mktemp("worker")
-    process = WorkerProcess(tmp, plugin_dir=tmp / "plugins")
+    # source lag probed every second (default 10 s), so that tests see it change quickly
+    process = WorkerProcess(
+        tmp, plugin_dir=tmp / "plugins", extra_conf={"metrics.source.lag.interval.ms": "1000"}
+    )
     (tmp / "plugins").mkdir()
     process.start()
     yield process

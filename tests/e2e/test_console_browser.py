@@ -4,7 +4,9 @@ Playwright never downloads a browser here: it drives /usr/bin/chromium (`scripts
 prepare chromium` installs it). The test creates a file source from the form (a validation error
 shown beside its field first), sees it in the list, pauses and resumes a sink from its page,
 reads that sink's dead letters with their `__connect.errors.*` headers, and resets the offsets of
-the stopped sink. Screenshots go to $SLUICE_ARTIFACTS (default tests/artifacts/console/).
+the stopped sink. On the way: the list's throughput and lag sparklines (from /metrics samples kept
+in the browser), the sink's page reached and paused by keyboard only, and the cluster page.
+Screenshots go to $SLUICE_ARTIFACTS (default tests/artifacts/console/).
 """
 
 from __future__ import annotations
@@ -92,12 +94,36 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     rows = page.locator("#connectors tbody tr")
     expect(rows.filter(has_text="uiSource")).to_contain_text("RUNNING")
     expect(rows.filter(has_text="uiSink")).to_contain_text("RUNNING")
+
+    # live figures: throughput and lag sparklines from /metrics samples kept in the browser
+    with source_file.open("a") as f:  # JSON strings: the sink writes them, no new dead letter
+        f.writelines(f'"more {i}"\n' for i in range(300))
+
+    def peak(name: str, kind: str) -> float:
+        spark = page.locator(f"td.live[data-connector='{name}'][data-kind='{kind}'] svg")
+        return float(spark.get_attribute("data-peak") or 0) if spark.count() else 0.0
+
+    wait_until(lambda: peak("uiSource", "rate") > 0, 60, "the source's throughput sparkline")
+    wait_until(lambda: peak("uiSink", "rate") > 0, 60, "the sink's throughput sparkline")
+    source_lag = page.locator("td.live[data-connector='uiSource'][data-kind='lag']")
+    expect(source_lag).to_contain_text("0 B")  # read to the end: no bytes left
+    expect(source_lag.locator("svg")).to_have_attribute("aria-label", "lag, now 0 B")
     shot("2-list")
 
-    # the sink's page: pause, resume, its dead letters with their headers
-    page.click("#connectors a:has-text('uiSink')")
+    # the sink's page by keyboard only: Tab to its link, Enter; Tab to Pause, Enter
+    def tab_to(text: str) -> None:
+        for _ in range(60):
+            page.keyboard.press("Tab")
+            if page.evaluate("document.activeElement.textContent.trim()") == text:
+                return
+        raise AssertionError(f"Tab never reached {text!r}")
+
+    tab_to("uiSink")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/#/connector/uiSink")
     expect(page.locator("h1")).to_contain_text("RUNNING")
-    page.click("button:has-text('Pause')")
+    tab_to("Pause")
+    page.keyboard.press("Enter")
     expect(page.locator("h1")).to_contain_text("PAUSED")
     assert worker.state("uiSink") == "PAUSED"
     page.click("button:has-text('Resume')")
@@ -122,5 +148,14 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     page.goto(worker.url + "/ui/#/topics")
     expect(page.locator("#topics")).to_contain_text("uiTopic-dlq")
     shot("5-topics")
+
+    # the cluster's workers and what runs on each
+    (worker_id,) = worker.get("/getClusterInfo").json()["body"]
+    page.click("header a:has-text('Cluster')")
+    workers = page.locator("#workers tbody tr")
+    expect(workers).to_have_count(1)
+    expect(workers.first).to_contain_text(worker_id)
+    expect(workers.first).to_contain_text("uiSource")
+    shot("6-cluster")
     for name in ("uiSource", "uiSink"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

@@ -3,24 +3,45 @@ examples, deterministic) against a worker of its own finds no failure, and a few
 checked directly (every error status documented with its body, no 422, `Allow` of a path served
 by several routes, an offsets entry requires its `partition`).
 
-The worker is this module's own: Schemathesis calls `/connectors/stop/all` and friends.
+The worker is this module's own: Schemathesis calls `/connectors/stop/all` and friends. The run is
+repeated against a worker with `rest.auth=basic` and one with `rest.auth=token` (an admin's
+credentials given to Schemathesis, whose `ignored_auth` check then also calls every route without
+them), with fewer examples.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from sluice.rest._auth import add_credential, new_token
 from tests.e2e.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
+
+
+ADMIN = ("admin", "admin-secret-1")
+READER = ("reader", "reader-secret-1")
+
+
+@dataclass
+class Conformance:
+    """A worker of this module and the schemathesis arguments that authenticate to it."""
+
+    worker: WorkerProcess
+    auth: str  # "none" | "basic" | "token"
+    credentials: list[str]  # schemathesis arguments
+    headers: dict[str, str]  # an admin's, for httpx
+    options: list[str]  # how much schemathesis generates
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +50,44 @@ def own_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProce
     process.start()
     yield process
     assert process.terminate() == 0, process.log.read_text()[-3000:]
+
+
+@pytest.fixture(scope="module", params=["none", "basic", "token"])
+def conformance(
+    request: pytest.FixtureRequest,
+    own_worker: WorkerProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Conformance]:
+    """The run without auth on `own_worker`; with `rest.auth=basic|token`, a worker each, an
+    admin's credentials given to schemathesis and fewer cases (the same routes again, now behind
+    the middleware: what changes is each route's 401/403)."""
+    if request.param == "none":
+        yield Conformance(own_worker, "none", [], {}, ["--max-examples", "10"])
+        return
+    tmp = tmp_path_factory.mktemp(f"openapi-{request.param}")
+    users = tmp / "users"
+    token = new_token()
+    if request.param == "basic":
+        add_credential(str(users), *ADMIN[:1], "admin", ADMIN[1])
+        add_credential(str(users), READER[0], "read-only", READER[1])
+        basic = base64.b64encode(":".join(ADMIN).encode()).decode()
+        arguments, headers = ["--auth", ":".join(ADMIN)], {"Authorization": f"Basic {basic}"}
+    else:
+        add_credential(str(users), "ci", "admin", token)
+        arguments = ["--header", f"Authorization: Bearer {token}"]
+        headers = {"Authorization": f"Bearer {token}"}
+    process = WorkerProcess(
+        tmp / "worker",
+        extra_conf={"rest.auth": request.param, "rest.auth.file": str(users)},
+    )
+    process.start()
+    try:
+        # every operation with a few examples (each also tried without credentials by the
+        # ignored_auth check); the coverage phase's many cases add nothing auth does not
+        options = ["--max-examples", "3", "--phases", "examples,fuzzing"]
+        yield Conformance(process, request.param, arguments, headers, options)
+    finally:
+        assert process.terminate() == 0, process.log.read_text()[-3000:]
 
 
 def test_the_document_describes_errors_and_bodies(own_worker: WorkerProcess) -> None:
@@ -53,18 +112,33 @@ def test_the_document_describes_errors_and_bodies(own_worker: WorkerProcess) -> 
     assert set(doc["paths"]["/v1/connectors/{name}"]) == {"delete", "get", "put"}
 
 
-def test_schemathesis_finds_no_failure(own_worker: WorkerProcess) -> None:
+def test_schemathesis_finds_no_failure(conformance: Conformance) -> None:
+    worker = conformance.worker
+    doc = worker.get("/openapi.json", headers=conformance.headers).json()
+    if conformance.auth != "none":
+        # the document says what the middleware answers: 401 on every route, 403 on mutations
+        scheme = "basic" if conformance.auth == "basic" else "bearer"
+        assert doc["components"]["securitySchemes"][f"{conformance.auth}"]["scheme"] == scheme
+        assert doc["security"] == [{conformance.auth: []}]
+        create = doc["paths"]["/v1/connectors"]["post"]["responses"]
+        listing = doc["paths"]["/v1/connectors"]["get"]["responses"]
+        assert {"401", "403"} <= set(create) and "401" in listing and "403" not in listing
+        assert worker.get("/v1/connectors").status_code == 401
+        if conformance.auth == "basic":
+            body = {"name": "x", "config": {"connector.class": "FileSinkConnector"}}
+            refused = worker.request("POST", "/v1/connectors", json=body, auth=READER)
+            assert refused.status_code == 403, refused.text
     run = subprocess.run(
         [
             str(Path(sys.executable).parent / "schemathesis"),
             "--config-file",
             str(HERE / "schemathesis.toml"),
             "run",
-            f"{own_worker.url}/openapi.json",
+            f"{worker.url}/openapi.json",
+            *conformance.credentials,
             "--checks",
             "all",
-            "--max-examples",
-            "10",
+            *conformance.options,
             "--generation-deterministic",
             "--request-timeout=30",
         ],

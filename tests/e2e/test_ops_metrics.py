@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sluice.sdk import partition_key
 from tests.conftest import wait_until
 from tests.e2e.worker_process import REPO, WorkerProcess
 
@@ -178,6 +179,28 @@ def test_metrics_of_a_known_run_and_lag(run: Run) -> None:
     s = scrape(worker)
     assert value(s, "sluice_sink_record_read_total", connector="metSink") == N + M + 5
     assert value(s, "sluice_source_record_poll_total", connector="metJson") == N + 5
+
+    # source lag: the file's bytes after the committed position, 0 once all is read; while the
+    # source is paused, exactly the bytes appended (probed in the background every second)
+    wait_until(lambda: source_lag(worker, "metJson", good) == 0, 60, "the file read to its end")
+    assert worker.request("PUT", "/v1/connectors/metJson/pause").status_code == 202
+    late = b"late 0\nlate 1\n"
+    with good.open("ab") as f:
+        f.write(late)
+    wait_until(lambda: source_lag(worker, "metJson", good) == len(late), 60, "the lag of a pause")
+    assert worker.request("PUT", "/v1/connectors/metJson/resume").status_code == 202
+    wait_until(lambda: source_lag(worker, "metJson", good) == 0, 60, "the lag back to 0")
+    s = scrape(worker)
+    assert value(s, "sluice_source_record_poll_total", connector="metJson") == N + 5 + 2
+    assert not [k for k in s if k[0] == "sluice_source_lag_records"]  # files count bytes
+
+
+def source_lag(worker: WorkerProcess, connector: str, path: Path) -> float | None:
+    """The `sluice_source_lag_bytes` of `connector`'s file (None: not probed yet)."""
+    partition = partition_key({"filename": str(path)})
+    return scrape(worker).get(
+        ("sluice_source_lag_bytes", (("connector", connector), ("partition", partition)))
+    )
 
 
 def test_dead_letters_read_through_rest_and_cli_then_the_topic_deleted(run: Run) -> None:

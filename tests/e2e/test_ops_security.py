@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sluice.rest._auth import add_credential
+from sluice.rest._auth import add_credential, is_v1_face
 from tests.conftest import wait_until
 from tests.e2e.worker_process import REPO, WorkerProcess
 from tests.integration.jdbc_db import PG_HOST, require
@@ -277,7 +277,7 @@ def test_no_credentials_401_read_only_403_on_mutations(ops: Ops) -> None:
             continue
         assert r.status_code == 401, (method, path, r.status_code)
         assert r.headers["www-authenticate"].startswith("Basic"), path
-        key = "error_code" if path.startswith("/v1") else "errorCode"
+        key = "error_code" if is_v1_face(path) else "errorCode"  # GET / is on the /v1 face
         assert r.json()[key] == 401
         assert ops.request(method, path, auth=(ADMIN[0], "wrong")).status_code == 401
     for method, path in samples:

@@ -1,6 +1,7 @@
 """A test source whose records are sometimes wrong (Spark's Python workers import it from here).
 
-`BadRecordSource` writes `count` records of `PERSON` (key: the INT64 id). Record i's value does
+`BadRecordSource` writes `count` records of `PERSON` (key: the INT64 id), from one task (whose
+range the runtime cuts over `max.tasks` Spark partitions with `split=true`). Record i's value does
 not match the schema when i % 10 == 3 (`id` is text; kind "off-schema") or i % 10 == 7 (`name`,
 a required field, is null; kind "null"); `kinds` picks which occur. `PickyConverter` refuses
 keys that are multiples of 25.
@@ -34,6 +35,7 @@ PERSON = Schema.struct(
 _CONFIG = ConfigDef(
     ConfigKey("count", type="int", default=100, min=0, doc="how many records"),
     ConfigKey("kinds", type="list", default=["off-schema", "null"], doc="which bad records"),
+    ConfigKey("split", type="bool", default=False, doc="let the runtime cut ranges (max.tasks)"),
 )
 
 
@@ -52,6 +54,7 @@ class BadRecordTask(ReplayableSourceTask):
     def start(self, config: Mapping[str, str]) -> None:
         keys = _CONFIG.parse(config)
         self.count, self.kinds = keys["count"], tuple(keys["kinds"])
+        self.cuts = keys["split"]
 
     def partitions(self) -> list[RecordPartition]:
         return [{"source": "bad"}]
@@ -60,6 +63,13 @@ class BadRecordTask(ReplayableSourceTask):
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
         return {"next": self.count}
+
+    def split(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int
+    ) -> list[RecordOffset]:
+        lo, hi = (start["next"] if start else 0), end["next"]
+        cuts = sorted({lo + (hi - lo) * k // parts for k in range(1, parts)} - {lo, hi})
+        return [{"next": c} for c in cuts] if self.cuts else []
 
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset

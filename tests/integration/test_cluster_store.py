@@ -99,3 +99,20 @@ def test_malformed_rows_are_skipped_and_logged_once(
     assert len(messages) == 2, messages  # once per row, not once per read
     assert any("'odd'" in m and "SLEEPING" in m for m in messages)
     store.close()
+
+
+def test_statuses_of_every_connector_in_one_read(cluster: tuple[str, Path]) -> None:
+    db_url, tmp_path = cluster
+    store = ClusterStore.open(_config(db_url, tmp_path, "s"))
+    try:
+        store.statuses.put("st-x", "RUNNING", "s", tasks=2)
+        store.statuses.put("st-y", "FAILED", "s", trace="Boom", tasks=1)
+        every = store.statuses.all()
+        assert {k: v for k, v in every.items() if k.startswith("st-")} == {
+            "st-x": store.statuses.get("st-x"),
+            "st-y": store.statuses.get("st-y"),
+        }
+        own, tasks = every["st-x"]
+        assert own is not None and own.state == "RUNNING" and [t.task for t in tasks] == [0, 1]
+    finally:
+        store.close()

@@ -25,6 +25,17 @@ TOLERANT = {
 }
 
 
+def _people(count: int, value_converter: str, **extra: str) -> dict[str, str]:
+    """A BadRecordSource config writing `count` records to the topic `people`."""
+    return {
+        "connector.class": SOURCE,
+        "count": str(count),
+        "connect.topicname": "people",
+        "value.converter": value_converter,
+        **extra,
+    }
+
+
 def _healthy(runner: Any) -> None:
     failure = runner.running["src"].failure()
     assert failure is None, failure
@@ -136,16 +147,22 @@ def test_jvm_source_dead_letters_what_it_cannot_write(runner: Any, transforms: b
         assert all(v["source"] == "bad" for v in values)  # the transform ran on the good ones
 
 
+@pytest.mark.parametrize("converter", ["AvroConverter", "JsonConverter"], ids=["fused", "jvm"])
+def test_dead_letters_name_the_task_the_status_shows(runner: Any, converter: str) -> None:
+    """One task whose range is cut over 3 Spark partitions: every dead letter says task 0."""
+    config = _people(100, converter, split="true", **{"max.tasks": "3", "key.converter": PICKY})
+    running = runner.start("src", {**config, **TOLERANT})
+    assert len(running.task_configs) == 1
+    _wait_for(runner, good=76, dead=24)
+    letters = _letters(runner)
+    _check(runner, letters, 100, transformed=False)
+    assert {letter["headers"]["__connect.errors.task.id"] for letter in letters.values()} == {"0"}
+
+
 @pytest.mark.parametrize("transforms", [False, True], ids=["fused", "jvm"])
 def test_a_null_required_field_fails_the_task_naming_it(runner: Any, transforms: bool) -> None:
     """Arrow does not check NOT NULL and Spark would crash on it: sluice names the field."""
-    config = {
-        "connector.class": SOURCE,
-        "count": "10",
-        "kinds": "null",
-        "connect.topicname": "people",
-        "value.converter": "AvroConverter",
-    }
+    config = _people(10, "AvroConverter", kinds="null")
     if transforms:
         config |= {"transforms": "t", "transforms.t.class": "sql"}
         config["transforms.t.query"] = "SELECT * FROM records"

@@ -164,3 +164,19 @@ def test_token_mode(tmp_path: Path) -> None:
     basic = client.get("/openapi.json", auth=("ci", admin))  # token mode takes no basic auth
     assert basic.status_code == 401
     assert client.get("/openapi.json", headers={"Authorization": f"Bearer {admin}"}).is_success
+    # the document says what the middleware answers, in the shape of the face called
+    assert client.get("/").json() == {"error_code": 401, "message": "authentication required"}
+    doc = ok.json()
+    assert doc["components"]["securitySchemes"] == {"token": {"type": "http", "scheme": "bearer"}}
+    assert doc["security"] == [{"token": []}]
+    paths = doc["paths"]
+    assert {"401", "403"} <= set(paths["/v1/connectors/{name}"]["delete"]["responses"])
+    assert "403" not in paths["/v1/connectors/{name}"]["get"]["responses"]
+    assert "403" in paths["/connectors/{name}/pause"]["get"]["responses"]  # a GET that mutates
+    assert "401" in paths["/metrics"]["get"]["responses"]
+    open_metrics = RestSecurity.from_properties(
+        {"rest.auth": "token", "rest.auth.file": path, "rest.auth.metrics.open": "true"}
+    )
+    doc = create_app(None, open_metrics).openapi()  # type: ignore[arg-type]
+    assert doc["paths"]["/metrics"]["get"]["security"] == []
+    assert "401" not in doc["paths"]["/metrics"]["get"]["responses"]

@@ -11,6 +11,8 @@ from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.worker_config import WorkerConfig, parse_properties
 from sluice.sdk import ConfigException
 from sluice.store.configs import SqliteConfigStore
+from sluice.store.counters import SqliteCounters
+from sluice.store.positions import SqlitePositionStore
 from sluice.store.statuses import SqliteStatusStore
 
 
@@ -71,6 +73,7 @@ def test_config_store_round_trip_and_target_states(tmp_path: Path) -> None:
     store.put("a", {"connector.class": "Y", "k": "v"}, "PAUSED")
     store.set_task_configs("a", [{"task": "0"}])
     assert store.names() == ["a", "b"]
+    assert store.all() == [store.get("a"), store.get("b")]  # one read, same answers
     a = store.get("a")
     assert a is not None and a.target_state == "PAUSED" and a.task_configs == [{"task": "0"}]
     store.put("a", {"connector.class": "Y", "k": "w"}, "STARTED")  # a new config: tasks re-planned
@@ -87,12 +90,28 @@ def test_status_store_replaces_task_rows(tmp_path: Path) -> None:
     store.put("c", "RUNNING", "w1", tasks=3)
     own, tasks = store.get("c")
     assert own is not None and own.state == "RUNNING" and [t.task for t in tasks] == [0, 1, 2]
+    store.put("b", "PAUSED", "w2", tasks=1)
+    assert store.all() == {"b": store.get("b"), "c": store.get("c")}
     store.put("c", "FAILED", "w1", trace="Boom: it broke", tasks=1)
     own, tasks = store.get("c")
     assert own is not None and own.trace == "Boom: it broke"
     assert [(t.task, t.state) for t in tasks] == [(0, "FAILED")]
     store.delete("c")
     assert store.get("c") == (None, [])
+
+
+def test_counters_and_positions_read_for_every_connector_at_once(tmp_path: Path) -> None:
+    counters = SqliteCounters(tmp_path / "counters.sqlite")
+    counters.add("a", {"records-total": 3})
+    counters.add("a", {"records-total": 2, "batches-total": 1})
+    counters.add("b", {"total-retries": 1})
+    assert counters.all() == {"a": counters.get("a"), "b": {"total-retries": 1}}
+    assert counters.get("a") == {"records-total": 5, "batches-total": 1}
+    positions = SqlitePositionStore(tmp_path / "positions.sqlite")
+    positions.save("a", {'{"f":"x"}': {"position": 4}})
+    positions.save("b", {'{"q":"0"}': {"queueOffset": 7}, '{"q":"1"}': {"queueOffset": 0}})
+    assert positions.load_all() == {"a": positions.load("a"), "b": positions.load("b")}
+    assert positions.load("b")['{"q":"0"}'] == {"queueOffset": 7}
 
 
 PLUGIN = textwrap.dedent(

@@ -166,7 +166,9 @@ def start_source_query(
     ]
     frame = functools.reduce(lambda a, b: a.unionByName(b), frames)
     if plan.tolerant and plan.errors is not None:
-        writer = DeadLetterRouting(plan.errors, plan.counters).writer(writer)
+        writer = DeadLetterRouting(plan.errors, plan.counters, len(plan.task_configs)).writer(
+            writer
+        )
     if registering:
         skip = frozenset([plan.errors.policy.dlq_topic] if plan.errors else [])
         writer = SchemaRegistration(registry, codecs, skip=skip).writer(writer)

@@ -416,10 +416,11 @@ class _Frame:
 
 
 def _emit(
-    plan: SourcePlan, batches: Iterator[tuple[int, pa.RecordBatch]]
+    plan: SourcePlan, batches: Iterator[tuple[int, pa.RecordBatch]], task_id: int
 ) -> Iterator[pa.RecordBatch]:
     """What a read task outputs: its batches (each with the index of its shape), or — fused —
-    the topic writer's receipt for them."""
+    the topic writer's receipt for them. `task_id` is the source task that read them (what
+    dead letters name: one task's range may be cut over several Spark partitions)."""
     if plan.direct is None:
         yield from (batch for _, batch in batches)
         return
@@ -428,7 +429,7 @@ def _emit(
     codecs = plan.codecs
     if codecs is None:
         raise ConnectException(f"source {plan.name}: a fused plan needs its encoders")
-    frames = [_Frame(plan, pid, i) for i in range(len(plan.shapes))] if plan.tolerant else []
+    frames = [_Frame(plan, task_id, i) for i in range(len(plan.shapes))] if plan.tolerant else []
     # Several shapes: each topic frame says which, for SchemaRegistration to register its schemas.
     tagged = len(plan.shapes) > 1 and any(c.registered for c in codecs)
 
@@ -590,7 +591,7 @@ class _ReplayableReader(DataSourceStreamReader):
                     yield shape, batch
 
         try:
-            yield from _emit(self.plan, batches())
+            yield from _emit(self.plan, batches(), index)
         finally:
             task.stop()
 
@@ -690,7 +691,7 @@ class _PollingReader(DataSourceStreamReader):
                     for i in range(reader.num_record_batches):
                         yield reader.get_batch(i)
 
-        yield from _emit(self.plan, ((0, batch) for batch in batches()))
+        yield from _emit(self.plan, ((0, batch) for batch in batches()), index)
 
     def commit(self, end: dict) -> None:
         tasks = self._all_tasks()

@@ -244,10 +244,15 @@ def _refused(bad: pa.RecordBatch) -> list[DeadLetter]:
 
 @dataclass(frozen=True)
 class DeadLetterRouting:
-    """Wraps a topic writer data source: `route_dead_letters` on every batch it is given."""
+    """Wraps a topic writer data source: `route_dead_letters` on every batch it is given.
+
+    The dead letters name the source task by `tasks`: a one-task source's are task 0 whatever
+    Spark partition wrote them (its range may be cut over several); with more tasks, the writer
+    cannot tell which task read a row and names its Spark partition."""
 
     reporter: ErrorReporter
     counters: Any = None
+    tasks: int = 1
 
     def writer(self, source: type[DataSource]) -> type[DataSource]:
         routing = self
@@ -265,8 +270,8 @@ class _RoutingWriter(DataSourceStreamArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> Any:
         ctx = TaskContext.get()
-        task_id = ctx.partitionId() if ctx else 0
         r = self.routing
+        task_id = ctx.partitionId() if ctx and r.tasks > 1 else 0
         routed = (
             out
             for batch in iterator

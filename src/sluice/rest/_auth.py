@@ -162,6 +162,11 @@ class Credentials:
         return None
 
 
+def is_v1_face(path: str) -> bool:
+    """True for the routes of the `/v1` face (its error body), `GET /` included."""
+    return path.startswith("/v1") or path == "/"
+
+
 def is_mutation(method: str, path: str) -> bool:
     """True if the request changes something (what a read-only user may not do)."""
     return method.upper() not in _READS or bool(_GET_MUTATIONS.match(path))
@@ -230,7 +235,7 @@ class AuthMiddleware:
 
 
 async def _error(send: Send, path: str, status: int, message: str, challenge: str = "") -> None:
-    if path.startswith("/v1"):
+    if is_v1_face(path):
         body = {"error_code": status, "message": message}
     else:
         body = {"errorCode": status, "message": message}

@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 
 import sluice
 from sluice.rest import console, metrics, rocketmq, topics, v1
-from sluice.rest._auth import AuthMiddleware, RestSecurity
+from sluice.rest._auth import AuthMiddleware, RestSecurity, is_mutation, is_v1_face
 from sluice.rest._common import CONFIG_SCHEMA
 from sluice.runtime.herder import Herder, HerderError
 from sluice.runtime.secrets import install_log_scrubber
@@ -41,7 +41,7 @@ def error_body(
     errors: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """The error body of the face `request` called."""
-    status_key = "error_code" if request.url.path.startswith("/v1") else "errorCode"
+    status_key = "error_code" if is_v1_face(request.url.path) else "errorCode"
     return {
         status_key: status,
         "message": message,
@@ -96,6 +96,8 @@ _WHY = {
     404: "No such connector, task, plugin, topic or route",
     409: "The request does not fit the connector's state",
     500: "The worker failed unexpectedly",
+    401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
+    403: "The credentials are read-only and this request changes state",
 }
 
 
@@ -113,6 +115,32 @@ def _statuses(path: str, method: str) -> tuple[int, ...]:
     ):
         statuses.append(409)
     return tuple(sorted(statuses))
+
+
+def _guarded(path: str, security: RestSecurity | None) -> bool:
+    if security is None or security.mode == "none":
+        return False
+    return not (security.metrics_open and path == "/metrics")
+
+
+def _auth_statuses(path: str, method: str, security: RestSecurity | None) -> tuple[int, ...]:
+    """401 on every route `rest.auth` guards, and 403 on those a read-only user may not call."""
+    if not _guarded(path, security):
+        return ()
+    return (401, 403) if is_mutation(method, path) else (401,)
+
+
+def _document_security(schema: dict[str, Any], security: RestSecurity) -> None:
+    """The scheme `rest.auth` asks for (HTTP basic or bearer), required by every route it
+    guards (an open `/metrics` says it needs none)."""
+    name = "basic" if security.mode == "basic" else "token"
+    scheme = {"type": "http", "scheme": "basic" if name == "basic" else "bearer"}
+    schema["components"]["securitySchemes"] = {name: scheme}
+    schema["security"] = [{name: []}]
+    for path, operations in schema.get("paths", {}).items():
+        if not _guarded(path, security):
+            for operation in operations.values():
+                operation["security"] = []
 
 
 #: RocketMQ Connect routes that take a config map as JSON in a query parameter.
@@ -147,9 +175,10 @@ def _describe_raw_inputs(schema: dict[str, Any]) -> None:
     }
 
 
-def _document_errors(app: FastAPI) -> dict[str, Any]:
+def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict[str, Any]:
     """The OpenAPI document with every error status each route answers and its body; FastAPI's
-    default 422 is gone (validation errors are answered as 400)."""
+    default 422 is gone (validation errors are answered as 400). With `rest.auth` on, the
+    security scheme, and the 401 (and, for mutations, 403) of every route it guards."""
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
@@ -162,11 +191,11 @@ def _document_errors(app: FastAPI) -> dict[str, Any]:
         )
     _describe_raw_inputs(schema)
     for path, operations in schema.get("paths", {}).items():
-        body = "V1Error" if path.startswith("/v1") or path == "/" else "RocketMQError"
+        body = "V1Error" if is_v1_face(path) else "RocketMQError"
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            for status in _statuses(path, method):
+            for status in _statuses(path, method) + _auth_statuses(path, method, security):
                 responses[str(status)] = {
                     "description": _WHY[status],
                     "content": {
@@ -175,6 +204,8 @@ def _document_errors(app: FastAPI) -> dict[str, Any]:
                 }
     for name in ("HTTPValidationError", "ValidationError"):
         components.pop(name, None)
+    if security is not None and security.mode != "none":
+        _document_security(schema, security)
     app.openapi_schema = schema
     return schema
 
@@ -225,7 +256,7 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     app.state.herder = herder
     app.include_router(rocketmq.router)
     app.include_router(v1.router)
-    app.openapi = lambda: _document_errors(app)  # type: ignore[method-assign]
+    app.openapi = lambda: _document_errors(app, security)  # type: ignore[method-assign]
 
     @app.get("/", tags=["v1"])
     def root() -> dict[str, Any]:

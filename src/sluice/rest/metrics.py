@@ -3,8 +3,10 @@
 Names follow Kafka Connect's metric groups (KIP-196, KIP-475) and RocketMQ Connect's, written the
 Prometheus way (`source-record-poll-total` -> `sluice_source_record_poll_total`), with a
 `connector` label (tasks are partitions of one Spark query, so totals are per connector) and
-`topic`/`queue` labels for lag. Every scrape asks the herder for one snapshot (`Herder.metrics`);
-nothing is cached between scrapes. docs/operations.md lists every metric and where it comes from.
+`topic`/`queue` labels for sink lag and a `partition` label for source lag. Every scrape asks the
+herder for one snapshot (`Herder.metrics`, one read per store); only the JVM heap (1 s) and the
+source lag (probed in the background) are cached between scrapes. docs/operations.md lists every
+metric and where it comes from.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from sluice.rest._common import herder_of
+from sluice.runtime.source_lag import UNITS
 
 router = APIRouter(tags=["metrics"])
 
@@ -108,6 +111,16 @@ class _Snapshot:
         lag = gauge(
             "sink-record-lag", "end offset - committed position", ("connector", "topic", "queue")
         )
+        # one family per unit, as Prometheus wants: bytes (files, change logs), records (rows…)
+        source_lag = {
+            unit: gauge(
+                f"source-lag-{unit}",
+                f"{unit} of the source's data after its committed position (probed in the "
+                "background every metrics.source.lag.interval.ms)",
+                ("connector", "partition"),
+            )
+            for unit in UNITS
+        }
         state = gauge(
             "connector-state", "1 for the connector's current state", ("connector", "state")
         )
@@ -138,6 +151,8 @@ class _Snapshot:
                 families["poll-batch-max-time-ms"].add_metric(
                     label, progress.get("max_batch_ms", 0)
                 )
+                for p in c.get("source_lag", ()):
+                    source_lag[p["unit"]].add_metric([name, p["partition"]], p["lag"])
             elif kind == "sink":
                 families["sink-record-read-total"].add_metric(label, records)
                 families["sink-record-send-total"].add_metric(label, max(0, records - skipped))
@@ -168,7 +183,7 @@ class _Snapshot:
                 task_count.add_metric([name, s], n)
         yield from families.values()
         yield from errors.values()
-        yield from (last_error, lag, state, task_count)
+        yield from (last_error, lag, *source_lag.values(), state, task_count)
         # worker: connectors and tasks by state (Kafka Connect's connect-worker-metrics)
         by_state = gauge("connector-count", "connectors of this worker by state", ("state",))
         tasks_by_state = gauge("task-count", "tasks of this worker by state", ("state",))

@@ -442,10 +442,13 @@ class ConnectorRunner:
                 }
         return positions
 
-    def committed_positions(self, name: str) -> dict[str, RecordOffset]:
-        """What connector `name` has committed: the position store, overlaid (while it runs) by
-        its checkpoint's last committed batch, which the store may trail by one batch."""
-        positions = self.positions.load(name)
+    def committed_positions(
+        self, name: str, stored: dict[str, RecordOffset] | None = None
+    ) -> dict[str, RecordOffset]:
+        """What connector `name` has committed: the position store (or `stored`, what it holds
+        when the caller read it already), overlaid (while it runs) by its checkpoint's last
+        committed batch, which the store may trail by one batch."""
+        positions = self.positions.load(name) if stored is None else dict(stored)
         running = self.running.get(name)
         if running is not None:
             positions.update(self._checkpoint_positions(running))

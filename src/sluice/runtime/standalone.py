@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from pyspark.sql import SparkSession
 
 from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
-from sluice.engine.keys import SINK_KEYS
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
@@ -43,6 +42,7 @@ from sluice.runtime.herder import (
     TopicSummary,
 )
 from sluice.runtime.metrics import ProgressTracker
+from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
 from sluice.runtime.restarts import TransientRestarts
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
@@ -53,6 +53,7 @@ from sluice.runtime.secrets import (
     redact,
     scrub,
 )
+from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
@@ -178,6 +179,21 @@ class StandaloneHerder(Herder):
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
         self._restarts = TransientRestarts()
+        self._metrics = MetricsSnapshot(
+            self.worker_id,
+            configs,
+            statuses,
+            self.runner,
+            self.progress,
+            SourceLag(
+                task_class=self._task_class_of,
+                resolve=self._resolve_task_config,
+                committed=self.runner.committed_positions,
+                interval_s=config.source_lag_interval_ms / 1000,
+            ),
+            lambda conf: _kind(self._class_of(conf)),
+            self._last_error,
+        )
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
@@ -218,6 +234,7 @@ class StandaloneHerder(Herder):
                 self.runner.stop(name)
                 self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=n)
             self.runner.close()
+        self._metrics.source_lag.close()
 
     def _watch(self) -> None:
         interval = self.config.status_poll_ms / 1000
@@ -345,6 +362,14 @@ class StandaloneHerder(Herder):
             return self.plugins_registry.connector(config.get("connector.class", ""))
         except ConfigException:
             return None
+
+    def _task_class_of(self, class_name: str) -> type | None:
+        cls = self._class_of({"connector.class": class_name})
+        return getattr(cls, "task_class", None)
+
+    def _resolve_task_config(self, class_name: str, task_config: dict[str, str]) -> dict[str, str]:
+        cls = self._class_of({"connector.class": class_name})
+        return self.providers.resolve(task_config, password_keys(cls) if cls else ())
 
     def _check(self, name: str, config: dict[str, Any]) -> ConfigReport:
         """The accepted config (aliases renamed) and its warnings, or BadRequest with every
@@ -701,70 +726,9 @@ class StandaloneHerder(Herder):
                 raise NotFound(f"topic {topic!r} not found") from None
             log.info("topic %s deleted", topic)
 
-    # -- metrics ----------------------------------------------------------------------------------
+    # -- metrics (sluice.runtime.metrics_snapshot) ------------------------------------------------
     def metrics(self) -> dict[str, Any]:
-        snapshot = super().metrics()
-        offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
-        for entry in snapshot["connectors"]:
-            name = entry["name"]
-            entry["counters"] = self.runner.counters.get(name)
-            entry["last_error_timestamp"] = self._last_error.get(name)
-            progress = self.progress.progress(name)
-            if progress is not None:
-                entry["progress"] = {
-                    "num_input_rows": progress.num_input_rows,
-                    "input_rows_per_second": progress.input_rows_per_second,
-                    "processed_rows_per_second": progress.processed_rows_per_second,
-                    "batch_duration_ms": progress.batch_duration_ms,
-                    "avg_batch_ms": progress.avg_batch_ms,
-                    "max_batch_ms": progress.max_batch_ms,
-                }
-            if entry["type"] == "sink":
-                entry["lag"] = self._sink_lag(name, offsets)
-        snapshot["worker"]["jvm"] = self._jvm_memory()
-        return snapshot
-
-    def _sink_lag(self, name: str, offsets: dict[str, dict[int, Any]]) -> list[dict[str, Any]]:
-        """Per queue of each topic the sink reads: end offset - committed position."""
-        stored = self.configs.get(name)
-        if stored is None:
-            return []
-        try:
-            topics = SINK_KEYS.parse(stored.config)["connect.topicnames"]
-        except ConfigException:
-            return []
-        log_ = self.runner.bus.log
-        committed = self.runner.committed_positions(name)
-        lag = []
-        for topic in topics:
-            if topic not in offsets:
-                try:
-                    offsets[topic] = log_.offsets(topic)
-                except Exception:  # a topic not created yet has no lag
-                    offsets[topic] = {}
-            for queue, span in sorted(offsets[topic].items()):
-                key = partition_key(log_.queue_partition(topic, queue))
-                position = (committed.get(key) or {}).get("queueOffset", span.min_offset)
-                lag.append(
-                    {
-                        "topic": topic,
-                        "queue": queue,
-                        "lag": max(0, span.max_offset - max(int(position), span.min_offset)),
-                    }
-                )
-        return lag
-
-    def _jvm_memory(self) -> dict[str, int]:
-        try:
-            runtime = self.spark._jvm.java.lang.Runtime.getRuntime()  # type: ignore[union-attr]
-            total, free = int(runtime.totalMemory()), int(runtime.freeMemory())
-            return {
-                "heap_used": total - free,
-                "heap_committed": total,
-                "heap_max": int(runtime.maxMemory()),
-            }
-        except Exception:  # no JVM access (e.g. Spark Connect): leave the gauges out
-            return {}
+        return self._metrics.take()
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:

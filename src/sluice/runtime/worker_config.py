@@ -31,6 +31,13 @@ WORKER_KEYS = ConfigDef(
         min=0,
         doc="micro-batch trigger interval: positions are committed once per micro-batch",
     ),
+    ConfigKey(
+        "metrics.source.lag.interval.ms",
+        type="int",
+        default=10_000,
+        min=100,
+        doc="how often /metrics asks each source how far it is behind (in the background)",
+    ),
     ConfigKey("bus", default="embedded", choices=BUS_KINDS),
     ConfigKey("bus.default.queues", type="int", default=8, min=1, doc="queues of a new topic"),
     ConfigKey(
@@ -178,6 +185,7 @@ class WorkerConfig:
     hash_func: str = "MD5"
     rebalance_interval_ms: int = 1000
     session_timeout_ms: int = 6000
+    source_lag_interval_ms: int = 10_000
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -239,6 +247,7 @@ class WorkerConfig:
             hash_func=values["consistentHashFunc"],
             rebalance_interval_ms=interval,
             session_timeout_ms=timeout,
+            source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
         )
 
     def create_bus(self) -> Bus:

@@ -366,6 +366,20 @@ class ReplayableSourceTask(ABC):
         when more arrives. Default: nothing.
         """
 
+    #: what `lag` counts: "bytes" (a file, a change log) or "records" (rows, stream entries)
+    lag_unit: ClassVar[str] = "records"
+
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """Optional (driver, on a task instance of its own): how far `position` (the last
+        committed one; None = nothing read yet) is behind the end of `partition`, in `lag_unit`.
+
+        Called by the worker's `/metrics` in the background, at most once per
+        `metrics.source.lag.interval.ms` per connector, never per scrape, so one cheap query is
+        fine; it may run while the connector is paused or stopped. None (the default) when the
+        system cannot tell.
+        """
+        return None
+
     def stop(self) -> None:
         """Release what `start` opened. Optional."""
 

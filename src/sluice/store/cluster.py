@@ -33,7 +33,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from sluice.sdk import ConfigException
 from sluice.store.configs import TARGET_STATES, StoredConnector
-from sluice.store.statuses import STATUS_COLUMNS, Status, split_statuses, status_rows
+from sluice.store.statuses import (
+    STATUS_COLUMNS,
+    Status,
+    split_all_statuses,
+    split_statuses,
+    status_rows,
+)
 
 log = logging.getLogger(__name__)
 
@@ -384,6 +390,15 @@ class PgStatusStore:
                 .order_by(_STATUSES.c.task)
             ).all()
         return split_statuses((r.task, r.state, r.trace, r.worker_id) for r in rows)
+
+    def all(self) -> dict[str, tuple[Status | None, list[Status]]]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(_STATUSES).order_by(_STATUSES.c.connector, _STATUSES.c.task)
+            ).all()
+        return split_all_statuses(
+            (r.connector, r.task, r.state, r.trace, r.worker_id) for r in rows
+        )
 
     def delete(self, connector: str) -> None:
         with self.engine.begin() as conn:

@@ -39,3 +39,12 @@ class SqliteCounters(SqliteFile):
             "SELECT name, value FROM counters WHERE connector = ?", (connector,)
         )
         return dict(rows)
+
+    def all(self) -> dict[str, dict[str, int]]:
+        """`get` of every connector, in one read."""
+        out: dict[str, dict[str, int]] = {}
+        for connector, name, value in self._db().execute(
+            "SELECT connector, name, value FROM counters"
+        ):
+            out.setdefault(connector, {})[name] = value
+        return out

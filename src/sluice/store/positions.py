@@ -57,6 +57,15 @@ class SqlitePositionStore(SqliteFile):
         )
         return {partition: json.loads(offset) for partition, offset in rows}
 
+    def load_all(self) -> dict[str, dict[str, RecordOffset]]:
+        """`load` of every connector, in one read."""
+        out: dict[str, dict[str, RecordOffset]] = {}
+        for connector, partition, offset in self._db().execute(
+            "SELECT connector, partition, offset FROM positions"
+        ):
+            out.setdefault(connector, {})[partition] = json.loads(offset)
+        return out
+
     def save(
         self,
         connector: str,

@@ -70,6 +70,17 @@ def split_statuses(
     return own, tasks
 
 
+def split_all_statuses(
+    rows: Iterable[tuple[str, int, str, str | None, str]],
+) -> dict[str, tuple[Status | None, list[Status]]]:
+    """(connector, task, state, trace, worker) rows ordered by connector and task → each
+    connector's `split_statuses`."""
+    by_connector: dict[str, list[tuple[int, str, str | None, str]]] = {}
+    for connector, *row in rows:
+        by_connector.setdefault(connector, []).append(tuple(row))  # type: ignore[arg-type]
+    return {name: split_statuses(rows_) for name, rows_ in by_connector.items()}
+
+
 class StatusStore(Protocol):
     """What the herders need of a status store (SQLite standalone, PostgreSQL distributed)."""
 
@@ -85,6 +96,8 @@ class StatusStore(Protocol):
     ) -> None: ...
 
     def get(self, connector: str) -> tuple[Status | None, list[Status]]: ...
+
+    def all(self) -> dict[str, tuple[Status | None, list[Status]]]: ...
 
     def delete(self, connector: str) -> None: ...
 
@@ -128,6 +141,13 @@ class SqliteStatusStore(SqliteFile):
             .fetchall()
         )
         return split_statuses(rows)
+
+    def all(self) -> dict[str, tuple[Status | None, list[Status]]]:
+        """`get` of every connector, in one read (what a `/metrics` scrape takes)."""
+        rows = self._db().execute(
+            "SELECT connector, task, state, trace, worker_id FROM statuses ORDER BY connector, task"
+        )
+        return split_all_statuses(rows)
 
     def delete(self, connector: str) -> None:
         db = self._db()

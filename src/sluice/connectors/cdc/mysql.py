@@ -311,7 +311,8 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
             enable_logging=False,
         )
 
-    def _check_position(self, start: dict) -> None:
+    def _binary_logs(self) -> list[tuple[str, int]]:
+        """`SHOW BINARY LOGS`: each binlog's name and size (the last one's is the end)."""
         import pymysql
 
         c = self.connection
@@ -322,11 +323,15 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
             try:
                 with conn.cursor() as cur:
                     cur.execute("SHOW BINARY LOGS")
-                    files = [r[0] for r in cur.fetchall()]
+                    return [(r[0], int(r[1])) for r in cur.fetchall()]
             finally:
                 conn.close()
         except pymysql.MySQLError as exc:
             raise ConnectException(f"listing the binlogs of {c.describe()}: {exc}") from None
+
+    def _check_position(self, start: dict) -> None:
+        c = self.connection
+        files = [name for name, _ in self._binary_logs()]
         if start["file"] not in files:
             raise ConnectException(
                 f"binlog {start['file']} (position {start['pos']}) is no longer on "
@@ -366,6 +371,19 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
             self._end = self._boundaries(start, limit) or start
         self._asked.add(name)
         return self._end if _after(self._end, start) else start
+
+    lag_unit = "bytes"
+
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """Binlog bytes after the position: the rest of its file plus every later file (one
+        `SHOW BINARY LOGS`). None when the position's file was purged (the task names that)."""
+        here = position or self.initial
+        logs = self._binary_logs()
+        names = [name for name, _ in logs]
+        if here["file"] not in names:
+            return None
+        at = names.index(here["file"])
+        return max(0, sum(size for _, size in logs[at:]) - int(here["pos"]))
 
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset

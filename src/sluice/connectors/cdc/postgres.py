@@ -421,6 +421,17 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
             (self.slot, window, self.publication),
         )
 
+    lag_unit = "bytes"
+
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """WAL bytes behind: `pg_current_wal_lsn()` minus the position (the slot's confirmed
+        LSN before the first commit). The WAL of the whole server counts, as for any slot."""
+        with self.db.connect(attempts=1) as conn:
+            confirmed = self._check_slot(conn)
+            current = conn.exec_driver_sql("SELECT pg_current_wal_lsn()::text").scalar()
+        here = position["lsn"] if position and "lsn" in position else confirmed
+        return max(0, lsn_int(current) - int(here))
+
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:

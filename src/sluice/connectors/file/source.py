@@ -10,6 +10,7 @@ fails the task: the runtime cannot tell which bytes were already delivered.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
@@ -59,6 +60,16 @@ class FileSourceTask(ReplayableSourceTask):
         pos = int(start["position"]) if start else 0
         cuts = _lines.cuts(self.path, pos, int(end["position"]), parts)
         return [{"position": cut} for cut in cuts]
+
+    lag_unit = "bytes"
+
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """Bytes of the file after the committed position (a partial last line included)."""
+        try:
+            size = os.stat(self.path).st_size
+        except OSError:  # gone or unreadable: the task names that when it reads
+            return None
+        return max(0, size - (int(position["position"]) if position else 0))
 
 
 class FileSourceConnector(SourceConnector):

@@ -540,6 +540,18 @@ class JdbcSourceTask(ReplayableSourceTask):
                 return start
             raise self.db.statement_error(exc, f"reading {_describe_table(plan)}") from None
 
+    def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
+        """Rows past the cursor: one COUNT over the cursor's index from the position (with the
+        timestamp modes' delay applied, as `latest` reads). None in bulk mode (no cursor)."""
+        if self.settings.mode == "bulk":
+            return None
+        plan = self._table(partition)
+        with self.db.connect(attempts=1) as conn:
+            lower = self._lower(position, self._initial_marker(position))
+            where, params = self._where(plan, lower, None, bound=self._bound(conn))
+            sql = f"SELECT COUNT(*) FROM {self._source_sql(plan)}{where}"
+            return int(conn.exec_driver_sql(sql, tuple(params)).scalar())
+
     def _unavailable(self, exc: BaseException) -> None:
         # The database is away: no new data this micro-batch; the next one asks again.
         if not self._warned:

@@ -1,6 +1,8 @@
 // The sluice web console: plain JavaScript over the worker's REST API (/v1 and /plugin/config).
 // Views are chosen by the URL's hash: #/ (connectors), #/connector/NAME, #/new, #/topics,
-// #/topic/NAME. Every value from the server is inserted as text, never as HTML.
+// #/topic/NAME, #/cluster. Every value from the server is inserted as text, never as HTML.
+// Throughput and lag sparklines come from /metrics, sampled every 2 s into a small in-browser
+// history (the last two minutes); the console keeps nothing on the server.
 "use strict";
 
 const main = document.getElementById("main");
@@ -52,6 +54,113 @@ function stateBadge(state) {
 
 function enc(name) { return encodeURIComponent(name); }
 
+// -- live figures: /metrics sampled into a history per connector -------------------------------
+const SAMPLE_MS = 2000;
+const HISTORY = 60; // samples kept: two minutes
+const history = {}; // connector -> { total, at, rate: [records/s], lag: [n], unit }
+const LABEL = /^([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)",?/;
+
+// One exposition line as [name, labels, value] (null for comments and blank lines).
+function parseSample(line) {
+  if (!line || line[0] === "#") return null;
+  const brace = line.indexOf("{");
+  const space = line.lastIndexOf(" ");
+  if (brace < 0) return [line.slice(0, space), {}, Number(line.slice(space + 1))];
+  const labels = {};
+  let rest = line.slice(brace + 1);
+  let m;
+  while ((m = LABEL.exec(rest))) {
+    labels[m[1]] = m[2].replace(/\\(.)/g, (_, c) => (c === "n" ? "\n" : c));
+    rest = rest.slice(m[0].length);
+  }
+  return [line.slice(0, brace), labels, Number(rest.slice(rest.indexOf("}") + 1))];
+}
+
+// Per connector: records so far, and its lag (a sink's largest queue lag; a source's bytes or
+// records left, summed over its partitions).
+function figures(text) {
+  const out = {};
+  const of = (name) => (out[name] = out[name] || { total: 0, lag: 0, unit: "records" });
+  for (const line of text.split("\n")) {
+    const sample = parseSample(line);
+    if (!sample || !sample[1].connector) continue;
+    const [metric, labels, value] = sample;
+    const f = of(labels.connector);
+    if (metric === "sluice_source_record_poll_total" || metric === "sluice_sink_record_read_total") f.total = value;
+    else if (metric === "sluice_sink_record_lag_max") f.lag = value;
+    else if (metric === "sluice_source_lag_bytes") { f.lag += value; f.unit = "bytes"; }
+    else if (metric === "sluice_source_lag_records") f.lag += value;
+  }
+  return out;
+}
+
+async function sampleMetrics() {
+  const response = await fetch("/metrics", { credentials: "same-origin" });
+  if (!response.ok) return;
+  const now = Date.now();
+  const seen = figures(await response.text());
+  for (const [name, f] of Object.entries(seen)) {
+    const hist = history[name] || (history[name] = { total: f.total, at: now, rate: [], lag: [] });
+    const seconds = (now - hist.at) / 1000;
+    // a total that went down is a connector deleted and created again: no rate for that step
+    const rate = seconds > 0 && f.total >= hist.total ? (f.total - hist.total) / seconds : 0;
+    if (hist.rate.length || hist.at !== now) hist.rate.push(rate);
+    hist.lag.push(f.lag);
+    for (const series of [hist.rate, hist.lag]) series.splice(0, Math.max(0, series.length - HISTORY));
+    Object.assign(hist, { total: f.total, at: now, unit: f.unit });
+  }
+  for (const name of Object.keys(history)) if (!(name in seen)) delete history[name];
+  drawSparklines();
+}
+
+function amount(value, unit) {
+  if (unit !== "bytes") return `${Math.round(value).toLocaleString("en")} rec`;
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (value >= 1024 && i < units.length - 1) { value /= 1024; i += 1; }
+  return `${i ? value.toFixed(1) : Math.round(value)} ${units[i]}`;
+}
+
+const SVG = "http://www.w3.org/2000/svg";
+
+// A sparkline of `values` (newest right) as inline SVG; its last value and peak as data-*.
+function sparkline(values, label) {
+  const width = 120, height = 24;
+  const svg = document.createElementNS(SVG, "svg");
+  const peak = Math.max(0, ...values);
+  const last = values.length ? values[values.length - 1] : 0;
+  for (const [k, v] of Object.entries({ width, height, class: "spark", role: "img",
+    "aria-label": label, "data-last": last, "data-peak": peak, "data-points": values.length })) {
+    svg.setAttribute(k, String(v));
+  }
+  const scale = peak > 0 ? peak : 1;
+  const step = (width - 2) / (HISTORY - 1);
+  const offset = (HISTORY - values.length) * step + 1;
+  const line = document.createElementNS(SVG, "polyline");
+  line.setAttribute("points", values.map((v, i) =>
+    `${(offset + i * step).toFixed(1)},${(height - 2 - (v / scale) * (height - 4)).toFixed(1)}`).join(" "));
+  svg.append(line);
+  return svg;
+}
+
+function liveCell(name, kind) {
+  return h("td", { class: "live", "data-connector": name, "data-kind": kind });
+}
+
+// Fill the list's live cells from the history (called after each sample and each render).
+function drawSparklines() {
+  for (const cell of document.querySelectorAll("td.live")) {
+    const hist = history[cell.dataset.connector];
+    if (!hist) { cell.replaceChildren("…"); continue; }
+    const rate = cell.dataset.kind === "rate";
+    const values = rate ? hist.rate : hist.lag;
+    const last = values.length ? values[values.length - 1] : 0;
+    const text = rate ? `${last.toFixed(1)} rec/s` : amount(last, hist.unit);
+    const label = rate ? `throughput, now ${text}` : `lag, now ${text}`;
+    cell.replaceChildren(sparkline(values, label), h("span", { class: "figure" }, text));
+  }
+}
+
 // -- connectors ---------------------------------------------------------------------------------
 async function connectorsView() {
   const all = await api("GET", "/v1/connectors?expand=status");
@@ -65,12 +174,15 @@ async function connectorsView() {
       h("td", {}, st.type),
       h("td", {}, stateBadge(st.connector.state)),
       h("td", {}, st.tasks.map((t) => `task ${t.id}: ${t.state}`).join(", ")),
+      liveCell(name, "rate"),
+      liveCell(name, "lag"),
       h("td", { class: "failure" }, failure));
   });
   return [
     h("h1", {}, "Connectors"),
     names.length ? h("table", { id: "connectors" },
-      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Failure"].map((x) => h("th", {}, x)))),
+      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Throughput", "Lag", "Failure"]
+        .map((x) => h("th", {}, x)))),
       h("tbody", {}, rows))
       : h("p", {}, "No connectors yet. ", h("a", { href: "#/new" }, "Create one")),
   ];
@@ -239,8 +351,41 @@ async function topicView(name) {
     recordsTable(await api("GET", `/v1/topics/${enc(name)}/records?limit=20`), "records")];
 }
 
+// -- cluster ------------------------------------------------------------------------------------
+async function clusterView() {
+  const [info, all] = await Promise.all([
+    api("GET", "/getClusterInfo"),
+    api("GET", "/v1/connectors?expand=status"),
+  ]);
+  const workers = [...info.body].sort();
+  const running = {}; // worker -> connector names whose connector or tasks run there
+  const tasks = {}; // worker -> count of its tasks
+  for (const [name, c] of Object.entries(all)) {
+    const st = c.status;
+    for (const w of new Set([st.connector.workerId, ...st.tasks.map((t) => t.workerId)])) {
+      (running[w] = running[w] || []).push(name);
+    }
+    for (const t of st.tasks) tasks[t.workerId] = (tasks[t.workerId] || 0) + 1;
+  }
+  const elsewhere = Object.keys(running).filter((w) => !workers.includes(w)).sort();
+  const row = (w, live) => h("tr", {},
+    h("td", {}, w), h("td", {}, live ? "live" : "not live"),
+    h("td", {}, (running[w] || []).length), h("td", {}, tasks[w] || 0),
+    h("td", {}, (running[w] || []).sort().map((n, i) =>
+      [i ? ", " : "", h("a", { href: `#/connector/${enc(n)}` }, n)])));
+  return [
+    h("h1", {}, "Cluster"),
+    h("p", {}, workers.length > 1 ? `${workers.length} live workers (distributed mode)`
+      : "One worker (standalone mode, or a distributed cluster of one)"),
+    h("table", { id: "workers" },
+      h("thead", {}, h("tr", {}, ["Worker", "Membership", "Connectors", "Tasks", "Runs"]
+        .map((x) => h("th", {}, x)))),
+      h("tbody", {}, workers.map((w) => row(w, true)), elsewhere.map((w) => row(w, false)))),
+  ];
+}
+
 // -- routing ------------------------------------------------------------------------------------
-async function render() {
+async function render(navigated) {
   const hash = location.hash || "#/";
   const [, view, ...rest] = hash.slice(1).split("/");
   const arg = decodeURIComponent(rest.join("/"));
@@ -250,15 +395,21 @@ async function render() {
     else if (view === "new") content = await newView();
     else if (view === "topics") content = await topicsView();
     else if (view === "topic") content = await topicView(arg);
+    else if (view === "cluster") content = await clusterView();
     else content = await connectorsView();
     main.replaceChildren(...content.filter((x) => x));
+    drawSparklines();
+    // keyboard and screen-reader users start at the new page's content, not the old link
+    if (navigated) main.focus({ preventScroll: true });
   } catch (e) {
     main.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
-window.addEventListener("hashchange", () => { flash("", ""); render(); });
+window.addEventListener("hashchange", () => { flash("", ""); render(true); });
 api("GET", "/getClusterInfo").then((info) => {
   document.getElementById("worker").textContent = `workers: ${info.body.join(", ")}`;
 }).catch(() => {});
 render();
+sampleMetrics().catch(() => {});
+setInterval(() => sampleMetrics().catch(() => {}), SAMPLE_MS);
