@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.engine.keys import SINK_KEYS
 from sluice.runtime.metrics import ProgressTracker
-from sluice.runtime.runner import SINK_KEYS, ConnectorRunner
+from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.source_lag import SourceLag
 from sluice.sdk import ConfigException, RecordOffset, partition_key
 from sluice.store.configs import ConfigStore, StoredConnector
