@@ -40,43 +40,48 @@ def _count(kind: str, where: dict[str, str]) -> int:
         return 0
 
 
-def _wait(runner: ConnectorRunner, kind: str, where: dict[str, str], n: int) -> None:
+KINDS = ("parquet", "json", "delta", "iceberg")
+
+
+def _wait(runner: ConnectorRunner, targets: dict[str, dict[str, str]], n: int) -> None:
     def done() -> bool:
         for running in runner.running.values():
             assert running.failure() is None, running.failure()
-        return _count(kind, where) >= n
+        return all(_count(kind, where) >= n for kind, where in targets.items())
 
-    wait_until(done, 180, f"{n} rows in the {kind} table", every=0.5)
+    wait_until(done, 180, f"{n} rows in every table", every=0.5)
 
 
-@pytest.mark.parametrize("kind", ["parquet", "json", "delta", "iceberg"])
-def test_topic_to_table_read_by_other_engines(
-    runner: ConnectorRunner, spark, tmp_path: Path, kind: str
+def test_topic_to_tables_read_by_other_engines(
+    runner: ConnectorRunner, spark, tmp_path: Path
 ) -> None:
-    where = _target(kind, tmp_path)
+    targets = {kind: _target(kind, tmp_path) for kind in KINDS}
     fill(runner.root, "orders", 0, FIRST)
-    runner.start("lake", {**where, **PARTITIONS, "connect.topicnames": "orders", "max.tasks": "2"})
-    _wait(runner, kind, where, FIRST)
+    for kind, where in targets.items():  # one query each, side by side on one topic
+        config = {**where, **PARTITIONS, "connect.topicnames": "orders", "max.tasks": "2"}
+        runner.start(f"lake-{kind}", config)
+    _wait(runner, targets, FIRST)
     # a new optional field: a new column, null in the rows written before it
     fill(runner.root, "orders", FIRST, LATER, note=True)
-    _wait(runner, kind, where, FIRST + LATER)
-    for engine in ("pyarrow", "spark", "duckdb"):
-        rows = read_with(kind, engine, spark, where)
-        check_rows(rows, FIRST + LATER, noted_from=FIRST)
-    if kind == "delta":
-        from deltalake import DeltaTable
+    _wait(runner, targets, FIRST + LATER)
+    for kind, where in targets.items():
+        for engine in ("pyarrow", "spark", "duckdb"):
+            rows = read_with(kind, engine, spark, where)
+            check_rows(rows, FIRST + LATER, noted_from=FIRST)
 
-        table = DeltaTable(where["delta.table.path"])
-        assert table.metadata().partition_columns == ["region", "dt"]
-        commits = [h for h in table.history() if h.get("sluice.batch")]
-        assert len(commits) == table.version() + 1  # every version is one micro-batch of ours
-    if kind == "iceberg":
-        from tests.integration.lake_data import iceberg_table
+    from deltalake import DeltaTable
 
-        table = iceberg_table(where["iceberg.warehouse"], "shop.orders")
-        assert [f.name for f in table.spec().fields] == ["region", "dt"]
-        batches = [s.summary["sluice.batch"] for s in table.snapshots()]
-        assert len(batches) == len(set(batches)) >= 2  # one snapshot per micro-batch
+    delta = DeltaTable(targets["delta"]["delta.table.path"])
+    assert delta.metadata().partition_columns == ["region", "dt"]
+    commits = [h for h in delta.history() if h.get("sluice.batch")]
+    assert len(commits) == delta.version() + 1  # every version is one micro-batch of ours
+
+    from tests.integration.lake_data import iceberg_table
+
+    iceberg = iceberg_table(targets["iceberg"]["iceberg.warehouse"], "shop.orders")
+    assert [f.name for f in iceberg.spec().fields] == ["region", "dt"]
+    batches = [s.summary["sluice.batch"] for s in iceberg.snapshots()]
+    assert len(batches) == len(set(batches)) >= 2  # one snapshot per micro-batch
 
 
 def test_a_partition_field_the_records_lack_fails_naming_the_key(

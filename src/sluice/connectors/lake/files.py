@@ -269,8 +269,13 @@ class ParquetSinkConnector(SinkConnector):
             state = _read_state(state_path)
             if state.get("pending"):
                 _move(state["pending"])  # a commit cut short: finish it (roll forward)
+                finished = state["pending"]
                 state["pending"] = None
                 _write_state(state_path, state)
+                for src, _ in finished:  # the cut commit's (now empty) task folders
+                    top = os.path.relpath(src, self.staging).split(os.sep)[0]
+                    if top not in (os.curdir, os.pardir):
+                        shutil.rmtree(os.path.join(self.staging, top), ignore_errors=True)
             done = state.get("run") == batch_id.run and state.get("batch", -1) >= batch_id.number
             if not done and moves:
                 state = {"run": batch_id.run, "batch": batch_id.number, "pending": moves}
