@@ -12,7 +12,6 @@ timestamp column; default the record's timestamp) and partitions by it, after th
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -101,22 +100,21 @@ def _where(batch: pa.RecordBatch, row: int) -> str:
 def _json_objects(batch: pa.RecordBatch, values: pa.Array) -> pa.Table:
     """Parse JSON object text (one per record; null → no fields) into columns, in C++."""
     text = pc.fill_null(values.cast(pa.binary()), b"{}")
-    data = pc.binary_join_element_wise(text, pa.scalar(b"", pa.binary()), b"\n")
-    payload = b"".join(memoryview(b) for b in _buffers(data))
+    lines = pc.binary_join_element_wise(text, pa.scalar(b"", pa.binary()), b"\n")
+    # a freshly computed array starts at offset 0: its data buffer's first `size` bytes are
+    # the lines, read where they are (no copy)
+    size = pc.sum(pc.binary_length(lines)).as_py() or 0
     try:
-        # one block: types are inferred over the whole batch, not the first megabyte of it
-        options = pajson.ReadOptions(block_size=max(len(payload), 1 << 20) + 1)
-        table = pajson.read_json(io.BytesIO(payload), read_options=options)
+        # one block: types are inferred over the whole batch, not per megabyte of it
+        options = pajson.ReadOptions(block_size=max(size, 1 << 20) + 1)
+        table = pajson.read_json(
+            pa.BufferReader(lines.buffers()[2].slice(0, size)), read_options=options
+        )
     except pa.ArrowInvalid as exc:
         raise _bad_json(batch, values, exc) from None
     if table.num_rows != batch.num_rows:
         raise _bad_json(batch, values, ValueError("not one JSON object per record"))
     return table
-
-
-def _buffers(lines: pa.Array) -> list[bytes]:
-    total = pc.sum(pc.binary_length(lines)).as_py() or 0
-    return [memoryview(lines.buffers()[2])[:total].tobytes()] if total else []
 
 
 def _bad_json(batch: pa.RecordBatch, values: pa.Array, exc: Exception) -> ConnectException:
