@@ -20,7 +20,15 @@ from typing import Any, ClassVar
 import pyarrow as pa
 
 from sluice.connectors.lake._rows import RowSettings, to_rows
-from sluice.sdk import BatchId, ConfigDef, ConnectRecord, SinkConnector, SinkTask, records_to_batch
+from sluice.sdk import (
+    BatchId,
+    ConfigDef,
+    ConfigException,
+    ConnectRecord,
+    SinkConnector,
+    SinkTask,
+    records_to_batch,
+)
 
 #: a staged file older than this belongs to a task that died before its batch committed
 STALE_S = 3600.0
@@ -44,8 +52,6 @@ def remove_stale(folder: str, suffix: str) -> None:
 
 def check_writable(key: str, folder: str) -> None:
     """Raise a ConfigException naming `key` unless `folder` exists or can be made, writable."""
-    from sluice.sdk import ConfigException
-
     probe = os.path.abspath(folder)
     while not os.path.exists(probe):
         probe = os.path.dirname(probe)
