@@ -126,6 +126,8 @@ def delta_parts(path: str) -> dict[tuple[tuple[str, str], ...], list[str]]:
 def iceberg_table(warehouse: str, name: str) -> Any:
     from pyiceberg.catalog.sql import SqlCatalog
 
+    if not os.path.exists(f"{warehouse}/catalog.sqlite"):  # the sink creates it, not a reader
+        raise FileNotFoundError(f"no catalog in {warehouse}")
     catalog = SqlCatalog(
         "sluice", uri=f"sqlite:///{warehouse}/catalog.sqlite", warehouse=f"file://{warehouse}"
     )

@@ -75,14 +75,20 @@ def open_catalog(values: Mapping[str, Any]) -> Any:
 
     folder = os.path.abspath(values["iceberg.warehouse"])
     uri = _catalog_uri(values)
-    try:
-        os.makedirs(folder, exist_ok=True)
-        return SqlCatalog(values["iceberg.catalog.name"], uri=uri, warehouse="file://" + folder)
-    except Exception as exc:  # SQLAlchemy: bad URL, missing driver, unreachable server
-        shown = uri.split("@", 1)[-1] if "@" in uri else uri  # never the password
-        raise ConfigException(
-            "iceberg.catalog.uri", f"cannot open the catalog at {shown!r}: {exc}"
-        ) from None
+    for attempt in range(3):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return SqlCatalog(values["iceberg.catalog.name"], uri=uri, warehouse="file://" + folder)
+        except Exception as exc:  # SQLAlchemy: bad URL, missing driver, unreachable server
+            # A new catalog's tables are created on first use without IF NOT EXISTS: another
+            # process creating them at the same moment makes ours fail. They exist now: again.
+            if "already exists" in str(exc) and attempt < 2:
+                continue
+            shown = uri.split("@", 1)[-1] if "@" in uri else uri  # never the password
+            raise ConfigException(
+                "iceberg.catalog.uri", f"cannot open the catalog at {shown!r}: {exc}"
+            ) from None
+    raise AssertionError("unreachable")
 
 
 class IcebergSinkTask(StagingTask):
