@@ -61,7 +61,25 @@ def check_writable(key: str, folder: str) -> None:
         raise ConfigException(key, f"{probe!r} is not writable (permission denied)")
 
 
-class StagingTask(SinkTask):
+class RowsTask(SinkTask):
+    """A lake sink task: turns each part of the sink frame into table rows for `put_rows`."""
+
+    settings: RowSettings
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        if records:
+            self.put_batch(records_to_batch(records))
+
+    def put_batch(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self.put_rows(to_rows(batch, self.settings))
+
+    @abstractmethod
+    def put_rows(self, rows: pa.Table) -> None:
+        """Write (or stage) these rows of the current micro-batch (executor)."""
+
+
+class StagingTask(RowsTask):
     """Stages its rows of each micro-batch in one Arrow IPC file (executor)."""
 
     #: the connector's config definition (set by each sink)
@@ -79,14 +97,7 @@ class StagingTask(SinkTask):
     def staging_dir(self, values: Mapping[str, Any]) -> str:
         """Where this sink stages its files."""
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        if records:
-            self.put_batch(records_to_batch(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        rows = to_rows(batch, self.settings)
+    def put_rows(self, rows: pa.Table) -> None:
         if self._writer is not None and not self._schema.equals(rows.schema):
             self._close()  # another shape within one micro-batch: another file
         if self._writer is None:

@@ -54,17 +54,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sluice.connectors.lake._rows import ROW_KEYS, RowSettings, to_rows
-from sluice.connectors.lake._staging import STALE_S, check_writable
+from sluice.connectors.lake._rows import ROW_KEYS, RowSettings
+from sluice.connectors.lake._staging import STALE_S, RowsTask, check_writable
 from sluice.sdk import (
     BatchId,
     ConfigDef,
     ConfigException,
     ConfigKey,
-    ConnectRecord,
     SinkConnector,
-    SinkTask,
-    records_to_batch,
 )
 
 CONFIG = ConfigDef(
@@ -165,7 +162,7 @@ class _File:
         self._out.close()
 
 
-class ParquetSinkTask(SinkTask):
+class ParquetSinkTask(RowsTask):
     """Writes its rows of each micro-batch into staged files, one or more per partition."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -180,14 +177,7 @@ class ParquetSinkTask(SinkTask):
         self._moves: list[tuple[str, str]] = []  # (staged path, path relative to the table)
         self._folder: str | None = None
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        if records:
-            self.put_batch(records_to_batch(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows == 0:
-            return
-        rows = to_rows(batch, self.settings)
+    def put_rows(self, rows: pa.Table) -> None:
         for folder, part in _groups(rows, self.settings.partition_by):
             out = self._open.get(folder)
             if out is not None and not out.schema.equals(part.schema):
