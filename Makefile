@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,11 @@ crash-kafka: $(STAMP)
 # once), on the Redis of scripts/servers.sh (started if needed).
 crash-redis: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py -s
+
+# kill -9 of a worker writing 1M records into Parquet, Delta and Iceberg, twice (the suite kills
+# once, with 30,000 records): each table holds each record once, every version/snapshot reads.
+crash-lake: $(STAMP)
+	SLUICE_LAKE_RECORDS=1000000 SLUICE_CRASH_ROUNDS=2 $(VENV)/bin/pytest tests/e2e/test_lake_crash.py -s --timeout 3600
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

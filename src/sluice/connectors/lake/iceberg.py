@@ -1,0 +1,176 @@
+"""IcebergSinkConnector: appends records to an Apache Iceberg table through `pyiceberg`, with a
+SQL catalog (SQLite by default, PostgreSQL when several workers share it).
+
+Delivery: exactly-once, one snapshot per micro-batch. Tasks stage their rows (Arrow IPC under
+`staging.dir`); the connector's commit (driver) appends them in one transaction whose snapshot
+summary carries `sluice.app` (`sluice:<connector>:<run>`) and `sluice.batch` (the micro-batch
+number). Before appending, the commit looks for the newest snapshot of that app in the table's
+history: a micro-batch Spark replays after a crash finds itself there and appends nothing. The
+catalog's compare-and-swap of the metadata pointer is the atomic step: readers see whole snapshots.
+Unit of parallelism: one task per group of queues (`max.tasks`) stages rows; one commit per batch.
+
+Keys (besides the row and partition keys of `sluice.connectors.lake`): `iceberg.table`
+(`namespace.table`, created with the first batch), `iceberg.warehouse` (a local folder for data
+and metadata), `iceberg.catalog.uri` (a SQLAlchemy URL: default
+`sqlite:///<warehouse>/catalog.sqlite`; `postgresql://user:pass@host/db` uses psycopg 3),
+`iceberg.catalog.name` (`sluice`), `file.max.bytes` (the table's
+`write.target-file-size-bytes`, default 128 MiB), `staging.dir` (default
+`<warehouse>/.sluice-staging/<table>`). Partition columns get identity transforms when the table
+is created. A new field becomes a new optional column (`union_by_name`).
+
+Example::
+
+    {"connector.class": "IcebergSinkConnector", "connect.topicnames": "orders",
+     "iceberg.warehouse": "/lake/warehouse", "iceberg.table": "shop.orders",
+     "partition.fields": "region"}
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.connectors.lake._rows import ROW_KEYS, RowSettings, lake_types
+from sluice.connectors.lake._staging import (
+    StagingTask,
+    TableSinkConnector,
+    check_writable,
+    remove_stale,
+)
+from sluice.sdk import BatchId, ConfigDef, ConfigException, ConfigKey, ConnectException
+
+CONFIG = ConfigDef(
+    *ROW_KEYS,
+    ConfigKey("iceberg.table", pattern=r"[^.]+(\.[^.]+)+", doc="namespace.table"),
+    ConfigKey("iceberg.warehouse", type="path", doc="folder of the tables' data and metadata"),
+    ConfigKey("iceberg.catalog.uri", type="password", default="", doc="SQLAlchemy URL"),
+    ConfigKey("iceberg.catalog.name", default="sluice", doc="the catalog's name"),
+    ConfigKey("file.max.bytes", type="int", default=128 << 20, min=1 << 20, doc="data file size"),
+    ConfigKey("staging.dir", type="path", default="", doc="where tasks stage micro-batches"),
+)
+
+
+def _staging(values: Mapping[str, Any]) -> str:
+    if values["staging.dir"]:
+        return os.path.abspath(values["staging.dir"])
+    warehouse = os.path.abspath(values["iceberg.warehouse"])
+    return os.path.join(warehouse, ".sluice-staging", values["iceberg.table"])
+
+
+def _catalog_uri(values: Mapping[str, Any]) -> str:
+    uri = values["iceberg.catalog.uri"]
+    if not uri:
+        return f"sqlite:///{os.path.abspath(values['iceberg.warehouse'])}/catalog.sqlite"
+    if uri.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + uri.split("://", 1)[1]  # the driver sluice ships
+    return uri
+
+
+def open_catalog(values: Mapping[str, Any]) -> Any:
+    """The SQL catalog of `values`; a URL it cannot use is a ConfigException naming the key."""
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    folder = os.path.abspath(values["iceberg.warehouse"])
+    uri = _catalog_uri(values)
+    for attempt in range(3):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            return SqlCatalog(values["iceberg.catalog.name"], uri=uri, warehouse="file://" + folder)
+        except Exception as exc:  # SQLAlchemy: bad URL, missing driver, unreachable server
+            # A new catalog's tables are created on first use without IF NOT EXISTS: another
+            # process creating them at the same moment makes ours fail. They exist now: again.
+            if "already exists" in str(exc) and attempt < 2:
+                continue
+            shown = uri.split("@", 1)[-1] if "@" in uri else uri  # never the password
+            raise ConfigException(
+                "iceberg.catalog.uri", f"cannot open the catalog at {shown!r}: {exc}"
+            ) from None
+    raise AssertionError("unreachable")
+
+
+class IcebergSinkTask(StagingTask):
+    """Stages its share of each micro-batch for the connector's Iceberg commit."""
+
+    config_def = CONFIG
+
+    def staging_dir(self, values: Mapping[str, Any]) -> str:
+        return _staging(values)
+
+
+class IcebergSinkConnector(TableSinkConnector):
+    """Appends each micro-batch to an Iceberg table as one snapshot, exactly once."""
+
+    config_def = CONFIG
+    task_class = IcebergSinkTask
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = CONFIG.parse(config)
+        RowSettings.of(values)
+        check_writable("iceberg.warehouse", values["iceberg.warehouse"])
+        check_writable("staging.dir", _staging(values))
+        open_catalog(values)
+
+    def start(self, config: Mapping[str, str]) -> None:
+        super().start(config)
+        values = CONFIG.parse(config)
+        self.values = values
+        self.identifier = values["iceberg.table"]
+        self.settings = RowSettings.of(values)
+        self.staging = _staging(values)
+        self._catalog: Any = None
+
+    def _table(self, schema: pa.Schema | None = None) -> Any:
+        """The table, created from `schema` (with its partitions) if it does not exist yet."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        if self._catalog is None:
+            self._catalog = open_catalog(self.values)
+        try:
+            return self._catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            if schema is None:
+                return None
+        namespace = self.identifier.rsplit(".", 1)[0]
+        self._catalog.create_namespace_if_not_exists(namespace)
+        table = self._catalog.create_table_if_not_exists(
+            self.identifier,
+            schema=schema,
+            properties={"write.target-file-size-bytes": str(self.values["file.max.bytes"])},
+        )
+        if self.settings.partition_by and table.spec().is_unpartitioned():
+            with table.update_spec() as spec:
+                for name in self.settings.partition_by:
+                    spec.add_identity(name)
+            table = self._catalog.load_table(self.identifier)
+        return table
+
+    def committed(self, app: str, batch_id: BatchId) -> bool:
+        table = self._table()
+        if table is None:
+            return False
+        # newest first: the first snapshot of this app holds its last committed batch
+        for snapshot in sorted(table.snapshots(), key=lambda s: s.sequence_number, reverse=True):
+            summary = snapshot.summary
+            if summary is not None and summary.get("sluice.app") == app:
+                return int(summary["sluice.batch"]) >= batch_id.number
+        return False
+
+    def publish(self, rows: pa.Table, app: str, batch_id: BatchId) -> None:
+        rows = lake_types(rows)
+        try:
+            table = self._table(rows.schema)
+            with table.transaction() as tx:
+                with tx.update_schema() as update:
+                    update.union_by_name(rows.schema)
+                tx.append(
+                    rows,
+                    snapshot_properties={"sluice.app": app, "sluice.batch": str(batch_id.number)},
+                )
+        except Exception as exc:  # pyiceberg and the catalog's driver raise many types
+            raise ConnectException(
+                f"iceberg.table: appending micro-batch {batch_id} to {self.identifier!r}: {exc}"
+            ) from exc
+        remove_stale(self.staging, ".arrow")
