@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
@@ -49,31 +49,6 @@ def _start(root: Path, url: str, stream: str, queue: str, log: Path) -> subproce
 def _kill9(proc: subprocess.Popen) -> None:
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
-
-
-def _records(root: Path, topic: str) -> list[dict]:
-    log = EmbeddedLog(root / "bus")
-    try:
-        if not log.topic_exists(topic):
-            return []
-        return [
-            row
-            for q, r in sorted(log.offsets(topic).items())
-            for _, batch in log.read(topic, q, r.min_offset, r.max_offset)
-            for row in batch.to_pylist()
-        ]
-    finally:
-        log.close()
-
-
-def _count(root: Path, topic: str) -> int:
-    log = EmbeddedLog(root / "bus")
-    try:
-        return (
-            sum(r.max_offset for r in log.offsets(topic).values()) if log.topic_exists(topic) else 0
-        )
-    finally:
-        log.close()
 
 
 def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
@@ -119,7 +94,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
                 proc.poll() is not None
                 or (
                     client.xlen(copy) >= ENTRIES
-                    and len({r["value"] for r in _records(root, "jobs")}) >= ELEMENTS
+                    and len({r["value"] for r in topic_rows(root, "jobs")}) >= ELEMENTS
                 )
             ),
             600,
@@ -141,9 +116,9 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
             b"value": f"entry {i} ü".encode(),
             b"seq": b"%d" % i,
         }
-    assert _count(root, "events") == ENTRIES  # each entry once in the topic too
+    assert topic_count(root, "events") == ENTRIES  # each entry once in the topic too
 
-    jobs = collections.Counter(r["value"] for r in _records(root, "jobs"))
+    jobs = collections.Counter(r["value"] for r in topic_rows(root, "jobs"))
     assert sorted(jobs) == sorted(f"job {j}".encode() for j in range(ELEMENTS)), "jobs lost"
     duplicates = sum(jobs.values()) - ELEMENTS
     print(f"list: {duplicates} duplicates (bound {2 * POLL * ROUNDS})")

@@ -23,6 +23,11 @@ from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
+from sluice.connectors.rabbitmq import (
+    RabbitMQSinkConnector,
+    RabbitMQSourceConnector,
+    RabbitMQStreamSourceConnector,
+)
 from sluice.connectors.redis import (
     RedisListSourceConnector,
     RedisSinkConnector,
@@ -81,6 +86,16 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     # RocketMQ Connect's Redis source follows the replication stream; sluice's reads streams
     "org.apache.rocketmq.connect.redis.connector.RedisSourceConnector": RedisStreamSourceConnector,
     "org.apache.rocketmq.connect.redis.connector.RedisSinkConnector": RedisSinkConnector,
+    "RabbitMQStreamSourceConnector": RabbitMQStreamSourceConnector,
+    "RabbitMQSourceConnector": RabbitMQSourceConnector,
+    "RabbitMQSinkConnector": RabbitMQSinkConnector,
+    # RocketMQ Connect has a (JMS) source only, under two spellings; no sink
+    "org.apache.rocketmq.connect.rabbitmq.connector.RabbitmqSourceConnector": (
+        RabbitMQSourceConnector
+    ),
+    "org.apache.rocketmq.connect.rabbitmq.connector.RabbitMQSourceConnector": (
+        RabbitMQSourceConnector
+    ),
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

@@ -1,0 +1,439 @@
+"""RabbitMQ sources: stream queues by offset (exactly-once) and classic queues (at-least-once).
+
+`RabbitMQStreamSourceConnector` — delivery: exactly-once. A stream queue
+(``x-queue-type=stream``) keeps its messages and numbers them; the task reads exact offset ranges
+(consuming with ``x-stream-offset``), so a replayed micro-batch reads the same messages again.
+Position: ``{"queue": <name>}`` → ``{"offset": n}``, the stream offset of the last delivered
+message. Where the stream ends now is found by consuming its last chunk (``x-stream-offset=last``)
+on the driver; an empty stream costs up to ``rabbitmq.stream.wait.ms`` per micro-batch. Messages
+removed by the stream's retention after the committed position before they were read fail the task
+naming the queue: they cannot be delivered. Unit of parallelism: one stream queue per task.
+
+`RabbitMQSourceConnector` — delivery: at-least-once. A classic (or quorum) queue is consumed with
+manual acknowledgements: each poll hands over what arrived, and the messages are acknowledged
+(``basic.ack``, multiple) only after the micro-batch that carried them committed. At most
+``rabbitmq.prefetch.count`` unacknowledged messages per queue are held (``basic.qos``), which
+bounds a micro-batch and the memory it takes. When the process dies or the connection drops, the
+broker gives the unacknowledged messages to the next consumer: they reach the topic again.
+Unit of parallelism: one queue per task.
+
+Record mapping (both): the body → value (BYTES); the routing key → key (or the header named by
+``rabbitmq.key.header``); the other headers → extensions (text), except the broker's
+``x-stream-*``; the ``timestamp`` property (seconds) → timestamp. `RabbitMQSinkConnector` routes
+by the record key by default, so a topic copied through an exchange into a queue keeps its keys.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
+from sluice.sdk import (
+    HEADERS_TYPE,
+    TIMESTAMP_TYPE,
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    ConnectException,
+    ConnectRecord,
+    ReadLimit,
+    RecordOffset,
+    RecordPartition,
+    ReplayableSourceTask,
+    RetriableException,
+    Schema,
+    SourceConnector,
+    SourceTask,
+)
+
+_COMMON = (
+    *CONNECTION_KEYS,
+    ConfigKey("rabbitmq.queues", type="list", doc="queues to read, separated by , or ;"),
+    ConfigKey("connect.topicname", default="", doc="topic to write (default: the queue's name)"),
+    ConfigKey(
+        "rabbitmq.key.header", default="", doc="header read as the key (default: routing key)"
+    ),
+)
+STREAM_CONFIG = ConfigDef(
+    *_COMMON,
+    ConfigKey("rabbitmq.prefetch.count", type="int", default=2000, min=1, doc="consumer credit"),
+    ConfigKey(
+        "rabbitmq.stream.wait.ms",
+        type="int",
+        default=500,
+        min=1,
+        doc="how long the driver waits for the last chunk of a stream (empty streams)",
+    ),
+)
+QUEUE_CONFIG = ConfigDef(
+    *_COMMON,
+    ConfigKey(
+        "rabbitmq.prefetch.count",
+        type="int",
+        default=5000,
+        min=1,
+        doc="most unacknowledged messages held per queue (basic.qos)",
+    ),
+    # RocketMQ Connect's name for the queue
+    ConfigKey("destinationName", default="", doc="queue (RocketMQ Connect name)"),
+    ConfigKey("destinationType", default="queue", choices=("queue",), doc="RocketMQ Connect name"),
+)
+_ROWS = 5000  # records per Arrow batch read() yields
+_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
+_CHUNK_IDLE_S = 0.02  # a chunk's messages come in one burst: this quiet means it ended
+
+
+def _shares(names: list[str], max_tasks: int) -> list[list[str]]:
+    tasks = max(1, min(max_tasks, len(names)))
+    return [names[i::tasks] for i in range(tasks)]
+
+
+class _Mapping:
+    """Messages → record columns, the same for both sources."""
+
+    def __init__(self, topic: str | None, key_header: str) -> None:
+        self.topic = topic
+        self.key_header = key_header
+
+    def key(self, method: Any, headers: dict[str, Any]) -> bytes | None:
+        if self.key_header:
+            value = headers.get(self.key_header)
+            return None if value is None else header_text(value).encode()
+        return method.routing_key.encode()
+
+    def extensions(self, headers: dict[str, Any]) -> dict[str, str]:
+        return {
+            k: header_text(v)
+            for k, v in headers.items()
+            if not k.startswith("x-stream-") and k != self.key_header
+        }
+
+    def batch(self, queue: str, messages: list[tuple[Any, Any, bytes]]) -> pa.RecordBatch:
+        keys, stamps, headers = [], [], []
+        for method, props, _ in messages:
+            found = props.headers or {}
+            keys.append(self.key(method, found))
+            stamps.append(props.timestamp * 1_000_000 if props.timestamp else None)
+            headers.append(list(self.extensions(found).items()) or None)
+        n = len(messages)
+        return pa.RecordBatch.from_arrays(
+            [
+                pa.repeat(pa.scalar(self.topic or queue, pa.string()), n),
+                pa.array(keys, pa.binary()),
+                pa.array([m[2] for m in messages], pa.binary()),
+                pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
+                pa.array(headers, HEADERS_TYPE),
+            ],
+            names=["topic", "key", "value", "timestamp", "headers"],
+        )
+
+
+def _stream_offset(queue: str, props: Any) -> int:
+    offset = (props.headers or {}).get("x-stream-offset")
+    if offset is None:
+        raise ConnectException(
+            f"rabbitmq.queues: queue {queue!r} is not a stream queue (its messages carry no "
+            "x-stream-offset)",
+            suggestion="declare it with x-queue-type=stream, or read it with "
+            "RabbitMQSourceConnector",
+        )
+    return int(offset)
+
+
+class RabbitMQStreamSourceTask(ReplayableSourceTask):
+    """Reads its stream queues in exact offset ranges."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        values = STREAM_CONFIG.parse(config)
+        self.settings = Settings.of(values)
+        self.queues: list[str] = values["rabbitmq.queues"]
+        self.prefetch = values["rabbitmq.prefetch.count"]
+        self.wait_s = values["rabbitmq.stream.wait.ms"] / 1000
+        self.mapping = _Mapping(values["connect.topicname"] or None, values["rabbitmq.key.header"])
+        self._conn: Any = None
+
+    def _connection(self) -> Any:
+        if self._conn is None or not self._conn.is_open:
+            self._conn = self.settings.connect()
+        return self._conn
+
+    def _guarded(self, doing: str, fn: Any) -> Any:
+        try:
+            return fn()
+        except (ConnectException, RetriableException):
+            raise
+        except Exception as exc:
+            self._conn = None
+            raise self.settings.failure(doing, exc, name_key="rabbitmq.queues") from None
+
+    def partitions(self) -> list[RecordPartition]:
+        return [{"queue": q} for q in self.queues]
+
+    def latest(
+        self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
+    ) -> RecordOffset | None:
+        queue = partition["queue"]
+        last = self._guarded(f"finding the end of stream {queue}", lambda: self._last(queue))
+        if last is None:
+            return start
+        if start is not None and last <= start["offset"]:
+            return start
+        if limit.max_rows is not None:
+            if start is None:
+                first = self._guarded(f"reading stream {queue}", lambda: self._first(queue))
+                last = min(last, first + limit.max_rows - 1)
+            else:
+                last = min(last, start["offset"] + limit.max_rows)
+        return {"offset": last}
+
+    def _offsets(self, queue: str, where: Any, wait_s: float, idle_s: float) -> list[int]:
+        """Offsets of the messages a consumer from `where` gets until the stream goes quiet."""
+        conn = self._connection()
+        channel = conn.channel()
+        seen: list[int] = []
+
+        def on_message(ch: Any, method: Any, props: Any, _body: bytes) -> None:
+            seen.append(_stream_offset(queue, props))
+            ch.basic_ack(method.delivery_tag)  # credit for the rest of the chunk
+
+        try:
+            channel.basic_qos(prefetch_count=self.prefetch)
+            channel.basic_consume(queue, on_message, arguments={"x-stream-offset": where})
+            deadline = time.monotonic() + wait_s
+            while not seen and time.monotonic() < deadline:
+                conn.process_data_events(time_limit=min(0.05, wait_s))
+            count = -1
+            while len(seen) != count and idle_s:
+                count = len(seen)
+                conn.process_data_events(time_limit=idle_s)
+        finally:
+            if channel.is_open:
+                channel.close()
+        return seen
+
+    def _last(self, queue: str) -> int | None:
+        seen = self._offsets(queue, "last", self.wait_s, _CHUNK_IDLE_S)
+        return max(seen) if seen else None
+
+    def _first(self, queue: str) -> int:
+        return min(self._offsets(queue, "first", self.wait_s, 0))
+
+    def read(
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
+    ) -> Iterator[pa.RecordBatch]:
+        queue, stop = partition["queue"], int(end["offset"])
+        following = None if start is None else int(start["offset"]) + 1
+        # On an executor nothing retries a failed read for us, and a read cannot be restarted
+        # half-way (it already yielded): after a lost connection, consume again from the message
+        # after the last one yielded, with backoff, for up to _READ_RETRY_S.
+        deadline = time.monotonic() + _READ_RETRY_S
+        delay = 0.3
+        while following is None or following <= stop:
+            try:
+                for batch, last in self._range(queue, following, stop):
+                    yield batch
+                    following, deadline = last + 1, time.monotonic() + _READ_RETRY_S
+                return
+            except RetriableException:
+                self._conn = None
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _range(
+        self, queue: str, following: int | None, stop: int
+    ) -> Iterator[tuple[pa.RecordBatch, int]]:
+        """Batches of the messages from offset `following` (None: the first) to `stop`, each
+        with its last offset."""
+        doing = f"reading stream {queue}"
+        channel = self._guarded(doing, lambda: self._connection().channel())
+        where = "first" if following is None else following
+        messages: list[tuple[Any, Any, bytes]] = []
+        last = -1
+        try:
+            self._guarded(doing, lambda: channel.basic_qos(prefetch_count=self.prefetch))
+            stream = self._guarded(
+                doing,
+                lambda: channel.consume(
+                    queue,
+                    arguments={"x-stream-offset": where},
+                    inactivity_timeout=self.settings.timeout_s,
+                ),
+            )
+            while last < stop:
+                method, props, body = self._guarded(doing, lambda: next(stream))
+                if method is None:
+                    continue  # the range exists: wait for it (a read timeout raises)
+                offset = _stream_offset(queue, props)
+                if following is not None and last < 0 and offset > following:
+                    raise ConnectException(
+                        f"rabbitmq.queues: messages of stream {queue!r} from offset {following} "
+                        f"to {offset - 1} were removed (retention) before they were read",
+                        suggestion="raise the stream's retention, or reset the connector's offsets",
+                    )
+                if offset > stop:
+                    break
+                last = offset
+                messages.append((method, props, body))
+                if len(messages) >= _ROWS or last == stop:
+                    channel.basic_ack(method.delivery_tag, multiple=True)
+                    yield self.mapping.batch(queue, messages), last
+                    messages = []
+            if messages:
+                yield self.mapping.batch(queue, messages), last
+        finally:
+            if channel.is_open:
+                try:
+                    channel.close()
+                except Exception:
+                    self._conn = None  # a channel of a lost connection: opened again next time
+
+    def stop(self) -> None:
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+        self._conn = None
+
+
+class RabbitMQStreamSourceConnector(SourceConnector):
+    """Copies RabbitMQ stream queues (``rabbitmq.queues``) into a topic by offset, exactly once,
+    with keys (routing keys), headers and timestamps."""
+
+    config_def = STREAM_CONFIG
+    task_class = RabbitMQStreamSourceTask
+    delivery = "exactly-once"
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = STREAM_CONFIG.parse(config)
+        Settings.of(values).check_exists("rabbitmq.queues", "queue", values["rabbitmq.queues"])
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        names = STREAM_CONFIG.parse(self.config)["rabbitmq.queues"]
+        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in _shares(names, max_tasks)]
+
+    def default_read_limit(self) -> ReadLimit:
+        return ReadLimit(max_rows=100_000)
+
+    def key_schema(self) -> Schema:
+        return Schema.bytes_()
+
+    def value_schema(self) -> Schema:
+        return Schema.bytes_()
+
+
+def _queue_names(values: Mapping[str, Any]) -> list[str]:
+    names = values["rabbitmq.queues"] or (
+        [values["destinationName"]] if values["destinationName"] else []
+    )
+    if not names:
+        raise ConfigException("rabbitmq.queues", "required key is missing (or destinationName)")
+    return names
+
+
+class RabbitMQSourceTask(SourceTask):
+    """Consumes its queues with manual acks; acknowledges after the commit."""
+
+    def start(self, config: Mapping[str, str]) -> None:
+        values = QUEUE_CONFIG.parse(config)
+        self.settings = Settings.of(values)
+        self.queues = _queue_names(values)
+        self.prefetch = values["rabbitmq.prefetch.count"]
+        self.mapping = _Mapping(values["connect.topicname"] or None, values["rabbitmq.key.header"])
+        self._conn: Any = None
+        self._channels: dict[str, Any] = {}
+        self._generation = 0  # delivery tags belong to one channel: count the channels opened
+        self._arrived: list[tuple[str, Any, Any, bytes]] = []
+
+    def _open(self) -> None:
+        self._conn = self.settings.connect()
+        self._generation += 1
+        self._arrived.clear()
+        for queue in self.queues:
+            channel = self._conn.channel()
+            channel.basic_qos(prefetch_count=self.prefetch)
+            channel.basic_consume(
+                queue, lambda _ch, m, p, b, q=queue: self._arrived.append((q, m, p, b))
+            )
+            self._channels[queue] = channel
+
+    def poll(self) -> list[ConnectRecord]:
+        try:
+            if self._conn is None or not self._conn.is_open:
+                self._open()
+            self._conn.process_data_events(time_limit=0)
+        except Exception as exc:
+            self._conn = None
+            raise self.settings.failure("consuming", exc, name_key="rabbitmq.queues") from None
+        arrived, self._arrived = self._arrived, []
+        records = []
+        for queue, method, props, body in arrived:
+            found = props.headers or {}
+            records.append(
+                ConnectRecord(
+                    value=body,
+                    key=self.mapping.key(method, found),
+                    partition={"queue": queue},
+                    offset={"tag": method.delivery_tag, "channel": self._generation},
+                    timestamp=datetime.fromtimestamp(props.timestamp, UTC)
+                    if props.timestamp
+                    else None,
+                    extensions=self.mapping.extensions(found),
+                    topic=self.mapping.topic or queue,
+                )
+            )
+        return records
+
+    def commit(self, records: list[ConnectRecord]) -> None:
+        last: dict[str, int] = {}
+        for record in records:
+            offset, queue = record.offset or {}, (record.partition or {}).get("queue")
+            if offset.get("channel") == self._generation and queue in self._channels:
+                last[queue] = max(last.get(queue, 0), int(offset["tag"]))
+        # Commits come in poll order, so every tag up to the last one is committed. A tag of a
+        # channel since lost is not acknowledged: the broker gives that message again.
+        for queue, tag in last.items():
+            try:
+                self._channels[queue].basic_ack(tag, multiple=True)
+            except Exception:
+                self._conn = None  # the next poll opens a new connection
+
+    def stop(self) -> None:
+        if self._conn is not None and self._conn.is_open:
+            self._conn.close()
+        self._conn = None
+
+
+class RabbitMQSourceConnector(SourceConnector):
+    """Consumes RabbitMQ queues (``rabbitmq.queues``) with manual acks after the commit:
+    at-least-once, at most ``rabbitmq.prefetch.count`` unacknowledged messages per queue."""
+
+    config_def = QUEUE_CONFIG
+    task_class = RabbitMQSourceTask
+
+    def validate(self, config: Mapping[str, str]) -> None:
+        values = QUEUE_CONFIG.parse(config)
+        key = "rabbitmq.queues" if values["rabbitmq.queues"] else "destinationName"
+        Settings.of(values).check_exists(key, "queue", _queue_names(values))
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        names = _queue_names(QUEUE_CONFIG.parse(self.config))
+        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in _shares(names, max_tasks)]
+
+    def key_schema(self) -> Schema:
+        return Schema.bytes_()
+
+    def value_schema(self) -> Schema:
+        return Schema.bytes_()
+
+
+__all__ = [
+    "RabbitMQSourceConnector",
+    "RabbitMQSourceTask",
+    "RabbitMQStreamSourceConnector",
+    "RabbitMQStreamSourceTask",
+]
