@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import collections
 import os
-import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.children import kill9, start_child
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
@@ -35,20 +34,7 @@ ROUNDS = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 
 
 def _start(root: Path, url: str, stream: str, queue: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), url, stream, queue],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # kill -9 of the group takes the JVM down with it
-    )
-
-
-def _kill9(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    return start_child(CHILD, [str(root), url, stream, queue], log)
 
 
 def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
@@ -82,7 +68,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
             )
             assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
         finally:
-            _kill9(proc)
+            kill9(proc)
         kills.append((client.xlen(copy), ELEMENTS - client.llen(queue)))
     taken_at_kill = client.llen(f"{queue}:sluice-processing:jobs-in")
     assert all(0 < c < ENTRIES for c, _ in kills), kills
@@ -103,7 +89,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
         )
         assert proc.poll() is None, f"child failed:\n{out.read_text()[-4000:]}"
     finally:
-        _kill9(proc)
+        kill9(proc)
 
     entries = client.xrange(copy)
     seqs = collections.Counter(int(f[b"seq"]) for _, f in entries)

@@ -255,7 +255,7 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
         channel = self._guarded(doing, lambda: self._connection().channel())
         where = "first" if following is None else following
         messages: list[tuple[Any, Any, bytes]] = []
-        last = -1
+        last, credit = -1, max(1, self.prefetch // 2)
         try:
             self._guarded(doing, lambda: channel.basic_qos(prefetch_count=self.prefetch))
             stream = self._guarded(
@@ -281,8 +281,9 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
                     break
                 last = offset
                 messages.append((method, props, body))
-                if len(messages) >= _ROWS or last == stop:
+                if len(messages) % credit == 0:  # acks are a stream consumer's credit
                     channel.basic_ack(method.delivery_tag, multiple=True)
+                if len(messages) >= _ROWS or last == stop:
                     yield self.mapping.batch(queue, messages), last
                     messages = []
             if messages:
