@@ -53,7 +53,6 @@ from sluice.sdk import (
 
 _COMMON = (
     *CONNECTION_KEYS,
-    ConfigKey("rabbitmq.queues", type="list", doc="queues to read, separated by , or ;"),
     ConfigKey("connect.topicname", default="", doc="topic to write (default: the queue's name)"),
     ConfigKey(
         "rabbitmq.key.header", default="", doc="header read as the key (default: routing key)"
@@ -61,6 +60,7 @@ _COMMON = (
 )
 STREAM_CONFIG = ConfigDef(
     *_COMMON,
+    ConfigKey("rabbitmq.queues", type="list", doc="stream queues, separated by , or ;"),
     ConfigKey("rabbitmq.prefetch.count", type="int", default=2000, min=1, doc="consumer credit"),
     ConfigKey(
         "rabbitmq.stream.wait.ms",
@@ -72,11 +72,12 @@ STREAM_CONFIG = ConfigDef(
 )
 QUEUE_CONFIG = ConfigDef(
     *_COMMON,
+    ConfigKey("rabbitmq.queues", type="list", default="", doc="queues, separated by , or ;"),
     ConfigKey(
         "rabbitmq.prefetch.count",
         type="int",
         default=5000,
-        min=1,
+        min=2,
         doc="most unacknowledged messages held per queue (basic.qos)",
     ),
     # RocketMQ Connect's name for the queue
@@ -301,6 +302,23 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
         self._conn = None
 
 
+def _check_stream(connection: Any, settings: Settings, queue: str) -> None:
+    """`queue` is a stream queue: the broker refuses an ``x-stream-offset`` consumer on others."""
+    channel = connection.channel()
+    try:
+        channel.basic_qos(prefetch_count=1)
+        tag = channel.basic_consume(queue, lambda *_: None, arguments={"x-stream-offset": "next"})
+        channel.basic_cancel(tag)
+        channel.close()
+    except Exception as exc:
+        raise ConfigException(
+            "rabbitmq.queues",
+            f"queue {queue!r} on {settings.where} is not a stream queue ({exc!r})",
+            suggestion="declare it with x-queue-type=stream, or read it with "
+            "RabbitMQSourceConnector",
+        ) from None
+
+
 class RabbitMQStreamSourceConnector(SourceConnector):
     """Copies RabbitMQ stream queues (``rabbitmq.queues``) into a topic by offset, exactly once,
     with keys (routing keys), headers and timestamps."""
@@ -311,7 +329,14 @@ class RabbitMQStreamSourceConnector(SourceConnector):
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)
-        Settings.of(values).check_exists("rabbitmq.queues", "queue", values["rabbitmq.queues"])
+        settings = Settings.of(values)
+        settings.check_exists("rabbitmq.queues", "queue", values["rabbitmq.queues"])
+        connection = settings.probe()
+        try:
+            for queue in values["rabbitmq.queues"]:
+                _check_stream(connection, settings, queue)
+        finally:
+            connection.close()
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = STREAM_CONFIG.parse(self.config)["rabbitmq.queues"]
@@ -344,6 +369,7 @@ class RabbitMQSourceTask(SourceTask):
         self.settings = Settings.of(values)
         self.queues = _queue_names(values)
         self.prefetch = values["rabbitmq.prefetch.count"]
+        self.take = max(1, self.prefetch // 2)
         self.mapping = _Mapping(values["connect.topicname"] or None, values["rabbitmq.key.header"])
         self._conn: Any = None
         self._channels: dict[str, Any] = {}
@@ -370,7 +396,10 @@ class RabbitMQSourceTask(SourceTask):
         except Exception as exc:
             self._conn = None
             raise self.settings.failure("consuming", exc, name_key="rabbitmq.queues") from None
-        arrived, self._arrived = self._arrived, []
+        # At most half the prefetch per poll: the broker sends no more than the prefetch
+        # unacknowledged, and the messages of a micro-batch are acknowledged only when Spark plans
+        # the next one, which needs records — the other half, waiting here.
+        arrived, self._arrived = self._arrived[: self.take], self._arrived[self.take :]
         records = []
         for queue, method, props, body in arrived:
             found = props.headers or {}
