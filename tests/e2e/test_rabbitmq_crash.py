@@ -9,7 +9,7 @@ crash-rabbitmq` runs three rounds). Then:
 - topic → exchange is at-least-once: the copy (a queue bound to the exchange) holds every record,
   and a record published twice (its micro-batch replayed) carries the same `message_id` both times;
 - the classic queue is at-least-once: every message reached the topic; one may be there twice only
-  if it was delivered but not acknowledged when the process died (at most two polls of 500: the
+  if it was delivered but not acknowledged when the process died (at most two polls of 250: the
   micro-batch in flight and the one before it, acknowledged only when Spark plans the next).
 """
 
@@ -31,7 +31,7 @@ from tests.servers import ensure
 pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("rabbitmq_child.py")
-ENTRIES, ELEMENTS, PREFETCH = 10_000, 5_000, 500
+ENTRIES, ELEMENTS, PREFETCH = 4_000, 2_000, 500
 ROUNDS = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 
 
