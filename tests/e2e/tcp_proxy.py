@@ -39,10 +39,8 @@ class TcpProxy:
             sockets, self._open = self._open, []
         for s in sockets:
             with contextlib.suppress(OSError):
-                s.setsockopt(
-                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
-                )
-                s.close()
+                s.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv
+            s.close()
 
     def _accept(self, server: socket.socket) -> None:
         while True:
