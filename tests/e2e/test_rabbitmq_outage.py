@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import collections
 import json
-import time
 import uuid
 
 import pytest
 
 from tests.conftest import wait_until
+from tests.e2e.outage import healthy, ride_out
 from tests.e2e.tcp_proxy import TcpProxy
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
@@ -94,24 +94,12 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
         assert count(copy) < FIRST, "the copy finished before the outage: make it bigger"
         assert topic_count(root, "jobs") < FIRST, "the queue drained before the outage"
         proxy.cut()
-        until = time.monotonic() + OUTAGE_S
-
-        def over() -> bool:
-            for running in runner.running.values():
-                failure = running.failure()
-                assert failure is None, f"{running.name} failed during the outage: {failure[0]}"
-            return time.monotonic() >= until
-
-        try:
-            wait_until(over, OUTAGE_S + 30, "the end of the outage", every=0.5)
-        finally:
-            proxy.restore()
+        ride_out(runner, OUTAGE_S, proxy.restore)
         publish(FIRST, MORE)
         total = FIRST + MORE
 
         def done() -> bool:
-            for running in runner.running.values():
-                assert running.failure() is None, running.failure()
+            healthy(runner)
             jobs = {r["value"] for r in topic_rows(root, "jobs")}
             return (
                 topic_count(root, "events") >= total and count(copy) >= total and len(jobs) >= total

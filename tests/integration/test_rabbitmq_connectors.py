@@ -22,6 +22,7 @@ from sluice.connectors.rabbitmq import (
 from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
+from tests.e2e.outage import healthy
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
@@ -68,11 +69,6 @@ def _exchange(channel, name: str, kind: str = "fanout") -> str:
     channel.exchange_declare(name, kind, durable=True)
     channel.made.append(("exchange", name))
     return name
-
-
-def _healthy(runner: ConnectorRunner) -> None:
-    for running in runner.running.values():
-        assert running.failure() is None, running.failure()
 
 
 def _body(i: int) -> bytes:
@@ -148,13 +144,13 @@ def test_stream_and_queue_in_exchange_out(
     copied: list[tuple] = []
 
     def done() -> bool:
-        _healthy(runner)
+        healthy(runner)
         copied.extend(_drain(channel, copy))
         return len(copied) >= N - N // 50 and topic_count(root, "jobs") >= N
 
     wait_until(done, 240, "the copies", every=0.5)
     wait_until(lambda: topic_count(root, "unroutable") == N // 50, 60, "the dead letters")
-    _healthy(runner)
+    healthy(runner)
 
     # the stream: each message once in the topic, in offset order, mapped
     rows = [{**r, "headers": json.loads(r["headers"] or "{}")} for r in topic_rows(root, "events")]

@@ -15,6 +15,7 @@ from sluice.connectors.redis.source import RedisListSourceConnector
 from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
+from tests.e2e.outage import healthy
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
@@ -45,11 +46,6 @@ def client(url: str):
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{TAG}{uuid.uuid4().hex[:4]}"
-
-
-def _healthy(runner: ConnectorRunner) -> None:
-    for running in runner.running.values():
-        assert running.failure() is None, running.failure()
 
 
 def _value(i: int) -> bytes:
@@ -141,12 +137,12 @@ def test_stream_to_stream_list_strings_and_hash(
     assert client.xlen(stream) == N
 
     def done() -> bool:
-        _healthy(runner)
+        healthy(runner)
         return client.xlen(f"{stream}-copy") >= N and client.llen(f"{stream}-list") >= N
 
     wait_until(done, 240, f"{N} entries in the copies", every=0.5)
     wait_until(lambda: client.hlen(f"{stream}-hash") == 50, 60, "the hash", every=0.5)
-    _healthy(runner)
+    healthy(runner)
 
     # stream: every entry once, fields intact (the key only where there was one), each key's
     # entries in order (records are spread over the topic's queues by key)
@@ -207,7 +203,7 @@ def test_list_drained_as_a_queue(runner: ConnectorRunner, client, url: str, tmp_
     )
     root = tmp_path / "store"
     wait_until(
-        lambda: _healthy(runner) or topic_count(root, queue) >= N, 120, "the queue", every=0.5
+        lambda: healthy(runner) or topic_count(root, queue) >= N, 120, "the queue", every=0.5
     )
     processing = f"{queue}:sluice-processing:lin"
     # acknowledged after the commit: Spark lets a source commit a micro-batch when it plans the

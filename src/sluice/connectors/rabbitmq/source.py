@@ -32,10 +32,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._sources import shares, source_batch
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
 from sluice.sdk import (
-    HEADERS_TYPE,
-    TIMESTAMP_TYPE,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -89,11 +88,6 @@ _READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 _CHUNK_IDLE_S = 0.02  # a chunk's messages come in one burst: this quiet means it ended
 
 
-def _shares(names: list[str], max_tasks: int) -> list[list[str]]:
-    tasks = max(1, min(max_tasks, len(names)))
-    return [names[i::tasks] for i in range(tasks)]
-
-
 class _Mapping:
     """Messages → record columns, the same for both sources."""
 
@@ -121,17 +115,8 @@ class _Mapping:
             keys.append(self.key(method, found))
             stamps.append(props.timestamp * 1_000_000 if props.timestamp else None)
             headers.append(list(self.extensions(found).items()) or None)
-        n = len(messages)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.topic or queue, pa.string()), n),
-                pa.array(keys, pa.binary()),
-                pa.array([m[2] for m in messages], pa.binary()),
-                pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
-                pa.array(headers, HEADERS_TYPE),
-            ],
-            names=["topic", "key", "value", "timestamp", "headers"],
-        )
+        values = [m[2] for m in messages]
+        return source_batch(self.topic or queue, keys, values, stamps, headers)
 
 
 def _stream_offset(queue: str, props: Any) -> int:
@@ -340,7 +325,7 @@ class RabbitMQStreamSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = STREAM_CONFIG.parse(self.config)["rabbitmq.queues"]
-        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in shares(names, max_tasks)]
 
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_rows=100_000)
@@ -393,6 +378,9 @@ class RabbitMQSourceTask(SourceTask):
             if self._conn is None or not self._conn.is_open:
                 self._open()
             self._conn.process_data_events(time_limit=0)
+        except ConnectException:  # from connecting: already ours
+            self._conn = None
+            raise
         except Exception as exc:
             self._conn = None
             raise self.settings.failure("consuming", exc, name_key="rabbitmq.queues") from None
@@ -452,7 +440,7 @@ class RabbitMQSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = _queue_names(QUEUE_CONFIG.parse(self.config))
-        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in shares(names, max_tasks)]
 
     def key_schema(self) -> Schema:
         return Schema.bytes_()
