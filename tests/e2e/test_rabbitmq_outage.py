@@ -27,7 +27,7 @@ from tests.servers import ensure
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 OUTAGE_S = 20.0
-FIRST, MORE = 3000, 1000
+FIRST, MORE = 2000, 500
 
 
 def test_server_away_for_20_s(runner, tmp_path) -> None:

@@ -28,7 +28,7 @@ from tests.servers import ensure
 
 pytestmark = pytest.mark.spark
 
-N = 1500
+N = 1000
 ROCKETMQ_CLASS = "org.apache.rocketmq.connect.rabbitmq.connector.RabbitmqSourceConnector"
 TAG = uuid.uuid4().hex[:8]  # in every name this module declares, so that it can remove them
 
