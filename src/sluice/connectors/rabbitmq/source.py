@@ -177,7 +177,7 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
                 last = min(last, start["offset"] + limit.max_rows)
         return {"offset": last}
 
-    def _offsets(self, queue: str, where: Any, wait_s: float, idle_s: float) -> list[int]:
+    def _offsets(self, queue: str, where: Any, idle_s: float, prefetch: int) -> list[int]:
         """Offsets of the messages a consumer from `where` gets until the stream goes quiet."""
         conn = self._connection()
         channel = conn.channel()
@@ -185,29 +185,39 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
 
         def on_message(ch: Any, method: Any, props: Any, _body: bytes) -> None:
             seen.append(_stream_offset(queue, props))
-            ch.basic_ack(method.delivery_tag)  # credit for the rest of the chunk
+            if idle_s:
+                ch.basic_ack(method.delivery_tag)  # credit for the rest of the chunk
 
         try:
-            channel.basic_qos(prefetch_count=self.prefetch)
+            channel.basic_qos(prefetch_count=prefetch)
             channel.basic_consume(queue, on_message, arguments={"x-stream-offset": where})
-            deadline = time.monotonic() + wait_s
+            deadline = time.monotonic() + self.wait_s
             while not seen and time.monotonic() < deadline:
-                conn.process_data_events(time_limit=min(0.05, wait_s))
+                conn.process_data_events(time_limit=min(0.05, self.wait_s))
             count = -1
             while len(seen) != count and idle_s:
                 count = len(seen)
                 conn.process_data_events(time_limit=idle_s)
         finally:
-            if channel.is_open:
-                channel.close()
+            self._close(channel)
         return seen
 
+    def _close(self, channel: Any) -> None:
+        # pika rejects the messages it received but did not hand over yet when a consumer is
+        # cancelled, and a stream queue answers a reject by closing the connection: harmless
+        # here (the stream keeps its messages), so the connection is just opened again.
+        try:
+            if channel.is_open:
+                channel.close()
+        except Exception:
+            self._conn = None
+
     def _last(self, queue: str) -> int | None:
-        seen = self._offsets(queue, "last", self.wait_s, _CHUNK_IDLE_S)
+        seen = self._offsets(queue, "last", _CHUNK_IDLE_S, self.prefetch)
         return max(seen) if seen else None
 
     def _first(self, queue: str) -> int:
-        return min(self._offsets(queue, "first", self.wait_s, 0))
+        return min(self._offsets(queue, "first", 0, 1))
 
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
@@ -275,11 +285,7 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
             if messages:
                 yield self.mapping.batch(queue, messages), last
         finally:
-            if channel.is_open:
-                try:
-                    channel.close()
-                except Exception:
-                    self._conn = None  # a channel of a lost connection: opened again next time
+            self._close(channel)
 
     def stop(self) -> None:
         if self._conn is not None and self._conn.is_open:
