@@ -7,7 +7,10 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+from tests.conftest import wait_until
 
 REPO = Path(__file__).parents[2]
 
@@ -29,3 +32,15 @@ def kill9(proc: subprocess.Popen) -> None:
     """SIGKILL to the child's whole process group, then reap it."""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
+
+
+def run_then_kill(
+    proc: subprocess.Popen, until: Callable[[], bool], log: Path, *, timeout: float, what: str
+) -> None:
+    """Let the child run until `until()` holds, then kill -9 it; a child that exits first failed
+    (its log's tail says why)."""
+    try:
+        wait_until(lambda: proc.poll() is not None or until(), timeout, what, every=0.05)
+        assert proc.poll() is None, f"child exited early:\n{log.read_text()[-4000:]}"
+    finally:
+        kill9(proc)

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.e2e.children import kill9, start_child
+from tests.e2e.children import run_then_kill, start_child
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
@@ -72,42 +71,28 @@ def test_kill_9_stream_exactly_once_queue_at_least_once(tmp_path: Path) -> None:
     kills = []
     try:
         for round_ in range(ROUNDS):
-            proc = start_child(CHILD, args, out)
             share = (round_ + 1) / (ROUNDS + 1)
-            try:
-                wait_until(
-                    lambda p=proc, s=share: (
-                        p.poll() is not None
-                        or (count(copy) >= ENTRIES * s * 0.4 and count(queue) < ELEMENTS)
-                    ),
-                    300,
-                    "both mid-way",
-                    every=0.05,
-                )
-                assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
-            finally:
-                kill9(proc)
+            run_then_kill(
+                start_child(CHILD, args, out),
+                lambda s=share: count(copy) >= ENTRIES * s * 0.4 and count(queue) < ELEMENTS,
+                out,
+                timeout=300,
+                what="both mid-way",
+            )
             kills.append((count(copy), ELEMENTS - count(queue)))
         assert all(0 < c < ENTRIES for c, _ in kills), kills
 
-        proc = start_child(CHILD, args, out)
-        try:
-            wait_until(
-                lambda: (
-                    proc.poll() is not None
-                    or (
-                        topic_count(root, "events") >= ENTRIES
-                        and count(copy) >= ENTRIES
-                        and len({r["value"] for r in topic_rows(root, "jobs")}) >= ELEMENTS
-                    )
-                ),
-                600,
-                "everything after the restart",
-                every=0.5,
-            )
-            assert proc.poll() is None, f"child failed:\n{out.read_text()[-4000:]}"
-        finally:
-            kill9(proc)
+        run_then_kill(
+            start_child(CHILD, args, out),
+            lambda: (
+                topic_count(root, "events") >= ENTRIES
+                and count(copy) >= ENTRIES
+                and len({r["value"] for r in topic_rows(root, "jobs")}) >= ELEMENTS
+            ),
+            out,
+            timeout=600,
+            what="everything after the restart",
+        )
 
         # the topic: each stream message once, intact
         events = topic_rows(root, "events")

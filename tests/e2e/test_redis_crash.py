@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
-from tests.e2e.children import kill9, start_child
+from tests.e2e.children import run_then_kill, start_child
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
@@ -56,40 +55,29 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
     for round_ in range(ROUNDS):
         proc = _start(root, url, stream, queue, out)
         share = (round_ + 1) / (ROUNDS + 1)
-        try:
-            wait_until(
-                lambda p=proc, s=share: (
-                    p.poll() is not None
-                    or (client.xlen(copy) >= ENTRIES * s * 0.4 and client.llen(queue) < ELEMENTS)
-                ),
-                300,
-                "both mid-way",
-                every=0.05,
-            )
-            assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
-        finally:
-            kill9(proc)
+        run_then_kill(
+            proc,
+            lambda s=share: (
+                client.xlen(copy) >= ENTRIES * s * 0.4 and client.llen(queue) < ELEMENTS
+            ),
+            out,
+            timeout=300,
+            what="both mid-way",
+        )
         kills.append((client.xlen(copy), ELEMENTS - client.llen(queue)))
     taken_at_kill = client.llen(f"{queue}:sluice-processing:jobs-in")
     assert all(0 < c < ENTRIES for c, _ in kills), kills
 
-    proc = _start(root, url, stream, queue, out)
-    try:
-        wait_until(
-            lambda: (
-                proc.poll() is not None
-                or (
-                    client.xlen(copy) >= ENTRIES
-                    and len({r["value"] for r in topic_rows(root, "jobs")}) >= ELEMENTS
-                )
-            ),
-            600,
-            "everything after the restart",
-            every=0.5,
-        )
-        assert proc.poll() is None, f"child failed:\n{out.read_text()[-4000:]}"
-    finally:
-        kill9(proc)
+    run_then_kill(
+        _start(root, url, stream, queue, out),
+        lambda: (
+            client.xlen(copy) >= ENTRIES
+            and len({r["value"] for r in topic_rows(root, "jobs")}) >= ELEMENTS
+        ),
+        out,
+        timeout=600,
+        what="everything after the restart",
+    )
 
     entries = client.xrange(copy)
     seqs = collections.Counter(int(f[b"seq"]) for _, f in entries)
