@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ crash-redis: $(STAMP)
 # once, with 30,000 records): each table holds each record once, every version/snapshot reads.
 crash-lake: $(STAMP)
 	SLUICE_LAKE_RECORDS=1000000 SLUICE_CRASH_ROUNDS=2 $(VENV)/bin/pytest tests/e2e/test_lake_crash.py -s --timeout 3600
+
+# kill -9 of a RabbitMQ stream → topic → exchange and queue → topic worker three times (the suite
+# kills once), on the RabbitMQ of scripts/servers.sh (started if needed).
+crash-rabbitmq: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_rabbitmq_crash.py -s
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.children import kill9, start_child
 from tests.e2e.lake_child import targets
 from tests.integration.lake_data import fill, iceberg_table
 
@@ -34,15 +34,7 @@ BATCH_ROWS = max(1000, RECORDS // 40)
 
 
 def _start(root: Path, lake: Path, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), str(lake), str(BATCH_ROWS)],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # kill -9 of the group takes the JVM down with it
-    )
+    return start_child(CHILD, [str(root), str(lake), str(BATCH_ROWS)], log)
 
 
 def _ids(kind: str, where: dict[str, str]) -> pa.ChunkedArray:
@@ -97,8 +89,7 @@ def test_kill_9_during_commits_each_record_once_every_version_readable(tmp_path:
             )
             assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
         finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(30)
+            kill9(proc)
         kills.append(_counts(lake))
     # the three queries run at their own pace: each had committed some, not all had finished
     assert all(n > 0 for k in kills for n in k.values()), kills

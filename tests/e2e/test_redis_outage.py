@@ -14,13 +14,13 @@ import collections
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import wait_until
 from tests.e2e.orphans import spawn
+from tests.e2e.outage import healthy, ride_out
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -122,18 +122,7 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
         wait_until(lambda: copied() > 0, 180, "the copy to start", every=0.2)
         assert copied() < FIRST, "the copy finished before the outage: make it bigger"
         server.stop()
-        until = time.monotonic() + OUTAGE_S
-
-        def over() -> bool:
-            for running in runner.running.values():
-                failure = running.failure()
-                assert failure is None, f"{running.name} failed during the outage: {failure[0]}"
-            return time.monotonic() >= until
-
-        try:
-            wait_until(over, OUTAGE_S + 30, "the end of the outage", every=0.5)
-        finally:
-            server.start()
+        ride_out(runner, OUTAGE_S, server.start)
         client = redis.Redis(port=server.port)
         pipe = client.pipeline(transaction=False)
         for i in range(FIRST, FIRST + MORE):
@@ -141,8 +130,7 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
         pipe.execute()
 
         def done() -> bool:
-            for running in runner.running.values():
-                assert running.failure() is None, running.failure()
+            healthy(runner)
             return copied() >= FIRST + MORE
 
         wait_until(done, 300, "the whole stream", every=0.5)

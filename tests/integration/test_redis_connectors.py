@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from sluice.bus.embedded import EmbeddedLog
 from sluice.connectors.redis import RedisSinkConnector, RedisStreamSourceConnector
 from sluice.connectors.redis.source import RedisListSourceConnector
 from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
+from tests.e2e.outage import healthy
+from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
 pytestmark = pytest.mark.spark
@@ -45,21 +46,6 @@ def client(url: str):
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{TAG}{uuid.uuid4().hex[:4]}"
-
-
-def _topic_count(root: Path, topic: str) -> int:
-    log = EmbeddedLog(root / "bus")
-    try:
-        if not log.topic_exists(topic):
-            return 0
-        return sum(r.max_offset for r in log.offsets(topic).values())
-    finally:
-        log.close()
-
-
-def _healthy(runner: ConnectorRunner) -> None:
-    for running in runner.running.values():
-        assert running.failure() is None, running.failure()
 
 
 def _value(i: int) -> bytes:
@@ -151,12 +137,12 @@ def test_stream_to_stream_list_strings_and_hash(
     assert client.xlen(stream) == N
 
     def done() -> bool:
-        _healthy(runner)
+        healthy(runner)
         return client.xlen(f"{stream}-copy") >= N and client.llen(f"{stream}-list") >= N
 
     wait_until(done, 240, f"{N} entries in the copies", every=0.5)
     wait_until(lambda: client.hlen(f"{stream}-hash") == 50, 60, "the hash", every=0.5)
-    _healthy(runner)
+    healthy(runner)
 
     # stream: every entry once, fields intact (the key only where there was one), each key's
     # entries in order (records are spread over the topic's queues by key)
@@ -187,10 +173,10 @@ def test_stream_to_stream_list_strings_and_hash(
     )
     keyless = sum(1 for i in range(N) if i % 3 == 0)
     root = tmp_path / "store"
-    wait_until(lambda: _topic_count(root, f"{stream}-hash-dlq") == keyless, 60, "dead letters")
-    assert _topic_count(root, f"{stream}-stream-dlq") == 0
+    wait_until(lambda: topic_count(root, f"{stream}-hash-dlq") == keyless, 60, "dead letters")
+    assert topic_count(root, f"{stream}-stream-dlq") == 0
     # the topic holds each entry once, and the source's timestamps came from the entry ids
-    assert _topic_count(tmp_path / "store", stream) == N
+    assert topic_count(tmp_path / "store", stream) == N
     assert source_ids[0].decode().split("-")[0].isdigit()
 
     # entries added while it runs are copied too
@@ -217,7 +203,7 @@ def test_list_drained_as_a_queue(runner: ConnectorRunner, client, url: str, tmp_
     )
     root = tmp_path / "store"
     wait_until(
-        lambda: _healthy(runner) or _topic_count(root, queue) >= N, 120, "the queue", every=0.5
+        lambda: healthy(runner) or topic_count(root, queue) >= N, 120, "the queue", every=0.5
     )
     processing = f"{queue}:sluice-processing:lin"
     # acknowledged after the commit: Spark lets a source commit a micro-batch when it plans the
@@ -226,16 +212,7 @@ def test_list_drained_as_a_queue(runner: ConnectorRunner, client, url: str, tmp_
     client.lpush(queue, "one more")  # the next micro-batch acknowledges the previous ones
     wait_until(lambda: client.llen(processing) <= 1, 60, "the acknowledgements", every=0.2)
     assert client.llen(queue) == 0
-    log = EmbeddedLog(root / "bus")
-    try:
-        values = [
-            row["value"]
-            for q, r in sorted(log.offsets(queue).items())
-            for _, batch in log.read(queue, q, r.min_offset, r.max_offset)
-            for row in batch.to_pylist()
-        ]
-    finally:
-        log.close()
+    values = [row["value"] for row in topic_rows(root, queue)]
     # one source partition, one queue: in order, once
     assert values[:N] == [f"job {i} ä".encode() for i in range(N)]
     assert values[N:] in ([], [b"one more"])

@@ -24,6 +24,11 @@ from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
 from sluice.connectors.lake import DeltaSinkConnector, IcebergSinkConnector, ParquetSinkConnector
+from sluice.connectors.rabbitmq import (
+    RabbitMQSinkConnector,
+    RabbitMQSourceConnector,
+    RabbitMQStreamSourceConnector,
+)
 from sluice.connectors.redis import (
     RedisListSourceConnector,
     RedisSinkConnector,
@@ -85,6 +90,16 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "ParquetSinkConnector": ParquetSinkConnector,
     "DeltaSinkConnector": DeltaSinkConnector,
     "IcebergSinkConnector": IcebergSinkConnector,
+    "RabbitMQStreamSourceConnector": RabbitMQStreamSourceConnector,
+    "RabbitMQSourceConnector": RabbitMQSourceConnector,
+    "RabbitMQSinkConnector": RabbitMQSinkConnector,
+    # RocketMQ Connect has a (JMS) source only, under two spellings; no sink
+    "org.apache.rocketmq.connect.rabbitmq.connector.RabbitmqSourceConnector": (
+        RabbitMQSourceConnector
+    ),
+    "org.apache.rocketmq.connect.rabbitmq.connector.RabbitMQSourceConnector": (
+        RabbitMQSourceConnector
+    ),
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

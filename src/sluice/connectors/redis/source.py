@@ -28,10 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._sources import shares, source_batch
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
-    HEADERS_TYPE,
-    TIMESTAMP_TYPE,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -101,11 +100,6 @@ def _id(raw: bytes | str) -> tuple[int, int]:
     text = raw.decode() if isinstance(raw, bytes) else raw
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _shares(names: list[str], max_tasks: int) -> list[list[str]]:
-    tasks = max(1, min(max_tasks, len(names)))
-    return [names[i::tasks] for i in range(tasks)]
 
 
 class RedisStreamSourceTask(ReplayableSourceTask):
@@ -227,17 +221,7 @@ class RedisStreamSourceTask(ReplayableSourceTask):
                         suggestion="put binary data in the stream.value.field field",
                     ) from None
             headers.append(pairs or None)
-        n = len(entries)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.topic or stream, pa.string()), n),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
-                pa.array(headers, HEADERS_TYPE),
-            ],
-            names=["topic", "key", "value", "timestamp", "headers"],
-        )
+        return source_batch(self.topic or stream, keys, values, stamps, headers)
 
     def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
         """Entries after the position. Counted server-side on the shorter side: the entries
@@ -301,7 +285,7 @@ class RedisStreamSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = STREAM_CONFIG.parse(self.config)["redis.streams"]
-        return [{**self.config, "redis.streams": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "redis.streams": ",".join(s)} for s in shares(names, max_tasks)]
 
     def default_read_limit(self) -> ReadLimit:
         # finding the end id of a range walks the stream server-side: keep a batch moderate
@@ -410,7 +394,7 @@ class RedisListSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = LIST_CONFIG.parse(self.config)["redis.lists"]
-        return [{**self.config, "redis.lists": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "redis.lists": ",".join(s)} for s in shares(names, max_tasks)]
 
     def key_schema(self) -> Schema:
         return Schema.bytes_()

@@ -1,0 +1,72 @@
+"""A TCP proxy a test can cut and restore: while cut, connections through it are reset and new
+ones refused, as if the server behind it were down — without stopping a server other tests
+share."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:`port` to `target` (host, port) until `cut()`; `restore()` listens again
+    on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._lock = threading.Lock()
+        self._open: list[socket.socket] = []
+        self._server: socket.socket | None = None
+        self.port = 0
+        self.restore()
+
+    def restore(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self.port = server.getsockname()[1]
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def cut(self) -> None:
+        """Refuse new connections and reset the open ones."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        with self._lock:
+            sockets, self._open = self._open, []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv
+            s.close()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # cut
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (source, sink):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)

@@ -1,0 +1,127 @@
+"""RabbitMQ unreachable for 20 s in the middle of a stream → topic → exchange copy and a queue
+drain: the connectors stay up, back off, resume, and lose nothing.
+
+The server is shared by other tests, so it is not stopped: the connectors reach it through a TCP
+proxy (`tcp_proxy.TcpProxy`) that is cut for 20 s — every open connection reset, new ones refused,
+which is what a stopped server looks like from the client. While it is cut, the stream source's
+`latest` and the queue source's `poll` raise `RetriableException` and the driver retries them with
+backoff (`errors.retry.*`), the sink retries its publishes the same way, and the stream source's
+`read` waits for the server on the executor. After it: the topic holds each stream message once,
+the copy every record (a repeat under the same `message_id`), the queue's topic every message.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import uuid
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.outage import healthy, ride_out
+from tests.e2e.tcp_proxy import TcpProxy
+from tests.e2e.topics import topic_count, topic_rows
+from tests.servers import ensure
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+OUTAGE_S = 20.0
+FIRST, MORE = 2000, 500
+
+
+def test_server_away_for_20_s(runner, tmp_path) -> None:
+    import pika
+
+    host, port = ensure("rabbitmq").split(":")
+    direct = f"amqp://guest:guest@{host}:{port}/%2F"
+    proxy = TcpProxy((host, int(port)))
+    connection = pika.BlockingConnection(pika.URLParameters(direct))
+    ch = connection.channel()
+    tag = uuid.uuid4().hex[:8]
+    stream, queue, exchange, copy = (f"{n}-{tag}" for n in ("away", "jobs", "out", "copy"))
+    ch.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+    ch.queue_declare(queue, durable=True)
+    ch.exchange_declare(exchange, "fanout", durable=True)
+    ch.queue_declare(copy, durable=True)
+    ch.queue_bind(copy, exchange)
+
+    def publish(first: int, n: int) -> None:
+        for i in range(first, first + n):
+            props = pika.BasicProperties(headers={"seq": str(i)}, delivery_mode=2)
+            ch.basic_publish("", stream, f"é {i}".encode(), props)
+            ch.basic_publish("", queue, f"job {i}".encode(), props)
+
+    def count(name: str) -> int:
+        return ch.queue_declare(name, passive=True).method.message_count
+
+    publish(0, FIRST)
+    root = tmp_path / "store"
+    retry = {"errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "1000"}
+    raw = {"rabbitmq.url": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"}
+    raw |= {"rabbitmq.timeout.ms": "1000", "value.converter": "ByteArrayConverter", **retry}
+    try:
+        runner.start(
+            "in",
+            {
+                **raw,
+                "connector.class": "RabbitMQStreamSourceConnector",
+                "rabbitmq.queues": stream,
+                "connect.topicname": "events",
+                "read.max.rows": "300",
+            },
+        )
+        runner.start(
+            "out",
+            {
+                **raw,
+                "connector.class": "RabbitMQSinkConnector",
+                "connect.topicnames": "events",
+                "rabbitmq.exchange": exchange,
+            },
+        )
+        runner.start(
+            "jobs",
+            {
+                **raw,
+                "connector.class": "RabbitMQSourceConnector",
+                "rabbitmq.queues": queue,
+                "connect.topicname": "jobs",
+                "rabbitmq.prefetch.count": "400",
+            },
+        )
+        wait_until(lambda: count(copy) > 0, 180, "the copy to start", every=0.2)
+        assert count(copy) < FIRST, "the copy finished before the outage: make it bigger"
+        assert topic_count(root, "jobs") < FIRST, "the queue drained before the outage"
+        proxy.cut()
+        ride_out(runner, OUTAGE_S, proxy.restore)
+        publish(FIRST, MORE)
+        total = FIRST + MORE
+
+        def done() -> bool:
+            healthy(runner)
+            jobs = {r["value"] for r in topic_rows(root, "jobs")}
+            return (
+                topic_count(root, "events") >= total and count(copy) >= total and len(jobs) >= total
+            )
+
+        wait_until(done, 300, "everything after the outage", every=0.5)
+        events = topic_rows(root, "events")
+        seqs = sorted(int(json.loads(r["headers"])["seq"]) for r in events)
+        assert seqs == list(range(total)), "lost or doubled in the topic"
+        ids: dict[str, set[bytes]] = collections.defaultdict(set)
+        for method, props, body in ch.consume(copy, auto_ack=True, inactivity_timeout=1):
+            if method is None:
+                break
+            ids[props.message_id].add(body)
+        ch.cancel()
+        assert len(ids) == total and all(len(v) == 1 for v in ids.values())
+        jobs = collections.Counter(r["value"] for r in topic_rows(root, "jobs"))
+        assert sorted(jobs) == sorted(f"job {i}".encode() for i in range(total)), "jobs lost"
+    finally:
+        runner.close()
+        proxy.cut()
+        for name in (stream, queue, copy):
+            ch.queue_delete(name)
+        ch.exchange_delete(exchange)
+        connection.close()
