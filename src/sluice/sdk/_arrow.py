@@ -1,5 +1,5 @@
-"""The Arrow types of record columns, and the sink frame → `ConnectRecord`s (what
-`SinkTask.put_batch` does by default).
+"""The Arrow types of record columns, and the sink frame ↔ `ConnectRecord`s (what
+`SinkTask.put_batch` does by default, and back for Arrow-first sinks given records).
 
 The **sink frame** a sink receives: `topic, queue_id, queue_offset, key, value, timestamp,
 headers`, where `headers` is JSON object text (null when a record has none): Spark hands nested
@@ -56,3 +56,25 @@ def records_from_batch(batch: pa.RecordBatch) -> list[ConnectRecord]:
             )
         )
     return out
+
+
+def batch_from_records(records: list[ConnectRecord]) -> pa.RecordBatch:
+    """Records → sink-frame batch: the inverse of `records_from_batch`, for a sink whose
+    `put_batch` is the real path and whose `put` is handed records (a test harness)."""
+    queue_ids, offsets = [], []
+    for r in records:
+        queue_ids.append(int(r.partition["queueId"]) if r.partition else None)
+        offsets.append(int(r.offset["queueOffset"]) - 1 if r.offset else None)
+    return pa.RecordBatch.from_pydict(
+        {
+            "topic": pa.array([r.topic for r in records], pa.string()),
+            "queue_id": pa.array(queue_ids, pa.int32()),
+            "queue_offset": pa.array(offsets, pa.int64()),
+            "key": [r.key for r in records],
+            "value": [r.value for r in records],
+            "timestamp": pa.array([r.timestamp for r in records], TIMESTAMP_TYPE),
+            "headers": pa.array(
+                [json.dumps(r.extensions) if r.extensions else None for r in records], pa.string()
+            ),
+        }
+    )

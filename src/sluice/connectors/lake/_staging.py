@@ -25,10 +25,11 @@ from sluice.sdk import (
     ConfigDef,
     ConfigException,
     ConnectRecord,
+    Delivery,
     SinkConnector,
     SinkTask,
-    records_to_batch,
 )
+from sluice.sdk._arrow import batch_from_records
 
 #: a staged file older than this belongs to a task that died before its batch committed
 STALE_S = 3600.0
@@ -68,7 +69,7 @@ class RowsTask(SinkTask):
 
     def put(self, records: list[ConnectRecord]) -> None:
         if records:
-            self.put_batch(records_to_batch(records))
+            self.put_batch(batch_from_records(records))
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
@@ -137,7 +138,9 @@ class StagingTask(RowsTask):
 class TableSinkConnector(SinkConnector):
     """Commits each micro-batch's staged rows as one table version, exactly once (driver)."""
 
-    delivery = "exactly-once"
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

@@ -61,6 +61,7 @@ from sluice.sdk import (
     ConfigDef,
     ConfigException,
     ConfigKey,
+    Delivery,
     SinkConnector,
 )
 
@@ -229,7 +230,10 @@ class ParquetSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = ParquetSinkTask
-    delivery = "exactly-once"
+
+    @classmethod
+    def delivery(cls, config: Mapping[str, str]) -> Delivery:
+        return Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -272,7 +272,6 @@ class RabbitMQSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RabbitMQSinkTask
-    delivery = "at-least-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

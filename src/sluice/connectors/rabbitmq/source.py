@@ -316,7 +316,6 @@ class RabbitMQStreamSourceConnector(SourceConnector):
 
     config_def = STREAM_CONFIG
     task_class = RabbitMQStreamSourceTask
-    delivery = "exactly-once"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)
