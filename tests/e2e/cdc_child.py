@@ -1,6 +1,6 @@
 """Child process of the CDC crash test: PostgreSQL CDC → topic → MariaDB (JDBC sink) until killed.
 
-Usage: python cdc_child.py STORE_ROOT PG_URL MY_URL TABLE SLOT
+Usage: python cdc_child.py STORE_ROOT PG_URL MY_URL TABLE SLOT [SNAPSHOT_MODE]
 
 TABLE (`schema.table`) is captured from PostgreSQL through slot and publication SLOT into topic
 `cdc.<schema>.<table>` and applied to a MariaDB table named after it.
@@ -17,6 +17,9 @@ from tests.e2e.child_watch import watch_until_killed
 
 def main() -> None:
     root, pg_url, my_url, table, slot = sys.argv[1:6]
+    mode = sys.argv[6] if len(sys.argv) > 6 else "never"
+    # the snapshot test reads the topic's records back: JSON it can decode without a registry
+    converter = "AvroConverter" if mode == "never" else "JsonConverter"
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "1g"}, log_level="ERROR"
     )
@@ -31,8 +34,10 @@ def main() -> None:
             "table.include.list": table,
             "slot.name": slot,
             "publication.name": slot,
+            "snapshot.mode": mode,
+            "max.tasks": "2",  # snapshot chunks read by two Spark partitions
             "read.max.rows": "500",  # many small micro-batches: kills land between and inside them
-            "value.converter": "AvroConverter",
+            "value.converter": converter,
         },
     )
     runner.start(
@@ -46,7 +51,7 @@ def main() -> None:
             "insert.mode": "upsert",
             "pk.mode": "record_key",
             "delete.enabled": "true",
-            "value.converter": "AvroConverter",
+            "value.converter": converter,
         },
     )
     watch_until_killed(runner)

@@ -14,6 +14,7 @@ upsert would hide it at the target).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -21,10 +22,12 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
 from tests.e2e.test_jdbc_crash import kill9, topic_records
 from tests.integration import jdbc_db
@@ -38,11 +41,15 @@ TRANSACTIONS = 400
 
 
 class Workload(threading.Thread):
-    """Transactions of 10 inserts, 5 updates and 2 deletes on `items`, counting change events."""
+    """Transactions of 10 inserts, 5 updates and 2 deletes on `items`, counting change events;
+    with `prefilled` rows (ids 1…prefilled, below `base`), each transaction also updates one of
+    them (the ids it touched are in `touched`)."""
 
-    def __init__(self, pg: Db, pause: float) -> None:
+    def __init__(self, pg: Db, pause: float, *, base: int = 0, prefilled: int = 0) -> None:
         super().__init__(daemon=True)
         self.pg, self.pause, self.events, self.done, self.error = pg, pause, 0, 0, None
+        self.base, self.prefilled = base, prefilled
+        self.touched: set[int] = set()
         self.stopped = threading.Event()
 
     def run(self) -> None:
@@ -50,11 +57,18 @@ class Workload(threading.Thread):
         try:
             for b in range(TRANSACTIONS):
                 with self.pg.engine.begin() as conn:
-                    rows = [(b * 10 + i, f"n{b}-{i}", b) for i in range(10)]
+                    if self.prefilled:
+                        old = b * 37 % self.prefilled + 1
+                        conn.exec_driver_sql(
+                            f"UPDATE {items} SET name = name || '*', n = n + 1 WHERE id = %s",
+                            (old,),
+                        )
+                        self.touched.add(old)
+                    rows = [(self.base + b * 10 + i, f"n{b}-{i}", b) for i in range(10)]
                     for row in rows:
                         r = conn.exec_driver_sql(f"INSERT INTO {items} VALUES (%s, %s, %s)", row)
                         self.events += r.rowcount
-                    low = (b - 1) * 10
+                    low = self.base + (b - 1) * 10
                     r = conn.exec_driver_sql(
                         f"UPDATE {items} SET name = name || '+', n = n + 1 "
                         "WHERE id >= %s AND id < %s",
@@ -133,20 +147,110 @@ def test_kill_9_while_capturing_keeps_the_mirror_exact(tmp_path: Path, pg: Db, m
         workload.stopped.set()  # a failed test does not leave the writer running
         if proc.poll() is None:
             kill9(proc)
-        pg.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = %s AND NOT active",
-            (slot,),
+        _drop_slot(pg, slot)
+
+
+PREFILLED = 6000
+
+
+def test_kill_9_during_the_snapshot_keeps_the_mirror_exact(tmp_path: Path, pg: Db, my: Db) -> None:
+    """6,000 rows snapshotted (500 a micro-batch, two Spark partitions each) while the workload
+    inserts above them and updates them; the child is killed with `kill -9` during the snapshot
+    (`SLUICE_CDC_SNAPSHOT_KILLS` times, 1 by default) and started again. Afterwards MariaDB
+    equals PostgreSQL; in the topic no row was read twice (`op='r'`), every row the workload
+    never touched was read once, and no change event is there twice."""
+    slot = f"sluice_snap_{uuid.uuid4().hex[:8]}"
+    columns = "(id INT PRIMARY KEY, name TEXT NOT NULL, n INT)"
+    pg.execute(f"CREATE TABLE {pg.table('items')} {columns}")
+    my.execute(f"CREATE TABLE {my.table('items')} {columns} CHARSET utf8mb4")
+    pg.executemany(
+        f"INSERT INTO {pg.table('items')} VALUES (%s, %s, %s)",
+        [(i, f"row{i}", i) for i in range(1, PREFILLED + 1)],
+    )
+    rng = random.Random(int(os.environ.get("SLUICE_CRASH_SEED", time.time_ns())))
+    kills = int(os.environ.get("SLUICE_CDC_SNAPSHOT_KILLS", "1"))
+    root, log = tmp_path / "store", tmp_path / "child.log"
+    table = f"{pg.namespace}.items"
+
+    def child():
+        return start_child_cdc(root, log, pg, my, table, slot, "initial")
+
+    proc = child()
+    workload = Workload(pg, pause=0.05, base=1_000_000, prefilled=PREFILLED)
+    try:
+        wait_until(lambda: b"RUNNING" in _read(log) or proc.poll() is not None, 180, "child up")
+        workload.start()
+        for k in range(kills):
+            # a random point of the snapshot, later with each kill
+            span = PREFILLED // 2 // kills
+            threshold = rng.randrange(k * span + 200, (k + 1) * span)
+            wait_until(
+                lambda t=threshold, p=proc: _count(my) >= t or p.poll() is not None,
+                300,
+                f"{threshold} rows mirrored",
+                every=0.05,
+            )
+            assert proc.poll() is None, f"child failed:\n{_read(log)[-4000:].decode()}"
+            kill9(proc)
+            print(f"kill {k + 1} at {_count(my)} rows mirrored")
+            proc = child()
+        workload.join(300)
+        assert workload.error is None, workload.error
+
+        def same() -> bool:
+            assert proc.poll() is None, f"child failed:\n{_read(log)[-4000:].decode()}"
+            return _rows(my) == _rows(pg)
+
+        wait_until(same, 300, "MariaDB equal to PostgreSQL", every=0.5)
+        events = [json.loads(v)["payload"] for v in topic_values(root, f"cdc.{table}")]
+        reads = Counter(e["after"]["id"] for e in events if e["op"] == "r")
+        assert max(reads.values()) == 1, reads.most_common(3)
+        untouched = set(range(1, PREFILLED + 1)) - workload.touched
+        assert untouched <= set(reads), sorted(untouched - set(reads))[:5]
+        changes = Counter(
+            (e["op"], json.dumps(e["after"] or e["before"], sort_keys=True))
+            for e in events
+            if e["op"] != "r"
         )
-        pg.execute(f'DROP PUBLICATION IF EXISTS "{slot}"')
+        assert max(changes.values()) == 1, changes.most_common(3)
+    finally:
+        workload.stopped.set()
+        if proc.poll() is None:
+            kill9(proc)
+        _drop_slot(pg, slot)
 
 
-def start_child_cdc(root: Path, log: Path, pg: Db, my: Db, table: str, slot: str):
+def topic_values(root: Path, topic: str) -> list[bytes]:
+    """Every value in `topic` of the child's embedded bus."""
+    log = EmbeddedLog(root / "bus")
+    try:
+        return [
+            value
+            for queue, r in sorted(log.offsets(topic).items())
+            for _, batch in log.read(topic, queue, r.min_offset, r.max_offset)
+            for value in batch.column("value").to_pylist()
+        ]
+    finally:
+        log.close()
+
+
+def _drop_slot(pg: Db, slot: str) -> None:
+    pg.execute(
+        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+        "WHERE slot_name = %s AND NOT active",
+        (slot,),
+    )
+    pg.execute(f'DROP PUBLICATION IF EXISTS "{slot}"')
+
+
+def start_child_cdc(
+    root: Path, log: Path, pg: Db, my: Db, table: str, slot: str, mode: str = "never"
+):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
     return subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), pg.jdbc_url, my.jdbc_url, table, slot],
+        [sys.executable, str(CHILD), str(root), pg.jdbc_url, my.jdbc_url, table, slot, mode],
         stdout=out,
         stderr=subprocess.STDOUT,
         env=env,

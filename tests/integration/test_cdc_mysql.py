@@ -89,6 +89,7 @@ def _source(my: Db, **extra: str) -> dict[str, str]:
         "table.include.list": f"{my.namespace}.items",
         "database.server.id": str(7000 + uuid.uuid4().int % 10_000),
         "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
         **extra,
     }
 
@@ -179,8 +180,8 @@ def test_errors_name_what_is_wrong(my: Db, row_metadata) -> None:
         start(**{"table.include.list": f"{my.namespace}.missing"})
     with pytest.raises(ConnectException, match=r"nokey has no primary key"):
         start(**{"table.include.list": f"{my.namespace}.nokey"})
-    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'initial' is not supported"):
-        start(**{"snapshot.mode": "initial"})
+    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'always' is not one of"):
+        start(**{"snapshot.mode": "always"})
     user = f"norepl_{uuid.uuid4().hex[:8]}"
     my.execute(f"CREATE USER '{user}'@'%%'")
     my.execute(f"GRANT SELECT ON *.* TO '{user}'@'%%'")
