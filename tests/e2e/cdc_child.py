@@ -12,6 +12,7 @@ import sys
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
+from tests.conftest import wait_until
 from tests.e2e.child_watch import watch_until_killed
 
 
@@ -40,6 +41,17 @@ def main() -> None:
             "value.converter": converter,
         },
     )
+    if converter == "JsonConverter":
+        # its schema is registered with the first records (the topic is the records' own)
+        log, topic = runner.bus.log, f"cdc.{table}"
+        wait_until(
+            lambda: (
+                log.topic_exists(topic)
+                and sum(q.max_offset for q in log.offsets(topic).values()) > 0
+            ),
+            300,
+            "the first change events",
+        )
     runner.start(
         "mirror",
         {

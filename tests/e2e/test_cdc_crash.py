@@ -45,8 +45,17 @@ class Workload(threading.Thread):
     with `prefilled` rows (ids 1…prefilled, below `base`), each transaction also updates one of
     them (the ids it touched are in `touched`)."""
 
-    def __init__(self, pg: Db, pause: float, *, base: int = 0, prefilled: int = 0) -> None:
+    def __init__(
+        self,
+        pg: Db,
+        pause: float,
+        *,
+        base: int = 0,
+        prefilled: int = 0,
+        transactions: int = TRANSACTIONS,
+    ) -> None:
         super().__init__(daemon=True)
+        self.transactions = transactions
         self.pg, self.pause, self.events, self.done, self.error = pg, pause, 0, 0, None
         self.base, self.prefilled = base, prefilled
         self.touched: set[int] = set()
@@ -55,7 +64,7 @@ class Workload(threading.Thread):
     def run(self) -> None:
         items = self.pg.table("items")
         try:
-            for b in range(TRANSACTIONS):
+            for b in range(self.transactions):
                 with self.pg.engine.begin() as conn:
                     if self.prefilled:
                         old = b * 37 % self.prefilled + 1
@@ -150,11 +159,11 @@ def test_kill_9_while_capturing_keeps_the_mirror_exact(tmp_path: Path, pg: Db, m
         _drop_slot(pg, slot)
 
 
-PREFILLED = 6000
+PREFILLED = 4000
 
 
 def test_kill_9_during_the_snapshot_keeps_the_mirror_exact(tmp_path: Path, pg: Db, my: Db) -> None:
-    """6,000 rows snapshotted (500 a micro-batch, two Spark partitions each) while the workload
+    """4,000 rows snapshotted (500 a micro-batch, two Spark partitions each) while the workload
     inserts above them and updates them; the child is killed with `kill -9` during the snapshot
     (`SLUICE_CDC_SNAPSHOT_KILLS` times, 1 by default) and started again. Afterwards MariaDB
     equals PostgreSQL; in the topic no row was read twice (`op='r'`), every row the workload
@@ -176,7 +185,7 @@ def test_kill_9_during_the_snapshot_keeps_the_mirror_exact(tmp_path: Path, pg: D
         return start_child_cdc(root, log, pg, my, table, slot, "initial")
 
     proc = child()
-    workload = Workload(pg, pause=0.05, base=1_000_000, prefilled=PREFILLED)
+    workload = Workload(pg, pause=0.05, base=1_000_000, prefilled=PREFILLED, transactions=150)
     try:
         wait_until(lambda: b"RUNNING" in _read(log) or proc.poll() is not None, 180, "child up")
         workload.start()

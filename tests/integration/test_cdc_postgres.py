@@ -258,18 +258,18 @@ class _Writer(threading.Thread):
                         self.touched.add(gone)
                 self.touched.update((old, 10_000 + i))
                 self.done = i + 1
-                self.stopped.wait(0.01)
+                self.stopped.wait(0.03)
         except Exception as exc:  # reported by the test
             self.error = exc
 
 
 @pytest.mark.spark
 def test_snapshot_then_stream_while_writes_continue(pg: Db, slot: str, runner, my: Db) -> None:
-    """3,000 rows snapshotted in chunks (400 rows a micro-batch, each cut for 2 Spark
+    """2,000 rows snapshotted in chunks (400 rows a micro-batch, each cut for 2 Spark
     partitions) while a writer updates, inserts and deletes across the key range: afterwards
     MariaDB equals PostgreSQL; in the topic every row the writer never touched is there once, as
     a snapshot read (`op='r'`), no key is read twice and no change event is there twice."""
-    rows = 3000
+    rows = 2000
     pg.execute(f"CREATE TABLE {pg.table('snap')} (id INT PRIMARY KEY, name TEXT NOT NULL, n INT)")
     my.execute(
         f"CREATE TABLE {my.table('snap')} (id INT PRIMARY KEY, name TEXT NOT NULL, n INT) "
@@ -299,6 +299,13 @@ def test_snapshot_then_stream_while_writes_continue(pg: Db, slot: str, runner, m
                 },
             ),
         )
+        # the sink's JSON decoder needs the schema the source registers with its first records
+        log = runner.bus.log
+        wait_until(
+            lambda: log.topic_exists(topic) and topic_records(runner, topic),
+            120,
+            "the first snapshot records",
+        )
         runner.start(
             "snap-to-maria",
             {
@@ -321,7 +328,8 @@ def test_snapshot_then_stream_while_writes_continue(pg: Db, slot: str, runner, m
             return bool(stored) and "snapshot" not in stored[0]
 
         wait_until(snapshot_done, 240, "the snapshot done")
-        wait_until(lambda: writer.done >= 300, 60, "writes after the snapshot")
+        after = writer.done
+        wait_until(lambda: writer.done >= after + 20, 60, "writes after the snapshot")
     finally:
         writer.stopped.set()
         writer.join(30)
@@ -343,4 +351,4 @@ def test_snapshot_then_stream_while_writes_continue(pg: Db, slot: str, runner, m
         if e["op"] != "r"
     )
     assert max(changes.values()) == 1, changes.most_common(3)
-    assert len(reads) > rows // 2 and len(changes) > 300, (len(reads), len(changes))
+    assert len(reads) > rows // 2 and len(changes) > 100, (len(reads), len(changes))
