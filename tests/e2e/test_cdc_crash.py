@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -32,6 +31,7 @@ from tests.conftest import wait_until
 from tests.e2e.test_jdbc_crash import kill9, topic_records
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
+from tests.integration.test_cdc_postgres import check_handover
 
 pytestmark = pytest.mark.slow
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
@@ -212,16 +212,9 @@ def test_kill_9_during_the_snapshot_keeps_the_mirror_exact(tmp_path: Path, pg: D
 
         wait_until(same, 300, "MariaDB equal to PostgreSQL", every=0.5)
         events = [json.loads(v)["payload"] for v in topic_values(root, f"cdc.{table}")]
-        reads = Counter(e["after"]["id"] for e in events if e["op"] == "r")
-        assert max(reads.values()) == 1, reads.most_common(3)
+        reads = check_handover(events)
         untouched = set(range(1, PREFILLED + 1)) - workload.touched
-        assert untouched <= set(reads), sorted(untouched - set(reads))[:5]
-        changes = Counter(
-            (e["op"], json.dumps(e["after"] or e["before"], sort_keys=True))
-            for e in events
-            if e["op"] != "r"
-        )
-        assert max(changes.values()) == 1, changes.most_common(3)
+        assert untouched <= reads, sorted(untouched - reads)[:5]
     finally:
         workload.stopped.set()
         if proc.poll() is None:

@@ -90,6 +90,7 @@ log = logging.getLogger(__name__)
 
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
+_FLUSH_WAIT_S = 60.0
 VERSION = "sluice-cdc-1"
 
 CONFIG = ConfigDef(
@@ -470,6 +471,19 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             # the log's position after the SELECT: every change it saw committed before it
             high = conn.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar()
             self._high = lsn_int(high)
+            # Decoding reads flushed WAL only, and a commit is visible before it is flushed
+            # under synchronous_commit=off: wait for the flush (the WAL writer's next round).
+            deadline = time.monotonic() + _FLUSH_WAIT_S
+            while not conn.exec_driver_sql(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
+            ).scalar():
+                if time.monotonic() > deadline:
+                    raise ConnectException(
+                        f"{self.db.describe()}: WAL up to {high} was not flushed within "
+                        f"{_FLUSH_WAIT_S:.0f} s, so the snapshot of {table.name} cannot be "
+                        "reconciled with the log",
+                    )
+                time.sleep(0.01)
         where = f"table {table.name}, snapshot"
         return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
 
