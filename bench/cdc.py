@@ -116,18 +116,9 @@ def bench_pg(spark: Any, changes: int) -> dict:
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
         c.exec_driver_sql(f"ALTER TABLE {NS}.t REPLICA IDENTITY FULL")
         c.commit()
-    config = {
-        "connector.class": "PostgresCdcSourceConnector",
-        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
-        "connection.user": "root",
-        "topic.prefix": "b",
-        "table.include.list": f"{NS}.t",
-        "slot.name": SLOT,
-        "publication.name": SLOT,
-        "read.max.rows": "20000",  # several micro-batches, so a steady rate shows
-        "value.converter": "AvroConverter",
-        "snapshot.mode": "never",  # the changes only (bench_snapshot times the snapshot)
-    }
+    # several micro-batches, so a steady rate shows; the changes only (bench_snapshot times
+    # the snapshot)
+    config = pg_config(**{"read.max.rows": "20000", "snapshot.mode": "never"})
     topic = f"b.{NS}.t"
     try:
         # warm-up: creates the slot, starts Spark's Python workers
@@ -155,15 +146,33 @@ def bench_pg(spark: Any, changes: int) -> dict:
         result.update(baseline=baseline, messages=n)
         return result
     finally:
-        with engine.connect() as c:
-            c.exec_driver_sql(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (SLOT,),
-            )
-            c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
-            c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
-            c.commit()
+        drop_pg(engine)
+
+
+def pg_config(**extra: str) -> dict[str, str]:
+    return {
+        "connector.class": "PostgresCdcSourceConnector",
+        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "slot.name": SLOT,
+        "publication.name": SLOT,
+        "value.converter": "AvroConverter",
+        **extra,
+    }
+
+
+def drop_pg(engine: Any) -> None:
+    with engine.connect() as c:
+        c.exec_driver_sql(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (SLOT,),
+        )
+        c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
+        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+        c.commit()
 
 
 def run_connector_warm(spark: Any, config: dict, engine: Any, topic: str) -> None:
@@ -291,19 +300,7 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
                 writes[0] = i
                 stop.wait(0.002)
 
-    config = {
-        "connector.class": "PostgresCdcSourceConnector",
-        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
-        "connection.user": "root",
-        "topic.prefix": "b",
-        "table.include.list": f"{NS}.t",
-        "slot.name": SLOT,
-        "publication.name": SLOT,
-        "read.max.rows": "50000",
-        "max.tasks": "2",
-        "value.converter": "AvroConverter",
-        "snapshot.mode": "initial",
-    }
+    config = pg_config(**{"read.max.rows": "50000", "max.tasks": "2", "snapshot.mode": "initial"})
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
@@ -325,15 +322,7 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
     finally:
         stop.set()
         thread.join()
-        with engine.connect() as c:
-            c.exec_driver_sql(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (SLOT,),
-            )
-            c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
-            c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
-            c.commit()
+        drop_pg(engine)
     return {
         "rows": count,
         "seconds": seconds,

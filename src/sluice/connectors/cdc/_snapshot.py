@@ -192,13 +192,9 @@ class SnapshotTask:
         raise NotImplementedError
 
     def stream_read(
-        self,
-        partition: RecordPartition,
-        start: RecordOffset | None,
-        end: RecordOffset,
-        keep: Callable[[dict], bool],
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
-        """The change events of the log part of the range whose row passes `keep` (executor)."""
+        """The change events of the log part of the range (executor)."""
         raise NotImplementedError
 
     def select_chunk(self, table: Any, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
@@ -269,7 +265,11 @@ class SnapshotTask:
         column = self._column(table)
         state = self._progress(start)
         if self.log_advances(start, end):
-            yield from self.stream_read(partition, start, end, covers(state, column))
+            keep = covers(state, column)
+            for record in self.stream_read(partition, start, end):
+                value = record.value
+                if keep(value["after"] if value["after"] is not None else value["before"]):
+                    yield record
         if state is None:
             return
         query = chunk_query(

@@ -35,7 +35,7 @@ import logging
 import re
 import time
 import zlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -47,7 +47,7 @@ from sluice.connectors.cdc._base import (
     partition,
     sql_error,
 )
-from sluice.connectors.cdc._envelope import describe_table, key_text
+from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._snapshot import SnapshotTask
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
@@ -381,11 +381,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         return start is not None and _after(end, start)
 
     def stream_read(
-        self,
-        partition: RecordPartition,
-        start: RecordOffset | None,
-        end: RecordOffset,
-        keep: Callable[[dict], bool],
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
 
@@ -416,10 +412,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                     continue
                 if event.schema != schema or event.table != name:
                     continue
-                for record in self._events(event, table, gtid):
-                    value = record.value
-                    if keep(value["after"] if value["after"] is not None else value["before"]):
-                        pending.append(record)
+                pending.extend(self._events(event, table, gtid))
         finally:
             stream.close()
 
@@ -454,20 +447,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
 
     def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
         schema, name = table.name.split(".", 1)
-        return {
-            "version": VERSION,
-            "connector": "mysql",
-            "name": self.prefix,
-            "ts_ms": int(time.time() * 1000),
-            "db": schema,
-            "schema": None,
-            "table": name,
-            "txId": None,
-            "lsn": None,
-            "file": end["file"],
-            "pos": end["pos"],
-            "gtid": None,
-        }
+        return source_block("mysql", self.prefix, schema, name, file=end["file"], pos=end["pos"])
 
     def _check_ddl(self, event: Any, schema: str, name: str) -> None:
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime
 from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
@@ -59,7 +59,7 @@ from sluice.connectors.cdc._base import (
     partition,
     sql_error,
 )
-from sluice.connectors.cdc._envelope import describe_table, key_text
+from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
@@ -433,11 +433,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         )
 
     def stream_read(
-        self,
-        partition: RecordPartition,
-        start: RecordOffset | None,
-        end: RecordOffset,
-        keep: Callable[[dict], bool],
+        self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         table = self.tables[partition["table"]]
         begin, stop = (start or {}).get("lsn", 0), end["lsn"]
@@ -453,10 +449,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         rows = self._peek(stop)
         for tx in transactions(data for (data,) in rows):
             if begin < tx.end_lsn <= stop:
-                for record in self._events(tx, table):
-                    value = record.value
-                    if keep(value["after"] if value["after"] is not None else value["before"]):
-                        yield record
+                yield from self._events(tx, table)
 
     # -- the snapshot's chunks (executor) --------------------------------------------------------
     def chunk_select(self, table: _Table) -> str:
@@ -505,20 +498,8 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
 
     def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
         schema, name = table.name.split(".", 1)
-        return {
-            "version": VERSION,
-            "connector": "postgresql",
-            "name": self.prefix,
-            "ts_ms": int(time.time() * 1000),
-            "db": self.db.connection.database,
-            "schema": schema,
-            "table": name,
-            "txId": None,
-            "lsn": end["lsn"],
-            "file": None,
-            "pos": None,
-            "gtid": None,
-        }
+        database, lsn = self.db.connection.database, end["lsn"]
+        return source_block("postgresql", self.prefix, database, name, schema=schema, lsn=lsn)
 
     def _events(self, tx: Transaction, table: _Table) -> Iterator[ConnectRecord]:
         schema, name = table.name.split(".", 1)
