@@ -12,7 +12,7 @@ deletes, in transactions of 1,000 rows) after the capture position was fixed, th
 Needs the test servers (PostgreSQL 127.0.0.1:5432, MariaDB 127.0.0.1:3306, user root, no
 password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 
-Usage: python bench/cdc.py [--changes 200000] [--skip pg,maria]
+Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
 """
 
 from __future__ import annotations
@@ -116,17 +116,9 @@ def bench_pg(spark: Any, changes: int) -> dict:
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
         c.exec_driver_sql(f"ALTER TABLE {NS}.t REPLICA IDENTITY FULL")
         c.commit()
-    config = {
-        "connector.class": "PostgresCdcSourceConnector",
-        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
-        "connection.user": "root",
-        "topic.prefix": "b",
-        "table.include.list": f"{NS}.t",
-        "slot.name": SLOT,
-        "publication.name": SLOT,
-        "read.max.rows": "20000",  # several micro-batches, so a steady rate shows
-        "value.converter": "AvroConverter",
-    }
+    # several micro-batches, so a steady rate shows; the changes only (bench_snapshot times
+    # the snapshot)
+    config = pg_config(**{"read.max.rows": "20000", "snapshot.mode": "never"})
     topic = f"b.{NS}.t"
     try:
         # warm-up: creates the slot, starts Spark's Python workers
@@ -154,15 +146,33 @@ def bench_pg(spark: Any, changes: int) -> dict:
         result.update(baseline=baseline, messages=n)
         return result
     finally:
-        with engine.connect() as c:
-            c.exec_driver_sql(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s",
-                (SLOT,),
-            )
-            c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
-            c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
-            c.commit()
+        drop_pg(engine)
+
+
+def pg_config(**extra: str) -> dict[str, str]:
+    return {
+        "connector.class": "PostgresCdcSourceConnector",
+        "connection.url": "jdbc:postgresql://127.0.0.1:5432/test",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "slot.name": SLOT,
+        "publication.name": SLOT,
+        "value.converter": "AvroConverter",
+        **extra,
+    }
+
+
+def drop_pg(engine: Any) -> None:
+    with engine.connect() as c:
+        c.exec_driver_sql(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (SLOT,),
+        )
+        c.exec_driver_sql(f"DROP PUBLICATION IF EXISTS {SLOT}")
+        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+        c.commit()
 
 
 def run_connector_warm(spark: Any, config: dict, engine: Any, topic: str) -> None:
@@ -197,6 +207,7 @@ def bench_maria(spark: Any, changes: int) -> dict:
         "database.server.id": "6543",
         "read.max.rows": "20000",
         "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
     }
     topic = f"b.{NS}.t"
     try:
@@ -256,10 +267,77 @@ def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, change
         return {"seconds": total, "rate": changes / total, "written": written, "events": changes}
 
 
+def bench_snapshot(spark: Any, rows: int) -> dict:
+    """PostgreSQL: a `rows`-row table snapshotted by the CDC connector over 2 tasks (chunks of
+    `read.max.rows`) while a writer keeps updating and inserting; timed from the connector's
+    start until its stored position says the snapshot is done. Baseline: psycopg fetching the
+    whole table once (`SELECT *`), in the same run."""
+    import threading
+
+    engine = sa.create_engine(PG_URL)
+    with engine.connect() as c:
+        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+        c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
+        workload(c, f"{NS}.t", 1, rows * 10 // 6, pg=True)  # inserts of ids 1… (and churn)
+        count = c.exec_driver_sql(f"SELECT count(*) FROM {NS}.t").scalar()
+        c.commit()
+        t0 = time.perf_counter()
+        fetched = len(c.exec_driver_sql(f"SELECT * FROM {NS}.t").fetchall())
+        baseline = time.perf_counter() - t0
+    stop, writes = threading.Event(), [0]
+
+    def writer() -> None:
+        with engine.connect() as c:
+            i = 0
+            while not stop.is_set():
+                c.exec_driver_sql(
+                    f"UPDATE {NS}.t SET qty = qty + 1 WHERE id = {i * 7919 % count + 1}"
+                )
+                c.exec_driver_sql(f"INSERT INTO {NS}.t (id, name) VALUES ({50_000_000 + i}, 'w')")
+                c.commit()
+                i += 1
+                writes[0] = i
+                stop.wait(0.002)
+
+    config = pg_config(**{"read.max.rows": "50000", "max.tasks": "2", "snapshot.mode": "initial"})
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-cdc-snap-") as root:
+            runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+            started = time.perf_counter()
+            runner.start("snap", config)
+            while True:
+                failure = runner.running["snap"].failure()
+                if failure is not None:
+                    raise RuntimeError(failure[0])
+                stored = list(runner.positions.load("snap").values())
+                if stored and "snapshot" not in stored[0]:
+                    break
+                time.sleep(0.1)
+            seconds = time.perf_counter() - started
+            events = topic_count(runner, f"b.{NS}.t")
+            runner.stop("snap")
+    finally:
+        stop.set()
+        thread.join()
+        drop_pg(engine)
+    return {
+        "rows": count,
+        "seconds": seconds,
+        "baseline": baseline,
+        "fetched": fetched,
+        "events": events,
+        "writes": writes[0],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--skip", default="")
+    parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     spark = build_session({"spark.master": "local[2]"}, log_level="ERROR")
@@ -273,6 +351,14 @@ def main() -> None:
             f"postgres: {args.changes} changes; baseline peek {r['baseline']:.2f}s "
             f"({args.changes / r['baseline']:,.0f} changes/s, {r['messages']} messages); "
             f"cdc → topic {r['seconds']:.2f}s = {r['rate']:,.0f}/s, steady {r['steady']:,.0f}/s"
+        )
+    if "snapshot" not in skip:
+        r = bench_snapshot(spark, args.snapshot_rows)
+        print(
+            f"snapshot: {r['rows']:,} rows over 2 tasks in {r['seconds']:.1f}s = "
+            f"{r['rows'] / r['seconds']:,.0f} rows/s with {r['writes']:,} writer transactions "
+            f"meanwhile ({r['events']:,} records in the topic); baseline SELECT * "
+            f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s"
         )
     if "maria" not in skip:
         r = bench_maria(spark, args.changes)

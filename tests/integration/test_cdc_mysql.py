@@ -8,6 +8,7 @@ row and the topic holds each change event exactly once. Then the errors a user m
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from datetime import UTC, date, datetime, time, timedelta
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from sluice.connectors.cdc import MySqlCdcSourceConnector
-from sluice.sdk import ConfigException, ConnectException
+from sluice.sdk import ConfigException, ConnectException, ReadLimit
 from tests.conftest import wait_until
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
@@ -89,6 +90,7 @@ def _source(my: Db, **extra: str) -> dict[str, str]:
         "table.include.list": f"{my.namespace}.items",
         "database.server.id": str(7000 + uuid.uuid4().int % 10_000),
         "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
         **extra,
     }
 
@@ -179,8 +181,8 @@ def test_errors_name_what_is_wrong(my: Db, row_metadata) -> None:
         start(**{"table.include.list": f"{my.namespace}.missing"})
     with pytest.raises(ConnectException, match=r"nokey has no primary key"):
         start(**{"table.include.list": f"{my.namespace}.nokey"})
-    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'initial' is not supported"):
-        start(**{"snapshot.mode": "initial"})
+    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'always' is not one of"):
+        start(**{"snapshot.mode": "always"})
     user = f"norepl_{uuid.uuid4().hex[:8]}"
     my.execute(f"CREATE USER '{user}'@'%%'")
     my.execute(f"GRANT SELECT ON *.* TO '{user}'@'%%'")
@@ -204,3 +206,86 @@ def test_errors_name_what_is_wrong(my: Db, row_metadata) -> None:
     gone = {"file": "mariadb-bin.000000", "pos": 4}
     with pytest.raises(ConnectException, match=r"binlog mariadb-bin\.000000 .* no longer"):
         list(task.read(partition, gone, {"file": "mariadb-bin.000001", "pos": 4}))
+
+
+def test_snapshot_hands_over_to_the_binlog_exactly(my: Db, row_metadata) -> None:
+    """The MariaDB task driven as the runtime drives it (no Spark: `latest`, `split` into two
+    sub-ranges, `read` of each), with writes between planning and reading so they fall inside
+    the chunks' watermarks: applying the records in order gives the table, no row is read
+    twice, every row never written is read once, and every snapshot record carries the types
+    of the JDBC type test (the SELECT's values, not the binlog's, for the same schema)."""
+    items = my.table("items")
+    my.execute(f"CREATE TABLE {items} ({MY_TABLE})")
+    marks = ", ".join(["%s"] * len(COLUMNS))
+    my.executemany(f"INSERT INTO {items} VALUES ({marks})", [_row(i) for i in range(1, 601)])
+    connector = MySqlCdcSourceConnector()
+    config = _source(my, **{"snapshot.mode": "initial"})
+    connector.validate(config)
+    connector.start(config)
+    task = connector.task_class()
+    task.start(connector.task_configs(2)[0])
+    (partition,) = task.partitions()
+    target: dict[int, dict] = {}
+    reads: list[int] = []
+    read_as: dict[int, dict] = {}
+    streamed: set[int] = set()
+    touched: set[int] = set()
+    step = 0
+
+    def write() -> None:
+        nonlocal step
+        for _ in range(4):
+            step += 1
+            old = step * 37 % 640 + 1  # sometimes a row not there (any more)
+            my.execute(f"UPDATE {items} SET vc = %s WHERE id = %s", (f"w{step}", old))
+            my.execute(f"INSERT INTO {items} (id, vc) VALUES (%s, %s)", (10_000 + step, "new"))
+            touched.update((old, 10_000 + step))
+            if step % 3 == 0:
+                gone = step * 53 % 640 + 1
+                my.execute(f"DELETE FROM {items} WHERE id = %s", (gone,))
+                touched.add(gone)
+
+    def apply(low: Any, high: Any) -> None:
+        for record in task.read(partition, low, high):
+            value = record.value
+            row = value["after"] if value["after"] is not None else value["before"]
+            if value["op"] == "r":
+                # a row streamed before its chunk was read would be there twice
+                assert row["id"] not in streamed, row["id"]
+                reads.append(row["id"])
+            else:
+                streamed.add(row["id"])
+            if value["op"] != "r" and row["id"] in read_as:
+                # a change the snapshot record already held would be applied twice
+                assert value["after"] != read_as[row["id"]], value
+            if value["op"] == "r":
+                read_as[row["id"]] = row
+            if value["op"] == "d":
+                target.pop(row["id"], None)
+            else:
+                target[row["id"]] = row
+
+    start, rounds = None, 0
+    while start is None or "snapshot" in start:
+        rounds += 1
+        assert rounds <= 10, start
+        write()
+        end = task.latest(partition, start, ReadLimit(max_rows=150))
+        write()  # committed after planning: inside this range's chunk watermarks
+        bounds = [start, *task.split(partition, start, end, 2), end]
+        assert len(bounds) == 3 or "snapshot" not in end  # two readers while chunks remain
+        for low, high in itertools.pairwise(bounds):
+            apply(low, high)
+        start = end
+    end = task.latest(partition, start, ReadLimit(max_rows=100_000))  # the last writes
+    apply(start, end)
+    cols = ", ".join(my.q(c) for c in ("id", "vc"))
+    assert {i: r["vc"] for i, r in target.items()} == dict(my.rows(f"SELECT {cols} FROM {items}"))
+    assert len(reads) == len(set(reads))
+    assert set(range(1, 601)) - touched <= set(reads)
+    first = target[1]  # read by the snapshot: the SELECT's values as the binlog path has them
+    assert first["u64"] == Decimal(2**64 - 1) and first["u32"] == 4294967295
+    assert first["i8"] == -128 and first["flag"] is True and first["yr"] == 2155
+    assert first["tm"] == time(23, 59, 59, 999999) and first["e"] == "green"
+    assert first["dt"] == date(9999, 12, 31) and first["bl"] == b"\x00\x00\xff"
+    assert first["dtm"] == datetime(2024, 5, 1, 10, 0, 0, 1, tzinfo=UTC)

@@ -10,7 +10,9 @@ advanced past what was committed. Then the errors a user meets first, each namin
 from __future__ import annotations
 
 import json
+import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
@@ -108,6 +110,7 @@ def _source(pg: Db, slot: str, **extra: str) -> dict[str, str]:
         "slot.name": slot,
         "publication.name": slot,
         "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
         **extra,
     }
 
@@ -204,8 +207,8 @@ def test_errors_name_what_is_wrong(pg: Db, slot: str) -> None:
         start(**{"table.include.list": f"{pg.namespace}.missing"})
     with pytest.raises(ConnectException, match=r"nokey has no primary key"):
         start(**{"table.include.list": f"{pg.namespace}.nokey"})
-    with pytest.raises(ConfigException, match=r"snapshot.mode.*'initial' is not supported"):
-        start(**{"snapshot.mode": "initial"})
+    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'always' is not one of"):
+        start(**{"snapshot.mode": "always"})
     with pytest.raises(ConfigException, match=r"topic\.prefix"):
         start(**{"topic.prefix": ""})
     pg.execute(f'CREATE PUBLICATION "{slot}" FOR TABLE {pg.table("nokey")}')
@@ -224,3 +227,141 @@ def test_errors_name_what_is_wrong(pg: Db, slot: str) -> None:
     config.update({"database.hostname": "127.0.0.1", "database.user": "root"})
     with pytest.raises(ConfigException, match=r"database\.dbname"):
         PostgresCdcSourceConnector().validate(config)
+
+
+class _Writer(threading.Thread):
+    """Transactions on `snap` until stopped: an update of an existing row (a fresh `n`), an
+    insert above the existing ids and, every fifth, a delete; remembers the ids it touched."""
+
+    def __init__(self, pg: Db, rows: int) -> None:
+        super().__init__(daemon=True)
+        self.pg, self.rows, self.done, self.error = pg, rows, 0, None
+        self.touched: set[int] = set()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        snap = self.pg.table("snap")
+        try:
+            while not self.stopped.is_set():
+                i = self.done
+                old, gone = i * 37 % self.rows + 1, i * 53 % self.rows + 1
+                with self.pg.engine.begin() as conn:
+                    conn.exec_driver_sql(
+                        f"UPDATE {snap} SET n = %s, name = name || '.' WHERE id = %s",
+                        (100_000 + i, old),
+                    )
+                    conn.exec_driver_sql(
+                        f"INSERT INTO {snap} VALUES (%s, %s, %s)", (10_000 + i, f"new{i}", i)
+                    )
+                    if i % 5 == 0:
+                        conn.exec_driver_sql(f"DELETE FROM {snap} WHERE id = %s", (gone,))
+                        self.touched.add(gone)
+                self.touched.update((old, 10_000 + i))
+                self.done = i + 1
+                self.stopped.wait(0.03)
+        except Exception as exc:  # reported by the test
+            self.error = exc
+
+
+@pytest.mark.spark
+def test_snapshot_then_stream_while_writes_continue(pg: Db, slot: str, runner, my: Db) -> None:
+    """1,200 rows snapshotted in chunks (400 rows a micro-batch, each cut for 2 Spark
+    partitions) while a writer updates, inserts and deletes across the key range: afterwards
+    MariaDB equals PostgreSQL; in the topic every row the writer never touched is there once, as
+    a snapshot read (`op='r'`), no key is read twice and no change event is there twice."""
+    rows = 1200
+    pg.execute(f"CREATE TABLE {pg.table('snap')} (id INT PRIMARY KEY, name TEXT NOT NULL, n INT)")
+    my.execute(
+        f"CREATE TABLE {my.table('snap')} (id INT PRIMARY KEY, name TEXT NOT NULL, n INT) "
+        "CHARSET utf8mb4"
+    )
+    pg.executemany(
+        f"INSERT INTO {pg.table('snap')} VALUES (%s, %s, %s)",
+        [(i, f"row{i}", i) for i in range(1, rows + 1)],
+    )
+    writer = _Writer(pg, rows)
+    writer.start()
+    try:
+        wait_until(lambda: writer.done >= 20, 30, "the writer under way")
+        topic = f"cdc.{pg.namespace}.snap"
+        json_values = {"value.converter": "JsonConverter"}
+        runner.start(
+            "pg-snap",
+            _source(
+                pg,
+                slot,
+                **json_values,
+                **{
+                    "table.include.list": f"{pg.namespace}.snap",
+                    "snapshot.mode": "initial",
+                    "read.max.rows": "400",
+                    "max.tasks": "2",
+                },
+            ),
+        )
+        # the sink's JSON decoder needs the schema the source registers with its first records
+        log = runner.bus.log
+        wait_until(
+            lambda: log.topic_exists(topic) and topic_records(runner, topic),
+            120,
+            "the first snapshot records",
+        )
+        runner.start(
+            "snap-to-maria",
+            {
+                "connector.class": "JdbcSinkConnector",
+                **my.config(),
+                "connect.topicnames": topic,
+                "table.name.format": "snap",
+                **json_values,
+                "insert.mode": "upsert",
+                "pk.mode": "record_key",
+                "delete.enabled": "true",
+            },
+        )
+
+        def snapshot_done() -> bool:
+            for running in runner.running.values():
+                failure = running.failure()
+                assert failure is None, failure[0]
+            stored = list(runner.positions.load("pg-snap").values())
+            return bool(stored) and "snapshot" not in stored[0]
+
+        wait_until(snapshot_done, 240, "the snapshot done")
+        after = writer.done
+        wait_until(lambda: writer.done >= after + 20, 60, "writes after the snapshot")
+    finally:
+        writer.stopped.set()
+        writer.join(30)
+    assert writer.error is None, writer.error
+    cols = "SELECT id, name, n FROM {} ORDER BY id"
+    wait_until(
+        lambda: my.rows(cols.format(my.table("snap"))) == pg.rows(cols.format(pg.table("snap"))),
+        120,
+        "MariaDB equal to PostgreSQL",
+    )
+    events = [json.loads(r["value"])["payload"] for r in topic_records(runner, topic)]
+    reads = check_handover(events)
+    untouched = set(range(1, rows + 1)) - writer.touched
+    assert untouched <= reads, sorted(untouched - reads)[:5]
+    assert len(reads) > rows // 2, len(reads)
+
+
+def check_handover(events: list[dict]) -> set[int]:
+    """Change events of a snapshot + stream in topic order (one key's events share a queue, in
+    order): no row read twice (`op='r'`), none streamed before its chunk read it, no change
+    event twice and none that the row's snapshot record already held. The ids read."""
+    read_as: dict[int, dict] = {}
+    streamed: set[int] = set()
+    changes: Counter = Counter()
+    for e in events:
+        row = e["after"] if e["after"] is not None else e["before"]
+        if e["op"] == "r":
+            assert row["id"] not in read_as and row["id"] not in streamed, row
+            read_as[row["id"]] = row
+            continue
+        streamed.add(row["id"])
+        assert e["after"] is None or e["after"] != read_as.get(row["id"]), e
+        changes[(e["op"], json.dumps(row, sort_keys=True))] += 1
+    assert not changes or max(changes.values()) == 1, changes.most_common(3)
+    return set(read_as)

@@ -21,7 +21,7 @@ from sluice.connectors.cdc._pgoutput import (
 )
 from sluice.connectors.cdc.postgres import parse_value
 from sluice.connectors.jdbc.sink import _unwrap_change_events
-from sluice.sdk import ConnectException, FieldType, Schema
+from sluice.sdk import ConfigException, ConnectException, FieldType, Schema
 
 
 def _s(text: str) -> bytes:
@@ -141,3 +141,106 @@ def test_the_jdbc_sink_unwraps_change_events() -> None:
         [pa.array([{"id": 1}], pa.struct([("id", pa.int8())]))], names=["value"]
     )
     assert _unwrap_change_events(plain) is plain
+
+
+class _Dialect:
+    def quote(self, name: str) -> str:
+        return f'"{name}"'
+
+    def table(self, table: object) -> str:
+        return f'"{table}"'
+
+
+class _Db:
+    dialect = _Dialect()
+
+
+def test_snapshot_progress_decides_which_rows_stream() -> None:
+    from sluice.connectors.cdc._snapshot import chunk_column, covers, progress
+
+    assert progress(None, False) is None  # snapshot.mode=never: every event streams
+    assert progress(None, True) == {"upto": None, "done": False}
+    assert progress({"lsn": 5}, True) is None  # a connector that finished (or never began)
+    assert covers(None, "id")({"id": 1})
+    assert not covers({"upto": None, "done": False}, "id")({"id": 1})  # no chunk read yet
+    within = covers({"upto": 10, "done": False}, "id")
+    assert within({"id": 10}) and not within({"id": 11}) and not within({"id": None})
+    assert covers({"upto": 10, "done": True}, "id")({"id": 99})
+    assert not covers({"upto": None, "done": False}, None)({"k": "a"})  # one chunk, unread
+    ints = [("id", Schema.of(FieldType.INT64)), ("k", Schema.string())]
+    assert chunk_column(["id", "k"], ints) == "id"
+    assert chunk_column(["k", "id"], ints) is None  # not an integer: the table is one chunk
+
+
+def test_snapshot_chunk_queries_cover_each_key_once() -> None:
+    from sluice.connectors.cdc._snapshot import check_mode, chunk_query
+
+    db = _Db()
+
+    def query(first: dict | None, last: dict | None, column: str | None = "id"):
+        start = None if first is None else {"lsn": 1, "snapshot": first}
+        end = {"lsn": 2} if last is None else {"lsn": 2, "snapshot": last}
+        return chunk_query(db, "t", column, "*", start, end)
+
+    assert query(None, {"upto": 400, "done": False}) == (
+        'SELECT * FROM "t" WHERE "id" <= %s',
+        (400,),
+    )
+    assert query({"upto": 400, "done": False}, {"upto": 800, "done": False}) == (
+        'SELECT * FROM "t" WHERE "id" > %s AND "id" <= %s',
+        (400, 800),
+    )
+    # the last chunk has no upper bound: rows inserted above the planned maximum are read too
+    assert query({"upto": 800, "done": False}, {"upto": 900, "done": True}) == (
+        'SELECT * FROM "t" WHERE "id" > %s',
+        (800,),
+    )
+    assert query({"upto": 900, "done": True}, None) is None  # done: nothing more to read
+    assert query({"upto": 5, "done": False}, {"upto": 5, "done": False}) is None
+    assert query(None, {"upto": None, "done": True}, column=None) == ('SELECT * FROM "t"', ())
+    with pytest.raises(ConfigException, match=r"snapshot\.mode.*'full' is not one of"):
+        check_mode("full")
+
+
+class _Result:
+    def __init__(self, rows: list[tuple]) -> None:
+        self.rows = rows
+
+    def scalar(self) -> object:
+        return self.rows[0][0] if self.rows else None
+
+    def fetchall(self) -> list[tuple]:
+        return self.rows
+
+    def fetchone(self) -> tuple | None:
+        return self.rows[0] if self.rows else None
+
+
+class _Conn:
+    """Answers a server's settings queries from a table of SQL prefix → rows."""
+
+    def __init__(self, answers: dict[str, list[tuple]]) -> None:
+        self.answers = answers
+
+    def exec_driver_sql(self, sql: str, params: object = None) -> _Result:
+        for prefix, rows in self.answers.items():
+            if sql.startswith(prefix):
+                return _Result(rows)
+        raise AssertionError(f"unexpected query {sql}")
+
+
+class _Server:
+    def describe(self) -> str:
+        return "db at 127.0.0.1"
+
+
+def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
+    # Turning these off needs a server restart, so their checks are tested on the answers.
+    from sluice.connectors.cdc import mysql, postgres
+
+    values = {"table.include.list": [], "table.exclude.list": []}
+    with pytest.raises(ConnectException, match=r"wal_level is 'replica'.*wal_level=logical"):
+        postgres._setup(_Server(), _Conn({"SHOW wal_level": [("replica",)]}), values)
+    settings = [("log_bin", "OFF"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL")]
+    with pytest.raises(ConnectException, match=r"log_bin \(the binary log\) is off"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values)

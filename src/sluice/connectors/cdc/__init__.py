@@ -5,7 +5,9 @@ exactly once into the topic (positions are binlog file + position, re-read on re
 `PostgresCdcSourceConnector` reads PostgreSQL's logical replication (`pgoutput`) from a slot it
 owns, exactly once into the topic (positions are LSNs; the slot is advanced only after the
 micro-batch committed). The JDBC sink applies the change events it emits (creates and updates
-upserted, deletes deleted; see `sluice.connectors.jdbc.sink`). Full reference: docs/cdc.md.
+upserted, deletes deleted; see `sluice.connectors.jdbc.sink`). Both first snapshot the tables'
+existing rows, lock-free and chunked, handing over to the log exactly (`_snapshot`). Full
+reference: docs/cdc.md.
 """
 
 from sluice.connectors.cdc.mysql import MySqlCdcSourceConnector, MySqlCdcSourceTask

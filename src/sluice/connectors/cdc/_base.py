@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors.cdc._envelope import envelope_schema
+from sluice.connectors.cdc._snapshot import check_mode
 from sluice.sdk import ConfigException, ReadLimit, RecordPartition, Schema, SourceConnector
 
 PLAN_KEY = "cdc.task.plan"
@@ -46,17 +47,8 @@ class CdcSourceConnector(SourceConnector):
     (`self.tables`, see `describe_table`); records are Debezium envelopes keyed by the primary
     key as JSON text."""
 
-    #: what streaming starts from when snapshot.mode=never (the refusal of other modes says it)
-    stream_start = ""
-
     def check_snapshot_mode(self, values: Mapping[str, Any]) -> None:
-        if values["snapshot.mode"] != "never":
-            raise ConfigException(
-                "snapshot.mode",
-                f"{values['snapshot.mode']!r} is not supported yet; only 'never' (stream the "
-                f"changes from {self.stream_start} on)",
-                suggestion="copy the existing rows once with JdbcSourceConnector (bulk mode)",
-            )
+        check_mode(values["snapshot.mode"])
 
     def key_schema(self) -> Schema:
         return Schema.string()
@@ -78,5 +70,10 @@ class CdcSourceConnector(SourceConnector):
         return {}
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        plan = {"prefix": self.values["topic.prefix"], **self.task_plan(), "tables": self.tables}
+        plan = {
+            "prefix": self.values["topic.prefix"],
+            "snapshot": self.values["snapshot.mode"],
+            **self.task_plan(),
+            "tables": self.tables,
+        }
         return [{**self.connection, PLAN_KEY: json.dumps(plan)}]

@@ -18,6 +18,7 @@ changes the primary key is emitted as a delete of the old key followed by a crea
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,7 @@ SOURCE_SCHEMA = Schema.struct(
     optional=False,
     name="sluice.cdc.Source",
 )
+SOURCE_VERSION = "sluice-cdc-1"
 #: The field names of an envelope, as a sink recognises it.
 ENVELOPE_FIELDS = ("before", "after", "source", "op", "ts_ms")
 
@@ -63,6 +65,22 @@ def envelope_schema(topic: str, columns: Sequence[tuple[str, Schema]]) -> Schema
         optional=False,
         name=f"{topic}.Envelope",
     )
+
+
+def source_block(connector: str, name: str, db: str | None, table: str, **known: Any) -> dict:
+    """A `source` value: the connector, its `topic.prefix`, database and table, and whichever
+    of `ts_ms` (default now), `schema`, `txId`, `lsn`, `file`, `pos`, `gtid` are `known`."""
+    fields = dict.fromkeys(("schema", "txId", "lsn", "file", "pos", "gtid"))
+    fields.update(known)
+    return {
+        "version": SOURCE_VERSION,
+        "connector": connector,
+        "name": name,
+        "ts_ms": known.get("ts_ms", int(time.time() * 1000)),
+        "db": db,
+        "table": table,
+        **{k: v for k, v in fields.items() if k != "ts_ms"},
+    }
 
 
 def key_text(row: dict[str, Any], pk: Sequence[str]) -> str:

@@ -7,7 +7,9 @@ over the replication protocol (`mysql-replication`, non-blocking) up to `read.ma
 answers the position after the last whole transaction; `read` (executor) reads the same range again
 and emits its rows. The binlog is immutable until purged, so a replayed range yields the same
 events. The first micro-batch of a connector without positions is an empty range ending at the
-binlog position the connector started at (capture starts there; `snapshot.mode=never`).
+binlog position the connector started at (capture starts there; with `snapshot.mode=initial`,
+the default, the tables' existing rows are read first, chunk by chunk while the binlog streams:
+`sluice.connectors.cdc._snapshot`).
 
 A binlog purged under a stopped connector (`binlog_expire_logs_seconds`, `PURGE BINARY LOGS`)
 fails the task naming the missing file and position: never a silent gap. The binlog is not held
@@ -18,7 +20,7 @@ Keys: `connection.url` (`jdbc:mysql://host:port/db`, `jdbc:mariadb://…`) or `d
 id this reader uses, distinct from every server and other reader; default 5400 + a hash of the
 connector name); `topic.prefix` (required; topics `<prefix>.<database>.<table>`),
 `table.include.list` (`database.table`, comma-separated, required), `table.exclude.list`,
-`snapshot.mode` (`never`).
+`snapshot.mode` (`initial` | `when_needed` | `never`).
 
 The server needs `log_bin=ON`, `binlog_format=ROW`, `binlog_row_image=FULL` and
 `binlog_row_metadata=FULL` (column names and signedness in the binlog), and the user the
@@ -45,7 +47,8 @@ from sluice.connectors.cdc._base import (
     partition,
     sql_error,
 )
-from sluice.connectors.cdc._envelope import describe_table, key_text
+from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._snapshot import SnapshotTask
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
     ConfigDef,
@@ -82,7 +85,7 @@ CONFIG = ConfigDef(
     ),
     ConfigKey("table.include.list", type="list", doc="database.table, …"),
     ConfigKey("table.exclude.list", type="list", default=[], doc="database.table, …"),
-    ConfigKey("snapshot.mode", default="never", doc="never (initial: not yet)"),
+    ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),
 )
 
 _REQUIRED_SETTINGS = {
@@ -163,7 +166,6 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
     """
 
     config_def = CONFIG
-    stream_start = "the binlog position at the connector's first start"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
@@ -264,16 +266,21 @@ class _Table:
         }
 
 
-class MySqlCdcSourceTask(ReplayableSourceTask):
-    """Reads whole transactions from the binlog between two positions (module docstring)."""
+class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
+    """Reads whole transactions from the binlog between two positions, and the snapshot's
+    chunks (module docstring, `sluice.connectors.cdc._snapshot`)."""
 
     def start(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
         plan = json.loads(config[PLAN_KEY])
         self.prefix: str = plan["prefix"]
+        self.snapshot_mode: str = plan.get("snapshot", "never")
         self.server_id: int = plan["server_id"]
         self.initial: dict = plan["initial"]
         self.tables = {t["table"]: _Table(t) for t in plan["tables"]}
         self.connection = parse_connection(config)
+        self.db = Database(self.connection)
         self._asked: set[str] = set()
         self._end: dict | None = None
 
@@ -360,7 +367,7 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
             stream.close()
         return end
 
-    def latest(
+    def stream_latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
         if start is None:
@@ -385,7 +392,13 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
         at = names.index(here["file"])
         return max(0, sum(size for _, size in logs[at:]) - int(here["pos"]))
 
-    def read(
+    def stream_origin(self) -> RecordOffset:
+        return dict(self.initial)
+
+    def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
+        return start is not None and _after(end, start)
+
+    def stream_read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
@@ -420,6 +433,39 @@ class MySqlCdcSourceTask(ReplayableSourceTask):
                 pending.extend(self._events(event, table, gtid))
         finally:
             stream.close()
+
+    # -- the snapshot's chunks (executor) --------------------------------------------------------
+    def chunk_select(self, table: _Table) -> str:
+        return ", ".join(self.db.dialect.quote(n) for n, _ in table.columns)
+
+    def select_chunk(self, table: _Table, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
+        names = [n for n, _ in table.columns]
+        with self.db.connect() as conn:
+            rows = conn.exec_driver_sql(*sql_params).fetchall()
+        where = f"table {table.name}, snapshot"
+        return [table.row(dict(zip(names, row, strict=True)), where) for row in rows]
+
+    def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
+        # From the low watermark to the binlog's end now (non-blocking): past the SELECT.
+        schema, name = table.name.split(".", 1)
+        keys: set[str] = set()
+        where = f"table {table.name}, snapshot watermark"
+        stream = self._stream(low, rows=True)
+        try:
+            for event in stream:
+                if getattr(event, "schema", None) != schema or getattr(event, "table", "") != name:
+                    continue
+                for row in getattr(event, "rows", ()):
+                    for image in ("values", "before_values", "after_values"):
+                        if image in row:
+                            keys.add(key_text(table.row(row[image], where), table.pk))
+        finally:
+            stream.close()
+        return keys
+
+    def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
+        schema, name = table.name.split(".", 1)
+        return source_block("mysql", self.prefix, schema, name, file=end["file"], pos=end["pos"])
 
     def _check_ddl(self, event: Any, schema: str, name: str) -> None:
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)

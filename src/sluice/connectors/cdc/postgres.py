@@ -27,7 +27,8 @@ Keys (Debezium's where they apply): `connection.url` (`jdbc:postgresql://host:po
 `table.include.list` / `table.exclude.list` (`schema.table`, comma-separated; default: every table
 of the publication, or of the current schema when the publication is created),
 `slot.name` (`sluice`), `publication.name` (`sluice_publication`; created `FOR TABLE` the included
-tables when missing), `snapshot.mode` (`never`; see docs/cdc.md).
+tables when missing), `snapshot.mode` (`initial`: the existing rows first, chunk by chunk
+while the slot streams, see `sluice.connectors.cdc._snapshot`; `never`; docs/cdc.md).
 
 Records: Debezium's envelope (`sluice.connectors.cdc._envelope`), key = the primary key as JSON
 text. With `REPLICA IDENTITY DEFAULT` an update's `before` is null and a delete's `before` holds
@@ -58,7 +59,7 @@ from sluice.connectors.cdc._base import (
     partition,
     sql_error,
 )
-from sluice.connectors.cdc._envelope import describe_table, key_text
+from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
@@ -68,6 +69,7 @@ from sluice.connectors.cdc._pgoutput import (
     lsn_text,
     transactions,
 )
+from sluice.connectors.cdc._snapshot import SnapshotTask
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
     ConfigDef,
@@ -88,6 +90,7 @@ log = logging.getLogger(__name__)
 
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
+_FLUSH_WAIT_S = 60.0
 VERSION = "sluice-cdc-1"
 
 CONFIG = ConfigDef(
@@ -108,7 +111,7 @@ CONFIG = ConfigDef(
     ConfigKey("table.exclude.list", type="list", default=[], doc="schema.table, …"),
     ConfigKey("slot.name", default="sluice", pattern=r"[a-z0-9_]{1,63}", doc="replication slot"),
     ConfigKey("publication.name", default="sluice_publication", doc="publication"),
-    ConfigKey("snapshot.mode", default="never", doc="never (initial: not yet)"),
+    ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),
 )
 
 
@@ -150,7 +153,7 @@ def parse_value(text: str, schema: Schema, where: str) -> Any:
         if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
             return float(text)
         if schema.type is FieldType.BOOLEAN:
-            return text == "t"
+            return text in ("t", "true")  # pgoutput sends t/f, a ::text cast true/false
         if schema.type is FieldType.BYTES:
             if not text.startswith("\\x"):
                 raise ValueError("is not in bytea hex format")
@@ -208,7 +211,6 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
     """
 
     config_def = CONFIG
-    stream_start = "the slot's position"
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
@@ -308,14 +310,16 @@ def _qualified(db: Any, conn: Any, table: TableName) -> TableName:
     return table if table.schema else TableName(db.current_schema(conn), table.name)
 
 
-class PostgresCdcSourceTask(ReplayableSourceTask):
-    """Reads committed transactions from the slot between two LSNs (see the module docstring)."""
+class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
+    """Reads committed transactions from the slot between two LSNs, and the snapshot's chunks
+    (see the module docstring and `sluice.connectors.cdc._snapshot`)."""
 
     def start(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database
 
         plan = json.loads(config[PLAN_KEY])
         self.prefix: str = plan["prefix"]
+        self.snapshot_mode: str = plan.get("snapshot", "never")
         self.slot: str = plan["slot"]
         self.publication: str = plan["publication"]
         self.tables = {t["table"]: _Table(t) for t in plan["tables"]}
@@ -374,7 +378,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
             )
         return lsn_int(row[0])
 
-    def latest(
+    def stream_latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
         # Every table gets the same end LSN in one planning round (one peek per round), so a
@@ -387,6 +391,13 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         if self._end is None or (start is not None and start["lsn"] >= self._end):
             return start
         return {"lsn": self._end}
+
+    def stream_origin(self) -> RecordOffset:
+        with self.db.connect() as conn:
+            return {"lsn": self._check_slot(conn)}
+
+    def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
+        return start is None or end["lsn"] > start["lsn"]
 
     def _next_end(self, begin: int, budget: int | None) -> int | None:
         """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
@@ -432,7 +443,7 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         here = position["lsn"] if position and "lsn" in position else confirmed
         return max(0, lsn_int(current) - int(here))
 
-    def read(
+    def stream_read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         table = self.tables[partition["table"]]
@@ -450,6 +461,56 @@ class PostgresCdcSourceTask(ReplayableSourceTask):
         for tx in transactions(data for (data,) in rows):
             if begin < tx.end_lsn <= stop:
                 yield from self._events(tx, table)
+
+    # -- the snapshot's chunks (executor) --------------------------------------------------------
+    def chunk_select(self, table: _Table) -> str:
+        # PostgreSQL's text output, as pgoutput sends it: one parser for both paths
+        return ", ".join(f"{self.db.dialect.quote(n)}::text" for n, _ in table.columns)
+
+    def select_chunk(self, table: _Table, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
+        names = [n for n, _ in table.columns]
+        with self.db.connect() as conn:
+            conn.exec_driver_sql("SET TIME ZONE 'UTC'")
+            rows = conn.exec_driver_sql(*sql_params).fetchall()
+            # the log's position after the SELECT: every change it saw committed before it
+            high = conn.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar()
+            self._high = lsn_int(high)
+            # Decoding reads flushed WAL only, and a commit is visible before it is flushed
+            # under synchronous_commit=off: wait for the flush (the WAL writer's next round).
+            deadline = time.monotonic() + _FLUSH_WAIT_S
+            while not conn.exec_driver_sql(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
+            ).scalar():
+                if time.monotonic() > deadline:
+                    raise ConnectException(
+                        f"{self.db.describe()}: WAL up to {high} was not flushed within "
+                        f"{_FLUSH_WAIT_S:.0f} s, so the snapshot of {table.name} cannot be "
+                        "reconciled with the log",
+                    )
+                time.sleep(0.01)
+        where = f"table {table.name}, snapshot"
+        return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
+
+    def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
+        schema, name = table.name.split(".", 1)
+        keys: set[str] = set()
+        where = f"table {table.name}, snapshot watermark"
+        for tx in transactions(data for (data,) in self._peek(self._high)):
+            if tx.end_lsn <= low["lsn"]:
+                continue
+            for change in tx.changes:
+                if change.relation.schema != schema or change.relation.name != name:
+                    continue
+                for image in (change.before, change.after):
+                    if image is not None:
+                        pk = {k: image.get(k) for k in table.pk}
+                        keys.add(key_text(table.row(pk, where, partial=True), table.pk))
+        return keys
+
+    def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
+        schema, name = table.name.split(".", 1)
+        database, lsn = self.db.connection.database, end["lsn"]
+        return source_block("postgresql", self.prefix, database, name, schema=schema, lsn=lsn)
 
     def _events(self, tx: Transaction, table: _Table) -> Iterator[ConnectRecord]:
         schema, name = table.name.split(".", 1)
