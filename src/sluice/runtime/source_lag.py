@@ -12,10 +12,10 @@ measures from the connector's committed positions, so a paused or stopped source
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +65,9 @@ class SourceLag:
         self._lock = threading.Lock()
         self._probes: dict[str, _Probe] = {}
         self._queued: set[str] = set()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="source-lag")
+        # one daemon thread: a probe stuck on an unreachable system never holds up the exit
+        self._todo: queue.SimpleQueue[StoredConnector | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._failing: set[str] = set()  # connectors whose last probe failed (logged once)
 
     def of(self, stored: StoredConnector) -> list[PartitionLag]:
@@ -77,7 +79,12 @@ class SourceLag:
             due = not fresh or time.monotonic() - probe.at >= self.interval_s  # type: ignore[union-attr]
             if due and stored.name not in self._queued:
                 self._queued.add(stored.name)
-                self._pool.submit(self._refresh, stored)
+                self._todo.put(stored)
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._work, name="source-lag", daemon=True
+                    )
+                    self._thread.start()
             return list(probe.lags) if fresh else []  # type: ignore[union-attr]
 
     def forget(self, keep: set[str]) -> None:
@@ -87,7 +94,12 @@ class SourceLag:
                 del self._probes[name]
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop probing (the probe under way, if any, finishes on its own)."""
+        self._todo.put(None)
+
+    def _work(self) -> None:
+        while (stored := self._todo.get()) is not None:
+            self._refresh(stored)
 
     def _refresh(self, stored: StoredConnector) -> None:
         try:
