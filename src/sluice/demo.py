@@ -80,6 +80,9 @@ def main() -> None:
     open(source_file, "a").close()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # "Ctrl-C stops" holds even when started from a shell that ignores SIGINT (`cmd &` in a
+    # script), where Python would otherwise keep ignoring it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     log_path = os.path.join(DEMO_DIR, "worker.log")
     print(f"Starting a standalone worker on {url} (log: {log_path})…", flush=True)
     worker = _start_worker(_write_conf(port), log_path)
