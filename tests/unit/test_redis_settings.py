@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import redis
 
+from sluice.connectors._messaging import shares
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings
-from sluice.connectors.redis.source import _id, _shares
+from sluice.connectors.redis.source import _id
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException
 
 KEYS = ConfigDef(*CONNECTION_KEYS)
@@ -46,5 +47,5 @@ def test_entry_ids_compare_as_numbers() -> None:
 
 
 def test_shares_spread_names_over_at_most_max_tasks() -> None:
-    assert _shares(["a", "b", "c"], 2) == [["a", "c"], ["b"]]
-    assert _shares(["a"], 4) == [["a"]]
+    assert shares(["a", "b", "c"], 2) == [["a", "c"], ["b"]]
+    assert shares(["a"], 4) == [["a"]]

@@ -23,6 +23,7 @@ from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
+from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
 from sluice.connectors.redis import (
     RedisListSourceConnector,
     RedisSinkConnector,
@@ -81,6 +82,8 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     # RocketMQ Connect's Redis source follows the replication stream; sluice's reads streams
     "org.apache.rocketmq.connect.redis.connector.RedisSourceConnector": RedisStreamSourceConnector,
     "org.apache.rocketmq.connect.redis.connector.RedisSinkConnector": RedisSinkConnector,
+    "NatsSourceConnector": NatsSourceConnector,
+    "NatsSinkConnector": NatsSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

@@ -38,12 +38,12 @@ JSON text.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._messaging import Row, row_record, rows_of_batch, rows_of_records
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     BatchId,
@@ -75,25 +75,6 @@ CONFIG = ConfigDef(
     ConfigKey("redis.batch.size", type="int", default=5000, min=1, doc="records per transaction"),
 )
 
-# one record as the sink writes it: (topic, queue, offset, key, value, headers)
-Row = tuple[str, int, int, bytes | None, bytes | None, dict[str, str]]
-
-
-def _as_bytes(column: pa.Array) -> list[bytes | None]:
-    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return column.to_pylist()
-    if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return column.cast(pa.binary()).to_pylist()
-    return [_encode(v) for v in column.to_pylist()]
-
-
-def _encode(value: Any) -> bytes | None:
-    if value is None or isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":")).encode()
-
 
 class RedisSinkTask(SinkTask):
     """Writes each topic queue's records in transactions that also move the queue's mark."""
@@ -123,30 +104,10 @@ class RedisSinkTask(SinkTask):
         return self._client
 
     def put(self, records: list[ConnectRecord]) -> None:
-        rows: list[Row] = []
-        for r in records:
-            if r.partition is None or r.offset is None:
-                raise ConnectException(f"record of topic {r.topic!r} has no queue position")
-            queue, offset = int(r.partition["queueId"]), int(r.offset["queueOffset"]) - 1
-            rows.append(
-                (r.topic or "", queue, offset, _encode(r.key), _encode(r.value), r.extensions)
-            )
-        self._write(rows)
+        self._write(rows_of_records(records))
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
-        headers = batch.column("headers").to_pylist()
-        rows = list(
-            zip(
-                batch.column("topic").to_pylist(),
-                batch.column("queue_id").to_pylist(),
-                batch.column("queue_offset").to_pylist(),
-                _as_bytes(batch.column("key")),
-                _as_bytes(batch.column("value")),
-                [json.loads(h) if h else {} for h in headers],
-                strict=True,
-            )
-        )
-        self._write(rows)
+        self._write(rows_of_batch(batch))
 
     def _write(self, rows: list[Row]) -> None:
         groups: dict[tuple[str, int], list[Row]] = {}
@@ -211,15 +172,8 @@ class RedisSinkTask(SinkTask):
     def _refuse(self, row: Row, message: str) -> None:
         """Give up on one record (dead-lettered with errors.tolerance=all, else the batch fails
         naming it); the others are written."""
-        topic, queue, offset, key, value, headers = row
-        record = ConnectRecord(
-            value=value,
-            key=key,
-            partition={"topic": topic, "queueId": str(queue)},
-            offset={"queueOffset": offset + 1},
-            extensions=dict(headers),
-            topic=topic,
-        )
+        topic, queue, offset = row[:3]
+        record = row_record(row)
         if (topic, queue, offset) not in self._refused:  # put_batch may be retried
             self._refused.add((topic, queue, offset))
             self.context.dead_letter(record, message, exception_class="ConnectException")

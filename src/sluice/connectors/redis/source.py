@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._messaging import shares
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     HEADERS_TYPE,
@@ -87,11 +88,6 @@ def _id(raw: bytes | str) -> tuple[int, int]:
     text = raw.decode() if isinstance(raw, bytes) else raw
     ms, _, seq = text.partition("-")
     return int(ms), int(seq or 0)
-
-
-def _shares(names: list[str], max_tasks: int) -> list[list[str]]:
-    tasks = max(1, min(max_tasks, len(names)))
-    return [names[i::tasks] for i in range(tasks)]
 
 
 class RedisStreamSourceTask(ReplayableSourceTask):
@@ -271,7 +267,7 @@ class RedisStreamSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = STREAM_CONFIG.parse(self.config)["redis.streams"]
-        return [{**self.config, "redis.streams": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "redis.streams": ",".join(s)} for s in shares(names, max_tasks)]
 
     def default_read_limit(self) -> ReadLimit:
         # finding the end id of a range walks the stream server-side: keep a batch moderate
@@ -380,7 +376,7 @@ class RedisListSourceConnector(SourceConnector):
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         names = LIST_CONFIG.parse(self.config)["redis.lists"]
-        return [{**self.config, "redis.lists": ",".join(s)} for s in _shares(names, max_tasks)]
+        return [{**self.config, "redis.lists": ",".join(s)} for s in shares(names, max_tasks)]
 
     def key_schema(self) -> Schema:
         return Schema.bytes_()
