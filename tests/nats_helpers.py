@@ -4,6 +4,7 @@ make streams, publish many messages, read a whole stream back."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +46,8 @@ class Nats:
 
     def delete_stream(self, name: str) -> None:
         async def work(js: Any) -> None:
-            try:
+            with contextlib.suppress(nats.js.errors.NotFoundError):
                 await js.delete_stream(name)
-            except nats.js.errors.NotFoundError:
-                pass
 
         self._run(work)
 
@@ -85,7 +84,9 @@ class Nats:
             while left > 0:
                 for m in await sub.fetch(min(left, 5000), timeout=30):
                     out.append(
-                        Message(m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {}))
+                        Message(
+                            m.metadata.sequence.stream, m.subject, m.data, dict(m.headers or {})
+                        )
                     )
                     left -= 1
             await js.delete_consumer(stream, info.name)

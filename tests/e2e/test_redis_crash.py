@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import collections
 import os
-import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 
-from sluice.bus.embedded import EmbeddedLog
 from tests.conftest import wait_until
+from tests.e2e.crash_helpers import kill9, start_child, topic_count, topic_records
 from tests.servers import ensure
 
 pytestmark = pytest.mark.slow
@@ -35,45 +33,7 @@ ROUNDS = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 
 
 def _start(root: Path, url: str, stream: str, queue: str, log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), str(root), url, stream, queue],
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,  # kill -9 of the group takes the JVM down with it
-    )
-
-
-def _kill9(proc: subprocess.Popen) -> None:
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-
-
-def _records(root: Path, topic: str) -> list[dict]:
-    log = EmbeddedLog(root / "bus")
-    try:
-        if not log.topic_exists(topic):
-            return []
-        return [
-            row
-            for q, r in sorted(log.offsets(topic).items())
-            for _, batch in log.read(topic, q, r.min_offset, r.max_offset)
-            for row in batch.to_pylist()
-        ]
-    finally:
-        log.close()
-
-
-def _count(root: Path, topic: str) -> int:
-    log = EmbeddedLog(root / "bus")
-    try:
-        return (
-            sum(r.max_offset for r in log.offsets(topic).values()) if log.topic_exists(topic) else 0
-        )
-    finally:
-        log.close()
+    return start_child(CHILD, [str(root), url, stream, queue], log)
 
 
 def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
@@ -107,7 +67,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
             )
             assert proc.poll() is None, f"child exited early:\n{out.read_text()[-4000:]}"
         finally:
-            _kill9(proc)
+            kill9(proc)
         kills.append((client.xlen(copy), ELEMENTS - client.llen(queue)))
     taken_at_kill = client.llen(f"{queue}:sluice-processing:jobs-in")
     assert all(0 < c < ENTRIES for c, _ in kills), kills
@@ -119,7 +79,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
                 proc.poll() is not None
                 or (
                     client.xlen(copy) >= ENTRIES
-                    and len({r["value"] for r in _records(root, "jobs")}) >= ELEMENTS
+                    and len({r["value"] for r in topic_records(root, "jobs")}) >= ELEMENTS
                 )
             ),
             600,
@@ -128,7 +88,7 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
         )
         assert proc.poll() is None, f"child failed:\n{out.read_text()[-4000:]}"
     finally:
-        _kill9(proc)
+        kill9(proc)
 
     entries = client.xrange(copy)
     seqs = collections.Counter(int(f[b"seq"]) for _, f in entries)
@@ -141,9 +101,9 @@ def test_kill_9_stream_exactly_once_list_at_least_once(tmp_path: Path) -> None:
             b"value": f"entry {i} ü".encode(),
             b"seq": b"%d" % i,
         }
-    assert _count(root, "events") == ENTRIES  # each entry once in the topic too
+    assert topic_count(root, "events") == ENTRIES  # each entry once in the topic too
 
-    jobs = collections.Counter(r["value"] for r in _records(root, "jobs"))
+    jobs = collections.Counter(r["value"] for r in topic_records(root, "jobs"))
     assert sorted(jobs) == sorted(f"job {j}".encode() for j in range(ELEMENTS)), "jobs lost"
     duplicates = sum(jobs.values()) - ELEMENTS
     print(f"list: {duplicates} duplicates (bound {2 * POLL * ROUNDS})")

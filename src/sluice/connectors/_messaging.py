@@ -87,3 +87,30 @@ def shares(names: list[str], max_tasks: int) -> list[list[str]]:
     """`names` (streams, lists, topic filters) spread over at most `max_tasks` tasks."""
     tasks = max(1, min(max_tasks, len(names)))
     return [names[i::tasks] for i in range(tasks)]
+
+
+def addressed(row: Row, fmt: str, fmt_key: str, key_header: str, drop: str) -> tuple[str, dict]:
+    """Where a message system's sink sends `row` and the headers it carries.
+
+    `fmt` (the value of config key `fmt_key`) has ``${topic}`` and ``${key}`` replaced; the key
+    travels as header `key_header` (headers are text: a key that is not UTF-8 fails naming the
+    record); the extensions are the other headers, less `drop` (what the system's own source
+    recorded about the message it read, e.g. its subject).
+    """
+    topic, key = row[0], row[3]
+    headers = {k: v for k, v in row[5].items() if k != drop}
+    target = fmt.replace("${topic}", topic)
+    if key is not None:
+        try:
+            text = key.decode()
+        except UnicodeDecodeError:
+            raise ConnectException(
+                f"{row_name(row)}: its key is not UTF-8 text, which a header ({key_header}) "
+                "must be",
+                suggestion="convert the key to text (key.converter) before this sink",
+            ) from None
+        headers[key_header] = text
+        target = target.replace("${key}", text)
+    elif "${key}" in target:
+        raise ConnectException(f"{row_name(row)}: null key, which {fmt_key}={fmt!r} needs")
+    return target, headers

@@ -23,6 +23,7 @@ from sluice.connectors.file import FileSinkConnector, FileSourceConnector
 from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
+from sluice.connectors.mqtt import MqttSinkConnector, MqttSourceConnector
 from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
 from sluice.connectors.redis import (
     RedisListSourceConnector,
@@ -84,6 +85,10 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "org.apache.rocketmq.connect.redis.connector.RedisSinkConnector": RedisSinkConnector,
     "NatsSourceConnector": NatsSourceConnector,
     "NatsSinkConnector": NatsSinkConnector,
+    "MqttSourceConnector": MqttSourceConnector,
+    "MqttSinkConnector": MqttSinkConnector,
+    "org.apache.rocketmq.connect.mqtt.connector.MqttSourceConnector": MqttSourceConnector,
+    "org.apache.rocketmq.connect.mqtt.connector.MqttSinkConnector": MqttSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

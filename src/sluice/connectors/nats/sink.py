@@ -34,7 +34,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._messaging import Row, row_name, rows_of_batch, rows_of_records
+from sluice.connectors._messaging import (
+    Row,
+    addressed,
+    row_name,
+    rows_of_batch,
+    rows_of_records,
+)
 from sluice.connectors.nats._client import CONNECTION_KEYS, Session, Settings, nats_module, probe
 from sluice.connectors.nats.source import SUBJECT_EXTENSION
 from sluice.sdk import (
@@ -75,27 +81,11 @@ class NatsSinkTask(SinkTask):
         self._publish(rows_of_batch(batch))
 
     def _message(self, row: Row) -> tuple[str, bytes, dict[str, str]]:
-        topic, queue, offset, key, value, extensions = row
-        headers = {k: v for k, v in extensions.items() if k != SUBJECT_EXTENSION}
-        subject = self.subject_format.replace("${topic}", topic)
-        if key is not None:
-            try:
-                text = key.decode()
-            except UnicodeDecodeError:
-                raise ConnectException(
-                    f"{row_name(row)}: its key is not UTF-8 text, which a NATS header "
-                    f"({self.key_header}) must be",
-                    suggestion="convert the key to text (key.converter) before this sink",
-                ) from None
-            headers[self.key_header] = text
-            subject = subject.replace("${key}", text)
-        elif "${key}" in subject:
-            raise ConnectException(
-                f"{row_name(row)}: null key, which nats.subject.format={self.subject_format!r} "
-                "needs"
-            )
-        headers[MSG_ID] = f"{self.prefix}:{topic}:{queue}:{offset}"
-        return subject, value if value is not None else b"", headers
+        subject, headers = addressed(
+            row, self.subject_format, "nats.subject.format", self.key_header, SUBJECT_EXTENSION
+        )
+        headers[MSG_ID] = f"{self.prefix}:{row[0]}:{row[1]}:{row[2]}"
+        return subject, row[4] if row[4] is not None else b"", headers
 
     def _publish(self, rows: list[Row]) -> None:
         if not rows:
