@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq crash-kafka crash-redis lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq crash-kafka crash-redis crash-mq lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,11 @@ crash-kafka: $(STAMP)
 # once), on the Redis of scripts/servers.sh (started if needed).
 crash-redis: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py -s
+
+# kill -9 of a NATS stream → topic → stream and MQTT → topic → MQTT worker three times (the suite
+# kills once), on the NATS and Mosquitto of scripts/servers.sh (started if needed).
+crash-mq: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_mq_crash.py -s
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

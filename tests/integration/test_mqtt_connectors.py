@@ -55,7 +55,7 @@ def test_filters_through_a_topic_to_mqtt(runner: ConnectorRunner, port: int, tmp
             {
                 **raw,
                 "connector.class": "org.apache.rocketmq.connect.mqtt.connector.MqttSourceConnector",
-                "sourceTopic": ";".join(filters),
+                "mqtt.topics": ";".join(filters),
                 "mqtt.client.id": client_id,
                 "connect.topicname": "sensors",
                 "mqtt.poll.max.records": "500",
@@ -79,8 +79,13 @@ def test_filters_through_a_topic_to_mqtt(runner: ConnectorRunner, port: int, tmp
             _healthy(runner)
             return all(c.count() >= len(kept) for c in copies.values())
 
-        wait_until(done, 240, f"{len(kept)} messages in both copies", every=0.5)
         root = tmp_path / "store"
+        try:
+            wait_until(done, 240, f"{len(kept)} messages in both copies", every=0.5)
+        except AssertionError as exc:
+            counts = [c.count() for c in copies.values()]
+            topic = _topic_count(root, "sensors")
+            raise AssertionError(f"{exc}: {topic} in the topic, {counts}") from None
         assert _topic_count(root, "sensors") == len(kept)  # nothing taken twice without a crash
         for qos, copy in copies.items():
             seqs = collections.Counter()
@@ -92,7 +97,7 @@ def test_filters_through_a_topic_to_mqtt(runner: ConnectorRunner, port: int, tmp
                 assert last.get(key, -1) < i  # each key's messages in order
                 last[key] = i
                 assert (topic, payload, retained) == (f"out-{TAG}/q{qos}/sensors", _value(i), False)
-                assert props == {**_props(i), "mqtt.topic": topics[i % 3]}
+                assert props == _props(i)  # (the source's mqtt.topic note is not published)
             assert sorted(seqs) == kept and set(seqs.values()) == {1}
         # QoS 2 with the retained flag: a subscriber that comes later gets the last message
         late = mqtt_helpers.Collector(port, f"out-{TAG}/q2/#")
@@ -105,6 +110,7 @@ def test_filters_through_a_topic_to_mqtt(runner: ConnectorRunner, port: int, tmp
         wait_until(lambda: copies[1].count() == len(kept) + 1, 60, "the late copy")
         assert copies[1].received[-1][1] == "später".encode()
     finally:
+        runner.stop("min")  # before its session ends
         for c in copies.values():
             c.close()
         mqtt_helpers.publish(port, [(f"out-{TAG}/q2/sensors", b"", None)])  # clear retained
@@ -145,6 +151,11 @@ def test_configuration_errors_name_the_key(port: int) -> None:
             MqttSinkConnector,
             {"mqtt.url": url, "connect.topicnames": "t", "mqtt.topic.format": "out/+"},
             r"mqtt.topic.format: 'out/\+' is not a topic to publish to",
+        ),
+        (
+            MqttSinkConnector,
+            {"mqtt.url": url, "connect.topicnames": "t", "mqtt.max.inflight": "1000"},
+            r"mqtt.max.inflight: 1000 is more than the 20 unacknowledged publishes",
         ),
     ]
     for cls, config, message in cases:

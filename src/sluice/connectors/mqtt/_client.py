@@ -31,6 +31,13 @@ CONNECTION_KEYS = (
     ConfigKey("mqtt.keepalive.s", type="int", default=30, min=5, doc="keep-alive interval"),
     ConfigKey("mqtt.timeout.ms", type="int", default=10_000, min=1, doc="connect/ack timeout"),
     ConfigKey("mqtt.key.property", default="Sluice-Key", doc="user property of the record key"),
+    ConfigKey(
+        "mqtt.max.inflight",
+        type="int",
+        default=20,
+        min=1,
+        doc="QoS 1/2 publishes awaiting their ack (within the broker's receive maximum)",
+    ),
 )
 #: RocketMQ Connect's MQTT keys (rocketmq-connect-mqtt), renamed by the runtime
 ALIASES = {
@@ -122,6 +129,7 @@ class Settings:
         *,
         session_expiry_s: int = 0,
         receive_maximum: int = 65535,
+        max_inflight: int = 20,
         on_connect: Callable[[Any], None] | None = None,
         on_message: Callable[[Any], None] | None = None,
     ) -> Any:
@@ -141,14 +149,19 @@ class Settings:
         )
         if self.username:
             client.username_pw_set(self.username, self.password)
-        client.max_inflight_messages_set(1000)
+        # paho does not follow the receive maximum the broker states in its CONNACK, and past it
+        # Mosquitto refuses QoS 2 publishes in a PUBREC whose reason paho ignores: the message
+        # is lost though paho reports it published. So `max_inflight` must stay within it.
+        client.max_inflight_messages_set(max_inflight)
         client.max_queued_messages_set(0)
         client.reconnect_delay_set(1, 30)
         answered = threading.Event()
         result: list[Any] = []
+        allowed: list[int] = []
 
-        def connected(c: Any, _u: Any, _flags: Any, reason: Any, _props: Any) -> None:
+        def connected(c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
             result.append(reason)
+            allowed.append(getattr(props, "ReceiveMaximum", 65535))
             answered.set()
             if not reason.is_failure and on_connect is not None:
                 on_connect(c)
@@ -174,6 +187,15 @@ class Settings:
             client.loop_stop()
             client.disconnect()
             self._refused(result[-1] if result else None)
+        if allowed[-1] < max_inflight:
+            client.disconnect()
+            client.loop_stop()
+            raise ConfigException(
+                "mqtt.max.inflight",
+                f"{max_inflight} is more than the {allowed[-1]} unacknowledged publishes "
+                f"{self.where} accepts (its receive maximum)",
+                suggestion=f"set mqtt.max.inflight to {allowed[-1]} or less",
+            )
         return client
 
     def _refused(self, reason: Any) -> None:
@@ -187,12 +209,12 @@ class Settings:
             )
         raise ConnectException(f"{URL}={self.where}: the broker refused the connection: {reason}")
 
-    def probe(self, client_id: str) -> None:
+    def probe(self, client_id: str, max_inflight: int = 20) -> None:
         """Connect once and leave (driver, in `validate`) with a client id of its own (a clean
         start under the source's id would end the source's session); unreachable →
         ConfigException."""
         try:
-            client = self.connect(f"{client_id}-probe")
+            client = self.connect(f"{client_id}-probe", max_inflight=max_inflight)
         except RetriableException as exc:
             raise ConfigException(URL, f"cannot reach the MQTT broker: {exc}") from None
         client.disconnect()

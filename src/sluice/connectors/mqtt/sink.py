@@ -25,6 +25,7 @@ property, except ``mqtt.topic`` (what `MqttSourceConnector` records of the messa
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -68,8 +69,11 @@ class MqttSinkTask(SinkTask):
         self.qos = int(values["mqtt.qos"])
         self.retain: bool = values["mqtt.retain"]
         self.key_property: str = values["mqtt.key.property"]
+        self.max_inflight: int = values["mqtt.max.inflight"]
         base = values["mqtt.client.id"] or f"sluice-{self.context.connector_name}"
-        self.client_id = f"{base}-{self.context.task_id}"
+        # Spark may run two partitions of one task id at once, and a second client with the same
+        # id would take the first one's connection over: a sink needs no session, so make it unique
+        self.client_id = f"{base}-{self.context.task_id}-{uuid.uuid4().hex[:8]}"
         self._client: Any = None
 
     def put(self, records: list[ConnectRecord]) -> None:
@@ -80,7 +84,9 @@ class MqttSinkTask(SinkTask):
 
     def _connected(self) -> Any:
         if self._client is None:
-            self._client = self.settings.connect(self.client_id)
+            self._client = self.settings.connect(self.client_id, max_inflight=self.max_inflight)
+            self._client.on_publish = self._acknowledged
+            self._refusals: dict[int, Any] = {}
         if not self._client.is_connected():
             raise RetriableException(
                 f"mqtt.url={self.settings.where}: client {self.client_id} is not connected "
@@ -117,6 +123,17 @@ class MqttSinkTask(SinkTask):
                     f"mqtt.url={self.settings.where}: {row_name(row)} was not acknowledged "
                     f"({mqtt.error_string(info.rc)}); the share is published again"
                 )
+            refused = self._refusals.pop(info.mid, None)
+            if refused is not None:
+                raise ConnectException(
+                    f"mqtt.url={self.settings.where}: the broker refused {row_name(row)}: {refused}"
+                )
+
+    def _acknowledged(self, _c: Any, _u: Any, mid: int, reason: Any, _props: Any) -> None:
+        # paho counts a PUBACK/PUBCOMP that refuses the message (not authorized, quota
+        # exceeded…) as published: keep the refusals to fail the batch with
+        if reason is not None and reason.is_failure:
+            self._refusals[mid] = reason
 
     def stop(self) -> None:
         if self._client is not None:
@@ -137,7 +154,8 @@ class MqttSinkConnector(SinkConnector):
         values = CONFIG.parse(config)
         fmt = values["mqtt.topic.format"]
         check_topic("mqtt.topic.format", fmt.replace("${topic}", "t").replace("${key}", "k"))
-        Settings.of(values).probe(values["mqtt.client.id"] or "sluice-sink")
+        settings = Settings.of(values)
+        settings.probe(values["mqtt.client.id"] or "sluice-sink", values["mqtt.max.inflight"])
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]
