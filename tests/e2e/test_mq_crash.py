@@ -30,7 +30,7 @@ from tests.servers import ensure
 pytestmark = pytest.mark.slow
 
 CHILD = Path(__file__).with_name("mq_child.py")
-MESSAGES, SENSORS, POLL = 6000, 3000, 300
+MESSAGES, SENSORS, POLL = 3000, 1500, 300
 ROUNDS = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 
 

@@ -17,7 +17,8 @@ from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests import mqtt_helpers
 from tests.conftest import wait_until
-from tests.integration.test_redis_connectors import _healthy, _topic_count, _value
+from tests.e2e.crash_helpers import topic_count
+from tests.integration.test_redis_connectors import _healthy, _value
 from tests.servers import ensure
 
 pytestmark = pytest.mark.spark
@@ -84,9 +85,9 @@ def test_filters_through_a_topic_to_mqtt(runner: ConnectorRunner, port: int, tmp
             wait_until(done, 240, f"{len(kept)} messages in both copies", every=0.5)
         except AssertionError as exc:
             counts = [c.count() for c in copies.values()]
-            topic = _topic_count(root, "sensors")
+            topic = topic_count(root, "sensors")
             raise AssertionError(f"{exc}: {topic} in the topic, {counts}") from None
-        assert _topic_count(root, "sensors") == len(kept)  # nothing taken twice without a crash
+        assert topic_count(root, "sensors") == len(kept)  # nothing taken twice without a crash
         for qos, copy in copies.items():
             seqs = collections.Counter()
             last: dict[str | None, int] = {}

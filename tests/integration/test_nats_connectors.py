@@ -14,7 +14,8 @@ from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
 from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
-from tests.integration.test_redis_connectors import _healthy, _topic_count, _value
+from tests.e2e.crash_helpers import topic_count
+from tests.integration.test_redis_connectors import _healthy, _value
 from tests.nats_helpers import Nats
 from tests.servers import ensure
 
@@ -102,7 +103,7 @@ def test_stream_through_a_topic_to_a_stream(
         assert m.headers.pop("Nats-Msg-Id").startswith("nout:")
         assert m.headers == _headers(i)
     assert sorted(seen) == kept
-    assert _topic_count(tmp_path / "store", "orders") == len(kept)  # once in the topic too
+    assert topic_count(tmp_path / "store", "orders") == len(kept)  # once in the topic too
 
     # messages published while it runs are copied too
     client.publish([(f"in{TAG}.orders.us", "später".encode(), {"Sluice-Key": "late"})])

@@ -16,6 +16,7 @@ from sluice.connectors.redis.source import RedisListSourceConnector
 from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException
 from tests.conftest import wait_until
+from tests.e2e.crash_helpers import topic_count
 from tests.servers import ensure
 
 pytestmark = pytest.mark.spark
@@ -45,16 +46,6 @@ def client(url: str):
 
 def _name(prefix: str) -> str:
     return f"{prefix}-{TAG}{uuid.uuid4().hex[:4]}"
-
-
-def _topic_count(root: Path, topic: str) -> int:
-    log = EmbeddedLog(root / "bus")
-    try:
-        if not log.topic_exists(topic):
-            return 0
-        return sum(r.max_offset for r in log.offsets(topic).values())
-    finally:
-        log.close()
 
 
 def _healthy(runner: ConnectorRunner) -> None:
@@ -187,10 +178,10 @@ def test_stream_to_stream_list_strings_and_hash(
     )
     keyless = sum(1 for i in range(N) if i % 3 == 0)
     root = tmp_path / "store"
-    wait_until(lambda: _topic_count(root, f"{stream}-hash-dlq") == keyless, 60, "dead letters")
-    assert _topic_count(root, f"{stream}-stream-dlq") == 0
+    wait_until(lambda: topic_count(root, f"{stream}-hash-dlq") == keyless, 60, "dead letters")
+    assert topic_count(root, f"{stream}-stream-dlq") == 0
     # the topic holds each entry once, and the source's timestamps came from the entry ids
-    assert _topic_count(tmp_path / "store", stream) == N
+    assert topic_count(tmp_path / "store", stream) == N
     assert source_ids[0].decode().split("-")[0].isdigit()
 
     # entries added while it runs are copied too
@@ -217,7 +208,7 @@ def test_list_drained_as_a_queue(runner: ConnectorRunner, client, url: str, tmp_
     )
     root = tmp_path / "store"
     wait_until(
-        lambda: _healthy(runner) or _topic_count(root, queue) >= N, 120, "the queue", every=0.5
+        lambda: _healthy(runner) or topic_count(root, queue) >= N, 120, "the queue", every=0.5
     )
     processing = f"{queue}:sluice-processing:lin"
     # acknowledged after the commit: Spark lets a source commit a micro-batch when it plans the

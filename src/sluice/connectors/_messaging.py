@@ -9,11 +9,19 @@ idempotency keys from it.
 from __future__ import annotations
 
 import json
-from typing import Any
+from abc import abstractmethod
+from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from sluice.sdk import ConnectException, ConnectRecord
+from sluice.sdk import (
+    HEADERS_TYPE,
+    ConnectException,
+    ConnectRecord,
+    Schema,
+    SinkTask,
+    SourceConnector,
+)
 
 Row = tuple[str, int, int, bytes | None, bytes | None, dict[str, str]]
 
@@ -114,3 +122,51 @@ def addressed(row: Row, fmt: str, fmt_key: str, key_header: str, drop: str) -> t
     elif "${key}" in target:
         raise ConnectException(f"{row_name(row)}: null key, which {fmt_key}={fmt!r} needs")
     return target, headers
+
+
+class NamedSourceConnector(SourceConnector):
+    """A source of BYTES keys and values whose tasks share out the names listed under
+    `names_key` (streams, lists, topic filters): one name belongs to one task."""
+
+    names_key: ClassVar[str]
+
+    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
+        names = self.config_def.parse(self.config)[self.names_key]
+        return [{**self.config, self.names_key: ",".join(s)} for s in shares(names, max_tasks)]
+
+    def key_schema(self) -> Schema:
+        return Schema.bytes_()
+
+    def value_schema(self) -> Schema:
+        return Schema.bytes_()
+
+
+class RowSinkTask(SinkTask):
+    """A sink task that writes `Row`s: `put` and `put_batch` both end in `write_rows`."""
+
+    @abstractmethod
+    def write_rows(self, rows: list[Row]) -> None:
+        """Write these rows (executor, once or more per micro-batch), in order."""
+
+    def put(self, records: list[ConnectRecord]) -> None:
+        self.write_rows(rows_of_records(records))
+
+    def put_batch(self, batch: pa.RecordBatch) -> None:
+        self.write_rows(rows_of_batch(batch))
+
+
+def bytes_batch(
+    topic: str, keys: list, values: list, stamps: pa.Array, headers: list
+) -> pa.RecordBatch:
+    """A replayable source's batch of BYTES keys and values, all for `topic`: `stamps` typed
+    `TIMESTAMP_TYPE`, `headers` lists of (name, text) pairs or None."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.repeat(pa.scalar(topic, pa.string()), len(values)),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+            stamps,
+            pa.array(headers, HEADERS_TYPE),
+        ],
+        names=["topic", "key", "value", "timestamp", "headers"],
+    )

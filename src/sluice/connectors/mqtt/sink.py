@@ -29,14 +29,11 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from sluice.connectors._messaging import (
     Row,
+    RowSinkTask,
     addressed,
     row_name,
-    rows_of_batch,
-    rows_of_records,
 )
 from sluice.connectors.mqtt._client import ALIASES, CONNECTION_KEYS, Settings, check_topic, paho
 from sluice.connectors.mqtt.source import TOPIC_EXTENSION
@@ -44,10 +41,8 @@ from sluice.sdk import (
     ConfigDef,
     ConfigKey,
     ConnectException,
-    ConnectRecord,
     RetriableException,
     SinkConnector,
-    SinkTask,
 )
 
 CONFIG = ConfigDef(
@@ -59,7 +54,7 @@ CONFIG = ConfigDef(
 )
 
 
-class MqttSinkTask(SinkTask):
+class MqttSinkTask(RowSinkTask):
     """Publishes its share of each micro-batch and waits for every acknowledgement."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -76,12 +71,6 @@ class MqttSinkTask(SinkTask):
         self.client_id = f"{base}-{self.context.task_id}-{uuid.uuid4().hex[:8]}"
         self._client: Any = None
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        self._publish(rows_of_records(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self._publish(rows_of_batch(batch))
-
     def _connected(self) -> Any:
         if self._client is None:
             self._client = self.settings.connect(self.client_id, max_inflight=self.max_inflight)
@@ -94,7 +83,7 @@ class MqttSinkTask(SinkTask):
             )
         return self._client
 
-    def _publish(self, rows: list[Row]) -> None:
+    def write_rows(self, rows: list[Row]) -> None:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 

@@ -38,15 +38,13 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.connectors._messaging import shares
+from sluice.connectors._messaging import NamedSourceConnector
 from sluice.connectors.mqtt._client import ALIASES, CONNECTION_KEYS, Settings, check_filter
 from sluice.sdk import (
     ConfigDef,
     ConfigKey,
     ConnectRecord,
     RetriableException,
-    Schema,
-    SourceConnector,
     SourceTask,
 )
 
@@ -140,10 +138,11 @@ class MqttSourceTask(SourceTask):
         self._client.loop_stop()
 
 
-class MqttSourceConnector(SourceConnector):
+class MqttSourceConnector(NamedSourceConnector):
     """Subscribes to MQTT topic filters in a persistent session and acknowledges each message
     after its micro-batch committed: at-least-once."""
 
+    names_key = "mqtt.topics"
     config_def = CONFIG
     task_class = MqttSourceTask
     key_aliases = {**ALIASES, "sourceTopic": "mqtt.topics"}
@@ -155,16 +154,6 @@ class MqttSourceConnector(SourceConnector):
         for topic_filter in values["mqtt.topics"]:
             check_filter("mqtt.topics", topic_filter)
         Settings.of(values).probe(_client_id(values, "validate", 0))
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = CONFIG.parse(self.config)["mqtt.topics"]
-        return [{**self.config, "mqtt.topics": ",".join(s)} for s in shares(names, max_tasks)]
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 __all__ = ["MqttSourceConnector", "MqttSourceTask"]

@@ -32,14 +32,11 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
 from sluice.connectors._messaging import (
     Row,
+    RowSinkTask,
     addressed,
     row_name,
-    rows_of_batch,
-    rows_of_records,
 )
 from sluice.connectors.nats._client import CONNECTION_KEYS, Session, Settings, nats_module, probe
 from sluice.connectors.nats.source import SUBJECT_EXTENSION
@@ -48,9 +45,7 @@ from sluice.sdk import (
     ConfigException,
     ConfigKey,
     ConnectException,
-    ConnectRecord,
     SinkConnector,
-    SinkTask,
 )
 
 CONFIG = ConfigDef(
@@ -62,7 +57,7 @@ CONFIG = ConfigDef(
 MSG_ID = "Nats-Msg-Id"
 
 
-class NatsSinkTask(SinkTask):
+class NatsSinkTask(RowSinkTask):
     """Publishes its share of each micro-batch and waits for every acknowledgement."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -74,12 +69,6 @@ class NatsSinkTask(SinkTask):
         self.prefix = f"{self.context.connector_name}:{batch.run if batch else 'norun'}"
         self._session: Session | None = None
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        self._publish(rows_of_records(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self._publish(rows_of_batch(batch))
-
     def _message(self, row: Row) -> tuple[str, bytes, dict[str, str]]:
         subject, headers = addressed(
             row, self.subject_format, "nats.subject.format", self.key_header, SUBJECT_EXTENSION
@@ -87,7 +76,7 @@ class NatsSinkTask(SinkTask):
         headers[MSG_ID] = f"{self.prefix}:{row[0]}:{row[1]}:{row[2]}"
         return subject, row[4] if row[4] is not None else b"", headers
 
-    def _publish(self, rows: list[Row]) -> None:
+    def write_rows(self, rows: list[Row]) -> None:
         if not rows:
             return
         messages = [self._message(row) for row in rows]

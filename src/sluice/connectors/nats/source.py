@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._messaging import shares
+from sluice.connectors._messaging import NamedSourceConnector, bytes_batch
 from sluice.connectors.nats._client import (
     CONNECTION_KEYS,
     Session,
@@ -44,7 +44,6 @@ from sluice.connectors.nats._client import (
     probe,
 )
 from sluice.sdk import (
-    HEADERS_TYPE,
     TIMESTAMP_TYPE,
     ConfigDef,
     ConfigException,
@@ -55,8 +54,6 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
     RetriableException,
-    Schema,
-    SourceConnector,
 )
 
 SUBJECT_EXTENSION = "nats.subject"
@@ -208,17 +205,8 @@ class NatsSourceTask(ReplayableSourceTask):
             stamps.append(meta.timestamp)
             found[SUBJECT_EXTENSION] = msg.subject
             headers.append(list(found.items()))
-        n = len(msgs)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.topic or stream, pa.string()), n),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(stamps, TIMESTAMP_TYPE),
-                pa.array(headers, HEADERS_TYPE),
-            ],
-            names=["topic", "key", "value", "timestamp", "headers"],
-        )
+        stamped = pa.array(stamps, TIMESTAMP_TYPE)
+        return bytes_batch(self.topic or stream, keys, values, stamped, headers)
 
     def stop(self) -> None:
         if self._session is not None:
@@ -241,10 +229,11 @@ def _check_still_there(stream: str, committed: int, first: int, last: int) -> No
         )
 
 
-class NatsSourceConnector(SourceConnector):
+class NatsSourceConnector(NamedSourceConnector):
     """Copies NATS JetStream streams (``nats.streams``) into a topic by stream sequence, exactly
     once, with keys, headers and timestamps."""
 
+    names_key = "nats.streams"
     config_def = CONFIG
     task_class = NatsSourceTask
     delivery = "exactly-once"
@@ -266,18 +255,8 @@ class NatsSourceConnector(SourceConnector):
 
         probe(Settings.of(values), check)
 
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = CONFIG.parse(self.config)["nats.streams"]
-        return [{**self.config, "nats.streams": ",".join(s)} for s in shares(names, max_tasks)]
-
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_rows=200_000)
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 __all__ = ["NatsSourceConnector", "NatsSourceTask"]

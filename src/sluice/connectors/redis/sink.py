@@ -41,9 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
-from sluice.connectors._messaging import Row, row_record, rows_of_batch, rows_of_records
+from sluice.connectors._messaging import Row, RowSinkTask, row_record
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     BatchId,
@@ -51,9 +49,7 @@ from sluice.sdk import (
     ConfigException,
     ConfigKey,
     ConnectException,
-    ConnectRecord,
     SinkConnector,
-    SinkTask,
 )
 
 TYPES = ("stream", "list", "string", "hash")
@@ -76,7 +72,7 @@ CONFIG = ConfigDef(
 )
 
 
-class RedisSinkTask(SinkTask):
+class RedisSinkTask(RowSinkTask):
     """Writes each topic queue's records in transactions that also move the queue's mark."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -103,13 +99,7 @@ class RedisSinkTask(SinkTask):
             self._client = self.settings.connect()
         return self._client
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        self._write(rows_of_records(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self._write(rows_of_batch(batch))
-
-    def _write(self, rows: list[Row]) -> None:
+    def write_rows(self, rows: list[Row]) -> None:
         groups: dict[tuple[str, int], list[Row]] = {}
         for row in rows:
             groups.setdefault((row[0], row[1]), []).append(row)

@@ -28,10 +28,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._messaging import shares
+from sluice.connectors._messaging import NamedSourceConnector, bytes_batch
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
-    HEADERS_TYPE,
     TIMESTAMP_TYPE,
     ConfigDef,
     ConfigException,
@@ -43,8 +42,6 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
     RetriableException,
-    Schema,
-    SourceConnector,
     SourceTask,
 )
 
@@ -209,17 +206,8 @@ class RedisStreamSourceTask(ReplayableSourceTask):
                         suggestion="put binary data in the stream.value.field field",
                     ) from None
             headers.append(pairs or None)
-        n = len(entries)
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.repeat(pa.scalar(self.topic or stream, pa.string()), n),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-                pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE),
-                pa.array(headers, HEADERS_TYPE),
-            ],
-            names=["topic", "key", "value", "timestamp", "headers"],
-        )
+        stamped = pa.array(stamps, pa.int64()).cast(TIMESTAMP_TYPE)
+        return bytes_batch(self.topic or stream, keys, values, stamped, headers)
 
     def stop(self) -> None:
         if self._client is not None:
@@ -251,10 +239,11 @@ def _check_keys(
         client.close()
 
 
-class RedisStreamSourceConnector(SourceConnector):
+class RedisStreamSourceConnector(NamedSourceConnector):
     """Copies Redis streams (``redis.streams``) into a topic by entry id, exactly once, with
     keys, headers and timestamps."""
 
+    names_key = "redis.streams"
     config_def = STREAM_CONFIG
     task_class = RedisStreamSourceTask
     delivery = "exactly-once"
@@ -265,19 +254,9 @@ class RedisStreamSourceConnector(SourceConnector):
             Settings.of(values), "redis.streams", values["redis.streams"], "stream", must_exist=True
         )
 
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = STREAM_CONFIG.parse(self.config)["redis.streams"]
-        return [{**self.config, "redis.streams": ",".join(s)} for s in shares(names, max_tasks)]
-
     def default_read_limit(self) -> ReadLimit:
         # finding the end id of a range walks the stream server-side: keep a batch moderate
         return ReadLimit(max_rows=100_000)
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 class RedisListSourceTask(SourceTask):
@@ -361,10 +340,11 @@ return out
 """
 
 
-class RedisListSourceConnector(SourceConnector):
+class RedisListSourceConnector(NamedSourceConnector):
     """Takes elements from Redis lists used as queues (``LPUSH`` in, taken from the right):
     at-least-once, acknowledged after commit."""
 
+    names_key = "redis.lists"
     config_def = LIST_CONFIG
     task_class = RedisListSourceTask
 
@@ -373,16 +353,6 @@ class RedisListSourceConnector(SourceConnector):
         _check_keys(
             Settings.of(values), "redis.lists", values["redis.lists"], "list", must_exist=False
         )
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = LIST_CONFIG.parse(self.config)["redis.lists"]
-        return [{**self.config, "redis.lists": ",".join(s)} for s in shares(names, max_tasks)]
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 __all__ = [
