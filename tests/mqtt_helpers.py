@@ -16,14 +16,18 @@ Publish = tuple[str, bytes, dict[str, str] | None]
 
 
 def client(port: int, client_id: str = "", **login: str) -> mqtt.Client:
-    """A connected MQTT 5 client whose network loop runs."""
+    """A connected MQTT 5 client (CONNACK received) whose network loop runs."""
     c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
     if login:
         c.username_pw_set(login["username"], login["password"])
-    c.max_inflight_messages_set(1000)
+    c.max_inflight_messages_set(20)  # Mosquitto's receive maximum (see docs/mqtt.md)
     c.max_queued_messages_set(0)
+    connected = threading.Event()
+    c.on_connect = lambda *_: connected.set()
     c.connect("127.0.0.1", port)
     c.loop_start()
+    if not connected.wait(30):
+        raise RuntimeError(f"no CONNACK from 127.0.0.1:{port}")
     return c
 
 
