@@ -23,11 +23,12 @@ def client(port: int, client_id: str = "", **login: str) -> mqtt.Client:
     c.max_inflight_messages_set(20)  # Mosquitto's receive maximum (see docs/mqtt.md)
     c.max_queued_messages_set(0)
     connected = threading.Event()
-    c.on_connect = lambda *_: connected.set()
+    reasons: list = []
+    c.on_connect = lambda _c, _u, _f, reason, _p: (reasons.append(reason), connected.set())
     c.connect("127.0.0.1", port)
     c.loop_start()
-    if not connected.wait(30):
-        raise RuntimeError(f"no CONNACK from 127.0.0.1:{port}")
+    if not connected.wait(30) or reasons[-1].is_failure:
+        raise RuntimeError(f"127.0.0.1:{port} did not accept the connection: {reasons}")
     return c
 
 

@@ -227,7 +227,8 @@ def _value(i: int) -> bytes:
 
 def _publish(nats: Nats, port: int, login: dict[str, str], first: int, n: int) -> None:
     nats.publish([(f"events.{i % 3}", _value(i), {"seq": str(i)}) for i in range(first, first + n)])
-    mqtt_helpers.publish(port, [(f"in/{i % 3}", _value(i), None) for i in range(first, first + n)])
+    messages = [(f"in/{i % 3}", _value(i), None) for i in range(first, first + n)]
+    mqtt_helpers.publish(port, messages, **login)
 
 
 def _healthy(runner) -> bool:
