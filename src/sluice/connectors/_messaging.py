@@ -9,8 +9,10 @@ idempotency keys from it.
 from __future__ import annotations
 
 import json
+import time
 from abc import abstractmethod
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 import pyarrow as pa
 
@@ -18,11 +20,13 @@ from sluice.sdk import (
     HEADERS_TYPE,
     ConnectException,
     ConnectRecord,
+    RetriableException,
     Schema,
     SinkTask,
     SourceConnector,
 )
 
+T = TypeVar("T")
 Row = tuple[str, int, int, bytes | None, bytes | None, dict[str, str]]
 
 
@@ -170,3 +174,28 @@ def bytes_batch(
         ],
         names=["topic", "key", "value", "timestamp", "headers"],
     )
+
+
+READ_PATIENCE_S = 120.0  # how long a source's read waits for a server that went away
+
+
+def patiently(fetch: Callable[[], T], *, after_failure: Callable[[], None] | None = None) -> T:
+    """`fetch()`, tried again with backoff (0.3 s doubling to 5 s) while it raises
+    `RetriableException`, for up to `READ_PATIENCE_S` (executor, inside a replayable read).
+
+    On an executor nothing retries a failed read for us, and a read cannot be restarted half-way
+    (it already yielded): fetching one page again is safe, so the read waits for the server here.
+    `after_failure` runs before each new try (e.g. to forget a consumer of a lost connection).
+    """
+    deadline = time.monotonic() + READ_PATIENCE_S
+    delay = 0.3
+    while True:
+        try:
+            return fetch()
+        except RetriableException:
+            if after_failure is not None:
+                after_failure()
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)

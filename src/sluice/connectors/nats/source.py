@@ -29,13 +29,12 @@ copies to a stream intact.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._messaging import NamedSourceConnector, bytes_batch
+from sluice.connectors._messaging import NamedSourceConnector, bytes_batch, patiently
 from sluice.connectors.nats._client import (
     CONNECTION_KEYS,
     Session,
@@ -53,7 +52,6 @@ from sluice.sdk import (
     RecordOffset,
     RecordPartition,
     ReplayableSourceTask,
-    RetriableException,
 )
 
 SUBJECT_EXTENSION = "nats.subject"
@@ -65,7 +63,6 @@ CONFIG = ConfigDef(
     ConfigKey("nats.key.header", default="Sluice-Key", doc="header read as the record key"),
     ConfigKey("nats.fetch.size", type="int", default=2000, min=1, doc="messages per pull request"),
 )
-_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 _CONSUMER_IDLE_S = 60.0  # the server removes a reader's consumer this long after a crash
 
 
@@ -180,20 +177,12 @@ class NatsSourceTask(ReplayableSourceTask):
             session.close()
 
     def _page(self, session: Session, reader: _Reader) -> list[Any]:
-        # On an executor nothing retries a failed read for us, and a read cannot be restarted
-        # half-way (it already yielded); fetching from the last yielded message on is safe, so
-        # wait for the server here, with backoff, for up to _READ_RETRY_S.
-        deadline = time.monotonic() + _READ_RETRY_S
-        delay = 0.3
-        while True:
-            try:
-                return session.call(f"reading {reader.stream}", reader.page)
-            except RetriableException:
-                reader.sub = None  # its connection is gone: start a new consumer at pos + 1
-                if time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        def forget() -> None:
+            reader.sub = None  # its connection is gone: start a new consumer at pos + 1
+
+        return patiently(
+            lambda: session.call(f"reading {reader.stream}", reader.page), after_failure=forget
+        )
 
     def _batch(self, stream: str, msgs: list[tuple[Any, Any]]) -> pa.RecordBatch:
         keys, values, stamps, headers = [], [], [], []

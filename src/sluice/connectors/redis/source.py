@@ -22,13 +22,12 @@ again. Unit of parallelism: one list. Value: the element (BYTES); no key, no hea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._messaging import NamedSourceConnector, bytes_batch
+from sluice.connectors._messaging import NamedSourceConnector, bytes_batch, patiently
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     TIMESTAMP_TYPE,
@@ -41,7 +40,6 @@ from sluice.sdk import (
     RecordOffset,
     RecordPartition,
     ReplayableSourceTask,
-    RetriableException,
     SourceTask,
 )
 
@@ -64,7 +62,6 @@ LIST_CONFIG = ConfigDef(
     ConfigKey("list.poll.max.records", type="int", default=10_000, min=1, doc="per list, per poll"),
 )
 _PAGE = 10_000  # entries per XRANGE call in read()
-_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 # The id of the `count`-th entry after `start`, stepping server-side so only one id travels back.
 _NTH_ID = """
 local pos, left, last = ARGV[1], tonumber(ARGV[2]), false
@@ -168,22 +165,11 @@ class RedisStreamSourceTask(ReplayableSourceTask):
             lower = f"({page[-1][0].decode()}"
 
     def _page(self, stream: str, lower: str, stop: str) -> list[Any]:
-        # On an executor nothing retries a failed read for us, and a read cannot be restarted
-        # half-way (it already yielded); fetching one page again is safe, so wait for the server
-        # here, with backoff, for up to _READ_RETRY_S.
-        deadline = time.monotonic() + _READ_RETRY_S
-        delay = 0.3
-        while True:
-            try:
-                return self._call(
-                    f"XRANGE {stream}",
-                    lambda: self._redis().xrange(stream, lower, stop, count=_PAGE),
-                )
-            except RetriableException:
-                if time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        return patiently(
+            lambda: self._call(
+                f"XRANGE {stream}", lambda: self._redis().xrange(stream, lower, stop, count=_PAGE)
+            )
+        )
 
     def _batch(
         self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]
