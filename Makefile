@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc crash-mq lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,6 +76,11 @@ crash-rabbitmq: $(STAMP)
 # CDC: five kill -9s of one worker while it streams one table and snapshots another
 crash-cdc: $(STAMP)
 	SLUICE_CDC_KILLS=5 $(VENV)/bin/pytest tests/e2e/test_cdc_crash.py -s
+
+# kill -9 of a NATS stream → topic → stream and MQTT → topic → MQTT worker three times (the suite
+# kills once), on the NATS and Mosquitto of scripts/servers.sh (started if needed).
+crash-mq: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_mq_crash.py -s
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

@@ -7,18 +7,30 @@ Redis: N stream entries of ~200 bytes (a key, a value, one header field) copied
             holds N (so it includes starting two streaming queries: `--steady` also times a second
             batch of N added while they run).
 
-RabbitMQ (`--system rabbitmq`): N messages of ~200 bytes (a routing key, a body, one header) in a
-stream queue, copied to a classic queue bound to a fanout exchange
+RabbitMQ: N messages of ~200 bytes (a routing key, a body, one header) in a stream queue, copied
+to a classic queue bound to a fanout exchange
   baseline  pika alone: consume the stream (prefetch 2000, acks as credit) → `basic_publish` of
             each message on a confirming blocking channel (pika's way: each publish waits for its
             confirm), one process;
   sluice    RabbitMQStreamSourceConnector → topic → RabbitMQSinkConnector (publisher confirms,
             pipelined), timed from creating the connectors until the copy queue holds N.
 
-Needs the servers of `scripts/servers.sh up redis|rabbitmq` (or `--redis-url` / `--amqp-url`).
+NATS JetStream: N messages of ~200 bytes (a key header, a payload) copied stream → stream
+  baseline  nats-py alone: one ephemeral pull consumer fetching pages of 5000 → `publish_async`
+            of each into a copy stream, every ack awaited (one process, one connection);
+  sluice    NatsSourceConnector → topic → NatsSinkConnector (`Nats-Msg-Id`s), as above.
 
-Usage: python bench/connectors.py [--system redis|rabbitmq] [--records 200000] [--tasks 2]
-                                  [--steady]
+MQTT: N messages of ~200 bytes (a key user property, a payload) waiting in a persistent session
+  baseline  paho alone: a client takes them from its session (QoS 1) and publishes each at QoS 1
+            to a copy topic, until every PUBACK came back;
+  sluice    MqttSourceConnector (manual acks after commit) → topic → MqttSinkConnector (QoS 1),
+            timed until a subscriber of the copy topic received N.
+
+Needs the servers of `scripts/servers.sh up redis rabbitmq nats mosquitto` (or `--redis-url`,
+`--amqp-url`).
+
+Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--records 200000]
+       [--tasks 2] [--steady]
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -107,8 +120,8 @@ def amqp_baseline(url: str, stream: str, n: int) -> float:
     return n / elapsed
 
 
-def wait_for(count: object, n: int, runner: ConnectorRunner) -> None:
-    while count() < n:
+def wait(done: Callable[[], bool], runner: ConnectorRunner) -> None:
+    while not done():
         for running in runner.running.values():
             failure = running.failure()
             if failure is not None:
@@ -116,7 +129,71 @@ def wait_for(count: object, n: int, runner: ConnectorRunner) -> None:
         time.sleep(0.05)
 
 
-def rabbitmq(args: argparse.Namespace, runner: ConnectorRunner) -> None:
+def timed(
+    runner: ConnectorRunner, connectors: dict[str, dict[str, str]], done: Callable[[], bool]
+) -> float:
+    """Seconds from creating `connectors` until `done()`."""
+    started = time.perf_counter()
+    for name, config in connectors.items():
+        runner.start(name, config)
+    wait(done, runner)
+    elapsed = time.perf_counter() - started
+    for name in connectors:
+        runner.stop(name)
+    return elapsed
+
+
+def report(name: str, plain: float, n: int, elapsed: float) -> None:
+    rate = n / elapsed
+    print(f"{name:<44} {rate:>10,.0f} records/s ({rate / plain:.2f}x)")
+
+
+def bench_redis(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
+    n = args.records
+    client = redis.Redis.from_url(args.redis_url)
+    stream = f"bench-{uuid.uuid4().hex[:8]}"
+    fill(client, stream, 0, n)
+    plain = baseline(client, stream, n)
+    print(f"{'redis-py XRANGE → pipelined XADD:':<44} {plain:>10,.0f} records/s")
+    copy = f"{stream}-copy"
+    try:
+        connectors = {
+            "in": {
+                **raw,
+                "redis.url": args.redis_url,
+                "connector.class": "RedisStreamSourceConnector",
+                "redis.streams": stream,
+                "connect.topicname": "bench",
+            },
+            "out": {
+                **raw,
+                "redis.url": args.redis_url,
+                "connector.class": "RedisSinkConnector",
+                "connect.topicnames": "bench",
+                "redis.key.format": copy,
+                "max.tasks": str(args.tasks),
+            },
+        }
+        if not args.steady:
+            elapsed = timed(runner, connectors, lambda: client.xlen(copy) >= n)
+            report("sluice stream → topic → stream (cold):", plain, n, elapsed)
+            return
+        for name, config in connectors.items():
+            runner.start(name, config)
+        wait(lambda: client.xlen(copy) >= n, runner)
+        started = time.perf_counter()
+        fill(client, stream, n, n)
+        wait(lambda: client.xlen(copy) >= 2 * n, runner)
+        report(
+            "sluice, running (steady, incl. the XADDs):", plain, n, time.perf_counter() - started
+        )
+        for name in connectors:
+            runner.stop(name)
+    finally:
+        client.delete(stream, copy)
+
+
+def bench_rabbitmq(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
     n, url = args.records, args.amqp_url
     tag = uuid.uuid4().hex[:8]
     stream, exchange, copy = f"bench-{tag}", f"bench-{tag}-x", f"bench-{tag}-copy"
@@ -129,142 +206,225 @@ def rabbitmq(args: argparse.Namespace, runner: ConnectorRunner) -> None:
     amqp_fill(channel, stream, 0, n)
     try:
         plain = amqp_baseline(url, stream, n)
-        print(f"pika stream consume → confirmed publish:   {plain:>10,.0f} records/s")
-        raw = {"rabbitmq.url": url, "key.converter": "ByteArrayConverter"}
-        raw["value.converter"] = "ByteArrayConverter"
-        started = time.perf_counter()
-        runner.start(
-            "in",
-            {
+        print(f"{'pika stream consume → confirmed publish:':<44} {plain:>10,.0f} records/s")
+        connectors = {
+            "in": {
                 **raw,
+                "rabbitmq.url": url,
                 "connector.class": "RabbitMQStreamSourceConnector",
                 "rabbitmq.queues": stream,
                 "connect.topicname": "bench",
             },
-        )
-        runner.start(
-            "out",
-            {
+            "out": {
                 **raw,
+                "rabbitmq.url": url,
                 "connector.class": "RabbitMQSinkConnector",
                 "connect.topicnames": "bench",
                 "rabbitmq.exchange": exchange,
                 "max.tasks": str(args.tasks),
             },
-        )
-        wait_for(lambda: amqp_count(url, copy), n, runner)
-        cold = n / (time.perf_counter() - started)
-        print(
-            f"sluice stream → topic → exchange (cold):   {cold:>10,.0f} records/s "
-            f"({cold / plain:.2f}x)"
-        )
-        if args.steady:
-            started = time.perf_counter()
-            amqp_fill(channel, stream, n, n)
-            wait_for(lambda: amqp_count(url, copy), 2 * n, runner)
-            steady = n / (time.perf_counter() - started)
-            print(
-                f"sluice, running (steady, incl. the fill):  {steady:>10,.0f} records/s "
-                f"({steady / plain:.2f}x)"
-            )
+        }
+        if not args.steady:
+            elapsed = timed(runner, connectors, lambda: amqp_count(url, copy) >= n)
+            report("sluice stream → topic → exchange (cold):", plain, n, elapsed)
+            return
+        for name, config in connectors.items():
+            runner.start(name, config)
+        wait(lambda: amqp_count(url, copy) >= n, runner)
+        started = time.perf_counter()
+        amqp_fill(channel, stream, n, n)
+        wait(lambda: amqp_count(url, copy) >= 2 * n, runner)
+        report("sluice, running (steady, incl. the fill):", plain, n, time.perf_counter() - started)
+        for name in connectors:
+            runner.stop(name)
     finally:
-        runner.close()
         for queue in (stream, copy):
             channel.queue_delete(queue)
         channel.exchange_delete(exchange)
         connection.close()
 
 
+def bench_nats(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
+    from tests.nats_helpers import Nats
+
+    n, tag = args.records, uuid.uuid4().hex[:8].upper()
+    nats = Nats(args.nats_url)
+    streams = {f"B{tag}": f"b{tag}.>", f"BP{tag}": f"bp{tag}.>", f"BS{tag}": f"bs{tag}.>"}
+    for name, subject in streams.items():
+        nats.add_stream(name, [subject])
+    try:
+        nats.publish(
+            [(f"b{tag}.x", VALUE + b"%08d" % i, {"Sluice-Key": f"key-{i % 997}"}) for i in range(n)]
+        )
+        plain = n / nats_copy(args.nats_url, f"B{tag}", f"bp{tag}.copy", n)
+        print(f"{'nats-py pull fetch → publish_async:':<44} {plain:>10,.0f} records/s")
+        connectors = {
+            "nin": {
+                **raw,
+                "nats.url": args.nats_url,
+                "connector.class": "NatsSourceConnector",
+                "nats.streams": f"B{tag}",
+                "connect.topicname": "nbench",
+                "max.tasks": str(args.tasks),
+            },
+            "nout": {
+                **raw,
+                "nats.url": args.nats_url,
+                "connector.class": "NatsSinkConnector",
+                "connect.topicnames": "nbench",
+                "nats.subject.format": f"bs{tag}.${{topic}}",
+                "max.tasks": str(args.tasks),
+            },
+        }
+        elapsed = timed(runner, connectors, lambda: nats.count(f"BS{tag}") >= n)
+        report("sluice stream → topic → stream (cold):", plain, n, elapsed)
+    finally:
+        for name in streams:
+            nats.delete_stream(name)
+
+
+def nats_copy(url: str, stream: str, subject: str, n: int) -> float:
+    """Seconds nats-py alone takes to copy `stream` to `subject`, every ack awaited."""
+    import asyncio
+
+    import nats as nats_py
+    from nats.js import api
+
+    async def main() -> float:
+        nc = await nats_py.connect(url)
+        js = nc.jetstream(timeout=30)
+        started = time.perf_counter()
+        info = await js.add_consumer(
+            stream, config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, mem_storage=True)
+        )
+        sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
+        left = n
+        while left:
+            msgs = await sub.fetch(min(left, 5000), timeout=30)
+            futures = [await js.publish_async(subject, m.data, headers=m.headers) for m in msgs]
+            await asyncio.gather(*futures)
+            left -= len(msgs)
+        elapsed = time.perf_counter() - started
+        await nc.close()
+        return elapsed
+
+    return asyncio.run(main())
+
+
+def bench_mqtt(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
+    from tests import mqtt_helpers
+
+    n, tag, port = args.records, uuid.uuid4().hex[:8], args.mqtt_port
+    plain_id, sluice_id = f"bench-plain-{tag}", f"bench-sluice-{tag}"
+    for client_id in (plain_id, sluice_id):
+        mqtt_helpers.session(port, client_id, [f"bench-{tag}/in"])
+    copy = mqtt_helpers.Collector(port, f"bench-{tag}/sluice")
+    try:
+        messages = [
+            (f"bench-{tag}/in", VALUE + b"%08d" % i, {"Sluice-Key": f"key-{i % 997}"})
+            for i in range(n)
+        ]
+        mqtt_helpers.publish(port, messages)
+        plain = n / mqtt_copy(port, plain_id, f"bench-{tag}/plain", n)
+        print(f"{'paho subscribe (QoS 1) → publish (QoS 1):':<44} {plain:>10,.0f} records/s")
+        url = f"tcp://127.0.0.1:{port}"
+        connectors = {
+            "min": {
+                **raw,
+                "mqtt.url": url,
+                "connector.class": "MqttSourceConnector",
+                "mqtt.topics": f"bench-{tag}/in",
+                "mqtt.client.id": sluice_id,
+                "connect.topicname": "mbench",
+            },
+            "mout": {
+                **raw,
+                "mqtt.url": url,
+                "connector.class": "MqttSinkConnector",
+                "connect.topicnames": "mbench",
+                "mqtt.topic.format": f"bench-{tag}/sluice",
+                "max.tasks": str(args.tasks),
+            },
+        }
+        elapsed = timed(runner, connectors, lambda: copy.count() >= n)
+        report("sluice MQTT → topic → MQTT (cold):", plain, n, elapsed)
+    finally:
+        copy.close()
+        for client_id in (plain_id, sluice_id):
+            mqtt_helpers.session(port, client_id, [], end=True)
+
+
+def mqtt_copy(port: int, client_id: str, topic: str, n: int) -> float:
+    """Seconds paho alone takes to take `n` queued messages from its session and publish each
+    (QoS 1) to `topic`, until every PUBACK came back."""
+    import threading
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    infos: list = []
+    received = threading.Event()
+
+    def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
+        infos.append(c.publish(topic, m.payload, 1, properties=m.properties))
+        if len(infos) >= n:
+            received.set()
+
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
+    c.max_inflight_messages_set(1000)
+    c.max_queued_messages_set(0)
+    c.on_message = on_message
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
+    started = time.perf_counter()
+    c.connect("127.0.0.1", port, clean_start=False, properties=props)
+    c.loop_start()
+    received.wait(3600)
+    for info in infos:
+        info.wait_for_publish(60)
+    elapsed = time.perf_counter() - started
+    c.disconnect()
+    c.loop_stop()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--system", choices=("redis", "rabbitmq"), default="redis")
+    parser.add_argument("--systems", default="redis,nats,mqtt", help="of redis,rabbitmq,nats,mqtt")
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--steady", action="store_true")
+    parser.add_argument(
+        "--steady", action="store_true", help="Redis, RabbitMQ: also time a second batch"
+    )
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--amqp-url", default="amqp://guest:guest@127.0.0.1:5672/%2F")
+    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--mqtt-port", type=int, default=1883)
     args = parser.parse_args()
-    if args.system == "rabbitmq":
-        print(
-            f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"load {os.getloadavg()[0]:.1f}; {args.records} messages of ~200 bytes"
-        )
-        root = tempfile.mkdtemp(prefix="sluice-bench-")
-        spark = build_session(
-            {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
-        )
-        try:
-            rabbitmq(args, ConnectorRunner(spark, root, trigger_interval_ms=0))
-        finally:
-            spark.stop()
-            shutil.rmtree(root, ignore_errors=True)
-        return
-    redis_main(args)
-
-
-def redis_main(args: argparse.Namespace) -> None:
-    n = args.records
-    client = redis.Redis.from_url(args.redis_url)
-    stream = f"bench-{uuid.uuid4().hex[:8]}"
-    fill(client, stream, 0, n)
     print(
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"load {os.getloadavg()[0]:.1f}; {n} entries of ~200 bytes"
+        f"load {os.getloadavg()[0]:.1f}; {args.records} records of ~200 bytes"
     )
-    plain = baseline(client, stream, n)
-    print(f"redis-py XRANGE → pipelined XADD:          {plain:>10,.0f} records/s")
-
     root = tempfile.mkdtemp(prefix="sluice-bench-")
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
     )
     runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
-    raw = {
-        "redis.url": args.redis_url,
-        "key.converter": "ByteArrayConverter",
-        "value.converter": "ByteArrayConverter",
+    raw = {"key.converter": "ByteArrayConverter", "value.converter": "ByteArrayConverter"}
+    systems = {
+        "redis": bench_redis,
+        "rabbitmq": bench_rabbitmq,
+        "nats": bench_nats,
+        "mqtt": bench_mqtt,
     }
     try:
-        started = time.perf_counter()
-        runner.start(
-            "in",
-            {
-                **raw,
-                "connector.class": "RedisStreamSourceConnector",
-                "redis.streams": stream,
-                "connect.topicname": "bench",
-            },
-        )
-        runner.start(
-            "out",
-            {
-                **raw,
-                "connector.class": "RedisSinkConnector",
-                "connect.topicnames": "bench",
-                "redis.key.format": f"{stream}-copy",
-                "max.tasks": str(args.tasks),
-            },
-        )
-        wait_for(lambda: client.xlen(f"{stream}-copy"), n, runner)
-        cold = n / (time.perf_counter() - started)
-        print(
-            f"sluice stream → topic → stream (cold):     {cold:>10,.0f} records/s "
-            f"({cold / plain:.2f}x)"
-        )
-        if args.steady:
-            started = time.perf_counter()
-            fill(client, stream, n, n)
-            wait_for(lambda: client.xlen(f"{stream}-copy"), 2 * n, runner)
-            steady = n / (time.perf_counter() - started)
-            print(
-                f"sluice, running (steady, incl. the XADDs): {steady:>10,.0f} records/s "
-                f"({steady / plain:.2f}x)"
-            )
+        for system in args.systems.split(","):
+            systems[system](args, runner, raw)
     finally:
         runner.close()
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-        client.delete(stream, f"{stream}-copy")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,9 @@ listener $PORT 127.0.0.1
 persistence true
 persistence_location $DATA/
 autosave_interval 30
+# a persistent session (the MQTT source connector's) keeps what arrives while its client is away;
+# the default bound (1000 messages) would drop the rest
+max_queued_messages 1000000
 log_dest stderr
 log_type error
 log_type warning

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pika
 import pytest
 
-from sluice.connectors._rows import Row
+from sluice.connectors._messaging import Row
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
 from sluice.connectors.rabbitmq.sink import message_id, routing_key
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from sluice.connectors._sources import shares
+from sluice.connectors._messaging import shares
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings
 from sluice.connectors.redis.source import _id
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException

@@ -24,6 +24,8 @@ from sluice.connectors.http import HttpSinkConnector
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.kafka import KafkaSinkConnector, KafkaSourceConnector
 from sluice.connectors.lake import DeltaSinkConnector, IcebergSinkConnector, ParquetSinkConnector
+from sluice.connectors.mqtt import MqttSinkConnector, MqttSourceConnector
+from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
 from sluice.connectors.rabbitmq import (
     RabbitMQSinkConnector,
     RabbitMQSourceConnector,
@@ -100,6 +102,12 @@ BUILTIN_CONNECTORS: dict[str, type[Connector]] = {
     "org.apache.rocketmq.connect.rabbitmq.connector.RabbitMQSourceConnector": (
         RabbitMQSourceConnector
     ),
+    "NatsSourceConnector": NatsSourceConnector,
+    "NatsSinkConnector": NatsSinkConnector,
+    "MqttSourceConnector": MqttSourceConnector,
+    "MqttSinkConnector": MqttSinkConnector,
+    "org.apache.rocketmq.connect.mqtt.connector.MqttSourceConnector": MqttSourceConnector,
+    "org.apache.rocketmq.connect.mqtt.connector.MqttSinkConnector": MqttSinkConnector,
 }
 
 ENTRY_POINT_GROUPS = {"connector": "sluice.connectors", "transform": "sluice.transforms"}

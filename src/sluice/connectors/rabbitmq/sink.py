@@ -31,19 +31,15 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import pyarrow as pa
-
-from sluice.connectors._rows import Refusals, Row, rows_of_batch, rows_of_records
+from sluice.connectors._messaging import Refusals, Row, RowSinkTask
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, pika_module
 from sluice.sdk import (
     BatchId,
     ConfigDef,
     ConfigException,
     ConfigKey,
-    ConnectRecord,
     RetriableException,
     SinkConnector,
-    SinkTask,
 )
 
 CONFIG = ConfigDef(
@@ -215,7 +211,7 @@ class _Publisher:
             self._error = None
 
 
-class RabbitMQSinkTask(SinkTask):
+class RabbitMQSinkTask(RowSinkTask):
     """Publishes each record to the exchange and waits for the broker's confirms."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -232,13 +228,7 @@ class RabbitMQSinkTask(SinkTask):
         )
         self._refusals = Refusals(self.context)
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        self._write(rows_of_records(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self._write(rows_of_batch(batch))
-
-    def _write(self, rows: list[Row]) -> None:
+    def write_rows(self, rows: list[Row]) -> None:
         pika = pika_module()
         mode = pika.DeliveryMode.Persistent if self.persistent else pika.DeliveryMode.Transient
         messages, sent = [], []

@@ -32,7 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._sources import shares, source_batch
+from sluice.connectors._messaging import NamedSourceConnector, source_batch
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
 from sluice.sdk import (
     ConfigDef,
@@ -45,8 +45,6 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
     RetriableException,
-    Schema,
-    SourceConnector,
     SourceTask,
 )
 
@@ -310,10 +308,11 @@ def _check_stream(connection: Any, settings: Settings, queue: str) -> None:
         ) from None
 
 
-class RabbitMQStreamSourceConnector(SourceConnector):
+class RabbitMQStreamSourceConnector(NamedSourceConnector):
     """Copies RabbitMQ stream queues (``rabbitmq.queues``) into a topic by offset, exactly once,
     with keys (routing keys), headers and timestamps."""
 
+    names_key = "rabbitmq.queues"
     config_def = STREAM_CONFIG
     task_class = RabbitMQStreamSourceTask
 
@@ -328,18 +327,8 @@ class RabbitMQStreamSourceConnector(SourceConnector):
         finally:
             connection.close()
 
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = STREAM_CONFIG.parse(self.config)["rabbitmq.queues"]
-        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in shares(names, max_tasks)]
-
     def default_read_limit(self) -> ReadLimit:
         return ReadLimit(max_rows=100_000)
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 def _queue_names(values: Mapping[str, Any]) -> list[str]:
@@ -431,10 +420,11 @@ class RabbitMQSourceTask(SourceTask):
         self._conn = None
 
 
-class RabbitMQSourceConnector(SourceConnector):
+class RabbitMQSourceConnector(NamedSourceConnector):
     """Consumes RabbitMQ queues (``rabbitmq.queues``) with manual acks after the commit:
     at-least-once, at most ``rabbitmq.prefetch.count`` unacknowledged messages per queue."""
 
+    names_key = "rabbitmq.queues"
     config_def = QUEUE_CONFIG
     task_class = RabbitMQSourceTask
 
@@ -443,15 +433,8 @@ class RabbitMQSourceConnector(SourceConnector):
         key = "rabbitmq.queues" if values["rabbitmq.queues"] else "destinationName"
         Settings.of(values).check_exists(key, "queue", _queue_names(values))
 
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = _queue_names(QUEUE_CONFIG.parse(self.config))
-        return [{**self.config, "rabbitmq.queues": ",".join(s)} for s in shares(names, max_tasks)]
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
+    def names(self, values: Mapping[str, Any]) -> list[str]:
+        return _queue_names(values)
 
 
 __all__ = [

@@ -41,9 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import pyarrow as pa
-
-from sluice.connectors._rows import Refusals, Row, rows_of_batch, rows_of_records
+from sluice.connectors._messaging import Refusals, Row, RowSinkTask
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     BatchId,
@@ -51,10 +49,8 @@ from sluice.sdk import (
     ConfigException,
     ConfigKey,
     ConnectException,
-    ConnectRecord,
     Delivery,
     SinkConnector,
-    SinkTask,
 )
 
 TYPES = ("stream", "list", "string", "hash")
@@ -77,7 +73,7 @@ CONFIG = ConfigDef(
 )
 
 
-class RedisSinkTask(SinkTask):
+class RedisSinkTask(RowSinkTask):
     """Writes each topic queue's records in transactions that also move the queue's mark."""
 
     def start(self, config: Mapping[str, str]) -> None:
@@ -104,16 +100,10 @@ class RedisSinkTask(SinkTask):
             self._client = self.settings.connect()
         return self._client
 
-    def put(self, records: list[ConnectRecord]) -> None:
-        self._write(rows_of_records(records))
-
-    def put_batch(self, batch: pa.RecordBatch) -> None:
-        self._write(rows_of_batch(batch))
-
-    def _write(self, rows: list[Row]) -> None:
+    def write_rows(self, rows: list[Row]) -> None:
         groups: dict[tuple[str, int], list[Row]] = {}
         for row in rows:
-            groups.setdefault((row[0], row[1]), []).append(row)
+            groups.setdefault((row.topic, row.queue), []).append(row)
         for (topic, queue), group in groups.items():
             mark = self.offsets_format.replace("${topic}", topic).replace("${queue}", str(queue))
             for i in range(0, len(group), self.chunk):
@@ -167,7 +157,7 @@ class RedisSinkTask(SinkTask):
                 raise ConnectException(
                     f"redis.key.format: key {key.decode(errors='replace')!r} on "
                     f"{self.settings.where} is a {found.decode()}, not a {self.type} "
-                    f"(record {{topic={row[0]!r}, queue={row[1]}, offset={row[2]}}})"
+                    f"(record {row.where})"
                 )
 
     def _command(self, row: Row) -> tuple[Any, ...] | None:

@@ -22,13 +22,12 @@ again. Unit of parallelism: one list. Value: the element (BYTES); no key, no hea
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors._sources import shares, source_batch
+from sluice.connectors._messaging import NamedSourceConnector, patiently, source_batch
 from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
 from sluice.sdk import (
     ConfigDef,
@@ -40,9 +39,6 @@ from sluice.sdk import (
     RecordOffset,
     RecordPartition,
     ReplayableSourceTask,
-    RetriableException,
-    Schema,
-    SourceConnector,
     SourceTask,
 )
 
@@ -65,7 +61,6 @@ LIST_CONFIG = ConfigDef(
     ConfigKey("list.poll.max.records", type="int", default=10_000, min=1, doc="per list, per poll"),
 )
 _PAGE = 10_000  # entries per XRANGE call in read()
-_READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 # The id of the `count`-th entry after `start`, stepping server-side so only one id travels back.
 _NTH_ID = """
 local pos, left, last = ARGV[1], tonumber(ARGV[2]), false
@@ -183,22 +178,11 @@ class RedisStreamSourceTask(ReplayableSourceTask):
             lower = f"({page[-1][0].decode()}"
 
     def _page(self, stream: str, lower: str, stop: str) -> list[Any]:
-        # On an executor nothing retries a failed read for us, and a read cannot be restarted
-        # half-way (it already yielded); fetching one page again is safe, so wait for the server
-        # here, with backoff, for up to _READ_RETRY_S.
-        deadline = time.monotonic() + _READ_RETRY_S
-        delay = 0.3
-        while True:
-            try:
-                return self._call(
-                    f"XRANGE {stream}",
-                    lambda: self._redis().xrange(stream, lower, stop, count=_PAGE),
-                )
-            except RetriableException:
-                if time.monotonic() + delay > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        return patiently(
+            lambda: self._call(
+                f"XRANGE {stream}", lambda: self._redis().xrange(stream, lower, stop, count=_PAGE)
+            )
+        )
 
     def _batch(
         self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]
@@ -270,10 +254,11 @@ def _check_keys(
         client.close()
 
 
-class RedisStreamSourceConnector(SourceConnector):
+class RedisStreamSourceConnector(NamedSourceConnector):
     """Copies Redis streams (``redis.streams``) into a topic by entry id, exactly once, with
     keys, headers and timestamps."""
 
+    names_key = "redis.streams"
     config_def = STREAM_CONFIG
     task_class = RedisStreamSourceTask
 
@@ -283,19 +268,9 @@ class RedisStreamSourceConnector(SourceConnector):
             Settings.of(values), "redis.streams", values["redis.streams"], "stream", must_exist=True
         )
 
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = STREAM_CONFIG.parse(self.config)["redis.streams"]
-        return [{**self.config, "redis.streams": ",".join(s)} for s in shares(names, max_tasks)]
-
     def default_read_limit(self) -> ReadLimit:
         # finding the end id of a range walks the stream server-side: keep a batch moderate
         return ReadLimit(max_rows=100_000)
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 class RedisListSourceTask(SourceTask):
@@ -379,10 +354,11 @@ return out
 """
 
 
-class RedisListSourceConnector(SourceConnector):
+class RedisListSourceConnector(NamedSourceConnector):
     """Takes elements from Redis lists used as queues (``LPUSH`` in, taken from the right):
     at-least-once, acknowledged after commit."""
 
+    names_key = "redis.lists"
     config_def = LIST_CONFIG
     task_class = RedisListSourceTask
 
@@ -391,16 +367,6 @@ class RedisListSourceConnector(SourceConnector):
         _check_keys(
             Settings.of(values), "redis.lists", values["redis.lists"], "list", must_exist=False
         )
-
-    def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        names = LIST_CONFIG.parse(self.config)["redis.lists"]
-        return [{**self.config, "redis.lists": ",".join(s)} for s in shares(names, max_tasks)]
-
-    def key_schema(self) -> Schema:
-        return Schema.bytes_()
-
-    def value_schema(self) -> Schema:
-        return Schema.bytes_()
 
 
 __all__ = [

@@ -1,0 +1,181 @@
+"""The NATS connection settings every NATS connector shares, a blocking face over nats-py's asyncio
+client, and the errors they raise.
+
+`nats.url` (``nats://host:port``, several separated by ``,``) is the address; `nats.username` /
+`nats.password` or `nats.token` authenticate. nats-py is imported lazily, so the rest of sluice
+does not need it.
+
+nats-py is asyncio-only, while sluice's task methods are plain calls (on the driver between
+micro-batches, on executors inside a read or a write). `Session` runs one event loop in a daemon
+thread and hands coroutines to it, so the connection keeps answering the server's pings between
+calls. A connection that fails is dropped, and the next call connects again: nats-py's own
+reconnection is off, so that a server that is away turns into a `RetriableException` the runtime
+retries with its backoff (`errors.retry.*`) instead of calls that hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
+
+URL = "nats.url"
+CONNECTION_KEYS = (
+    ConfigKey(URL, default="nats://127.0.0.1:4222", doc="nats://host:port[,nats://host:port…]"),
+    ConfigKey("nats.username", default="", doc="user name"),
+    ConfigKey("nats.password", type="password", default="", doc="password"),
+    ConfigKey("nats.token", type="password", default="", doc="authentication token"),
+    ConfigKey("nats.timeout.ms", type="int", default=5000, min=1, doc="connect/request timeout"),
+)
+T = TypeVar("T")
+
+
+def nats_module() -> Any:
+    """nats-py, or an install hint."""
+    try:
+        import nats
+        import nats.js.api
+    except ImportError:  # pragma: no cover - nats-py is a dependency of sluice
+        raise ConfigException(
+            URL, "the NATS connectors need nats-py: pip install nats-py"
+        ) from None
+    return nats
+
+
+async def _quiet(_exc: Exception) -> None:
+    """nats-py logs every failed attempt with a stack trace; the error reaches us anyway."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where and how to connect (picklable: travels to executors inside the task config)."""
+
+    servers: tuple[str, ...]
+    username: str | None
+    password: str | None
+    token: str | None
+    timeout_s: float
+
+    @staticmethod
+    def of(values: Mapping[str, Any]) -> Settings:
+        servers = tuple(s.strip() for s in values[URL].split(",") if s.strip())
+        if not servers:
+            raise ConfigException(URL, "required key is empty")
+        for server in servers:
+            if not server.startswith(("nats://", "tls://")):
+                raise ConfigException(URL, f"expected nats://host:port, got {server!r}")
+        return Settings(
+            servers,
+            values["nats.username"] or None,
+            values["nats.password"] or None,
+            values["nats.token"] or None,
+            values["nats.timeout.ms"] / 1000,
+        )
+
+    @property
+    def where(self) -> str:
+        return ",".join(self.servers)
+
+    def failure(self, doing: str, exc: BaseException) -> ConnectException:
+        """The sluice error for a nats-py exception: refused credentials are a config error, a
+        lost, refused or timed-out connection is retriable, anything else names what failed."""
+        nats = nats_module()
+        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+            return ConfigException(
+                "nats.password",
+                f"{self.where} refused the credentials while {doing}: {exc}",
+                suggestion="check nats.username / nats.password (or nats.token)",
+            )
+        retriable = (
+            nats.errors.NoServersError,
+            nats.errors.ConnectionClosedError,
+            nats.errors.TimeoutError,
+            nats.errors.StaleConnectionError,
+            nats.errors.UnexpectedEOF,
+            OSError,
+            asyncio.TimeoutError,
+        )
+        if isinstance(exc, retriable):
+            return RetriableException(f"{URL}={self.where}: {doing}: {exc or type(exc).__name__}")
+        return ConnectException(f"{URL}={self.where}: {doing}: {exc}")
+
+
+class Session:
+    """One NATS connection driven by an event loop of its own (a daemon thread).
+
+    `call(fn)` runs ``await fn(js)`` with the JetStream context and returns its result, or raises
+    the sluice error for what went wrong (`Settings.failure`); after a connection error the next
+    call connects afresh.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="nats")
+        self._thread.start()
+        self._nc: Any = None
+
+    async def _connect(self) -> Any:
+        nats = nats_module()
+        if self._nc is None or self._nc.is_closed:
+            s = self.settings
+            options: dict[str, Any] = {
+                "connect_timeout": max(1, round(s.timeout_s)),
+                "allow_reconnect": False,
+                "max_reconnect_attempts": 1,
+                "error_cb": _quiet,
+            }
+            if s.username:
+                options |= {"user": s.username, "password": s.password or ""}
+            if s.token:
+                options["token"] = s.token
+            self._nc = await nats.connect(list(s.servers), **options)
+        return self._nc
+
+    async def _run(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        nc = await self._connect()
+        return await fn(nc.jetstream(timeout=self.settings.timeout_s))
+
+    def call(self, doing: str, fn: Callable[[Any], Awaitable[T]]) -> T:
+        future = asyncio.run_coroutine_threadsafe(self._run(fn), self._loop)
+        try:
+            return future.result()
+        except ConnectException:
+            raise
+        except Exception as exc:
+            err = self.settings.failure(doing, exc)
+            if isinstance(err, RetriableException):
+                self._drop()
+            raise err from None
+
+    def _drop(self) -> None:
+        nc, self._nc = self._nc, None
+        if nc is not None and not nc.is_closed:
+            asyncio.run_coroutine_threadsafe(_close(nc), self._loop).result(10)
+
+    def close(self) -> None:
+        self._drop()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+
+async def _close(nc: Any) -> None:
+    with contextlib.suppress(Exception):  # already gone: nothing to release
+        await nc.close()
+
+
+def probe(settings: Settings, check: Callable[[Any], Awaitable[None]]) -> None:
+    """Connect and run `check(js)` (driver, in `validate`); unreachable → ConfigException."""
+    session = Session(settings)
+    try:
+        session.call("connecting", check)
+    except RetriableException as exc:
+        raise ConfigException(URL, f"cannot reach NATS at {settings.where}: {exc}") from None
+    finally:
+        session.close()

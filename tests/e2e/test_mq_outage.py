@@ -1,0 +1,223 @@
+"""NATS and Mosquitto stopped for 20 s in the middle of copies through topics: the connectors back
+off and resume, nothing is lost, and NATS duplicates nothing. Also the bad-credentials errors.
+
+Both servers are private (their own ports, folders and a user with a password) so that stopping
+them disturbs no other test; one worker runs all four connectors and both servers go away at
+once. While they are away the sources' `latest`/`poll` raise `RetriableException` and the driver
+retries them with backoff (`errors.retry.*`); the sinks retry their writes the same way; the NATS
+source's `read` waits page by page. The connectors must stay healthy, then finish once the
+servers are back: the NATS copy and its topic hold each message once; every MQTT message is in
+its topic and reached the copy (a subscriber in a persistent session).
+"""
+
+from __future__ import annotations
+
+import collections
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sluice.connectors.mqtt import MqttSourceConnector
+from sluice.connectors.nats import NatsSourceConnector
+from sluice.sdk import ConfigException
+from tests import mqtt_helpers
+from tests.conftest import wait_until
+from tests.e2e.orphans import spawn
+from tests.e2e.outage import healthy, ride_out
+from tests.e2e.topics import topic_count, topic_rows
+from tests.nats_helpers import Nats
+from tests.servers import ensure
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+OUTAGE_S = 20.0
+FIRST, MORE = 4000, 1000
+USER, PASSWORD = "sluice", "s3cret-ü"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class PrivateServer:
+    """A server process of this test alone; `start` waits for its port, `stop` for its exit."""
+
+    def __init__(self, command: list[str]) -> None:
+        self.command, self.proc = command, None
+        self.port = int(command[command.index("-p") + 1]) if "-p" in command else 0
+
+    def start(self) -> None:
+        # spawned to die with pytest: a private server never outlives the test run
+        self.proc = spawn(self.command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(lambda: _listening(self.port), 30, f"{self.command[0]} on {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()  # both save their state on TERM
+            self.proc.wait(30)
+            self.proc = None
+
+
+def _nats_server(folder: Path) -> PrivateServer:
+    ensure("nats")  # installs the package when missing
+    port = _free_port()
+    return PrivateServer(
+        [
+            shutil.which("nats-server") or "nats-server",
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-js",
+            "-sd",
+            str(folder / "nats"),
+            "--user",
+            USER,
+            "--pass",
+            PASSWORD,
+        ]
+    )
+
+
+def _mosquitto(folder: Path) -> PrivateServer:
+    ensure("mosquitto")
+    port = _free_port()
+    (folder / "mqtt").mkdir()
+    passwords = folder / "mqtt" / "passwords"
+    subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), USER, PASSWORD], check=True)
+    conf = folder / "mqtt" / "mosquitto.conf"
+    conf.write_text(
+        f"user root\nlistener {port} 127.0.0.1\nallow_anonymous false\n"
+        f"password_file {passwords}\npersistence true\npersistence_location {folder / 'mqtt'}/\n"
+        "max_queued_messages 1000000\n"
+    )
+    server = PrivateServer(["/usr/sbin/mosquitto", "-c", str(conf)])
+    server.port = port
+    return server
+
+
+def test_servers_away_for_20_s(runner, tmp_path: Path) -> None:
+    nats_server, broker = _nats_server(tmp_path), _mosquitto(tmp_path)
+    nats_server.start()
+    broker.start()
+    login = {"username": USER, "password": PASSWORD}
+    nats_url = f"nats://127.0.0.1:{nats_server.port}"
+    nats = Nats(nats_url, user=USER, password=PASSWORD)
+    mqtt_url = f"tcp://127.0.0.1:{broker.port}"
+    copy = None
+    try:
+        # wrong credentials: a configuration error naming the key
+        with pytest.raises(ConfigException, match=r"nats.password: .* refused the credentials"):
+            NatsSourceConnector().validate(
+                {"nats.url": nats_url, "nats.streams": "X", "nats.username": USER}
+            )
+        with pytest.raises(ConfigException, match=r"mqtt.password: .* refused the connection"):
+            MqttSourceConnector().validate(
+                {"mqtt.url": mqtt_url, "mqtt.topics": "a", "connect.topicname": "t"}
+                | {"mqtt.username": USER, "mqtt.password": "wrong"}
+            )
+
+        nats.add_stream("EVENTS", ["events.>"])
+        nats.add_stream("COPY", ["copy.>"])
+        mqtt_helpers.session(broker.port, "outage-in", ["in/#"], **login)
+        copy = mqtt_helpers.Collector(broker.port, "out/#", client_id="outage-copy", **login)
+        _publish(nats, broker.port, login, 0, FIRST)
+        retry = {"errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "1000"}
+        raw = {"key.converter": "ByteArrayConverter", "value.converter": "ByteArrayConverter"}
+        nats_keys = {**raw, **retry, "nats.url": nats_url, "nats.timeout.ms": "1000"}
+        nats_keys |= {"nats.username": USER, "nats.password": PASSWORD}
+        mqtt_keys = {**raw, **retry, "mqtt.url": mqtt_url, "mqtt.timeout.ms": "2000"}
+        mqtt_keys |= {"mqtt.username": USER, "mqtt.password": PASSWORD}
+        for name, config in {
+            "nin": {
+                **nats_keys,
+                "connector.class": "NatsSourceConnector",
+                "nats.streams": "EVENTS",
+                "connect.topicname": "events",
+                "read.max.rows": "200",
+            },
+            "nout": {
+                **nats_keys,
+                "connector.class": "NatsSinkConnector",
+                "connect.topicnames": "events",
+                "nats.subject.format": "copy.${topic}",
+            },
+            "min": {
+                **mqtt_keys,
+                "connector.class": "MqttSourceConnector",
+                "mqtt.topics": "in/#",
+                "mqtt.client.id": "outage-in",
+                "connect.topicname": "sensors",
+                "mqtt.poll.max.records": "200",
+            },
+            "mout": {
+                **mqtt_keys,
+                "connector.class": "MqttSinkConnector",
+                "connect.topicnames": "sensors",
+                "mqtt.topic.format": "out/copy",
+            },
+        }.items():
+            runner.start(name, config)
+
+        def count(what: str) -> int:
+            try:
+                return nats.count("COPY") if what == "nats" else copy.count()
+            except Exception:  # the server is away
+                return -1
+
+        wait_until(
+            lambda: healthy(runner) or (count("nats") > 0 and copy.count() > 0),
+            180,
+            "both copies to start",
+            every=0.2,
+        )
+        assert count("nats") < FIRST and copy.count() < FIRST, "finished before the outage"
+        nats_server.stop()
+        broker.stop()
+
+        def restore() -> None:
+            nats_server.start()
+            broker.start()
+
+        ride_out(runner, OUTAGE_S, restore)
+        _publish(nats, broker.port, login, FIRST, MORE)
+        total = FIRST + MORE
+
+        def done() -> bool:
+            healthy(runner)
+            return count("nats") >= total and len({r[1] for r in copy.received}) >= total
+
+        wait_until(done, 300, "both copies whole", every=0.5)
+        values = collections.Counter(m.data for m in nats.read("COPY"))
+        assert sorted(values) == sorted(_value(i) for i in range(total)), "lost or doubled"
+        root = Path(runner.root)
+        assert topic_count(root, "events") == total  # each message once in the topic too
+        sensors = {r["value"] for r in topic_rows(root, "sensors")}
+        assert sorted(sensors) == sorted(_value(i) for i in range(total)), "MQTT lost"
+        assert {r[1] for r in copy.received} == sensors
+    finally:
+        runner.close()
+        if copy is not None:
+            copy.close()
+        nats_server.stop()
+        broker.stop()
+
+
+def _value(i: int) -> bytes:
+    return f"wert {i} ü".encode()
+
+
+def _publish(nats: Nats, port: int, login: dict[str, str], first: int, n: int) -> None:
+    nats.publish([(f"events.{i % 3}", _value(i), {"seq": str(i)}) for i in range(first, first + n)])
+    messages = [(f"in/{i % 3}", _value(i), None) for i in range(first, first + n)]
+    mqtt_helpers.publish(port, messages, **login)

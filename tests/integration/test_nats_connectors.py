@@ -1,0 +1,150 @@
+"""The NATS JetStream connectors on the real server of `scripts/servers.sh` (started on demand): a
+stream copied through a topic into another stream with keys, headers and non-ASCII values intact,
+a subject filter, and the configuration errors."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
+from sluice.runtime.runner import ConnectorRunner
+from sluice.sdk import ConfigException
+from tests.conftest import wait_until
+from tests.e2e.outage import healthy
+from tests.e2e.topics import topic_count
+from tests.integration.test_redis_connectors import _value
+from tests.nats_helpers import Nats
+from tests.servers import ensure
+
+pytestmark = pytest.mark.spark
+
+N = 2000
+TAG = uuid.uuid4().hex[:8].upper()  # in every stream this module makes, so that it can remove them
+
+
+@pytest.fixture(scope="module")
+def url() -> str:
+    return f"nats://{ensure('nats')}"
+
+
+@pytest.fixture(scope="module")
+def client(url: str):
+    c = Nats(url)
+    yield c
+    for name in (f"IN{TAG}", f"OUT{TAG}", f"CFG{TAG}"):
+        c.delete_stream(name)  # the server is shared: leave it clean
+
+
+def _headers(i: int) -> dict[str, str]:
+    headers = {"region": f"zürich {i % 5}", "seq": str(i)}
+    if i % 3:
+        headers["Sluice-Key"] = f"k-{i % 50} ключ"
+    return headers
+
+
+def test_stream_through_a_topic_to_a_stream(
+    runner: ConnectorRunner, client: Nats, url: str, tmp_path: Path
+) -> None:
+    source, target = f"IN{TAG}", f"OUT{TAG}"
+    client.add_stream(source, [f"in{TAG}.>"])
+    client.add_stream(target, [f"out{TAG}.>"])
+    # every third message goes to a subject the filter leaves out
+    client.publish(
+        [
+            (f"in{TAG}.{'skip' if i % 3 == 2 else 'orders'}.eu", _value(i), _headers(i))
+            for i in range(N)
+        ]
+    )
+    raw = {"nats.url": url, "key.converter": "ByteArrayConverter"}
+    raw["value.converter"] = "ByteArrayConverter"
+    runner.start(
+        "nin",
+        {
+            **raw,
+            "connector.class": "NatsSourceConnector",
+            "nats.streams": source,
+            "nats.subject": f"in{TAG}.orders.*",
+            "connect.topicname": "orders",
+            "read.max.rows": "700",  # several micro-batches
+            "max.tasks": "2",  # and each range read in two halves
+        },
+    )
+    runner.start(
+        "nout",
+        {
+            **raw,
+            "connector.class": "NatsSinkConnector",
+            "connect.topicnames": "orders",
+            "nats.subject.format": f"out{TAG}.${{topic}}",
+            "max.tasks": "2",
+        },
+    )
+    kept = [i for i in range(N) if i % 3 != 2]
+
+    def done() -> bool:
+        healthy(runner)
+        return client.count(target) >= len(kept)
+
+    wait_until(done, 240, f"{len(kept)} messages in the copy", every=0.5)
+    copy = client.read(target)
+    assert len(copy) == len(kept)
+    seen = {}
+    last: dict[str | None, int] = {}
+    for m in copy:
+        i = int(m.headers["seq"])
+        key = m.headers.get("Sluice-Key")
+        assert i not in seen and last.get(key, -1) < i  # once, each key's messages in order
+        seen[i], last[key] = m, i
+        assert m.subject == f"out{TAG}.orders"
+        assert m.data == _value(i)
+        assert m.headers.pop("Nats-Msg-Id").startswith("nout:")
+        assert m.headers == _headers(i)
+    assert sorted(seen) == kept
+    assert topic_count(tmp_path / "store", "orders") == len(kept)  # once in the topic too
+
+    # messages published while it runs are copied too
+    client.publish([(f"in{TAG}.orders.us", "später".encode(), {"Sluice-Key": "late"})])
+    wait_until(lambda: client.count(target) == len(kept) + 1, 60, "the late one", every=0.5)
+    late = client.read(target)[-1]
+    assert (late.data, late.headers["Sluice-Key"]) == ("später".encode(), "late")
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_configuration_errors_name_the_key(client: Nats, url: str) -> None:
+    client.add_stream(f"CFG{TAG}", [f"cfg{TAG}.>"])
+    good = {"nats.url": url, "nats.streams": f"CFG{TAG}"}
+    NatsSourceConnector().validate(good)
+    NatsSinkConnector().validate(
+        {"nats.url": url, "connect.topicnames": "a", "nats.subject.format": f"cfg{TAG}.${{topic}}"}
+    )
+    cases = [
+        (
+            NatsSourceConnector,
+            {**good, "nats.url": f"nats://127.0.0.1:{_closed_port()}"},
+            r"nats.url: cannot reach NATS at nats://127.0.0.1:\d+",
+        ),
+        (NatsSourceConnector, {**good, "nats.url": "http://x"}, r"nats.url: expected nats://"),
+        (NatsSourceConnector, {"nats.url": url}, r"nats.streams: required"),
+        (
+            NatsSourceConnector,
+            {**good, "nats.streams": f"NONE{TAG}"},
+            rf"nats.streams: stream 'NONE{TAG}' does not exist",
+        ),
+        (
+            NatsSinkConnector,
+            {"nats.url": url, "connect.topicnames": "orders", "nats.subject.format": "nowhere.x"},
+            r"nats.subject.format: no JetStream stream takes subject 'nowhere.x'",
+        ),
+    ]
+    for cls, config, message in cases:
+        with pytest.raises(ConfigException, match=message):
+            cls().validate(config)
