@@ -25,7 +25,7 @@ def test_url_or_rocketmq_keys() -> None:
         0.5,
         None,
     )
-    assert s.where == "amqp://h:5673/v"  # never the password
+    assert s.where == "amqp://u:********@h:5673/v"  # never the password
     params = settings(**{"rabbitmq.url": "amqp://u:p@h/v", "rabbitmq.password": "q"}).parameters()
     assert (params.credentials.username, params.credentials.password) == ("u", "q")
     s = settings(host="h", port="5674", username="a", password="b", virtualHost="/")

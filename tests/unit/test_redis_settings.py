@@ -20,7 +20,7 @@ def settings(**config: str) -> Settings:
 def test_url_or_rocketmq_keys() -> None:
     s = settings(**{"redis.url": "redis://u:secret@h:7000/2", "redis.timeout.ms": "500"})
     assert (s.url, s.key, s.timeout_s) == ("redis://u:secret@h:7000/2", "redis.url", 0.5)
-    assert s.where == "redis://h:7000/2"  # never the password
+    assert s.where == "redis://u:********@h:7000/2"  # never the password
     s = settings(redisAddr="h", redisPort="7001", redisPassword="pw", timeout="2000")
     assert (s.url, s.key, s.password, s.timeout_s) == ("redis://h:7001/0", "redisAddr", "pw", 2.0)
     with pytest.raises(ConfigException, match=r"redis.url: required key is missing"):

@@ -175,3 +175,23 @@ def test_partition_hash_is_stable_and_order_insensitive() -> None:
     assert partition_hash({"a": 1, "b": "x"}) == partition_hash({"b": "x", "a": 1})
     assert partition_hash({"a": 1}) != partition_hash({"a": 2})
     assert 0 <= partition_hash({"filename": "/tmp/x"}) < 2**31
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("amqp://u:pw@h:5672/v", "amqp://u:********@h:5672/v"),
+        (
+            "jdbc:postgresql://h/db?user=u&password=pw",
+            "jdbc:postgresql://h/db?user=u&password=********",
+        ),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("postgresql://u@h/db", "postgresql://u@h/db"),
+        ("http://[::1:80/", "<unparsable URL>"),
+    ],
+)
+def test_redact_url_masks_passwords_only(url: str, shown: str) -> None:
+    from sluice.sdk import redact_url
+
+    assert redact_url(url) == shown
+    assert ":pw@" not in redact_url(url) and "password=pw" not in redact_url(url)

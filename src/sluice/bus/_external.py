@@ -69,6 +69,7 @@ from sluice.bus.base import (
     StagedSegment,
     TopicLog,
     WriterFenced,
+    check_commit,
     raise_fence,
     retry_outage,
 )
@@ -316,19 +317,8 @@ class ExternalLog(TopicLog):
         segs = list(segments)
         if not segs:
             return True
-        if not isinstance(writer_id, str) or not writer_id:
-            raise ValueError(f"writer_id must be a non-empty string, got {writer_id!r}")
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int):
-            raise ValueError(f"batch_id must be an int, got {batch_id!r}")
-        topic = segs[0].topic
+        topic = check_commit(writer_id, batch_id, segs)
         for seg in segs:
-            if not isinstance(seg, StagedSegment):
-                raise TypeError(f"commit() needs StagedSegment objects, got {type(seg).__name__}")
-            if seg.topic != topic:
-                raise ValueError(
-                    f"all segments of one commit must belong to one topic: "
-                    f"got {topic!r} and {seg.topic!r}"
-                )
             if seg.rows and seg.writer != writer_id:
                 # its messages carry another writer's tag: a replay could not count them
                 raise ValueError(

@@ -177,6 +177,24 @@ class WriterFenced(BusError):
         return (type(self), (self.key, self.epoch, self.current, self.topic))
 
 
+def check_commit(writer_id: str, batch_id: int, segs: Sequence[StagedSegment]) -> str:
+    """Validate a commit's arguments (they cross process boundaries); returns its one topic."""
+    if not isinstance(writer_id, str) or not writer_id:
+        raise ValueError(f"writer_id must be a non-empty string, got {writer_id!r}")
+    if isinstance(batch_id, bool) or not isinstance(batch_id, int):
+        raise ValueError(f"batch_id must be an int, got {batch_id!r}")
+    topic = segs[0].topic
+    for seg in segs:
+        if not isinstance(seg, StagedSegment):
+            raise TypeError(f"commit() needs StagedSegment objects, got {type(seg).__name__}")
+        if seg.topic != topic:
+            raise ValueError(
+                f"all segments of one commit must belong to one topic: "
+                f"got {topic!r} and {seg.topic!r}"
+            )
+    return topic
+
+
 def raise_fence(db: Any, key: str, epoch: int, topic: str) -> None:
     """Inside a SQLite transaction on a table ``fences (fence_key TEXT PRIMARY KEY, epoch
     INTEGER)``: refuse ``epoch`` (:class:`WriterFenced`) if a newer one is recorded for ``key``,

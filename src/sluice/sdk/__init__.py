@@ -12,7 +12,7 @@ from sluice.sdk._arrow import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
 )
-from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey
+from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey, redact_url
 from sluice.sdk._connector import (
     BatchId,
     Connector,
@@ -105,5 +105,6 @@ __all__ = [
     "literal",
     "partition_key",
     "quote",
+    "redact_url",
     "struct_fields",
 ]

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import time
 import uuid
@@ -28,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, BinaryIO, ClassVar
 
 from sluice.sdk._connector import BatchId, Delivery, SinkConnector, SinkTask
+from sluice.sdk._durable import read_state, write_state
 
 _STALE_PART_S = 3600.0
 
@@ -84,7 +84,7 @@ class StagedAppend:
         state_path = os.path.join(self.staging, "state.json")
         with open(os.path.join(self.staging, "lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            state = _read_state(state_path)
+            state = read_state(state_path)
             done = (
                 state.get("run") == batch_id.run
                 and state.get("batch", -1) >= batch_id.number
@@ -169,28 +169,11 @@ def _copy(src: int, dst: int) -> None:
         sent += n
 
 
-def _read_state(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
-
-
 def _write_state(path: str, batch_id: BatchId, length: int, *, pending: bool) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(
-            {"run": batch_id.run, "batch": batch_id.number, "length": length, "pending": pending}, f
-        )
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path), os.O_RDONLY)  # the rename is durable once its dir is
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_state(
+        path,
+        {"run": batch_id.run, "batch": batch_id.number, "length": length, "pending": pending},
+    )
 
 
 def _remove_stale_parts(staging: str) -> None:

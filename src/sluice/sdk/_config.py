@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from sluice.sdk._errors import ConfigException
 
@@ -18,6 +19,23 @@ _REQUIRED = object()
 
 #: What REST, CLI and logs show instead of a secret (Kafka Connect's mask).
 PASSWORD_MASK = "********"
+
+
+def redact_url(url: str) -> str:
+    """`url` fit for a message or a log line: a password in its authority
+    (`scheme://user:pw@host`) or in a `password=` query parameter is masked."""
+    try:
+        parts = urlsplit(url[5:] if url.lower().startswith("jdbc:") else url)
+        password = parts.password
+    except ValueError:
+        return "<unparsable URL>"
+    out = url
+    if password:
+        out = out.replace(f":{password}@", f":{PASSWORD_MASK}@")
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name == "password" and value:
+            out = out.replace(f"password={value}", f"password={PASSWORD_MASK}")
+    return out
 
 
 def _as_bool(key: str, raw: str) -> bool:

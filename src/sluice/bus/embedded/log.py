@@ -80,6 +80,7 @@ from sluice.bus.base import (
     TopicLog,
     UnknownTopic,
     WriterFenced,
+    check_commit,
     raise_fence,
 )
 
@@ -562,19 +563,7 @@ class EmbeddedLog(TopicLog):
         fence: tuple[str, int] | None = None,
     ) -> list[int | None] | None:
         """Commit ``segs``; return their base offsets (None for empty ones), None if a replay."""
-        if not isinstance(writer_id, str) or not writer_id:
-            raise ValueError(f"writer_id must be a non-empty string, got {writer_id!r}")
-        if isinstance(batch_id, bool) or not isinstance(batch_id, int):
-            raise ValueError(f"batch_id must be an int, got {batch_id!r}")
-        topic = segs[0].topic
-        for seg in segs:
-            if not isinstance(seg, StagedSegment):
-                raise TypeError(f"commit() needs StagedSegment objects, got {type(seg).__name__}")
-            if seg.topic != topic:
-                raise ValueError(
-                    f"all segments of one commit must belong to one topic: "
-                    f"got {topic!r} and {seg.topic!r}"
-                )
+        topic = check_commit(writer_id, batch_id, segs)
         handle = self._handle(topic)
         for seg in segs:
             self._check_queue(topic, handle, seg.queue)

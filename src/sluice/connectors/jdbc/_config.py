@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey, redact_url
 
 MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
 INSERT_MODES = ("insert", "upsert", "update")
@@ -133,19 +133,21 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
         parts = urlsplit(url)
         port = parts.port
     except ValueError as exc:
-        raise ConfigException("connection.url", f"cannot parse {_redact(raw)!r}: {exc}") from None
+        raise ConfigException(
+            "connection.url", f"cannot parse {redact_url(raw)!r}: {exc}"
+        ) from None
     dialect = dialect_for_scheme(parts.scheme.lower())
     if dialect is None:
         raise ConfigException(
             "connection.url",
-            f"unsupported database or driver {parts.scheme!r} in {_redact(raw)!r}",
+            f"unsupported database or driver {parts.scheme!r} in {redact_url(raw)!r}",
             suggestion="use jdbc:mysql://, jdbc:mariadb://, jdbc:postgresql:// or a "
             "postgresql+psycopg:// / mysql+pymysql:// SQLAlchemy URL",
         )
     if "," in parts.netloc:
         raise ConfigException("connection.url", "several hosts (failover URLs) are not supported")
     if not parts.hostname:
-        raise ConfigException("connection.url", f"no host in {_redact(raw)!r}")
+        raise ConfigException("connection.url", f"no host in {redact_url(raw)!r}")
     params = dict(parse_qsl(parts.query, keep_blank_values=True))
     user = keys["connection.user"] or params.pop("user", "") or unquote(parts.username or "")
     password = (
@@ -165,21 +167,6 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
         attempts=keys["connection.attempts"],
         backoff_ms=keys["connection.backoff.ms"],
     )
-
-
-def _redact(url: str) -> str:
-    """`url` with any password (in the authority or a `password=` parameter) masked."""
-    try:
-        parts = urlsplit(url[5:] if url.lower().startswith("jdbc:") else url)
-    except ValueError:
-        return "<unparsable URL>"
-    out = url
-    if parts.password:
-        out = out.replace(f":{parts.password}@", ":***@")
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name == "password" and value:
-            out = out.replace(f"password={value}", "password=***")
-    return out
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from sluice.sdk import (
     Delivery,
     SinkConnector,
 )
+from sluice.sdk._durable import fsync_dir, read_state, write_state
 
 CONFIG = ConfigDef(
     *ROW_KEYS,
@@ -260,12 +261,12 @@ class ParquetSinkConnector(SinkConnector):
         state_path = os.path.join(self.staging, "state.json")
         with open(os.path.join(self.staging, "lock"), "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            state = _read_state(state_path)
+            state = read_state(state_path)
             if state.get("pending"):
                 _move(state["pending"])  # a commit cut short: finish it (roll forward)
                 finished = state["pending"]
                 state["pending"] = None
-                _write_state(state_path, state)
+                write_state(state_path, state)
                 for src, _ in finished:  # the cut commit's (now empty) task folders
                     top = os.path.relpath(src, self.staging).split(os.sep)[0]
                     if top not in (os.curdir, os.pardir):
@@ -273,17 +274,17 @@ class ParquetSinkConnector(SinkConnector):
             done = state.get("run") == batch_id.run and state.get("batch", -1) >= batch_id.number
             if not done and moves:
                 state = {"run": batch_id.run, "batch": batch_id.number, "pending": moves}
-                _write_state(state_path, state)
+                write_state(state_path, state)
                 _move(moves)
                 state["pending"] = None
-                _write_state(state_path, state)
+                write_state(state_path, state)
             elif not done:
-                _write_state(state_path, {"run": batch_id.run, "batch": batch_id.number})
+                write_state(state_path, {"run": batch_id.run, "batch": batch_id.number})
         self.abort(batch_id, staged)
         _remove_stale(self.staging)
 
     def abort(self, batch_id: BatchId, messages: list[Any]) -> None:
-        pending = _read_state(os.path.join(self.staging, "state.json")).get("pending") or []
+        pending = read_state(os.path.join(self.staging, "state.json")).get("pending") or []
         keep = {os.path.dirname(src) for src, _ in pending}
         for m in messages:
             # a commit cut short keeps its files until the next commit finishes its moves
@@ -300,33 +301,7 @@ def _move(moves: list[tuple[str, str]] | list[list[str]]) -> None:
             os.replace(src, dst)
             folders.add(os.path.dirname(dst))
     for folder in folders:
-        _fsync_dir(folder)
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _read_state(path: str) -> dict:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except FileNotFoundError:
-        return {}
-
-
-def _write_state(path: str, state: dict) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path))
+        fsync_dir(folder)
 
 
 def _remove_stale(staging: str) -> None:

@@ -40,7 +40,14 @@ from sluice.connectors.lake._staging import (
     check_writable,
     remove_stale,
 )
-from sluice.sdk import BatchId, ConfigDef, ConfigException, ConfigKey, ConnectException
+from sluice.sdk import (
+    BatchId,
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    ConnectException,
+    redact_url,
+)
 
 CONFIG = ConfigDef(
     *ROW_KEYS,
@@ -84,9 +91,8 @@ def open_catalog(values: Mapping[str, Any]) -> Any:
             # process creating them at the same moment makes ours fail. They exist now: again.
             if "already exists" in str(exc) and attempt < 2:
                 continue
-            shown = uri.split("@", 1)[-1] if "@" in uri else uri  # never the password
             raise ConfigException(
-                "iceberg.catalog.uri", f"cannot open the catalog at {shown!r}: {exc}"
+                "iceberg.catalog.uri", f"cannot open the catalog at {redact_url(uri)!r}: {exc}"
             ) from None
     raise AssertionError("unreachable")
 

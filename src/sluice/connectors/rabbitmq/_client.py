@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
+from sluice.sdk import (
+    ConfigException,
+    ConfigKey,
+    ConnectException,
+    RetriableException,
+    redact_url,
+)
 
 URL = "rabbitmq.url"
 CONNECTION_KEYS = (
@@ -76,9 +82,7 @@ class Settings:
 
     @property
     def where(self) -> str:
-        # the address without credentials, for messages
-        scheme, _, rest = self.url.partition("://")
-        return f"{scheme}://{rest.split('@', 1)[-1]}"
+        return redact_url(self.url)
 
     def parameters(self) -> Any:
         """pika connection parameters."""

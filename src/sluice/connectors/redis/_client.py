@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.sdk import ConfigException, ConfigKey, RetriableException
+from sluice.sdk import ConfigException, ConfigKey, RetriableException, redact_url
 
 URL = "redis.url"
 CONNECTION_KEYS = (
@@ -64,9 +64,7 @@ class Settings:
 
     @property
     def where(self) -> str:
-        # the address without a password, for messages
-        tail = self.url.split("@", 1)[-1].split("://", 1)[-1]
-        return f"{self.url.split('://', 1)[0]}://{tail}"
+        return redact_url(self.url)
 
     def connect(self) -> Any:
         """A new client; the connection opens on the first command."""
