@@ -13,9 +13,10 @@ Tables (all prefixed `sluice_`):
                lease; every takeover bumps `generation`, which fences the previous owner's
                commits (see `sluice.runtime.fencing`).
 
-Positions, schemas and counters stay in SQLite under the shared `storePathRootDir`, beside the
-embedded bus and the checkpoints, because Spark's processes commit them in the same SQLite
-transaction as the generation check (docs/distributed.md says why and what it requires).
+Positions (with their fences), schemas, counters and the broker buses' commit journal are in
+the same database too, in stores of their own that Spark's processes open by URL
+(`sluice.store.pg`, `sluice.bus._pg_journal`); the composition root (`runtime.assembly`)
+chooses them instead of the SQLite ones under `storePathRootDir`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from sluice._pg import CREATE_LOCK, engine_url
 from sluice.sdk import ConfigException
 from sluice.store.configs import TARGET_STATES, StoredConnector
 from sluice.store.statuses import (
@@ -97,13 +99,6 @@ class Lease:
     generation: int
 
 
-def _engine_url(url: str) -> str:
-    # psycopg 3 is the pinned driver: accept the plain postgresql:// form users write
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
-
-
 class ClusterStore:
     """Membership, leases, configs and statuses of one cluster in a shared PostgreSQL database."""
 
@@ -120,14 +115,14 @@ class ClusterStore:
         url = config.cluster_store_url
         try:
             engine = sa.create_engine(
-                _engine_url(url),
+                engine_url(url),
                 pool_pre_ping=True,
                 pool_size=4,
                 connect_args={"connect_timeout": 5},
             )
             with engine.begin() as conn:
                 # one creator at a time when several workers start together
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7251)"))
+                conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({CREATE_LOCK})"))
                 _META.create_all(conn)
         except (SQLAlchemyError, ImportError, ValueError) as exc:
             raise ConfigException(
