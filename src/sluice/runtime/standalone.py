@@ -201,6 +201,7 @@ class StandaloneHerder(Herder):
             ),
             lambda conf: _kind(self._class_of(conf)),
             self._last_error,
+            self._probes_lag,
         )
 
     # -- boot and shutdown ------------------------------------------------------------------------
@@ -737,6 +738,11 @@ class StandaloneHerder(Herder):
     # -- metrics (sluice.runtime.metrics_snapshot) ------------------------------------------------
     def metrics(self) -> dict[str, Any]:
         return self._metrics.take()
+
+    def _probes_lag(self, name: str) -> bool:
+        """Whether this worker asks connector `name`'s source for its lag (standalone: every
+        connector is this worker's)."""
+        return True
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
