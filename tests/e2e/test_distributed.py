@@ -279,6 +279,16 @@ def test_bad_cluster_configs_are_refused_naming_the_key(cluster: Cluster) -> Non
     assert "cluster.name: the cluster store belongs to cluster 'e2e'" in err
     err = _run_worker_expecting_error(cluster, "w9", storePathRootDir=str(cluster.root / "x"))
     assert "storePathRootDir:" in err and "shared" in err
+    # the cluster's path, but not its shared directory (a local disk of another host): the
+    # marker the first worker left there is missing
+    marker = cluster.root / "shared" / ".sluice-cluster"
+    marker.rename(marker.with_suffix(".away"))
+    try:
+        err = _run_worker_expecting_error(cluster, "w9")
+    finally:
+        marker.unlink()  # the refused worker left its own
+        marker.with_suffix(".away").rename(marker)
+    assert "storePathRootDir: " in err and "is not the cluster's shared directory" in err
     err = _run_worker_expecting_error(
         cluster, "w9", **{"cluster.store.url": "postgresql://postgres@127.0.0.1:1/nope"}
     )
