@@ -69,3 +69,8 @@ class PgFile:
 
     def _engine(self) -> sa.Engine:
         return shared_engine(self.url)
+
+    def _rows(self, query: sa.Executable) -> list[sa.Row]:
+        """Every row `query` reads (outside any write transaction)."""
+        with self._engine().connect() as conn:
+            return list(conn.execute(query).all())

@@ -56,10 +56,9 @@ class PgCommitJournal(PgFile):
         if fence is None:
             return
         query = sa.select(_FENCES.c.epoch).where(_FENCES.c.fence_key == fence[0])
-        with self._engine().connect() as conn:
-            row = conn.execute(query).first()
-        if row is not None and int(row[0]) > fence[1]:
-            raise WriterFenced(fence[0], fence[1], int(row[0]), topic)
+        for (epoch,) in self._rows(query):
+            if int(epoch) > fence[1]:
+                raise WriterFenced(fence[0], fence[1], int(epoch), topic)
 
     def get(self, writer_id: str, batch_id: int, topic: str) -> tuple[str, dict[int, int]] | None:
         query = sa.select(_WRITES.c.state, _WRITES.c.starts).where(
@@ -67,11 +66,9 @@ class PgCommitJournal(PgFile):
             _WRITES.c.batch_id == batch_id,
             _WRITES.c.topic == topic,
         )
-        with self._engine().connect() as conn:
-            row = conn.execute(query).first()
-        if row is None:
-            return None
-        return row[0], {int(q): int(o) for q, o in json.loads(row[1]).items()}
+        for state, starts in self._rows(query):
+            return state, {int(q): int(o) for q, o in json.loads(starts).items()}
+        return None
 
     def put(
         self,

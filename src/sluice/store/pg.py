@@ -77,16 +77,14 @@ class PgPositionStore(PgFile):
         query = sa.select(_POSITIONS.c.partition, _POSITIONS.c.offset).where(
             _POSITIONS.c.connector == connector
         )
-        with self._engine().connect() as conn:
-            return {partition: json.loads(offset) for partition, offset in conn.execute(query)}
+        return {partition: json.loads(offset) for partition, offset in self._rows(query)}
 
     def load_all(self) -> dict[str, dict[str, RecordOffset]]:
         """`load` of every connector, in one read."""
         out: dict[str, dict[str, RecordOffset]] = {}
         query = sa.select(_POSITIONS.c.connector, _POSITIONS.c.partition, _POSITIONS.c.offset)
-        with self._engine().connect() as conn:
-            for connector, partition, offset in conn.execute(query):
-                out.setdefault(connector, {})[partition] = json.loads(offset)
+        for connector, partition, offset in self._rows(query):
+            out.setdefault(connector, {})[partition] = json.loads(offset)
         return out
 
     def save(
@@ -195,16 +193,14 @@ class PgCounters(PgFile):
         query = sa.select(_COUNTERS.c.name, _COUNTERS.c.value).where(
             _COUNTERS.c.connector == connector
         )
-        with self._engine().connect() as conn:
-            return {name: int(value) for name, value in conn.execute(query)}
+        return {name: int(value) for name, value in self._rows(query)}
 
     def all(self) -> dict[str, dict[str, int]]:
         """`get` of every connector, in one read."""
         out: dict[str, dict[str, int]] = {}
         query = sa.select(_COUNTERS.c.connector, _COUNTERS.c.name, _COUNTERS.c.value)
-        with self._engine().connect() as conn:
-            for connector, name, value in conn.execute(query):
-                out.setdefault(connector, {})[name] = int(value)
+        for connector, name, value in self._rows(query):
+            out.setdefault(connector, {})[name] = int(value)
         return out
 
 
@@ -249,22 +245,19 @@ class PgSchemaRegistry(PgFile):
     def versions(self, subject: str) -> list[RegisteredSchema]:
         """Every version of the subject, oldest first."""
         query = _VERSION_QUERY.where(_SUBJECTS.c.subject == subject).order_by(_SUBJECTS.c.version)
-        with self._engine().connect() as conn:
-            rows = conn.execute(query).all()
+        rows = self._rows(query)
         return [RegisteredSchema(subject, int(v), int(i), text) for v, i, text in rows]
 
     def subjects(self) -> list[str]:
         """Every subject with at least one version, sorted."""
         query = sa.select(_SUBJECTS.c.subject).distinct().order_by(_SUBJECTS.c.subject)
-        with self._engine().connect() as conn:
-            return [r[0] for r in conn.execute(query)]
+        return [r[0] for r in self._rows(query)]
 
     def by_id(self, schema_id: int) -> str | None:
         """The schema text with this global id, or None."""
         query = sa.select(_SCHEMAS.c.schema).where(_SCHEMAS.c.id == schema_id)
-        with self._engine().connect() as conn:
-            row = conn.execute(query).first()
-        return None if row is None else row[0]
+        rows = self._rows(query)
+        return rows[0][0] if rows else None
 
 
 def _schema_id(conn: sa.Connection, schema: str) -> int:
