@@ -41,7 +41,7 @@ def shared_engine(url: str) -> sa.Engine:
                 engine_url(url),
                 pool_pre_ping=True,
                 pool_size=2,
-                max_overflow=4,
+                max_overflow=8,  # the worker's threads (rounds, REST, listeners) share it
                 connect_args={"connect_timeout": 5},
             )
             _ENGINES[key] = engine
