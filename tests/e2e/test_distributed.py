@@ -1,10 +1,12 @@
 """Distributed mode with real processes: 3 (then 4) workers sharing a PostgreSQL cluster store and
 one storePathRootDir, 6 file pipelines (file source -> embedded topic -> file sink = 12
-connectors) allocated by the consistent hash.
+connectors) allocated by the consistent hash. Positions, schemas and counters are in the cluster
+store.
 
 One cluster for the whole module (tests run in file order and share it): allocation matches the
 strategy; kill -9 of a worker moves its connectors within 15 s with nothing lost or doubled (in
-the sinks and counted in the topics); a 4th worker restarts only the connectors the ring moves to
+the sinks and counted in the topics), one more rebalance in the survivor's metrics; only a
+source's owner reports its lag; a 4th worker restarts only the connectors the ring moves to
 it; a SIGSTOPped worker loses its leases, and after SIGCONT its late commits are refused and its
 queries stopped; REST writes through any worker reach the owner; bad cluster configs fail naming
 the key and a malformed store row crashes nothing.
@@ -27,7 +29,8 @@ from sluice.bus.embedded.log import EmbeddedLog
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
 from tests.e2e.dist_cluster import Cluster, running_cluster
-from tests.e2e.worker_process import REPO
+from tests.e2e.test_ops_metrics import scrape, value
+from tests.e2e.worker_process import REPO, DistWorker
 
 pytestmark = pytest.mark.slow
 
@@ -64,9 +67,10 @@ def test_kill_9_moves_its_connectors_within_15_s_and_loses_nothing(cluster: Clus
     moved = sorted(n for n, o in before.items() if o == victim.worker_id)
     assert moved
     cluster.feed(200)
+    survivor = next(w for w in cluster.live() if w is not victim)
+    rebalanced = _rebalance(survivor)
     victim.kill9()
     killed = time.monotonic()
-    survivor = cluster.live()[0]
 
     def running_elsewhere() -> bool:
         seen = survivor.owners(moved)
@@ -83,8 +87,51 @@ def test_kill_9_moves_its_connectors_within_15_s_and_loses_nothing(cluster: Clus
     # seconds per query when Spark's Python workers compete for the cores).
     assert took <= 40, f"failover took {took:.1f} s"
     assert sorted(survivor.body("/getClusterInfo")) == sorted(w.worker_id for w in cluster.live())
+    # Kafka Connect's worker rebalance metrics: the leave was one more rebalance, done
+    after = _rebalance(survivor)
+    # (at least one: a worker starved past the session timeout on a loaded machine sees more)
+    assert after["completed_rebalances_total"] >= rebalanced["completed_rebalances_total"] + 1
+    assert after["epoch"] == after["completed_rebalances_total"] + after["rebalancing"]
+    assert 0 <= after["time_since_last_rebalance_ms"] <= (time.monotonic() - killed) * 1000
+    assert 0 < after["rebalance_avg_time_ms"] <= after["rebalance_max_time_ms"]
     cluster.feed(200)
     cluster.assert_exact()
+
+
+def _rebalance(worker: DistWorker) -> dict[str, float]:
+    """The worker's rebalance metrics, by their Prometheus names without `sluice_`."""
+    samples = scrape(worker)
+    names = (
+        "completed_rebalances_total",
+        "rebalancing",
+        "epoch",
+        "time_since_last_rebalance_ms",
+        "rebalance_avg_time_ms",
+        "rebalance_max_time_ms",
+    )
+    return {n: value(samples, f"sluice_{n}") for n in names}
+
+
+def test_only_the_owner_probes_a_sources_lag(cluster: Cluster) -> None:
+    owners = cluster.wait_allocated()
+    sources = {n for n in cluster.names() if n.startswith("src-")}
+
+    def lag_reported() -> dict[str, set[str]]:
+        return {
+            w.worker_id: {
+                dict(labels)["connector"]
+                for (name, labels) in scrape(w)
+                if name == "sluice_source_lag_bytes"
+            }
+            for w in cluster.live()
+        }
+
+    def each_by_its_owner() -> bool:
+        seen = lag_reported()
+        return all(seen[w] == {n for n in sources if owners[n] == w} for w in seen)
+
+    wait_until(each_by_its_owner, timeout=30, what="each source's lag from its owner only")
+    assert sorted(n for ns in lag_reported().values() for n in ns) == sorted(sources)
 
 
 def test_a_fourth_worker_restarts_only_what_the_ring_moves(cluster: Cluster) -> None:
@@ -233,6 +280,16 @@ def test_bad_cluster_configs_are_refused_naming_the_key(cluster: Cluster) -> Non
     assert "cluster.name: the cluster store belongs to cluster 'e2e'" in err
     err = _run_worker_expecting_error(cluster, "w9", storePathRootDir=str(cluster.root / "x"))
     assert "storePathRootDir:" in err and "shared" in err
+    # the cluster's path, but not its shared directory (a local disk of another host): the
+    # marker the first worker left there is missing
+    marker = cluster.root / "shared" / ".sluice-cluster"
+    marker.rename(marker.with_suffix(".away"))
+    try:
+        err = _run_worker_expecting_error(cluster, "w9")
+    finally:
+        marker.unlink()  # the refused worker left its own
+        marker.with_suffix(".away").rename(marker)
+    assert "storePathRootDir: " in err and "is not the cluster's shared directory" in err
     err = _run_worker_expecting_error(
         cluster, "w9", **{"cluster.store.url": "postgresql://postgres@127.0.0.1:1/nope"}
     )

@@ -1,5 +1,6 @@
 """Distributed mode on the Kafka bus with real processes: 2 workers sharing a PostgreSQL cluster
-store, 2 file pipelines (file source -> Kafka topic -> file sink = 4 connectors).
+store, 2 file pipelines (file source -> Kafka topic -> file sink = 4 connectors). The commit
+journal, positions, schemas and counters are in the cluster store (checked after the takeover).
 
 kill -9 of a worker moves its connectors to the other; every sink ends byte-identical to its
 source and each line is in its Kafka topic exactly once (counted as a read_committed consumer).
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from tests.conftest import wait_until
@@ -63,3 +65,19 @@ def test_kill_9_on_the_kafka_bus_moves_the_connectors_and_loses_nothing(cluster:
     assert survivor.body("/getClusterInfo") == [survivor.worker_id]
     cluster.feed(200)
     cluster.assert_exact()
+    _stores_are_in_postgres(cluster)
+
+
+def _stores_are_in_postgres(cluster: Cluster) -> None:
+    """The takeover above used the commit journal, positions and counters in the cluster store:
+    rows for every connector there, and no SQLite store file under the workers' root."""
+    with psycopg.connect(cluster.db_url, autocommit=True) as conn:
+        positions = {r[0] for r in conn.execute("SELECT DISTINCT connector FROM sluice_positions")}
+        counted = {r[0] for r in conn.execute("SELECT DISTINCT connector FROM sluice_counters")}
+        writers = {r[0] for r in conn.execute("SELECT DISTINCT writer_id FROM sluice_writes")}
+        fenced = {r[0] for r in conn.execute("SELECT fence_key FROM sluice_writer_fences")}
+    assert set(cluster.names()) <= positions and set(cluster.names()) <= counted
+    sources = {n for n in cluster.names() if n.startswith("src-")}
+    assert {w.split("/")[0] for w in writers} == sources and sources <= fenced
+    files = {p.name for p in (cluster.root / "shared").rglob("*.sqlite")}
+    assert not files & {"positions.sqlite", "counters.sqlite", "schemas.sqlite", "writes.sqlite"}

@@ -53,6 +53,14 @@ def test_identity_membership_and_leases(cluster: tuple[str, Path]) -> None:
     with pytest.raises(ConfigException, match=r"storePathRootDir: .* differs"):
         ClusterStore.open(_config(db_url, tmp_path / "elsewhere", "c"))
 
+    # the same path, but not the shared directory (another host's local disk)
+    marker = tmp_path / ".sluice-cluster"
+    token = marker.read_text()
+    marker.unlink()
+    with pytest.raises(ConfigException, match=r"storePathRootDir: .* is not the cluster's shared"):
+        ClusterStore.open(_config(db_url, tmp_path, "c"))
+    marker.write_text(token)
+
     a.join("a", "http://a", 6000)
     b.join("b", "http://b", 6000)
     again = ClusterStore.open(_config(db_url, tmp_path, "a"))

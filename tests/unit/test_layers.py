@@ -13,7 +13,8 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sluice"
 #: What each package may import of sluice besides itself (DESIGN §7). The differences from the
 #: drawing, each for a reason: `push` is the push runtime of DESIGN §5a (itself on `sdk` only), used
 #: by push sinks and tuned by the runtime; `runtime` lists the built-in connectors, converters and
-#: transforms in its plugin registry; `bus` and `store` share the SQLite opener `_sqlite`; the CLI
+#: transforms in its plugin registry; `bus` and `store` share the SQLite opener `_sqlite` and the
+#: PostgreSQL one `_pg` (the commit journal and the stores of distributed mode); the CLI
 #: runs a worker (`worker_main`, for `sluice worker`) and writes the REST credential file
 #: (`rest._auth`), and is otherwise a client of the REST API over HTTP.
 ALLOWED = {
@@ -25,8 +26,8 @@ ALLOWED = {
     "push": {"sdk"},
     "testing": {"sdk"},
     "engine": {"sdk", "converters", "transforms"},
-    "bus": {"sdk", "clients", "_sqlite"},
-    "store": {"sdk", "_sqlite"},
+    "bus": {"sdk", "clients", "_sqlite", "_pg"},
+    "store": {"sdk", "_sqlite", "_pg"},
     "runtime": {"sdk", "engine", "bus", "store", "converters", "transforms", "connectors", "push"},
     "rest": {"sdk", "runtime"},
     "cli": {"rest", "worker_main"},

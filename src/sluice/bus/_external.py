@@ -114,6 +114,12 @@ class CommitJournal:
         self._pid = 0
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
     def _db(self) -> Any:
         if self._conn is None or self._pid != os.getpid():
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
@@ -224,13 +230,13 @@ class ExternalLog(TopicLog):
     def __getstate__(self) -> dict[str, Any]:
         # Clients and connections belong to a process: ship only what reopens them.
         state = self.__dict__.copy()
-        state["_journal"] = None
         state["_clients"] = None
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._journal = CommitJournal(os.path.join(self.state_dir, "writes.sqlite"))
+    def set_journal(self, journal: Any) -> None:
+        """Use ``journal`` (same methods as :class:`CommitJournal`, picklable) instead of the
+        SQLite file under ``state_dir``: the cluster store's, in distributed mode."""
+        self._journal = journal
 
     # -- staging ---------------------------------------------------------------------------------
     def _staging(self) -> Path:
@@ -450,3 +456,6 @@ class ExternalBus(Bus):
     def fence(self, key: str, epoch: int) -> None:
         """Record ``epoch`` in the commit journal (one row per writer key, for every topic)."""
         self.log.fence(key, epoch)
+
+    def keep_journal(self, journal: Any) -> None:
+        self.log.set_journal(journal)

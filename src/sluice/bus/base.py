@@ -380,6 +380,11 @@ class Bus(ABC):
         Called by a worker that took a connector's lease, before it starts the connector's
         query, so the previous owner (a zombie) can no longer publish to any topic."""
 
+    def keep_journal(self, journal: Any) -> None:
+        """Keep the commit journal in ``journal`` (the PostgreSQL cluster store's, in
+        distributed mode) instead of the default file under the bus's state directory. A bus
+        that has no journal (the embedded log commits in its own files) ignores it."""
+
     # -- Spark adapters ------------------------------------------------------------------------
     def topic_appender(
         self, *, writer_id: str, fence: tuple[str, int] | None = None

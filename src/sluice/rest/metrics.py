@@ -192,6 +192,7 @@ class _Snapshot:
             tasks_by_state.add_metric([s], sum(c["tasks"].get(s, 0) for c in connectors))
         yield by_state
         yield tasks_by_state
+        yield from _rebalance_families(worker.get("rebalance"))
         jvm = worker.get("jvm") or {}
         if jvm:
             heap = GaugeMetricFamily(
@@ -200,6 +201,30 @@ class _Snapshot:
             for area in ("used", "committed", "max"):
                 heap.add_metric([area], jvm[f"heap_{area}"])
             yield heap
+
+
+#: Kafka Connect's connect-worker-rebalance-metrics (distributed mode only)
+_REBALANCE = (
+    ("completed-rebalances-total", "rebalances this worker completed"),
+    ("rebalancing", "1 while this worker is applying a new allocation"),
+    ("epoch", "allocations this worker has begun to apply since it started"),
+    ("time-since-last-rebalance-ms", "ms since this worker completed its last rebalance"),
+    ("rebalance-avg-time-ms", "average time this worker took to apply an allocation"),
+    ("rebalance-max-time-ms", "longest time this worker took to apply an allocation"),
+)
+
+
+def _rebalance_families(figures: dict[str, float] | None) -> Iterator[Metric]:
+    """The worker rebalance metrics of a distributed worker (none standalone)."""
+    if not figures:
+        return
+    for kafka_name, doc in _REBALANCE:
+        if kafka_name.endswith("-total"):
+            family: Metric = CounterMetricFamily(_name(kafka_name).removesuffix("_total"), doc)
+        else:
+            family = GaugeMetricFamily(_name(kafka_name), doc)
+        family.add_metric([], figures[kafka_name])
+        yield family
 
 
 def render(snapshot: dict[str, Any]) -> bytes:

@@ -2,7 +2,8 @@
 
 Nothing else constructs the session, stores, bus, plugin registry or herder. The mode is chosen
 here and only here: `cluster.store.url` set means a distributed worker (the shared PostgreSQL
-store, `DistributedHerder`), otherwise a standalone one (SQLite under `storePathRootDir`). The
+store for configs, statuses, leases, positions, commit journal, schemas and counters,
+`DistributedHerder`), otherwise a standalone one (SQLite under `storePathRootDir`). The
 REST app is built by the entry point (`sluice.worker_main`) from `Runtime.herder`, because
 `rest` depends on `runtime` and not the reverse.
 """
@@ -20,6 +21,7 @@ from sluice.runtime.herder import Herder
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.standalone import StandaloneHerder, build_runner
+from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
@@ -70,8 +72,11 @@ def assemble(config: WorkerConfig) -> Runtime:
         cluster.join(
             config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
         )
+        # positions, commit journal, schemas and counters beside the configs: nothing a
+        # takeover needs from the worker that ran a connector before is on its host
+        stores = WorkerStores.postgres(config.cluster_store_url)
         spark = _checked_session(config)
-        runner = build_runner(spark, config, plugins)
+        runner = build_runner(spark, config, plugins, stores)
         herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster, runner=runner)
     else:
         spark = _checked_session(config)
@@ -79,7 +84,7 @@ def assemble(config: WorkerConfig) -> Runtime:
             spark,
             config,
             plugins,
-            runner=build_runner(spark, config, plugins),
+            runner=build_runner(spark, config, plugins, WorkerStores.sqlite(config.store_root)),
             configs=SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite")),
             statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
         )

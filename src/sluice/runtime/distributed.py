@@ -22,7 +22,9 @@ the owner picks the change up at its next round (a write on the owner wakes its 
 from __future__ import annotations
 
 import logging
+import math
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +37,7 @@ from sluice.runtime.herder import AllocatedTask, Conflict, ConnectorInfo, NotFou
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.standalone import QueryRunner, StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
-from sluice.store.cluster import ClusterStore
+from sluice.store.cluster import ClusterStore, Lease
 from sluice.store.configs import StoredConnector
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,53 @@ class _Owned:
 
 def _fenced(text: str) -> bool:
     return "fenced:" in text
+
+
+class Rebalances:
+    """Kafka Connect's worker rebalance metrics for this worker (`/metrics`).
+
+    A rebalance begins when a round computes an allocation that differs from the one this worker
+    applied last (a worker joined or left, a connector was created or deleted) and completes
+    when that round has applied it here: stopped what moved away, started what it could take.
+    `epoch` counts the allocations this worker has begun to apply since it started.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.epoch = 0
+        self.completed = 0
+        self._began: float | None = None
+        self._last_done: float | None = None
+        self._times_ms: list[float] = []
+
+    def begin(self) -> None:
+        with self._lock:
+            self.epoch += 1
+            self._began = time.monotonic()
+
+    def end(self) -> None:
+        with self._lock:
+            if self._began is None:
+                return
+            now = time.monotonic()
+            self._times_ms.append((now - self._began) * 1000)
+            self._began, self._last_done = None, now
+            self.completed += 1
+
+    def snapshot(self) -> dict[str, float]:
+        """`completed-rebalances-total`, `rebalancing`, `epoch`, `time-since-last-rebalance-ms`
+        (+inf before the first, as Kafka Connect reports it), `rebalance-avg|max-time-ms`."""
+        with self._lock:
+            times = self._times_ms
+            since = math.inf if self._last_done is None else time.monotonic() - self._last_done
+            return {
+                "completed-rebalances-total": self.completed,
+                "rebalancing": 1 if self._began is not None else 0,
+                "epoch": self.epoch,
+                "time-since-last-rebalance-ms": since * 1000 if since != math.inf else since,
+                "rebalance-avg-time-ms": sum(times) / len(times) if times else 0.0,
+                "rebalance-max-time-ms": max(times, default=0.0),
+            }
 
 
 class DistributedHerder(StandaloneHerder):
@@ -86,6 +135,7 @@ class DistributedHerder(StandaloneHerder):
         self._hash = HASH_FUNCTIONS[config.hash_func]
         self._round_thread: threading.Thread | None = None
         self.last_assignment: dict[str, str] = {}
+        self.rebalances = Rebalances()
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,72 +210,89 @@ class DistributedHerder(StandaloneHerder):
             mine = sorted(n for n, w in assignment.items() if w == me)
             log.info("allocation over %s: this worker runs %s", sorted(live), mine)
             self.last_assignment = assignment
+            self.rebalances.begin()
         leases = self.cluster.leases()
         with self._lock:
             if self._closed.is_set():
                 return
-            for name, owned in list(self._owned.items()):
-                lease = leases.get(name)
-                if (
-                    lease is None
-                    or lease.session != self.cluster.session
-                    or lease.generation != owned.generation
-                ):
-                    holder = lease.worker_id if lease else None
-                    log.error(
-                        "connector %s: lease generation %d lost (now %s, worker %s); its late "
-                        "commits are refused; stopping its query",
-                        name,
-                        owned.generation,
-                        lease.generation if lease else "none",
-                        holder,
-                    )
-                    self.runner.stop(name)
-                    del self._owned[name]
-                    continue
-                current = stored.get(name)
-                if current is None:
-                    # released, not dropped: a re-created connector must get a newer generation
-                    # than the fences already recorded for its name
-                    self._give_up(name, None)
-                    log.info("connector %s deleted: query stopped", name)
-                elif assignment.get(name) != me:
-                    log.info(
-                        "connector %s moved to %s: stopping it here", name, assignment.get(name)
-                    )
-                    self._give_up(name, None)
-                elif current.target_state != "STARTED":
-                    self._give_up(name, None)
-                    self._set_idle(current)
-                elif current.config != owned.config:
-                    log.info("connector %s: config changed, restarting it", name)
-                    self.runner.stop(name)
-                    self.runner.reset_run(name)
-                    self._launch(current, owned.generation)
-                elif self._restart_requested(name) and not self._restarts.waiting(name):
-                    self.runner.stop(name)
-                    self._launch(current, owned.generation)
-            to_start: list[tuple[StoredConnector, int]] = []
-            for name, current in stored.items():
-                if assignment.get(name) != me or name in self._owned:
-                    continue
-                if current.target_state != "STARTED":
-                    self._show_idle(current)
-                    continue
-                generation = self.cluster.acquire(name, me, set(live))
-                if generation is None:
-                    continue  # its previous owner is alive and stops it at its next round
-                self.runner.fence(name, generation)
-                # visible at once: this worker owns it now and is starting it
-                self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
-                to_start.append((current, generation))
-            # Starting a query is mostly waiting on Spark (planning, the first Python workers):
-            # several at once make a failover take one start, not one per connector.
-            if len(to_start) == 1:
-                self._launch(*to_start[0])
-            elif to_start:
-                with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
-                    list(pool.map(lambda job: self._launch(*job), to_start))
+            self._stop_unwanted(stored, assignment, leases)
+            self._start_allocated(set(live), stored, assignment)
+        self.rebalances.end()
+
+    def _stop_unwanted(
+        self,
+        stored: dict[str, StoredConnector],
+        assignment: dict[str, str],
+        leases: dict[str, Lease],
+    ) -> None:
+        """Stop (or restart) what runs here but should not run so any more (under the lock)."""
+        me = self.worker_id
+        for name, owned in list(self._owned.items()):
+            lease = leases.get(name)
+            if (
+                lease is None
+                or lease.session != self.cluster.session
+                or lease.generation != owned.generation
+            ):
+                holder = lease.worker_id if lease else None
+                log.error(
+                    "connector %s: lease generation %d lost (now %s, worker %s); its late "
+                    "commits are refused; stopping its query",
+                    name,
+                    owned.generation,
+                    lease.generation if lease else "none",
+                    holder,
+                )
+                self.runner.stop(name)
+                del self._owned[name]
+                continue
+            current = stored.get(name)
+            if current is None:
+                # released, not dropped: a re-created connector must get a newer generation
+                # than the fences already recorded for its name
+                self._give_up(name, None)
+                log.info("connector %s deleted: query stopped", name)
+            elif assignment.get(name) != me:
+                log.info("connector %s moved to %s: stopping it here", name, assignment.get(name))
+                self._give_up(name, None)
+            elif current.target_state != "STARTED":
+                self._give_up(name, None)
+                self._set_idle(current)
+            elif current.config != owned.config:
+                log.info("connector %s: config changed, restarting it", name)
+                self.runner.stop(name)
+                self.runner.reset_run(name)
+                self._launch(current, owned.generation)
+            elif self._restart_requested(name) and not self._restarts.waiting(name):
+                self.runner.stop(name)
+                self._launch(current, owned.generation)
+
+    def _start_allocated(
+        self, live: set[str], stored: dict[str, StoredConnector], assignment: dict[str, str]
+    ) -> None:
+        """Take the lease of, fence and start each connector allocated here (under the lock)."""
+        me = self.worker_id
+        to_start: list[tuple[StoredConnector, int]] = []
+        for name, current in stored.items():
+            if assignment.get(name) != me or name in self._owned:
+                continue
+            if current.target_state != "STARTED":
+                self._show_idle(current)
+                continue
+            generation = self.cluster.acquire(name, me, live)
+            if generation is None:
+                continue  # its previous owner is alive and stops it at its next round
+            self.runner.fence(name, generation)
+            # visible at once: this worker owns it now and is starting it
+            self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
+            to_start.append((current, generation))
+        # Starting a query is mostly waiting on Spark (planning, the first Python workers):
+        # several at once make a failover take one start, not one per connector.
+        if len(to_start) == 1:
+            self._launch(*to_start[0])
+        elif to_start:
+            with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
+                list(pool.map(lambda job: self._launch(*job), to_start))
 
     def _launch(self, stored: StoredConnector, generation: int) -> None:
         name = stored.name
@@ -413,6 +480,16 @@ class DistributedHerder(StandaloneHerder):
             group: [t for t in tasks if t.status.state.worker_id == self.worker_id]
             for group, tasks in groups.items()
         }
+
+    def metrics(self) -> dict[str, Any]:
+        snapshot = super().metrics()
+        snapshot["worker"]["rebalance"] = self.rebalances.snapshot()
+        return snapshot
+
+    def _probes_lag(self, name: str) -> bool:
+        """Only the worker a connector is allocated to asks its source for the lag (the
+        others would ask the same system again for the same figure)."""
+        return self.last_assignment.get(name) == self.worker_id
 
     def push(self, name: str) -> dict[str, Any]:
         if name not in self.runner.running and name in self.configs.names():

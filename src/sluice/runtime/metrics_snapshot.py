@@ -38,6 +38,8 @@ class MetricsSnapshot:
     source_lag: SourceLag
     kind_of: Callable[[dict[str, str]], str]  # "source" | "sink" | "unknown" of a config
     last_error: dict[str, float]
+    #: whether this worker probes the connector's source lag (distributed: only its owner)
+    probes_lag: Callable[[str], bool] = lambda _name: True
     _jvm: tuple[float, dict[str, int]] = (0.0, {})
     _queue_keys: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -67,7 +69,7 @@ class MetricsSnapshot:
             if entry["type"] == "sink":
                 committed = self.runner.committed_positions(s.name, positions.get(s.name, {}))
                 entry["lag"] = self._sink_lag(s, committed, offsets)
-            elif entry["type"] == "source":
+            elif entry["type"] == "source" and self.probes_lag(s.name):
                 entry["source_lag"] = [
                     {"partition": p.partition, "unit": p.unit, "lag": p.lag}
                     for p in self.source_lag.of(s)

@@ -48,6 +48,7 @@ from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
 from sluice.runtime.metrics import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
+from sluice.runtime.stores import WorkerStores
 from sluice.sdk import (
     ConfigException,
     RecordOffset,
@@ -56,9 +57,7 @@ from sluice.sdk import (
     partition_key,
 )
 from sluice.sdk._config import normalize_config
-from sluice.store.counters import SqliteCounters
-from sluice.store.positions import Fenced, FencedPositions, SqlitePositionStore
-from sluice.store.schemas import SqliteSchemaRegistry
+from sluice.store.positions import Fenced, FencedPositions
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +139,7 @@ class ConnectorRunner:
         plugins: PluginRegistry | None = None,
         bus: Bus | None = None,
         providers: ConfigProviders | None = None,
+        stores: WorkerStores | None = None,
     ) -> None:
         self.spark = spark
         # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
@@ -151,10 +151,11 @@ class ConnectorRunner:
         self.bus: Bus = bus or EmbeddedBus(
             os.path.join(self.root, "bus"), default_queues=default_queues
         )
-        self.positions = SqlitePositionStore(os.path.join(self.root, "positions.sqlite"))
-        self.positions.load("")  # create the database here, before Spark's processes open it
-        self.counters = SqliteCounters(os.path.join(self.root, "counters.sqlite"))
-        self.counters.get("")
+        # SQLite under the root unless the composition root chose others (distributed mode)
+        self.stores = stores or WorkerStores.sqlite(self.root)
+        self.positions = self.stores.positions
+        self.counters = self.stores.counters
+        self.schemas = self.stores.schemas
         self.push_board_path = os.path.join(self.root, "push.sqlite")
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}
@@ -274,7 +275,7 @@ class ConnectorRunner:
             fence = (name, generation)
             positions = fenced = FencedPositions(self.positions, generation)
         checkpoint = os.path.join(run_dir, "checkpoint")
-        registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
+        registry = self.schemas
         self.counts_itself.discard(name)
         if isinstance(connector, SourceConnector):
             plan = plan_source(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 import time
 import traceback
@@ -54,6 +53,7 @@ from sluice.runtime.secrets import (
     scrub,
 )
 from sluice.runtime.source_lag import SourceLag
+from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
@@ -66,9 +66,6 @@ from sluice.sdk import (
 )
 from sluice.sdk._config import normalize_config
 from sluice.store.configs import ConfigStore, StoredConnector
-from sluice.store.counters import SqliteCounters
-from sluice.store.positions import SqlitePositionStore
-from sluice.store.schemas import SqliteSchemaRegistry
 from sluice.store.statuses import StatusStore
 
 log = logging.getLogger(__name__)
@@ -102,10 +99,13 @@ class QueryRunner(Protocol):
     def bus(self) -> Bus: ...
 
     @property
-    def positions(self) -> SqlitePositionStore: ...
+    def positions(self) -> PositionBackend: ...
 
     @property
-    def counters(self) -> SqliteCounters: ...
+    def counters(self) -> CounterBackend: ...
+
+    @property
+    def schemas(self) -> SchemaBackend: ...
 
     @property
     def push_board_path(self) -> str: ...
@@ -134,8 +134,15 @@ class QueryRunner(Protocol):
         """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
 
 
-def build_runner(spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry) -> QueryRunner:
-    """The query runner of a worker (called by the composition root, `runtime.assembly`)."""
+def build_runner(
+    spark: SparkSession,
+    config: WorkerConfig,
+    plugins: PluginRegistry,
+    stores: WorkerStores | None = None,
+) -> QueryRunner:
+    """The query runner of a worker (called by the composition root, `runtime.assembly`, which
+    chooses `stores`; SQLite under `storePathRootDir` by default)."""
+    stores = stores or WorkerStores.sqlite(config.store_root)
     return ConnectorRunner(
         spark,
         config.store_root,
@@ -144,8 +151,9 @@ def build_runner(spark: SparkSession, config: WorkerConfig, plugins: PluginRegis
         retention_ms=config.retention_ms,
         retention_bytes=config.retention_bytes,
         plugins=plugins,
-        bus=config.create_bus(),
+        bus=stores.attach(config.create_bus()),
         providers=ConfigProviders.from_worker(config.raw),
+        stores=stores,
     )
 
 
@@ -193,6 +201,7 @@ class StandaloneHerder(Herder):
             ),
             lambda conf: _kind(self._class_of(conf)),
             self._last_error,
+            self._probes_lag,
         )
 
     # -- boot and shutdown ------------------------------------------------------------------------
@@ -683,7 +692,7 @@ class StandaloneHerder(Herder):
             if stored.config.get("connect.topicname", "").strip() == topic:
                 writer = stored.config
                 break
-        registry = SqliteSchemaRegistry(os.path.join(self.config.store_root, "schemas.sqlite"))
+        registry = self.runner.schemas
         try:
             return read_records(
                 log_,
@@ -729,6 +738,11 @@ class StandaloneHerder(Herder):
     # -- metrics (sluice.runtime.metrics_snapshot) ------------------------------------------------
     def metrics(self) -> dict[str, Any]:
         return self._metrics.take()
+
+    def _probes_lag(self, name: str) -> bool:
+        """Whether this worker asks connector `name`'s source for its lag (standalone: every
+        connector is this worker's)."""
+        return True
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:

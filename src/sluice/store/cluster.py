@@ -3,7 +3,9 @@
 Tables (all prefixed `sluice_`):
 
 * `cluster`    identity of the cluster the database belongs to (`cluster.name`, the shared
-               `storePathRootDir`): a worker of another cluster is refused at start.
+               `storePathRootDir` and the token of its marker file): a worker of another
+               cluster, or one whose store root is not the shared directory, is refused at
+               start.
 * `members`    one heartbeat row per live worker: `(worker_id, session, url, heartbeat)`; a worker
                whose heartbeat is older than `cluster.session.timeout.ms` is dead. Times are the
                database's `now()`, so workers' clocks need not agree.
@@ -13,15 +15,17 @@ Tables (all prefixed `sluice_`):
                lease; every takeover bumps `generation`, which fences the previous owner's
                commits (see `sluice.runtime.fencing`).
 
-Positions, schemas and counters stay in SQLite under the shared `storePathRootDir`, beside the
-embedded bus and the checkpoints, because Spark's processes commit them in the same SQLite
-transaction as the generation check (docs/distributed.md says why and what it requires).
+Positions (with their fences), schemas, counters and the broker buses' commit journal are in
+the same database too, in stores of their own that Spark's processes open by URL
+(`sluice.store.pg`, `sluice.bus._pg_journal`); the composition root (`runtime.assembly`)
+chooses them instead of the SQLite ones under `storePathRootDir`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.exc import SQLAlchemyError
 
+from sluice._pg import CREATE_LOCK, engine_url
 from sluice.sdk import ConfigException
 from sluice.store.configs import TARGET_STATES, StoredConnector
 from sluice.store.statuses import (
@@ -87,6 +92,32 @@ _LEASES = sa.Table(
 )
 
 
+#: file under `storePathRootDir` whose token proves the directory is the cluster's shared one
+ROOT_MARKER = ".sluice-cluster"
+_MARKER_KEY = "storePathRootDir.marker"
+
+
+def _root_marker(root: str) -> str:
+    """The token in `<root>/.sluice-cluster`, written now (with a new one) if there is none.
+    Linked into place complete, so workers starting together on the shared directory agree."""
+    path = os.path.join(root, ROOT_MARKER)
+    os.makedirs(root, exist_ok=True)
+    token = uuid.uuid4().hex
+    tmp = f"{path}.{token}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(token)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, path)  # fails if it exists: never replaces another worker's token
+    except FileExistsError:
+        with open(path, encoding="utf-8") as f:
+            token = f.read().strip()
+    finally:
+        os.remove(tmp)
+    return token
+
+
 @dataclass(frozen=True)
 class Lease:
     """Who may run a connector, and under which generation (None: nobody holds it)."""
@@ -95,13 +126,6 @@ class Lease:
     worker_id: str | None
     session: str | None
     generation: int
-
-
-def _engine_url(url: str) -> str:
-    # psycopg 3 is the pinned driver: accept the plain postgresql:// form users write
-    if url.startswith("postgresql://") or url.startswith("postgres://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
 
 
 class ClusterStore:
@@ -120,14 +144,14 @@ class ClusterStore:
         url = config.cluster_store_url
         try:
             engine = sa.create_engine(
-                _engine_url(url),
+                engine_url(url),
                 pool_pre_ping=True,
                 pool_size=4,
                 connect_args={"connect_timeout": 5},
             )
             with engine.begin() as conn:
                 # one creator at a time when several workers start together
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7251)"))
+                conn.execute(sa.text(f"SELECT pg_advisory_xact_lock({CREATE_LOCK})"))
                 _META.create_all(conn)
         except (SQLAlchemyError, ImportError, ValueError) as exc:
             raise ConfigException(
@@ -139,7 +163,31 @@ class ClusterStore:
         store = cls(engine, config.cluster_name)
         store._claim_identity("cluster.name", config.cluster_name)
         store._claim_identity("storePathRootDir", config.store_root)
+        store._check_root_shared(config.store_root)
         return store
+
+    def _check_root_shared(self, root: str) -> None:
+        """Refuse a `storePathRootDir` that has the cluster's path but is not its directory (a
+        local disk on another host): the first worker leaves a marker file there whose token
+        the store keeps; a worker that finds another token (or none, and makes its own) is not
+        looking at the shared directory."""
+        token = _root_marker(root)
+        with self.engine.begin() as conn:
+            conn.execute(
+                pg_insert(_CLUSTER).values(key=_MARKER_KEY, value=token).on_conflict_do_nothing()
+            )
+            kept = conn.execute(
+                sa.select(_CLUSTER.c.value).where(_CLUSTER.c.key == _MARKER_KEY)
+            ).scalar_one()
+        if kept != token:
+            raise ConfigException(
+                "storePathRootDir",
+                f"{root!r} is not the cluster's shared directory on this host: its "
+                f"{ROOT_MARKER} is not the one the cluster's first worker left there",
+                suggestion="mount the shared file system (NFS…) at this path on every host; if "
+                "the shared directory was emptied on purpose, delete the row "
+                f"key='{_MARKER_KEY}' of sluice_cluster",
+            )
 
     def _claim_identity(self, key: str, value: str) -> None:
         with self.engine.begin() as conn:
@@ -379,6 +427,9 @@ class PgStatusStore:
             for row in status_rows(connector, state, worker_id, trace, tasks, task_state)
         ]
         with self.engine.begin() as conn:
+            # one writer per connector at a time: two puts (a REST create and the owner's round)
+            # would otherwise both delete nothing and then insert the same keys
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(connector))))
             conn.execute(_STATUSES.delete().where(_STATUSES.c.connector == connector))
             conn.execute(_STATUSES.insert(), rows)
 

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sluice.sdk import RecordOffset
 from sluice.store._sqlite_file import SqliteFile
@@ -132,12 +132,29 @@ class SqlitePositionStore(SqliteFile):
             db.execute("DELETE FROM positions WHERE connector = ?", (connector,))
 
 
+class FencingStore(Protocol):
+    """What `FencedPositions` needs of a position store (SQLite here, PostgreSQL in
+    `sluice.store.pg`)."""
+
+    def load(self, connector: str) -> dict[str, RecordOffset]: ...
+
+    def save(
+        self,
+        connector: str,
+        positions: Mapping[str, RecordOffset],
+        *,
+        generation: int | None = None,
+    ) -> None: ...
+
+    def check_fence(self, connector: str, generation: int, what: str = "a batch") -> None: ...
+
+
 @dataclass(frozen=True)
 class FencedPositions:
     """The position store as one lease generation of a connector sees it (picklable): saves
     and `check` are refused with `Fenced` once a newer generation took the connector over."""
 
-    store: SqlitePositionStore
+    store: FencingStore
     generation: int
 
     def load(self, connector: str) -> dict[str, RecordOffset]:
