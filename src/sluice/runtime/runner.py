@@ -276,6 +276,7 @@ class ConnectorRunner:
         checkpoint = os.path.join(run_dir, "checkpoint")
         registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
         self.counts_itself.discard(name)
+        self.counters.clear_retrying(name)  # a previous run's notes (its executor died retrying)
         if isinstance(connector, SourceConnector):
             plan = plan_source(
                 name,

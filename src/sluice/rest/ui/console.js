@@ -54,6 +54,19 @@ function stateBadge(state) {
 
 function enc(name) { return encodeURIComponent(name); }
 
+// A RUNNING task riding out an outage carries "retrying": {since, attempts, error}.
+function retryingText(task) {
+  const r = task.retrying;
+  if (!r) return "";
+  const since = new Date(r.since).toLocaleTimeString();
+  return `retrying since ${since} (${r.attempts} retries): ${r.error}`;
+}
+
+function taskState(task) {
+  return [stateBadge(task.state),
+    task.retrying ? h("span", { class: "retrying", title: retryingText(task) }, " retrying") : null];
+}
+
 // -- live figures: /metrics sampled into a history per connector -------------------------------
 const SAMPLE_MS = 2000;
 const HISTORY = 60; // samples kept: two minutes
@@ -168,12 +181,14 @@ async function connectorsView() {
   const rows = names.map((name) => {
     const st = all[name].status;
     const failure = firstLine(st.connector.trace) ||
-      firstLine((st.tasks.find((t) => t.trace) || {}).trace);
+      firstLine((st.tasks.find((t) => t.trace) || {}).trace) ||
+      retryingText(st.tasks.find((t) => t.retrying) || {});
     return h("tr", {},
       h("td", {}, h("a", { href: `#/connector/${enc(name)}` }, name)),
       h("td", {}, st.type),
       h("td", {}, stateBadge(st.connector.state)),
-      h("td", {}, st.tasks.map((t) => `task ${t.id}: ${t.state}`).join(", ")),
+      h("td", {}, st.tasks.map((t) =>
+        h("span", { class: "task" }, `task ${t.id}: ${t.state}`, t.retrying ? " (retrying)" : ""))),
       liveCell(name, "rate"),
       liveCell(name, "lag"),
       h("td", { class: "failure" }, failure));
@@ -181,7 +196,7 @@ async function connectorsView() {
   return [
     h("h1", {}, "Connectors"),
     names.length ? h("table", { id: "connectors" },
-      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Throughput", "Lag", "Failure"]
+      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Throughput", "Lag", "Failure / note"]
         .map((x) => h("th", {}, x)))),
       h("tbody", {}, rows))
       : h("p", {}, "No connectors yet. ", h("a", { href: "#/new" }, "Create one")),
@@ -222,8 +237,9 @@ async function connectorView(name) {
     status.connector.trace ? h("pre", { class: "trace" }, status.connector.trace) : null,
     h("h2", {}, "Tasks"),
     h("table", { id: "tasks" }, h("tbody", {}, status.tasks.map((t) =>
-      h("tr", {}, h("td", {}, `task ${t.id}`), h("td", {}, stateBadge(t.state)),
-        h("td", { class: "failure" }, firstLine(t.trace)))))),
+      h("tr", {}, h("td", {}, `task ${t.id}`), h("td", {}, taskState(t)),
+        t.trace ? h("td", { class: "failure" }, firstLine(t.trace))
+          : h("td", { class: "note" }, retryingText(t)))))),
     h("h2", {}, "Config"),
     h("table", { id: "config" }, h("tbody", {}, Object.keys(config).sort().map((k) =>
       h("tr", {}, h("th", {}, k), h("td", {}, config[k]))))),
