@@ -3,6 +3,9 @@
 // #/topic/NAME, #/cluster. Every value from the server is inserted as text, never as HTML.
 // Throughput and lag sparklines come from /metrics, sampled every 2 s into a small in-browser
 // history (the last two minutes); the console keeps nothing on the server.
+// Credentials: with rest.auth=basic the browser asks for them; with rest.auth=token the console
+// shows a login form on the first 401 and keeps the token in sessionStorage (this tab only, gone
+// when it closes), sent as "Authorization: Bearer"; "Log out" forgets it.
 "use strict";
 
 const main = document.getElementById("main");
@@ -21,13 +24,61 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// -- credentials (rest.auth=token) ---------------------------------------------------------------
+const TOKEN_KEY = "sluice.token";
+
+class LoginNeeded extends Error {}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+// fetch() with the stored bearer token, if any; a 401 asking for a bearer token means: log in.
+async function authFetch(path, init) {
+  const t = token();
+  const request = { credentials: "same-origin", ...init, headers: { ...(init || {}).headers } };
+  if (t) request.headers.Authorization = `Bearer ${t}`;
+  const response = await fetch(path, request);
+  const challenge = response.headers.get("WWW-Authenticate") || "";
+  if (response.status === 401 && challenge.toLowerCase().startsWith("bearer")) {
+    throw new LoginNeeded(t ? "That token was refused." : "");
+  }
+  return response;
+}
+
+function showLogout() {
+  const slot = document.getElementById("session");
+  slot.replaceChildren(token() ? h("button", { type: "button", id: "logout", onclick: () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    showLogout();
+    render(true);
+  } }, "Log out") : "");
+}
+
+function loginView(problem) {
+  const input = h("input", { type: "password", id: "token", name: "token", required: true,
+    autocomplete: "current-password", "aria-describedby": "token-problem" });
+  const form = h("form", { id: "login", onsubmit: (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    showLogout();
+    render(true);
+    loadWorkers();
+  } },
+    h("div", { class: "field" }, h("label", { for: "token" }, "Token"), input,
+      h("small", { id: "token-problem", class: "error" }, problem || "")),
+    h("button", { type: "submit" }, "Log in"));
+  setTimeout(() => input.focus(), 0);
+  return [h("h1", {}, "Log in"),
+    h("p", {}, "This worker asks for a bearer token (rest.auth=token). It is kept in this tab only."),
+    form];
+}
+
 async function api(method, path, body) {
-  const init = { method, headers: {}, credentials: "same-origin" };
+  const init = { method, headers: {} };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  const response = await authFetch(path, init);
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
@@ -108,7 +159,7 @@ function figures(text) {
 }
 
 async function sampleMetrics() {
-  const response = await fetch("/metrics", { credentials: "same-origin" });
+  const response = await authFetch("/metrics");
   if (!response.ok) return;
   const now = Date.now();
   const seen = figures(await response.text());
@@ -418,14 +469,23 @@ async function render(navigated) {
     // keyboard and screen-reader users start at the new page's content, not the old link
     if (navigated) main.focus({ preventScroll: true });
   } catch (e) {
-    main.replaceChildren(h("p", { class: "error" }, e.message));
+    if (e instanceof LoginNeeded) {
+      if (token()) sessionStorage.removeItem(TOKEN_KEY);
+      showLogout();
+      main.replaceChildren(...loginView(e.message));
+    } else main.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
 window.addEventListener("hashchange", () => { flash("", ""); render(true); });
-api("GET", "/getClusterInfo").then((info) => {
-  document.getElementById("worker").textContent = `workers: ${info.body.join(", ")}`;
-}).catch(() => {});
+function loadWorkers() {
+  api("GET", "/getClusterInfo").then((info) => {
+    document.getElementById("worker").textContent = `workers: ${info.body.join(", ")}`;
+  }).catch(() => {});
+}
+
+showLogout();
+loadWorkers();
 render();
 sampleMetrics().catch(() => {});
 setInterval(() => sampleMetrics().catch(() => {}), SAMPLE_MS);
