@@ -5,6 +5,7 @@ and their configuration errors, each naming its key."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -176,3 +177,33 @@ def test_a_delta_table_partitioned_otherwise_is_refused(tmp_path: Path) -> None:
         DeltaSinkConnector().validate(config)
     assert info.value.key == "partition.fields"
     DeltaSinkConnector().validate({**config, "partition.fields": "region"})
+
+
+def _commits(folder: Path) -> int:
+    """Micro-batches published into a files table: final names are part-<run>-<batch>-…."""
+    return len({tuple(f.name.split("-")[1:3]) for f in folder.rglob("part-*.parquet")})
+
+
+def test_roll_interval_publishes_at_most_once_per_interval(
+    runner: ConnectorRunner, tmp_path: Path
+) -> None:
+    rounds, per_round, roll_ms = 10, 20, 3000
+    every, rolled = tmp_path / "every", tmp_path / "rolled"
+    sink = {"connector.class": "ParquetSinkConnector", "connect.topicnames": "orders"}
+    runner.start("every", {**sink, "path": str(every)})
+    began = time.monotonic()  # before the rolled query starts: all its triggers come after
+    runner.start("rolled", {**sink, "path": str(rolled), "roll.interval.ms": str(roll_ms)})
+    for i in range(rounds):  # each round published apart by the sink without an interval
+        fill(runner.root, "orders", i * per_round, per_round)
+        wait_until(lambda i=i: _commits(every) > i, 60, f"round {i} in 'every'", every=0.05)
+    arrived = time.monotonic() - began
+    total = rounds * per_round
+    wait_until(lambda: _count("parquet", {"path": str(rolled)}) == total, 60, "all in 'rolled'")
+    assert _count("parquet", {"path": str(every)}) == total
+    # Spark starts a micro-batch at most once per interval: the rounds arrived within `arrived`
+    # seconds, and one more micro-batch publishes what came last.
+    bound = arrived * 1000 / roll_ms + 2
+    assert _commits(rolled) <= bound, (_commits(rolled), arrived)
+    assert bound < rounds <= _commits(every), f"rounds arrived too slowly ({arrived:.1f} s)"
+    with pytest.raises(ConfigException, match=r"roll\.interval\.ms: must be at least 0"):
+        ParquetSinkConnector().validate({"path": str(tmp_path / "x"), "roll.interval.ms": "-1"})
