@@ -39,15 +39,7 @@ class RetryStore(Protocol):
     """Where retry notes go (the counters store). Must pickle."""
 
     def note_retrying(
-        self,
-        connector: str,
-        task: int,
-        *,
-        since_ms: int,
-        attempts: int,
-        error: str,
-        until_ms: int,
-        retries: int = 0,
+        self, connector: str, task: int, note: Mapping[str, Any], retries: int = 0
     ) -> None: ...
 
     def clear_retrying(self, connector: str, task: int | None = None, retries: int = 0) -> None: ...
@@ -93,16 +85,13 @@ class RetryNotes:
             return
         self._written = now
         retries, self._uncounted = self._uncounted, 0
-        self._safely(
-            self.store.note_retrying,
-            self.connector,
-            self.task,
-            since_ms=_ms(self._since),
-            attempts=self._attempts,
-            error=_error_text(error),
-            until_ms=_ms(now + wait_s + NOTE_GRACE_S),
-            retries=retries,
-        )
+        note = {
+            "since_ms": _ms(self._since),
+            "attempts": self._attempts,
+            "error": _error_text(error),
+            "until_ms": _ms(now + wait_s + NOTE_GRACE_S),
+        }
+        self._safely(self.store.note_retrying, self.connector, self.task, note, retries=retries)
 
     def settled(self) -> None:
         if self._written is not None:

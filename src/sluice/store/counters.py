@@ -51,7 +51,7 @@ class SqliteCounters(SqliteFile):
             db.execute("BEGIN IMMEDIATE")
             db.executemany(_ADD, rows)
 
-    def _write(self, sql: str, args: tuple, connector: str, retries: int) -> None:
+    def _write(self, sql: str, args: tuple | dict, connector: str, retries: int) -> None:
         """`sql` and, if `retries`, that many more `total-retries`, in one transaction."""
         db = self._db()
         with db:
@@ -61,23 +61,16 @@ class SqliteCounters(SqliteFile):
                 db.execute(_ADD, (connector, "total-retries", retries))
 
     def note_retrying(
-        self,
-        connector: str,
-        task: int,
-        *,
-        since_ms: int,
-        attempts: int,
-        error: str,
-        until_ms: int,
-        retries: int = 0,
+        self, connector: str, task: int, note: Mapping[str, Any], retries: int = 0
     ) -> None:
-        """Task `task` of `connector` retries since `since_ms` (epoch ms), `attempts` so far,
-        the last with `error`; the note means nothing after `until_ms` (its writer may have
-        died). Adds `retries` to the connector's `total-retries`."""
+        """Task `task` of `connector` retries: `note` is `{"since_ms": epoch ms, "attempts": n,
+        "error": text, "until_ms": epoch ms}` — since when, how many retries so far, the last
+        error, and when the note stops meaning anything (its writer may have died). Adds
+        `retries` to the connector's `total-retries`."""
         self._write(
             "INSERT OR REPLACE INTO retrying(connector, task, since_ms, attempts, error, until_ms)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (connector, task, since_ms, attempts, error, until_ms),
+            " VALUES (:connector, :task, :since_ms, :attempts, :error, :until_ms)",
+            {**note, "connector": connector, "task": task},
             connector,
             retries,
         )
