@@ -108,7 +108,9 @@ class RetryNotes:
             log.warning("%s task %d: retry note not stored: %s", self.connector, self.task, exc)
 
 
-def watching_task(store: RetryStore | None, connector: str, task: int) -> Any:
+def watching_task(
+    store: RetryStore | None, connector: str, task: int
+) -> contextlib.AbstractContextManager[None]:
     """A context in which the retry loops of task `task` of `connector` keep its note in `store`
     (none without a store)."""
     if store is None:
