@@ -211,6 +211,7 @@ def test_console_token_login_list_logout(page, tmp_path: Path) -> None:
         expect(page.locator("#login")).to_be_visible()
         assert page.evaluate("sessionStorage.getItem('sluice.token')") is None
         expect(page.locator("#connectors")).to_have_count(0)
+        expect(page.locator("#worker")).to_have_text("")
         shot("9-token-logged-out")
         assert worker.request("DELETE", "/v1/connectors/tokenSource", headers=bearer).is_success
     finally:

@@ -48,6 +48,7 @@ function showLogout() {
   const slot = document.getElementById("session");
   slot.replaceChildren(token() ? h("button", { type: "button", id: "logout", onclick: () => {
     sessionStorage.removeItem(TOKEN_KEY);
+    document.getElementById("worker").textContent = ""; // shown with the token: gone with it
     showLogout();
     render(true);
   } }, "Log out") : "");
