@@ -206,4 +206,6 @@ def test_roll_interval_publishes_at_most_once_per_interval(
     assert _commits(rolled) <= bound, (_commits(rolled), arrived)
     assert bound < rounds <= _commits(every), f"rounds arrived too slowly ({arrived:.1f} s)"
     with pytest.raises(ConfigException, match=r"roll\.interval\.ms: must be at least 0"):
-        ParquetSinkConnector().validate({"path": str(tmp_path / "x"), "roll.interval.ms": "-1"})
+        ParquetSinkConnector().validate(
+            {**sink, "path": str(tmp_path / "x"), "roll.interval.ms": "-1"}
+        )
