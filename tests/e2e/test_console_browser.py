@@ -6,6 +6,8 @@ shown beside its field first), sees it in the list, pauses and resumes a sink fr
 reads that sink's dead letters with their `__connect.errors.*` headers, and resets the offsets of
 the stopped sink. On the way: the list's throughput and lag sparklines (from /metrics samples kept
 in the browser), the sink's page reached and paused by keyboard only, and the cluster page.
+A second worker with `rest.auth=token`: the console asks for a token, refuses a wrong one, shows
+the list once logged in by keyboard, and forgets the token on "Log out".
 Screenshots go to $SLUICE_ARTIFACTS (default tests/artifacts/console/).
 """
 
@@ -159,3 +161,59 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     shot("6-cluster")
     for name in ("uiSource", "uiSink"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def test_console_token_login_list_logout(page, tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    from sluice.rest._auth import add_credential, new_token
+
+    shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # noqa: E731
+    token = new_token()
+    add_credential(str(tmp_path / "tokens"), "ops", "admin", token)
+    worker = WorkerProcess(
+        tmp_path / "worker",
+        extra_conf={"rest.auth": "token", "rest.auth.file": str(tmp_path / "tokens")},
+    )
+    worker.start()
+    bearer = {"Authorization": f"Bearer {token}"}
+    try:
+        (tmp_path / "in.txt").write_text("one\n")
+        source = {
+            "connector.class": "FileSourceConnector",
+            "filename": str(tmp_path / "in.txt"),
+            "connect.topicname": "tokenTopic",
+        }
+        created = worker.request(
+            "PUT", "/v1/connectors/tokenSource/config", json=source, headers=bearer
+        )
+        assert created.status_code == 201, created.text
+        assert worker.get("/v1/connectors").status_code == 401  # no token, no data
+
+        page.goto(worker.url + "/ui/#/")
+        expect(page.locator("#login")).to_be_visible()
+        expect(page.locator("#logout")).to_have_count(0)
+        page.fill("#token", "not-the-token")
+        page.keyboard.press("Enter")
+        expect(page.locator("#token-problem")).to_contain_text("That token was refused.")
+        shot("7-token-refused")
+        # by keyboard: the field has the focus again; type the token, Enter
+        expect(page.locator("#token")).to_be_focused()
+        page.keyboard.type(token)
+        page.keyboard.press("Enter")
+        row = page.locator("#connectors tbody tr").filter(has_text="tokenSource")
+        expect(row).to_contain_text("RUNNING")
+        expect(page.locator("#worker")).to_contain_text("e2e-worker")  # an API call with it
+        assert page.evaluate("sessionStorage.getItem('sluice.token')") == token
+        shot("8-token-logged-in")
+
+        page.click("#logout")
+        expect(page.locator("#login")).to_be_visible()
+        assert page.evaluate("sessionStorage.getItem('sluice.token')") is None
+        expect(page.locator("#connectors")).to_have_count(0)
+        expect(page.locator("#worker")).to_have_text("")
+        shot("9-token-logged-out")
+        assert worker.request("DELETE", "/v1/connectors/tokenSource", headers=bearer).is_success
+    finally:
+        code = worker.terminate()
+    assert code == 0, worker.log.read_text()[-3000:]

@@ -1,11 +1,13 @@
 """Redis stopped for 20 s in the middle of a stream → topic → stream copy: nothing lost, nothing
-duplicated.
+duplicated, and the status says so while it lasts.
 
 The server is a private `redis-server` (its own port and folder, append-only file fsynced on every
 write) so that stopping it disturbs no other test. While it is away the source's `latest` raises
 `RetriableException` and the driver retries it with backoff (`errors.retry.*`), the sink retries
 its writes the same way; both connectors must stay healthy, then finish once it is back: the copy
-holds each entry once, and so does the topic.
+holds each entry once, and so does the topic. The connectors are created through a herder over
+the test's runner, so that both REST faces show, during the outage, the source's task RUNNING and
+`retrying` (since when, how many retries, the error), and after it the note gone.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ import collections
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
+from sluice.rest.app import create_app
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.standalone import StandaloneHerder
+from sluice.runtime.worker_config import WorkerConfig
+from sluice.store.configs import SqliteConfigStore
+from sluice.store.statuses import SqliteStatusStore
 from tests.conftest import wait_until
 from tests.e2e.orphans import spawn
 from tests.e2e.outage import healthy, ride_out
@@ -79,12 +89,37 @@ class PrivateRedis:
             self.proc = None
 
 
+def _herder(runner, folder: Path) -> StandaloneHerder:
+    """A standalone herder over the test's runner (its stores beside the runner's)."""
+    config = WorkerConfig.from_properties({"storePathRootDir": runner.root})
+    return StandaloneHerder(
+        runner.spark,
+        config,
+        PluginRegistry(()),
+        runner=runner,
+        configs=SqliteConfigStore(folder / "configs.sqlite"),
+        statuses=SqliteStatusStore(folder / "statuses.sqlite"),
+    )
+
+
+def _retrying(rest: TestClient, name: str) -> dict[int, dict] | None:
+    """Task id → retry note of `name` as `/v1` shows it, if the RocketMQ face marks the same
+    tasks (None if a note came or went between the two requests: ask again)."""
+    v1 = rest.get(f"/v1/connectors/{name}/status").json()
+    rocketmq = rest.get(f"/connectors/{name}/status").json()["body"]
+    assert all(t["state"] == "RUNNING" for t in v1["tasks"]), v1
+    notes = {t["id"]: t["retrying"] for t in v1["tasks"] if "retrying" in t}
+    return notes if set(notes) == {t["id"] for t in rocketmq["tasks"] if "retrying" in t} else None
+
+
 def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
     import redis
 
     server = PrivateRedis(tmp_path)
     server.start()
     client = redis.Redis(port=server.port)
+    herder = _herder(runner, tmp_path)
+    rest = TestClient(create_app(herder))
     try:
         pipe = client.pipeline(transaction=False)
         for i in range(FIRST):
@@ -93,7 +128,7 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
         retry = {"errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "1000"}
         raw = {"redis.url": server.url, "redis.timeout.ms": "1000", **retry}
         raw |= {"key.converter": "ByteArrayConverter", "value.converter": "ByteArrayConverter"}
-        runner.start(
+        herder.put_connector(
             "in",
             {
                 **raw,
@@ -103,7 +138,7 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
                 "read.max.rows": "300",
             },
         )
-        runner.start(
+        herder.put_connector(
             "out",
             {
                 **raw,
@@ -122,7 +157,17 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
         wait_until(lambda: copied() > 0, 180, "the copy to start", every=0.2)
         assert copied() < FIRST, "the copy finished before the outage: make it bigger"
         server.stop()
-        ride_out(runner, OUTAGE_S, server.start)
+        away = time.monotonic()
+        seen: dict[int, dict] = {}
+        wait_until(
+            lambda: seen.update(_retrying(rest, "in") or {}) or 0 in seen,
+            OUTAGE_S,
+            "the status to show the retries",
+        )
+        note = seen[0]
+        assert note["attempts"] >= 1 and "redis.url=" in note["error"], note
+        assert note["since"] / 1000 <= time.time()
+        ride_out(runner, OUTAGE_S - (time.monotonic() - away), server.start)
         client = redis.Redis(port=server.port)
         pipe = client.pipeline(transaction=False)
         for i in range(FIRST, FIRST + MORE):
@@ -134,9 +179,13 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
             return copied() >= FIRST + MORE
 
         wait_until(done, 300, "the whole stream", every=0.5)
+        gone = lambda: _retrying(rest, "in") == {} and _retrying(rest, "out") == {}  # noqa: E731
+        wait_until(gone, 60, "the retry notes to go")
+        assert runner.counters.get("in")["total-retries"] >= note["attempts"]
         seqs = collections.Counter(int(f[b"seq"]) for _, f in client.xrange("copy"))
         assert sorted(seqs) == list(range(FIRST + MORE)), "lost or doubled"
         assert runner.bus.count("events") == FIRST + MORE  # each entry once in the topic
     finally:
+        runner.spark.streams.removeListener(herder.progress)
         runner.close()
         server.stop()

@@ -5,6 +5,8 @@ and their configuration errors, each naming its key."""
 
 from __future__ import annotations
 
+import itertools
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -176,3 +178,36 @@ def test_a_delta_table_partitioned_otherwise_is_refused(tmp_path: Path) -> None:
         DeltaSinkConnector().validate(config)
     assert info.value.key == "partition.fields"
     DeltaSinkConnector().validate({**config, "partition.fields": "region"})
+
+
+def test_roll_interval_starts_micro_batches_at_most_once_per_interval(
+    runner: ConnectorRunner, tmp_path: Path
+) -> None:
+    rows, per_queue, roll_ms = 120, 10, 2000
+    sink = {"connector.class": "ParquetSinkConnector", "connect.topicnames": "orders"}
+    # 30 rows in each of 4 queues, 10 a queue per micro-batch: a backlog of three micro-batches,
+    # which the worker's 100 ms trigger would run back to back
+    fill(runner.root, "orders", 0, rows)
+    config = {**sink, "path": str(tmp_path / "rolled"), "read.max.rows": str(per_queue)}
+    runner.start("rolled", {**config, "roll.interval.ms": str(roll_ms)})
+    query = runner.running["rolled"].query
+
+    def starts() -> list[datetime]:
+        """When each micro-batch that read rows started (its progress is reported after it)."""
+        return [
+            datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+            for p in query.recentProgress
+            if p["numInputRows"]
+        ]
+
+    where = {"path": str(tmp_path / "rolled")}
+    wait_until(
+        lambda: _count("parquet", where) == rows and len(starts()) >= 3, 120, "3 micro-batches"
+    )
+    gaps = [(b - a).total_seconds() * 1000 for a, b in itertools.pairwise(starts())]
+    # Spark starts the next micro-batch at the next multiple of the interval (or when the last
+    # one ends, if it took longer): a commit at most once per interval. Its start is stamped
+    # when the trigger thread wakes, a few ms after the planned time: hence the slack.
+    assert min(gaps) >= roll_ms * 0.9, gaps
+    with pytest.raises(ConfigException, match=r"roll\.interval\.ms: must be at least 0"):
+        ParquetSinkConnector().validate({**config, "roll.interval.ms": "-1"})

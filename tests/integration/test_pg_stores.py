@@ -102,6 +102,24 @@ def test_counters(stores: WorkerStores) -> None:
     assert {a: counters.get(a), b: {"total-retries": 1}}.items() <= counters.all().items()
 
 
+def test_retry_notes(stores: WorkerStores) -> None:
+    counters, a, b = stores.counters, _name(), _name()
+    note = {"since_ms": 1_000, "attempts": 1, "error": "refused", "until_ms": 10_000}
+    counters.note_retrying(a, 0, note, retries=1)
+    counters.note_retrying(a, 0, {**note, "attempts": 3, "error": "still refused"}, retries=2)
+    counters.note_retrying(a, 1, {**note, "until_ms": 2_000})
+    counters.note_retrying(b, 0, note)
+    notes = counters.retrying(5_000)
+    assert notes[a] == {0: {"since_ms": 1_000, "attempts": 3, "error": "still refused"}}
+    assert 1 not in notes[a]  # its writer went quiet: expired
+    assert counters.get(a) == {"total-retries": 3}
+    counters.clear_retrying(a, 0, retries=1)
+    assert a not in counters.retrying(5_000) and b in counters.retrying(5_000)
+    counters.clear_retrying(b)
+    assert b not in counters.retrying(0)
+    assert counters.get(a) == {"total-retries": 4}
+
+
 def test_schema_registry(stores: WorkerStores) -> None:
     registry, subject = stores.schemas, f"{_name()}-value"
     assert registry.latest(subject) is None

@@ -164,6 +164,12 @@ def test_token_mode(tmp_path: Path) -> None:
     basic = client.get("/openapi.json", auth=("ci", admin))  # token mode takes no basic auth
     assert basic.status_code == 401
     assert client.get("/openapi.json", headers={"Authorization": f"Bearer {admin}"}).is_success
+    # the console's files load without a token (the page must load to ask for one), data not
+    for page in ("/ui/", "/ui/static/console.js", "/ui/static/console.css"):
+        assert client.get(page).status_code == 200, page
+    assert client.get("/ui/static/nope.js").status_code == 404
+    assert client.get("/ui/../v1/connectors").status_code == 401
+    assert client.get("/uix").status_code == 401
     # the document says what the middleware answers, in the shape of the face called
     assert client.get("/").json() == {"error_code": 401, "message": "authentication required"}
     doc = ok.json()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from rich import box
@@ -71,6 +72,18 @@ def state_text(state: object) -> Text:
     return Text(name, style=_STATE_STYLES.get(name, ""))
 
 
+def _retrying(task: Mapping[str, Any]) -> str:
+    """A task's retry note (`"retrying": {"since", "attempts", "error"}`) in words, or ""."""
+    note = task.get("retrying")
+    if not isinstance(note, Mapping):
+        return ""
+    try:
+        since = datetime.fromtimestamp(float(note["since"]) / 1000, UTC).strftime("%H:%M:%S UTC")
+    except (KeyError, TypeError, ValueError, OverflowError):
+        since = "?"
+    return f"since {since}, {note.get('attempts', '?')} retries: {note.get('error') or '-'}"
+
+
 def _tasks_cell(tasks: Sequence[Mapping[str, Any]]) -> Text:
     if not tasks:
         return Text("-")
@@ -80,6 +93,8 @@ def _tasks_cell(tasks: Sequence[Mapping[str, Any]]) -> Text:
             cell.append("\n")
         cell.append(f"task {task.get('id', '?')}: ")
         cell.append_text(state_text(task.get("state")))
+        if _retrying(task):
+            cell.append(" (retrying)", style="yellow")
     return cell
 
 
@@ -135,7 +150,14 @@ def status_view(status: Mapping[str, Any]) -> RenderableType:
     tasks = status.get("tasks") or []
     if tasks:
         with_trace = any(task.get("trace") for task in tasks)
-        table = _table("TASK", "STATE", "WORKER", *(["TRACE"] if with_trace else []))
+        with_retrying = any(_retrying(task) for task in tasks)
+        table = _table(
+            "TASK",
+            "STATE",
+            "WORKER",
+            *(["TRACE"] if with_trace else []),
+            *(["RETRYING"] if with_retrying else []),
+        )
         for task in tasks:
             cells = [
                 _text(task.get("id")),
@@ -144,6 +166,8 @@ def status_view(status: Mapping[str, Any]) -> RenderableType:
             ]
             if with_trace:
                 cells.append(Text(_first_line(task.get("trace"))))
+            if with_retrying:
+                cells.append(Text(_first_line(_retrying(task), 160)))
             table.add_row(*cells)
         parts.append(table)
     else:

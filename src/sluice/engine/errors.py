@@ -233,13 +233,14 @@ class ErrorReporter:
         return text
 
     def count(self, counters: Any, letters: int, retries: int = 0) -> None:
-        """Add a task's tolerated records to the connector's error counters (if any)."""
+        """Add a task's tolerated records, and its retries as record failures, to the
+        connector's error counters (if any). `total-retries` is counted as the retries happen
+        (`sluice.engine.retry.RetryNotes`), wherever they are made."""
         if counters is None or not (letters or retries):
             return
         counters.add(
             self.connector,
             {
-                "total-retries": retries,
                 "total-record-failures": letters + retries,
                 "total-record-errors": letters,
                 "total-records-skipped": letters,

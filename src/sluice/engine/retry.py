@@ -3,20 +3,137 @@
 `errors.retry.timeout` (ms; 0, the default, means no retry; -1 means forever) bounds the total time
 spent retrying one operation; `errors.retry.delay.max.ms` (default 60000) caps the backoff, which
 starts at 300 ms and doubles. Anything other than a `RetriableException` is not retried.
+
+`RetryNotes` is how a task's status learns that it retries: the engine runs each task's work
+`watching` a `RetryNotes` of that task, so every retry loop of `sluice.sdk._retry` that runs there
+(this policy's, a connector's own, the bus's) keeps a note in the counters store, which executors
+reach too, and the herder shows it beside the task's RUNNING state until the loop settles.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.sdk import ConnectException
-from sluice.sdk._retry import Backoff, retry
+from sluice.sdk._retry import Backoff, retry, watching
 
 FIRST_DELAY_MS = 300
+#: At most one store write per second per retrying task: a tight loop must not hammer the store.
+NOTE_EVERY_S = 1.0
+#: A note stays meaningful this long after the retry it announces is due: an attempt may take a
+#: while (a connect timeout), and a note whose writer died must still disappear.
+NOTE_GRACE_S = 60.0
+#: The longest error text a note keeps (its first line).
+NOTE_ERROR_CHARS = 300
 T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class RetryStore(Protocol):
+    """Where retry notes go (the counters store). Must pickle."""
+
+    def note_retrying(
+        self, connector: str, task: int, note: Mapping[str, Any], retries: int = 0
+    ) -> None: ...
+
+    def clear_retrying(self, connector: str, task: int | None = None, retries: int = 0) -> None: ...
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
+
+
+def _error_text(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")
+    return text[:NOTE_ERROR_CHARS]
+
+
+class RetryNotes:
+    """A `RetryWatcher` keeping the store's note of task `task` of `connector`: written at a
+    loop's first retry, then at most every `NOTE_EVERY_S`, and cleared when the loop settles
+    (the retries are added to `total-retries` with these writes). A store that fails is logged,
+    never raised: a status note must not fail the task it describes."""
+
+    def __init__(
+        self,
+        store: RetryStore,
+        connector: str,
+        task: int,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store, self.connector, self.task, self._clock = store, connector, task, clock
+        self._since: float | None = None
+        self._written: float | None = None
+        self._attempts = 0
+        self._uncounted = 0
+
+    def retrying(self, error: BaseException, wait_s: float) -> None:
+        now = self._clock()
+        if self._since is None:
+            self._since = now
+        self._attempts += 1
+        self._uncounted += 1
+        if self._written is not None and now - self._written < NOTE_EVERY_S:
+            return
+        self._written = now
+        retries, self._uncounted = self._uncounted, 0
+        note = {
+            "since_ms": _ms(self._since),
+            "attempts": self._attempts,
+            "error": _error_text(error),
+            "until_ms": _ms(now + wait_s + NOTE_GRACE_S),
+        }
+        self._safely(self.store.note_retrying, self.connector, self.task, note, retries=retries)
+
+    def settled(self) -> None:
+        if self._written is not None:
+            self._safely(
+                self.store.clear_retrying, self.connector, self.task, retries=self._uncounted
+            )
+        self._since = self._written = None
+        self._attempts = self._uncounted = 0
+
+    def _safely(self, write: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        try:
+            write(*args, **kwargs)
+        except Exception as exc:  # the note is a courtesy; the retry loop goes on
+            log.warning("%s task %d: retry note not stored: %s", self.connector, self.task, exc)
+
+
+def watching_task(
+    store: RetryStore | None, connector: str, task: int
+) -> contextlib.AbstractContextManager[None]:
+    """A context in which the retry loops of task `task` of `connector` keep its note in `store`
+    (none without a store)."""
+    if store is None:
+        return contextlib.nullcontext()
+    return watching(RetryNotes(store, connector, task))
+
+
+def watched(
+    store: RetryStore | None, connector: str, task: int, items: Generator[T, None, None]
+) -> Iterator[T]:
+    """`items`, each produced watching task `task` of `connector`: for a generator such as an
+    executor's read, whose watcher must be set only while it runs, not while it is suspended."""
+    notes = RetryNotes(store, connector, task) if store is not None else None
+    try:
+        while True:
+            with watching(notes):
+                try:
+                    item = next(items)
+                except StopIteration:
+                    return
+            yield item
+    finally:
+        items.close()
 
 
 @dataclass(frozen=True)

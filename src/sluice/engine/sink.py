@@ -32,7 +32,7 @@ from sluice.engine.errors import (
     task_letter,
 )
 from sluice.engine.keys import RUNTIME_KEYS
-from sluice.engine.retry import RetryPolicy
+from sluice.engine.retry import RetryPolicy, RetryStore, watching_task
 from sluice.sdk import (
     TIMESTAMP_TYPE,
     BatchId,
@@ -78,8 +78,9 @@ class LeaseFence(Protocol):
     def check(self, connector: str, what: str = "a batch") -> None: ...
 
 
-class Counters(Protocol):
-    """Where a sink's retry/error counts go when a micro-batch commits. Must pickle."""
+class Counters(RetryStore, Protocol):
+    """Where a sink's error counts go when a micro-batch commits, and its tasks' retry notes.
+    Must pickle."""
 
     def add(self, connector: str, increments: dict[str, int]) -> None: ...
 
@@ -185,18 +186,20 @@ class SinkRunner:
         retries = 0
         records = 0
         tolerated: list[pa.RecordBatch] = []
-        try:
-            for decoded in batches:
-                records += decoded.num_rows
-                batch = self._without_errors(sluice_frame(decoded), tolerated)
-                if batch.num_rows:
-                    _note_assignment(task.context, batch)
-                    retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
-            # A RetriableException from flush is retried like one from put (errors.retry.*).
-            payload, flush_retries = self.plan.retry.run(lambda: task.flush(batch_id), what)
-            retries += flush_retries
-        finally:
-            task.stop()
+        # Every retry loop in here (errors.retry.*, the task's own) notes the task's status.
+        with watching_task(self.plan.counters, self.plan.name, task_id):
+            try:
+                for decoded in batches:
+                    records += decoded.num_rows
+                    batch = self._without_errors(sluice_frame(decoded), tolerated)
+                    if batch.num_rows:
+                        _note_assignment(task.context, batch)
+                        retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)
+                # A RetriableException from flush is retried like one from put (errors.retry.*).
+                payload, flush_retries = self.plan.retry.run(lambda: task.flush(batch_id), what)
+                retries += flush_retries
+            finally:
+                task.stop()
         c = task.context
         given_up = [task_letter(r, _class_name(type(task))) for r in c.dead_letters]
         if given_up and (self.plan.errors is None or not self.plan.errors.policy.tolerate):

@@ -62,7 +62,7 @@ from sluice.engine.frames import (
 )
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
-from sluice.engine.retry import RetryPolicy
+from sluice.engine.retry import RetryPolicy, watched, watching_task
 from sluice.engine.source_errors import encode_array_tolerating
 from sluice.sdk import (
     ConfigException,
@@ -211,9 +211,11 @@ def plan_source(
     )
 
 
-def _retried(policy: RetryPolicy, operation: Any, what: str) -> Any:
-    """`operation()`'s result, retried on `RetriableException` as `policy` says (driver)."""
-    return policy.run(operation, what)[0]
+def _retried(plan: SourcePlan, task: int, operation: Any, what: str) -> Any:
+    """`operation()`'s result, retried on `RetriableException` as `plan.retry` says (driver),
+    the retries noted for task `task`'s status."""
+    with watching_task(plan.counters, plan.name, task):
+        return plan.retry.run(operation, what)[0]
 
 
 def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tuple[Shape, ...]:
@@ -538,11 +540,12 @@ class _ReplayableReader(DataSourceStreamReader):
         budget = _spark_limit(limit, self.plan.limit)
         begin = start.get("p", {})
         end: dict[str, Any] = {}
-        for task in self._all_tasks():
+        for index, task in enumerate(self._all_tasks()):
             for partition in self._owned(task):
                 key = partition_key(partition)
                 offset = _retried(
-                    self.plan.retry,
+                    self.plan,
+                    index,
                     lambda t=task, p=partition, k=key: t.latest(p, begin.get(k), budget),
                     f"latest position of {key} of {self.plan.name}",
                 )
@@ -591,7 +594,9 @@ class _ReplayableReader(DataSourceStreamReader):
                     yield shape, batch
 
         try:
-            yield from _emit(self.plan, batches(), index)
+            yield from watched(
+                self.plan.counters, self.plan.name, index, _emit(self.plan, batches(), index)
+            )
         finally:
             task.stop()
 
@@ -650,7 +655,7 @@ class _PollingReader(DataSourceStreamReader):
         end = dict(start.get("s", {}))
         for index, task in enumerate(self._all_tasks()):
             records = _retried(
-                self.plan.retry, task.poll, f"poll of task {index} of {self.plan.name}"
+                self.plan, index, task.poll, f"poll of task {index} of {self.plan.name}"
             )
             if not records:
                 continue
@@ -691,7 +696,8 @@ class _PollingReader(DataSourceStreamReader):
                     for i in range(reader.num_record_batches):
                         yield reader.get_batch(i)
 
-        yield from _emit(self.plan, ((0, batch) for batch in batches()), index)
+        emitted = _emit(self.plan, ((0, batch) for batch in batches()), index)
+        yield from watched(self.plan.counters, self.plan.name, index, emitted)
 
     def commit(self, end: dict) -> None:
         tasks = self._all_tasks()

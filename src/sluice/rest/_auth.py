@@ -162,6 +162,13 @@ class Credentials:
         return None
 
 
+def is_console_file(path: str) -> bool:
+    """A static file of the console (`/ui`): no data in it. With `rest.auth=token` these answer
+    without credentials, because a browser loading a page cannot send a bearer token: the page
+    must load to ask for one (with `basic`, the browser's own prompt on the 401 does that)."""
+    return path in ("/ui", "/ui/") or path.startswith("/ui/static/")
+
+
 def is_v1_face(path: str) -> bool:
     """True for the routes of the `/v1` face (its error body), `GET /` included."""
     return path.startswith("/v1") or path == "/"
@@ -199,7 +206,9 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        if self.metrics_open and path == "/metrics":
+        if (self.metrics_open and path == "/metrics") or (
+            self.mode == "token" and is_console_file(path)
+        ):
             await self.app(scope, receive, send)
             return
         principal = self._principal(scope)

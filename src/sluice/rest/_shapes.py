@@ -2,8 +2,9 @@
 
 `info_body` → `{"name", "config", "tasks": [{"connector", "task"}], "type"}` (plus `warnings`
 when the config has some); `status_body` → `{"name", "connector": {"state", "trace",
-"workerId"}, "tasks": [{"id", "state", "trace", "workerId"}], "type"}`. The one place where a
-result becomes a body: both faces call these.
+"workerId"}, "tasks": [{"id", "state", "trace", "workerId"}], "type"}`, a task riding out an
+outage with `"retrying": {"since": epoch ms, "attempts", "error"}` too (docs/operations.md). The
+one place where a result becomes a body: both faces call these.
 """
 
 from __future__ import annotations
@@ -44,7 +45,11 @@ def _state(state: State) -> dict[str, Any]:
 
 
 def task_status_body(task: TaskStatus) -> dict[str, Any]:
-    return {"id": task.id, **_state(task.state)}
+    body = {"id": task.id, **_state(task.state)}
+    if task.retrying is not None:  # only then: a Kafka Connect client sees its usual shape
+        note = task.retrying
+        body["retrying"] = {"since": note.since_ms, "attempts": note.attempts, "error": note.error}
+    return body
 
 
 def status_body(status: ConnectorStatus) -> dict[str, Any]:

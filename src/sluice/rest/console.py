@@ -1,7 +1,9 @@
 """The web console at `/ui`: static files from the package (`sluice.rest.ui`), no CDN.
 
 The console is a client of the same REST API (it sends the browser's credentials, so
-`rest.auth=basic` asks the user to log in once); it has no route of its own beyond its files.
+`rest.auth=basic` asks the user to log in once; with `rest.auth=token` it shows a login form and
+sends the token as a bearer, and these files answer without one: see `_auth.is_console_file`);
+it has no route of its own beyond its files.
 """
 
 from __future__ import annotations

@@ -49,11 +49,23 @@ class State:
 
 
 @dataclass(frozen=True)
+class Retrying:
+    """A RUNNING task riding out an outage: retrying since `since_ms` (epoch ms), `attempts`
+    retries so far, the last failing with `error` (its first line, secrets scrubbed)."""
+
+    since_ms: int
+    attempts: int
+    error: str
+
+
+@dataclass(frozen=True)
 class TaskStatus:
-    """The state of task `id` of a connector."""
+    """The state of task `id` of a connector, and whether it is retrying (RUNNING tasks only:
+    Kafka Connect has no state for it, and clients switch on the state)."""
 
     id: int
     state: State
+    retrying: Retrying | None = None
 
 
 @dataclass(frozen=True)

@@ -247,6 +247,12 @@ class ConnectorRunner:
         os.replace(tmp, folder)
         return folder
 
+    def _trigger_of(self, connector: SinkConnector) -> dict[str, str]:
+        """The worker's trigger, or the interval the connector asks for (a lake sink's
+        `roll.interval.ms`)."""
+        interval = connector.micro_batch_interval_ms()
+        return {"processingTime": f"{interval} milliseconds"} if interval else self.trigger
+
     def start(
         self, name: str, config: dict[str, object], *, generation: int | None = None
     ) -> RunningConnector:
@@ -277,6 +283,7 @@ class ConnectorRunner:
         checkpoint = os.path.join(run_dir, "checkpoint")
         registry = self.schemas
         self.counts_itself.discard(name)
+        self.counters.clear_retrying(name)  # a previous run's notes (its executor died retrying)
         if isinstance(connector, SourceConnector):
             plan = plan_source(
                 name,
@@ -370,6 +377,7 @@ class ConnectorRunner:
                 fused = True
             if fenced is not None:
                 plan = replace(plan, fence=fenced)
+            trigger = self._trigger_of(connector)
             runner = SinkRunner(plan)
             reader = self.bus.topic_reader(
                 name=name,
@@ -391,7 +399,7 @@ class ConnectorRunner:
                     reader,
                     runner,
                     checkpoint=checkpoint,
-                    trigger=self.trigger,
+                    trigger=trigger,
                 )
             else:
                 query = start_sink_query(
@@ -399,7 +407,7 @@ class ConnectorRunner:
                     plan,
                     reader,
                     checkpoint=checkpoint,
-                    trigger=self.trigger,
+                    trigger=trigger,
                     chain=chain,
                 )
             kind = "sink"

@@ -34,6 +34,7 @@ from sluice.runtime.herder import (
     NotFound,
     Position,
     QueueOffsets,
+    Retrying,
     State,
     TaskConfig,
     TaskId,
@@ -66,7 +67,7 @@ from sluice.sdk import (
 )
 from sluice.sdk._config import normalize_config
 from sluice.store.configs import ConfigStore, StoredConnector
-from sluice.store.statuses import StatusStore
+from sluice.store.statuses import Status, StatusStore
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +80,15 @@ def _kind(cls: type[Connector] | None) -> str:
     if cls is not None and issubclass(cls, SinkConnector):
         return "sink"
     return "unknown"
+
+
+def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) -> TaskStatus:
+    """A task's status from its stored state and the retry notes of its connector (shown only
+    while it is RUNNING: a note left by a task that since failed or stopped says nothing)."""
+    state = State(stored.state, scrub(stored.trace) if stored.trace else None, stored.worker_id)
+    note = notes.get(task) if stored.state == "RUNNING" else None
+    retrying = Retrying(note["since_ms"], note["attempts"], scrub(note["error"])) if note else None
+    return TaskStatus(task, state, retrying)
 
 
 def _trace(exc: BaseException) -> str:
@@ -527,14 +537,12 @@ class StandaloneHerder(Herder):
             if own
             else State("UNASSIGNED", None, self.worker_id)
         )
+        notes = self.runner.counters.retrying(int(time.time() * 1000)).get(name, {})
         return ConnectorStatus(
             name,
             connector,
             tuple(
-                TaskStatus(
-                    t.task if t.task is not None else i,
-                    State(t.state, scrub(t.trace) if t.trace else t.trace, t.worker_id),
-                )
+                _task_status(t.task if t.task is not None else i, t, notes)
                 for i, t in enumerate(tasks)
             ),
             _kind(self._class_of(stored.config)),

@@ -288,6 +288,14 @@ class SinkConnector(Connector):
     #: runtime may then split one queue's range over several tasks without reordering it.
     ordered_commit: ClassVar[bool] = False
 
+    def micro_batch_interval_ms(self) -> int | None:
+        """How often the runtime starts this connector's micro-batches, in ms (driver, once,
+        after `start`). A sink whose `commit` publishes what it wrote (a lake table's files,
+        version or snapshot) gets a roll interval this way: each commit then carries what
+        arrived in that time. Default None: the worker's interval
+        (`offsetCommitIntervalMsConfig`)."""
+        return None
+
     def owned_topics(self) -> list[str]:
         """Topics this connector writes itself (`SinkTaskContext.produce`) and reads back beside
         `connect.topicnames` — e.g. a retry topic (driver, after `start`). The runtime creates

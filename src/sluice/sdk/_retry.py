@@ -5,20 +5,51 @@ bus (riding out a broker outage, `sluice.bus.base.retry_outage`) and connectors 
 `max.retries`, opening a database connection). Each caller says what is worth retrying, when to
 stop (a time budget, a number of attempts, or both) and what to raise then; the waits come from
 one `Backoff`.
+
+While a loop retries it tells the `RetryWatcher` its thread is `watching` with (if any): the
+engine sets one around each task's work, so that a task's status can say it is riding out an
+outage wherever the loop runs (a connector's own read, the engine's `errors.retry.*`, the bus).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NoReturn, TypeVar
+from typing import NoReturn, Protocol, TypeVar
 
 from sluice.sdk._errors import RetriableException
 
 T = TypeVar("T")
 
-__all__ = ["Backoff", "retry"]
+__all__ = ["Backoff", "RetryWatcher", "retry", "watching"]
+
+
+class RetryWatcher(Protocol):
+    """Told about the retry loops that run in its thread while it is `watching`."""
+
+    def retrying(self, error: BaseException, wait_s: float) -> None:
+        """A loop failed with `error` and waits `wait_s` before trying again."""
+
+    def settled(self) -> None:
+        """A loop that had retried ended: it succeeded, or gave up and raises."""
+
+
+_watched = threading.local()
+
+
+@contextmanager
+def watching(watcher: RetryWatcher | None) -> Iterator[None]:
+    """Run the body with `watcher` told about every retry loop of this thread (nested: the
+    innermost watcher is told; on exit the previous one is back)."""
+    previous = getattr(_watched, "watcher", None)
+    _watched.watcher = watcher
+    try:
+        yield
+    finally:
+        _watched.watcher = previous
 
 
 @dataclass(frozen=True)
@@ -77,24 +108,32 @@ def retry(
     ``give_up(last error, retries made, seconds spent)`` raises (by default the last error
     itself). ``on_retry(error, retry number, wait)`` is called before each wait (to log it).
     Runs where it is called (a driver thread or an executor task): the caller waits, nothing
-    is skipped.
+    is skipped. The thread's `RetryWatcher` (see `watching`) is told of each retry, and that
+    the loop settled if it retried.
     """
     started = time.monotonic()
     waits = backoff.waits()
     retries = 0
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if not retriable(exc):
-                raise
-            wait = next(waits)
-            spent = time.monotonic() - started
-            if (attempts is not None and retries + 1 >= attempts) or (
-                timeout_s is not None and spent + wait > timeout_s
-            ):
-                give_up(exc, retries, spent)
-            retries += 1
-            if on_retry is not None:
-                on_retry(exc, retries, wait)
-            sleep(wait)
+    watcher: RetryWatcher | None = getattr(_watched, "watcher", None)
+    try:
+        while True:
+            try:
+                return call()
+            except Exception as exc:
+                if not retriable(exc):
+                    raise
+                wait = next(waits)
+                spent = time.monotonic() - started
+                if (attempts is not None and retries + 1 >= attempts) or (
+                    timeout_s is not None and spent + wait > timeout_s
+                ):
+                    give_up(exc, retries, spent)
+                retries += 1
+                if on_retry is not None:
+                    on_retry(exc, retries, wait)
+                if watcher is not None:
+                    watcher.retrying(exc, wait)
+                sleep(wait)
+    finally:
+        if retries and watcher is not None:
+            watcher.settled()

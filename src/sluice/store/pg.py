@@ -16,6 +16,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -46,6 +47,16 @@ _COUNTERS = sa.Table(
     sa.Column("connector", sa.Text, primary_key=True),
     sa.Column("name", sa.Text, primary_key=True),
     sa.Column("value", sa.BigInteger, nullable=False),
+)
+_RETRYING = sa.Table(
+    "sluice_retrying",
+    _META,
+    sa.Column("connector", sa.Text, primary_key=True),
+    sa.Column("task", sa.Integer, primary_key=True),
+    sa.Column("since_ms", sa.BigInteger, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("until_ms", sa.BigInteger, nullable=False),
 )
 _SCHEMAS = sa.Table(
     "sluice_schemas",
@@ -188,6 +199,58 @@ class PgCounters(PgFile):
                 ),
                 rows,
             )
+
+    def note_retrying(
+        self, connector: str, task: int, note: Mapping[str, Any], retries: int = 0
+    ) -> None:
+        """`SqliteCounters.note_retrying`: the task's retry note, upserted, and `retries` more
+        `total-retries`, in one transaction."""
+        row = {"connector": connector, "task": task, **note}
+        stmt = pg_insert(_RETRYING).values(row)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["connector", "task"],
+            set_={k: stmt.excluded[k] for k in ("since_ms", "attempts", "error", "until_ms")},
+        )
+        self._write(stmt, connector, retries)
+
+    def clear_retrying(self, connector: str, task: int | None = None, retries: int = 0) -> None:
+        """`SqliteCounters.clear_retrying`."""
+        stmt = _RETRYING.delete().where(_RETRYING.c.connector == connector)
+        if task is not None:
+            stmt = stmt.where(_RETRYING.c.task == task)
+        self._write(stmt, connector, retries)
+
+    def retrying(self, now_ms: int) -> dict[str, dict[int, dict[str, Any]]]:
+        """`SqliteCounters.retrying`: the notes still meaningful at `now_ms`, in one read."""
+        query = sa.select(
+            _RETRYING.c.connector,
+            _RETRYING.c.task,
+            _RETRYING.c.since_ms,
+            _RETRYING.c.attempts,
+            _RETRYING.c.error,
+        ).where(_RETRYING.c.until_ms > now_ms)
+        out: dict[str, dict[int, dict[str, Any]]] = {}
+        for connector, task, since_ms, attempts, error in self._rows(query):
+            out.setdefault(connector, {})[int(task)] = {
+                "since_ms": int(since_ms),
+                "attempts": int(attempts),
+                "error": error,
+            }
+        return out
+
+    def _write(self, stmt: sa.Executable, connector: str, retries: int) -> None:
+        with self._engine().begin() as conn:
+            conn.execute(stmt)
+            if retries:
+                add = pg_insert(_COUNTERS).values(
+                    connector=connector, name="total-retries", value=retries
+                )
+                conn.execute(
+                    add.on_conflict_do_update(
+                        index_elements=["connector", "name"],
+                        set_={"value": _COUNTERS.c.value + add.excluded.value},
+                    )
+                )
 
     def get(self, connector: str) -> dict[str, int]:
         query = sa.select(_COUNTERS.c.name, _COUNTERS.c.value).where(

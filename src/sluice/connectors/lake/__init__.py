@@ -3,7 +3,8 @@ exactly-once per micro-batch. See docs/lake.md.
 
 Every lake sink writes the same rows (`_rows`): the record's value spread into columns plus its
 metadata columns (`_topic`, `_queue_id`, `_queue_offset`, `_key`, `_timestamp`, `_headers`), and
-partitions them by `partition.fields` and/or a time column (`partition.time.format`).
+partitions them by `partition.fields` and/or a time column (`partition.time.format`). Each
+commits what arrived in one micro-batch; `roll.interval.ms` makes that the sink's own interval.
 
 Example (library level)::
 

@@ -21,8 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from sluice.sdk import ConfigException, ConfigKey, ConnectException
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
 
+ROLL_KEY = ConfigKey(
+    "roll.interval.ms",
+    type="int",
+    default=0,
+    min=0,
+    doc="publish (files, version, snapshot) at most this often; 0: every micro-batch of the "
+    "worker's interval",
+)
 ROW_KEYS = (
     ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
     ConfigKey(
@@ -36,7 +44,20 @@ ROW_KEYS = (
     ConfigKey("partition.time.format", default="", doc="strftime pattern of a time partition"),
     ConfigKey("partition.time.field", default="", doc="timestamp column (default: record time)"),
     ConfigKey("partition.time.column", default="dt", doc="name of the time partition column"),
+    ROLL_KEY,
 )
+
+
+class RollInterval:
+    """A lake sink's `roll.interval.ms` as its micro-batch interval: each micro-batch is one
+    exactly-once commit, so rolling less often means fewer, larger micro-batches, not files
+    held open across commits (docs/lake.md, *Roll interval*)."""
+
+    config: dict[str, str]
+
+    def micro_batch_interval_ms(self) -> int | None:
+        return ConfigDef(ROLL_KEY).parse(self.config)["roll.interval.ms"] or None
+
 
 #: the metadata columns, from the sink frame's columns
 METADATA = {

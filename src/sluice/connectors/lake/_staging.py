@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from sluice.connectors.lake._rows import RowSettings, to_rows
+from sluice.connectors.lake._rows import RollInterval, RowSettings, to_rows
 from sluice.sdk import (
     BatchId,
     ConfigDef,
@@ -135,7 +135,7 @@ class StagingTask(RowsTask):
         self._close()
 
 
-class TableSinkConnector(SinkConnector):
+class TableSinkConnector(RollInterval, SinkConnector):
     """Commits each micro-batch's staged rows as one table version, exactly once (driver)."""
 
     @classmethod

@@ -54,7 +54,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sluice.connectors.lake._rows import ROW_KEYS, RowSettings
+from sluice.connectors.lake._rows import ROW_KEYS, RollInterval, RowSettings
 from sluice.connectors.lake._staging import STALE_S, RowsTask, check_writable
 from sluice.sdk import (
     BatchId,
@@ -226,7 +226,7 @@ class ParquetSinkTask(RowsTask):
         self._open.clear()
 
 
-class ParquetSinkConnector(SinkConnector):
+class ParquetSinkConnector(RollInterval, SinkConnector):
     """Writes records as partitioned Parquet or JSON lines files, exactly once per micro-batch."""
 
     config_def = CONFIG

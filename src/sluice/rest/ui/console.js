@@ -3,6 +3,9 @@
 // #/topic/NAME, #/cluster. Every value from the server is inserted as text, never as HTML.
 // Throughput and lag sparklines come from /metrics, sampled every 2 s into a small in-browser
 // history (the last two minutes); the console keeps nothing on the server.
+// Credentials: with rest.auth=basic the browser asks for them; with rest.auth=token the console
+// shows a login form on the first 401 and keeps the token in sessionStorage (this tab only, gone
+// when it closes), sent as "Authorization: Bearer"; "Log out" forgets it.
 "use strict";
 
 const main = document.getElementById("main");
@@ -21,13 +24,62 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// -- credentials (rest.auth=token) ---------------------------------------------------------------
+const TOKEN_KEY = "sluice.token";
+
+class LoginNeeded extends Error {}
+
+function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+// fetch() with the stored bearer token, if any; a 401 asking for a bearer token means: log in.
+async function authFetch(path, init) {
+  const t = token();
+  const request = { credentials: "same-origin", ...init, headers: { ...(init || {}).headers } };
+  if (t) request.headers.Authorization = `Bearer ${t}`;
+  const response = await fetch(path, request);
+  const challenge = response.headers.get("WWW-Authenticate") || "";
+  if (response.status === 401 && challenge.toLowerCase().startsWith("bearer")) {
+    throw new LoginNeeded(t ? "That token was refused." : "");
+  }
+  return response;
+}
+
+function showLogout() {
+  const slot = document.getElementById("session");
+  slot.replaceChildren(token() ? h("button", { type: "button", id: "logout", onclick: () => {
+    sessionStorage.removeItem(TOKEN_KEY);
+    document.getElementById("worker").textContent = ""; // shown with the token: gone with it
+    showLogout();
+    render(true);
+  } }, "Log out") : "");
+}
+
+function loginView(problem) {
+  const input = h("input", { type: "password", id: "token", name: "token", required: true,
+    autocomplete: "current-password", "aria-describedby": "token-problem" });
+  const form = h("form", { id: "login", onsubmit: (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+    showLogout();
+    render(true);
+    loadWorkers();
+  } },
+    h("div", { class: "field" }, h("label", { for: "token" }, "Token"), input,
+      h("small", { id: "token-problem", class: "error" }, problem || "")),
+    h("button", { type: "submit" }, "Log in"));
+  setTimeout(() => input.focus(), 0);
+  return [h("h1", {}, "Log in"),
+    h("p", {}, "This worker asks for a bearer token (rest.auth=token). It is kept in this tab only."),
+    form];
+}
+
 async function api(method, path, body) {
-  const init = { method, headers: {}, credentials: "same-origin" };
+  const init = { method, headers: {} };
   if (body !== undefined) {
     init.headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(path, init);
+  const response = await authFetch(path, init);
   const text = await response.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = text; }
@@ -53,6 +105,19 @@ function stateBadge(state) {
 }
 
 function enc(name) { return encodeURIComponent(name); }
+
+// A RUNNING task riding out an outage carries "retrying": {since, attempts, error}.
+function retryingText(task) {
+  const r = task.retrying;
+  if (!r) return "";
+  const since = new Date(r.since).toLocaleTimeString();
+  return `retrying since ${since} (${r.attempts} retries): ${r.error}`;
+}
+
+function taskState(task) {
+  return [stateBadge(task.state),
+    task.retrying ? h("span", { class: "retrying", title: retryingText(task) }, " retrying") : null];
+}
 
 // -- live figures: /metrics sampled into a history per connector -------------------------------
 const SAMPLE_MS = 2000;
@@ -95,7 +160,7 @@ function figures(text) {
 }
 
 async function sampleMetrics() {
-  const response = await fetch("/metrics", { credentials: "same-origin" });
+  const response = await authFetch("/metrics");
   if (!response.ok) return;
   const now = Date.now();
   const seen = figures(await response.text());
@@ -168,12 +233,14 @@ async function connectorsView() {
   const rows = names.map((name) => {
     const st = all[name].status;
     const failure = firstLine(st.connector.trace) ||
-      firstLine((st.tasks.find((t) => t.trace) || {}).trace);
+      firstLine((st.tasks.find((t) => t.trace) || {}).trace) ||
+      retryingText(st.tasks.find((t) => t.retrying) || {});
     return h("tr", {},
       h("td", {}, h("a", { href: `#/connector/${enc(name)}` }, name)),
       h("td", {}, st.type),
       h("td", {}, stateBadge(st.connector.state)),
-      h("td", {}, st.tasks.map((t) => `task ${t.id}: ${t.state}`).join(", ")),
+      h("td", {}, st.tasks.map((t) =>
+        h("span", { class: "task" }, `task ${t.id}: ${t.state}`, t.retrying ? " (retrying)" : ""))),
       liveCell(name, "rate"),
       liveCell(name, "lag"),
       h("td", { class: "failure" }, failure));
@@ -181,7 +248,7 @@ async function connectorsView() {
   return [
     h("h1", {}, "Connectors"),
     names.length ? h("table", { id: "connectors" },
-      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Throughput", "Lag", "Failure"]
+      h("thead", {}, h("tr", {}, ["Name", "Type", "State", "Tasks", "Throughput", "Lag", "Failure / note"]
         .map((x) => h("th", {}, x)))),
       h("tbody", {}, rows))
       : h("p", {}, "No connectors yet. ", h("a", { href: "#/new" }, "Create one")),
@@ -222,8 +289,9 @@ async function connectorView(name) {
     status.connector.trace ? h("pre", { class: "trace" }, status.connector.trace) : null,
     h("h2", {}, "Tasks"),
     h("table", { id: "tasks" }, h("tbody", {}, status.tasks.map((t) =>
-      h("tr", {}, h("td", {}, `task ${t.id}`), h("td", {}, stateBadge(t.state)),
-        h("td", { class: "failure" }, firstLine(t.trace)))))),
+      h("tr", {}, h("td", {}, `task ${t.id}`), h("td", {}, taskState(t)),
+        t.trace ? h("td", { class: "failure" }, firstLine(t.trace))
+          : h("td", { class: "note" }, retryingText(t)))))),
     h("h2", {}, "Config"),
     h("table", { id: "config" }, h("tbody", {}, Object.keys(config).sort().map((k) =>
       h("tr", {}, h("th", {}, k), h("td", {}, config[k]))))),
@@ -402,14 +470,23 @@ async function render(navigated) {
     // keyboard and screen-reader users start at the new page's content, not the old link
     if (navigated) main.focus({ preventScroll: true });
   } catch (e) {
-    main.replaceChildren(h("p", { class: "error" }, e.message));
+    if (e instanceof LoginNeeded) {
+      if (token()) sessionStorage.removeItem(TOKEN_KEY);
+      showLogout();
+      main.replaceChildren(...loginView(e.message));
+    } else main.replaceChildren(h("p", { class: "error" }, e.message));
   }
 }
 
 window.addEventListener("hashchange", () => { flash("", ""); render(true); });
-api("GET", "/getClusterInfo").then((info) => {
-  document.getElementById("worker").textContent = `workers: ${info.body.join(", ")}`;
-}).catch(() => {});
+function loadWorkers() {
+  api("GET", "/getClusterInfo").then((info) => {
+    document.getElementById("worker").textContent = `workers: ${info.body.join(", ")}`;
+  }).catch(() => {});
+}
+
+showLogout();
+loadWorkers();
 render();
 sampleMetrics().catch(() => {});
 setInterval(() => sampleMetrics().catch(() => {}), SAMPLE_MS);
