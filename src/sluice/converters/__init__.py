@@ -61,6 +61,7 @@ from sluice.converters._base import (
     SchemaRegistry,
     subject,
 )
+from sluice.converters._compatibility import CheckedRegistry, IncompatibleSchema
 from sluice.converters._json import JsonConverter
 from sluice.converters._primitive import (
     ByteArrayConverter,
@@ -174,6 +175,7 @@ __all__ = [
     "ROLES",
     "AvroConverter",
     "ByteArrayConverter",
+    "CheckedRegistry",
     "Converter",
     "DecodeSql",
     "Decoded",
@@ -181,6 +183,7 @@ __all__ = [
     "DoubleConverter",
     "Encoder",
     "FloatConverter",
+    "IncompatibleSchema",
     "IntegerConverter",
     "JsonConverter",
     "LongConverter",

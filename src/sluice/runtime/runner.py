@@ -22,6 +22,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.base import Bus
 from sluice.bus.embedded import EmbeddedBus
+from sluice.converters._compatibility import DEFAULT_LEVEL, CheckedRegistry, parse_level
+from sluice.converters._compatibility import KEY as COMPATIBILITY_KEY
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import (
     SchemaRegistration,
@@ -140,8 +142,11 @@ class ConnectorRunner:
         plugins: PluginRegistry | None = None,
         bus: Bus | None = None,
         providers: ConfigProviders | None = None,
+        schema_compatibility: str = DEFAULT_LEVEL,
     ) -> None:
         self.spark = spark
+        #: the worker's `schema.compatibility` (a connector's own key overrides it)
+        self.schema_compatibility = schema_compatibility
         # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
         self.providers = providers or ConfigProviders()
         self.plugins = plugins or default_registry()
@@ -174,6 +179,13 @@ class ConnectorRunner:
                 daemon=True,
                 name="sluice-bus-maintenance",
             ).start()
+
+    def registry(self, conf: dict[str, str]) -> CheckedRegistry:
+        """The schema registry as connector `conf` sees it: new versions of the subjects it
+        registers are checked at its `schema.compatibility` (else the worker's)."""
+        level = conf.get(COMPATIBILITY_KEY) or self.schema_compatibility
+        inner = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
+        return CheckedRegistry(inner, parse_level(level))
 
     def maintain(self) -> dict[str, int]:
         """Apply topic retention (by age and size) and remove orphaned staged segments now."""
@@ -274,7 +286,7 @@ class ConnectorRunner:
             fence = (name, generation)
             positions = fenced = FencedPositions(self.positions, generation)
         checkpoint = os.path.join(run_dir, "checkpoint")
-        registry = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
+        registry = self.registry(conf)
         self.counts_itself.discard(name)
         if isinstance(connector, SourceConnector):
             plan = plan_source(

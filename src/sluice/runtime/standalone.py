@@ -146,6 +146,7 @@ def build_runner(spark: SparkSession, config: WorkerConfig, plugins: PluginRegis
         plugins=plugins,
         bus=config.create_bus(),
         providers=ConfigProviders.from_worker(config.raw),
+        schema_compatibility=config.schema_compatibility,
     )
 
 
