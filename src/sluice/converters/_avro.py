@@ -67,9 +67,11 @@ class AvroConverter(Converter):
     and prefix every message with `0x00` + the schema's 4-byte id (Confluent's wire format, so
     `io.confluent.connect.avro.AvroConverter` is accepted as an alias; its `schema.registry.url`
     is accepted and ignored: the registry is sluice's own). Sinks decode with the writer schema the
-    id names, resolved to the topic's latest registered schema when the query started (Avro's
-    rules: fields the sink does not know are dropped, missing optional fields are null); an id the
-    registry does not know is an error for that record.
+    id names, resolved to the topic's latest registered schema (Avro's rules: fields the sink does
+    not know are dropped, missing optional fields are null); a fused sink takes a newer version at
+    its next micro-batch (`sluice.engine.sink.SinkRunner.codecs`), others when they start. An id
+    the registry does not know is an error for that record; so is a writer version the sink's
+    cannot read (the message says the versions are incompatible, see `_compatibility`).
 
     Mapping: INT8/INT16 → int (`"connect.type": "int8"`), INT32 → int, INT64 → long, FLOAT32 →
     float, FLOAT64 → double, BOOLEAN, STRING, BYTES; Decimal(p, s) → bytes `decimal`; Date →
@@ -405,6 +407,14 @@ class _AvroDecoder(Decoder):
         buf = io.BytesIO(raw[5:])
         try:
             datum = fastavro.schemaless_reader(buf, schemas[0], schemas[1])
+        except fastavro.read.SchemaResolutionError as exc:
+            # The bytes are fine: the two schema versions are not compatible (a version the
+            # registry accepted before it checked compatibility). Say so, not "bad data".
+            raise _Bad(
+                f"{self.role} was written with schema id {schema_id}, which the sink's schema "
+                f"(id {self.schema_id}) cannot read: {exc}; the topic's schema versions are "
+                "not compatible (see schema.compatibility)"
+            ) from None
         except Exception as exc:  # fastavro raises many kinds (EOFError, ValueError, …)
             raise _Bad(
                 f"{self.role} is not valid Avro for schema id {schema_id}: {exc!r}"
