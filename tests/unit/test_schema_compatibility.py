@@ -78,7 +78,7 @@ def test_nested_members_are_named_by_path() -> None:
     assert read_problems(m_new, m_old) == ["field `value{value}` changed type from int32 to int8"]
 
 
-# -- levels -----------------------------------------------------------------------------------------
+# -- levels ----------------------------------------------------------------------------------------
 ADD_REQUIRED = row(("id", I64), ("qty", I64), ("x", I64))
 DROP_QTY = row(("id", I64))
 
@@ -107,8 +107,8 @@ def test_forward_problems_say_they_concern_older_readers() -> None:
 
 
 def test_transitive_levels_check_every_earlier_version() -> None:
-    # v1 has a required `qty`, v2 dropped it, v3 brings it back required: BACKWARD checks v2
-    # only (fine), BACKWARD_TRANSITIVE also v1 ... where it exists, so fine too; with a new type it is not.
+    # v1 has a required `qty` (int64), v2 dropped it, v3 brings it back as a required string:
+    # BACKWARD checks v2 only, BACKWARD_TRANSITIVE v1 too (and finds the type change).
     v2 = DROP_QTY
     v3 = row(("id", I64), ("qty", TEXT))
     assert problems("BACKWARD", v3, [V1, v2]) == ["new field `qty` is required and has no default"]
@@ -128,11 +128,11 @@ def test_transitive_levels_check_every_earlier_version() -> None:
 def test_levels_parse_case_insensitively_and_name_the_key() -> None:
     assert parse_level(None) == "BACKWARD"
     assert parse_level(" full_transitive ") == "FULL_TRANSITIVE"
-    with pytest.raises(ConfigException, match="schema.compatibility.*sideways"):
+    with pytest.raises(ConfigException, match=r"schema\.compatibility.*sideways"):
         parse_level("sideways")
 
 
-# -- the wrapper over a registry --------------------------------------------------------------------
+# -- the wrapper over a registry -------------------------------------------------------------------
 def test_checked_registry_refuses_naming_topic_field_and_why(tmp_path) -> None:
     inner = SqliteSchemaRegistry(str(tmp_path / "schemas.sqlite"))
     registry = CheckedRegistry(inner)

@@ -5,7 +5,7 @@ Levels (`schema.compatibility`), as Confluent documents them:
 | level | a new version must… | so that |
 |---|---|---|
 | `BACKWARD` (default) | read data written with the latest version | consumers upgrade first |
-| `BACKWARD_TRANSITIVE` | read data written with every earlier version | a sink can replay the topic |
+| `BACKWARD_TRANSITIVE` | read data written with every earlier version | a sink replays all |
 | `FORWARD` | be readable by the latest version | producers upgrade first |
 | `FORWARD_TRANSITIVE` | be readable by every earlier version | |
 | `FULL` | both BACKWARD and FORWARD against the latest version | |
