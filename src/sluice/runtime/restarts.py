@@ -32,6 +32,10 @@ TRANSIENT_MARKERS = (
     "Python worker failed to connect back",
     "Python worker exited unexpectedly",
     "ExecutorLostFailure",
+    # A source whose table changed its columns under it (the JDBC source's SCHEMA_CHANGED): a
+    # restart plans it again with the new columns and registers the new schema version, which
+    # the registry checks (`schema.compatibility`); a refused version fails for good.
+    "changed its columns while running",
 )
 _FIRST_DELAY_S = 1.0
 
