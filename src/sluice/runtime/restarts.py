@@ -14,6 +14,9 @@ from the machine, not from the connector:
   ``min(1 s * 2^(n-1), this)``; a restarted query that runs this long without failing starts
   the count again.
 
+A source whose table changed its columns under it fails with a marker too: a restart plans it
+again with the new columns (see `sluice.connectors.jdbc.source.SCHEMA_CHANGED`).
+
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
 """
