@@ -6,8 +6,8 @@ MariaDB → JdbcSourceConnector → Avro topic → JdbcSinkConnector → Postgre
   BACKWARD compatible); the sink, never restarted, decodes with version 2 from its next
   micro-batch and adds the column (`auto.evolve`); every row written after the ALTER has it.
 * A new sink replaying the whole topic from offset 0 reads version-1 records into version 2.
-* A narrowed column type is refused at the source, naming the topic, the field and why; the
-  registry keeps its two versions.
+* A narrowed column type, and a new column required without a default, are refused at the
+  source, naming the topic, the field and why; nothing of them reaches the target.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ _COLUMNS = (
 )
 
 
-def test_a_running_mirror_follows_add_column_and_refuses_a_narrowed_type(
+def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     worker: WorkerProcess, my: Db, pg: Db
 ) -> None:
     my.execute(
@@ -104,6 +104,7 @@ def test_a_running_mirror_follows_add_column_and_refuses_a_narrowed_type(
     )
     wait_until(lambda: len(_rows(pg, "orders_copy")) == 6, 120, "6 rows in the target")
     rows = _rows(pg, "orders_copy")
+    assert "updated" in [r[0] for r in pg.rows(_COLUMNS, (pg.namespace, "orders_copy"))]
     assert [r[:2] for r in rows] == [(i, i) for i in range(1, 7)]
     # no row written after the ALTER misses the new column
     assert [r[2].replace(tzinfo=None) for r in rows[3:]] == [T1] * 3
@@ -130,6 +131,17 @@ def test_a_running_mirror_follows_add_column_and_refuses_a_narrowed_type(
     assert "not BACKWARD compatible" in trace, trace
     assert "field `qty` changed type from int64 to int32" in trace, trace
     assert len(_rows(pg, "orders_copy")) == 6  # nothing of the refused version arrived
+    # … and so is a new field made required without a default (restarted by hand this time)
+    my.execute(f"ALTER TABLE {my.q('orders')} MODIFY qty BIGINT NOT NULL")
+    my.execute(f"ALTER TABLE {my.q('orders')} ADD COLUMN x INT NOT NULL")
+    assert worker.request("POST", f"/v1/connectors/{source}/restart").status_code == 202
+    wait_until(
+        lambda: "new field `x` is required and has no default" in _trace(worker, source),
+        120,
+        "the source refusing the required field",
+    )
+    assert worker.state(source) == "FAILED"
+    assert len(_rows(pg, "orders_copy")) == 6
     assert worker.state(sink) == "RUNNING"
     for name in (source, sink, f"{sink}Replay"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

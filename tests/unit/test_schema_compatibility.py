@@ -164,3 +164,27 @@ def test_checked_registry_levels_per_subject_and_pickles(tmp_path) -> None:
         copy.register("strict-value", narrowed)
     assert copy.latest("loose-value").schema == narrowed
     assert copy.by_id(copy.schema_id(narrowed)) == narrowed
+
+
+# -- where the level is configured -----------------------------------------------------------------
+def test_the_worker_sets_the_default_and_a_connector_overrides_it(tmp_path) -> None:
+    from sluice.engine.keys import RUNTIME_KEYS
+    from sluice.runtime.runner import connector_registry
+    from sluice.runtime.worker_config import WorkerConfig
+
+    worker = WorkerConfig.from_properties({"storePathRootDir": str(tmp_path)})
+    assert worker.schema_compatibility == "BACKWARD"
+    strict = WorkerConfig.from_properties(
+        {"storePathRootDir": str(tmp_path), "schema.compatibility": "FULL_TRANSITIVE"}
+    )
+    assert strict.schema_compatibility == "FULL_TRANSITIVE"
+    with pytest.raises(ConfigException, match=r"schema\.compatibility"):
+        WorkerConfig.from_properties(
+            {"storePathRootDir": str(tmp_path), "schema.compatibility": "X"}
+        )
+    assert connector_registry(str(tmp_path), "FULL", {}).level == "FULL"
+    own = {"schema.compatibility": "NONE"}
+    assert RUNTIME_KEYS.parse(own)["schema.compatibility"] == "NONE"
+    assert connector_registry(str(tmp_path), "FULL", own).level == "NONE"
+    with pytest.raises(ConfigException, match=r"schema\.compatibility"):
+        RUNTIME_KEYS.parse({"schema.compatibility": "SIDEWAYS"})

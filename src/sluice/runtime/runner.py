@@ -102,6 +102,14 @@ def _check_mixed_sink(conf: dict[str, str], codecs: SinkCodecs, topics: list[str
             )
 
 
+def connector_registry(root: str, worker_level: str, conf: dict[str, str]) -> CheckedRegistry:
+    """The schema registry as connector `conf` sees it: new versions of the subjects it
+    registers are checked at its `schema.compatibility`, else at the worker's."""
+    level = conf.get(COMPATIBILITY_KEY) or worker_level
+    inner = SqliteSchemaRegistry(os.path.join(root, "schemas.sqlite"))
+    return CheckedRegistry(inner, parse_level(level))
+
+
 @dataclass
 class RunningConnector:
     """A started connector: its query and what it is."""
@@ -179,13 +187,6 @@ class ConnectorRunner:
                 daemon=True,
                 name="sluice-bus-maintenance",
             ).start()
-
-    def registry(self, conf: dict[str, str]) -> CheckedRegistry:
-        """The schema registry as connector `conf` sees it: new versions of the subjects it
-        registers are checked at its `schema.compatibility` (else the worker's)."""
-        level = conf.get(COMPATIBILITY_KEY) or self.schema_compatibility
-        inner = SqliteSchemaRegistry(os.path.join(self.root, "schemas.sqlite"))
-        return CheckedRegistry(inner, parse_level(level))
 
     def maintain(self) -> dict[str, int]:
         """Apply topic retention (by age and size) and remove orphaned staged segments now."""
@@ -286,7 +287,7 @@ class ConnectorRunner:
             fence = (name, generation)
             positions = fenced = FencedPositions(self.positions, generation)
         checkpoint = os.path.join(run_dir, "checkpoint")
-        registry = self.registry(conf)
+        registry = connector_registry(self.root, self.schema_compatibility, conf)
         self.counts_itself.discard(name)
         if isinstance(connector, SourceConnector):
             plan = plan_source(
