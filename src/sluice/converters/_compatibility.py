@@ -146,7 +146,8 @@ class IncompatibleSchema(ConnectException):
         super().__init__(
             f"{what}: the new schema is not {level} compatible with the registered one: "
             + "; ".join(reasons),
-            suggestion="make the new field optional or give the column a default; or set "
+            suggestion="make the change compatible (an optional field, a column with a "
+            "default, a type widened rather than narrowed), or set "
             f"{KEY} (connector or worker config) to a looser level, or NONE",
         )
         self.subject = subject
