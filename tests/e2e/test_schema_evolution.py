@@ -8,6 +8,9 @@ MariaDB → JdbcSourceConnector → Avro topic → JdbcSinkConnector → Postgre
 * A new sink replaying the whole topic from offset 0 reads version-1 records into version 2.
 * A narrowed column type, and a new column required without a default, are refused at the
   source, naming the topic, the field and why; nothing of them reaches the target.
+* The same with `JsonConverter` (PostgreSQL → JSON topic → PostgreSQL): its sink decodes in
+  Spark SQL, whose column types are fixed when the query starts, so it restarts by itself at the
+  micro-batch that meets the new version, and then adds the column.
 """
 
 from __future__ import annotations
@@ -144,4 +147,61 @@ def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     assert len(_rows(pg, "orders_copy")) == 6
     assert worker.state(sink) == "RUNNING"
     for name in (source, sink, f"{sink}Replay"):
+        assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def test_a_json_sink_on_the_jvm_path_restarts_by_itself_for_a_new_version(
+    worker: WorkerProcess, pg: Db
+) -> None:
+    pg.execute(f"CREATE TABLE {pg.table('items')} (id SERIAL PRIMARY KEY, qty BIGINT NOT NULL)")
+    pg.executemany(f"INSERT INTO {pg.table('items')} (qty) VALUES (%s)", [(1,), (2,)])
+    topic = f"evolveJson{pg.namespace[-10:]}"
+    source, sink = f"{topic}Src", f"{topic}Sink"
+    json_values = {"value.converter": "JsonConverter", "value.converter.schemas.enable": "true"}
+    _post(
+        worker,
+        source,
+        {
+            "connector.class": "JdbcSourceConnector",
+            **pg.config(),
+            "mode": "incrementing",
+            "incrementing.column.name": "id",
+            "table.whitelist": "items",
+            "connect.topicname": topic,
+            "poll.interval.ms": "200",
+            **json_values,
+        },
+    )
+    _post(
+        worker,
+        sink,
+        {
+            "connector.class": "JdbcSinkConnector",
+            **pg.config(),
+            "connect.topicnames": topic,
+            "insert.mode": "upsert",
+            "pk.mode": "record_value",
+            "pk.fields": "id",
+            "auto.create": "true",
+            "auto.evolve": "true",
+            "table.name.format": "items_copy",
+            **json_values,
+        },
+    )
+    wait_until(lambda: len(_rows(pg, "items_copy")) == 2, 120, "2 rows in the target")
+    pg.execute(
+        f"ALTER TABLE {pg.table('items')} ADD COLUMN updated TIMESTAMP NOT NULL DEFAULT now()"
+    )
+    when = datetime(2026, 1, 2, 3, 4, 5, 123000)  # JSON carries milliseconds
+    pg.executemany(
+        f"INSERT INTO {pg.table('items')} (qty, updated) VALUES (%s, %s)", [(3, when), (4, when)]
+    )
+    wait_until(lambda: len(_rows(pg, "items_copy")) == 4, 120, "4 rows in the target")
+    rows = _rows(pg, "items_copy")
+    assert [r[:2] for r in rows] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+    assert [r[2].replace(tzinfo=None) for r in rows[2:]] == [when, when]
+    log = worker.log.read_text()
+    assert f"sink {sink}: topic {topic} value schema has a new schema version" in log
+    wait_until(lambda: worker.state(sink) == "RUNNING", 60, "the sink RUNNING")
+    for name in (source, sink):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

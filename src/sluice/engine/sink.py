@@ -364,11 +364,42 @@ class SinkRunner:
             self.plan.owned.abort(produced, batch_id)
 
 
+#: The text of a JVM-path sink's failure when a topic it reads got a new schema version; the
+#: runtime restarts such a query by itself (`sluice.runtime.restarts.TRANSIENT_MARKERS`).
+NEW_VERSION = "has a new schema version while running"
+
+
+def check_versions(plan: SinkPlan) -> None:
+    """A sink on the JVM path (its column types fixed by Spark when its query started): raise if
+    the registry holds a newer schema than the one its decoders were planned with, so that the
+    runtime restarts it with the new version (executor, once per task and micro-batch, before
+    the task writes anything: the micro-batch is then read again by the restarted query)."""
+    if plan.registry is None or plan.codecs is None:
+        return
+    now = plan_decoders(plan.config, plan.topics, plan.registry)
+    changed = [
+        f"{topic} {role}"
+        for topic in plan.topics
+        for role, old, new in (
+            ("key", plan.codecs.of(topic).key, now.of(topic).key),
+            ("value", plan.codecs.of(topic).value, now.of(topic).value),
+        )
+        if old.schema != new.schema
+    ]
+    if changed:
+        raise ConnectException(
+            f"sink {plan.name}: topic {', '.join(changed)} schema {NEW_VERSION}; the connector "
+            "restarts to decode it (a fused sink would take it at its next micro-batch)",
+            suggestion="nothing to do; with restart.transient.max.attempts=0, restart it",
+        )
+
+
 class _SinkWriter(DataSourceStreamArrowWriter):
     def __init__(self, plan: SinkPlan) -> None:
         self.runner = SinkRunner(plan)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+        check_versions(self.runner.plan)
         ctx = TaskContext.get()
         return self.runner.write(iterator, ctx.partitionId() if ctx else 0)
 
