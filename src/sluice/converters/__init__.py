@@ -21,8 +21,8 @@ of an entry point in the group `sluice.converters`, or after `register(cls, *ali
 (`sluice.store.schemas`): a source registers the Connect schema of the keys and values it writes
 under `<topic>-key` / `<topic>-value` when its query is planned (for `connect.topicname`) and before
 it commits a micro-batch to any other topic (e.g. one chosen by `RegexRouter`); a new schema becomes
-a new version. A sink decodes with the latest version registered for its topics when its query
-starts. All its topics must have the same schema, else the start fails with a `ConfigException`
+a new version if `schema.compatibility` allows it (`_compatibility`). A sink decodes with the latest
+version registered for its topics (a fused sink plans it again at each micro-batch). All its topics must have the same schema, else the start fails with a `ConfigException`
 naming the topics. A topic with no registered schema (written by an outside producer, or not yet
 written) fails the start for `AvroConverter` and `JsonConverter` with `schemas.enable=true`; with
 `schemas.enable=false` the sink then receives each value's JSON text as a STRING.
