@@ -49,3 +49,10 @@ def test_column_changes_names_added_removed_retyped_and_loosened_columns() -> No
     # a field planned optional to share a topic (NOT NULL in the table) is not a change
     shared = [POSTGRES.map_column(_pg("id", nullable=True))]
     assert column_changes(shared, [_pg("id")], POSTGRES) == ""
+
+
+def test_a_changed_table_is_a_failure_the_runtime_restarts_by_itself() -> None:
+    from sluice.connectors.jdbc.source import SCHEMA_CHANGED
+    from sluice.runtime.restarts import is_transient
+
+    assert is_transient(f"ConnectException: table 'shop.orders' {SCHEMA_CHANGED} (added: x)")

@@ -85,3 +85,31 @@ def test_a_fused_sink_plans_the_newest_version_at_each_batch(registry) -> None:
     assert plan_decoders(config, ["orders"], registry).value.schema == V1
     registry.register("orders-value", canonical(V2))
     assert plan_decoders(config, ["orders"], registry).value.schema == V2
+
+
+def test_sinks_see_a_new_version_at_their_next_batch(registry) -> None:
+    """A fused sink decodes with it (`SinkRunner.codecs`); a JVM-path sink, whose Spark types
+    are fixed, fails with the marker the runtime restarts it for (`check_versions`)."""
+    from sluice.connectors.jdbc import JdbcSinkConnector
+    from sluice.engine.sink import NEW_VERSION, SinkPlan, SinkRunner, check_versions
+    from sluice.runtime.restarts import is_transient
+
+    config = {"value.converter": "AvroConverter"}
+    registry.register("orders-value", canonical(V1))
+    plan = SinkPlan(
+        "s",
+        "run",
+        JdbcSinkConnector,
+        config,
+        ({},),
+        codecs=plan_decoders(config, ["orders"], registry),
+        topics=("orders",),
+        registry=registry,
+    )
+    check_versions(plan)  # nothing new
+    assert SinkRunner(plan).codecs().value.schema == V1
+    registry.register("orders-value", canonical(V2))
+    assert SinkRunner(plan).codecs().value.schema == V2
+    with pytest.raises(Exception, match=f"sink s: topic orders value schema {NEW_VERSION}") as e:
+        check_versions(plan)
+    assert is_transient(str(e.value))
