@@ -50,6 +50,11 @@ def _rows(pg: Db, table: str) -> list[tuple[Any, ...]]:
     return pg.rows(f"SELECT {select} FROM {pg.table(table)} ORDER BY id")
 
 
+def _topic_count(worker: WorkerProcess, topic: str) -> int:
+    queues = worker.get(f"/v1/topics/{topic}").json()["queues"]
+    return sum(q["max_offset"] - q["min_offset"] for q in queues)
+
+
 _COLUMNS = (
     "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
     "AND table_name = %s ORDER BY ordinal_position"
@@ -115,6 +120,7 @@ def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     assert f"connector {source} failed for a transient" in log  # it restarted by itself…
     assert "changed its columns while running (added: updated)" in log
     assert f"connector {sink} failed" not in log  # …the sink never did
+    assert _topic_count(worker, topic) == 6  # the source's restart repeated no record
     assert worker.state(sink) == "RUNNING"
 
     # -- a new sink replays the whole topic (versions 1 and 2) ---------------------------------
@@ -145,6 +151,7 @@ def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     )
     assert worker.state(source) == "FAILED"
     assert len(_rows(pg, "orders_copy")) == 6
+    assert _topic_count(worker, topic) == 6  # nothing of a refused version was published
     assert worker.state(sink) == "RUNNING"
     for name in (source, sink, f"{sink}Replay"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
