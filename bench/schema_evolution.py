@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 
 import pyarrow as pa
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from sluice.converters import canonical, converter_from_config  # noqa: E402
-from sluice.engine.converters import plan_decoders  # noqa: E402
-from sluice.sdk import FieldType, Schema  # noqa: E402
-from sluice.store.schemas import SqliteSchemaRegistry  # noqa: E402
+from sluice.converters import canonical, converter_from_config
+from sluice.engine.converters import plan_decoders
+from sluice.sdk import FieldType, Schema
+from sluice.store.schemas import SqliteSchemaRegistry
 
 AVRO = {"value.converter": "AvroConverter"}
 COLUMNS = [(f"c{i}", Schema.of(FieldType.INT64, optional=False)) for i in range(6)]
