@@ -134,7 +134,10 @@ def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     # -- an incompatible change is refused at the source, naming the field ---------------------
     my.execute(f"ALTER TABLE {my.q('orders')} MODIFY qty INT NOT NULL")
     my.execute(f"INSERT INTO {my.q('orders')} (qty, updated) VALUES (7, %s)", (T1,))
-    wait_until(lambda: worker.state(source) == "FAILED", 120, "the source FAILED")
+    wait_until(
+        lambda: "not BACKWARD compatible" in _trace(worker, source), 120, "the source refusing"
+    )
+    assert worker.state(source) == "FAILED"
     trace = _trace(worker, source)
     assert f"topic '{topic}' (value schema)" in trace, trace
     assert "not BACKWARD compatible" in trace, trace
