@@ -153,3 +153,25 @@ def test_older_flat_avro_versions_decode_vectorised_and_match_fastavro(registry)
     assert [v for i, v in enumerate(values) if i not in (2, 3, 5)] == [
         r for i, r in enumerate(decoded.values.to_pylist()) if i not in (2, 3, 5)
     ]
+
+
+def test_promotions_of_older_versions_match_avro(registry) -> None:
+    """int64 → float64 rounds as Avro does; bytes → string reads UTF-8, and names a record whose
+    bytes are not UTF-8 instead of failing the batch."""
+    old = Schema.struct(("n", I64), ("b", Schema.bytes_()), optional=False)
+    new = Schema.struct(
+        ("n", Schema.of(FieldType.FLOAT64, optional=False)), ("b", Schema.string()), optional=False
+    )
+    registry.register("t-value", canonical(old))
+    rows = [{"n": 2**53 + 1, "b": b"caf\xc3\xa9"}, {"n": -3, "b": None}]
+    good = _encoded("AvroConverter", registry, old, rows)
+    bad = _encoded("AvroConverter", registry, old, [{"n": 1, "b": b"\xff"}])
+    registry.register("t-value", canonical(new))
+    decoder = plan_decoders({"value.converter": "AvroConverter"}, ["t"], registry).value
+    decoded = decoder.arrow(good)
+    assert decoded.errors is None or decoded.errors.null_count == 2
+    assert decoded.values.to_pylist() == [{"n": float(2**53), "b": "café"}, {"n": -3.0, "b": None}]
+    mixed = decoder.arrow(pa.concat_arrays([good, bad]))
+    assert mixed.values.to_pylist()[:2] == decoded.values.to_pylist()
+    assert mixed.errors.to_pylist()[:2] == [None, None]
+    assert mixed.errors.to_pylist()[2] is not None  # that record only, named by its reason

@@ -401,7 +401,11 @@ class _AvroDecoder(Decoder):
             decoded, left = _avro_vector.decode(
                 array.take(pa.array(rows)), writer[1], head, writer[0]
             )
-            physical = _merge(physical, rows, _project(decoded, writer[0], self.schema))
+            try:
+                projected = _project(decoded, writer[0], self.schema)
+            except pa.ArrowInvalid:
+                continue  # bytes read as text that are not UTF-8: fastavro names the record
+            physical = _merge(physical, rows, projected)
             undecoded[rows] = left
         return physical, undecoded
 
@@ -485,16 +489,23 @@ def _project(values: pa.Array, writer: Schema, reader: Schema) -> pa.Array:
     """Physical values of a flat `writer` schema as the `reader`'s (Avro resolution, checked
     beforehand): fields matched by name and widened, missing ones null, others dropped."""
     if reader.type is not FieldType.STRUCT:
-        return values.cast(physical_type(reader))
+        return _widen(values, physical_type(reader))
     written = {f.name for f in writer.fields}
     children = [
-        values.field(f.name).cast(physical_type(f.schema))
+        _widen(values.field(f.name), physical_type(f.schema))
         if f.name in written
         else pa.nulls(len(values), physical_type(f.schema))
         for f in reader.fields
     ]
     fields = [pa.field(f.name, physical_type(f.schema)) for f in reader.fields]
     return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
+
+
+def _widen(values: pa.Array, type_: pa.DataType) -> pa.Array:
+    """A writer's column as the reader's type. Numbers widen as Avro promotes them (a long read
+    as a double may round, as in Avro); bytes read as text must be UTF-8 (else ArrowInvalid)."""
+    numeric = pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+    return values.cast(type_, safe=not numeric)
 
 
 def _from_avro(s: Schema, where: str) -> Callable[[Any], Any]:
