@@ -309,6 +309,38 @@ def test_arrow_only_converters_through_spark(spark: Any, registry: SqliteSchemaR
 
 
 @pytest.mark.spark
+def test_json_envelopes_of_an_older_version_project_in_spark_sql(
+    spark: Any, registry: SqliteSchemaRegistry
+) -> None:
+    """JSON decodes in Spark SQL (the JVM path): records of version 1 read with version 2 get
+    null for the added optional field, lose the removed one and keep a widened number."""
+    from sluice.converters import converter_from_config
+    from sluice.engine.converters import decode_frame, plan_decoders
+
+    config = {"value.converter": "JsonConverter"}
+    v1 = Schema.struct(
+        ("id", Schema.of(FieldType.INT32, optional=False)), ("gone", Schema.string())
+    )
+    v2 = Schema.struct(
+        ("id", Schema.of(FieldType.INT64, optional=False)), ("note", Schema.string())
+    )
+    encode = converter_from_config(config, "value", registry).encoder
+    old = encode(v1).arrow(pa.array([{"id": 1, "gone": "x"}], v1.to_arrow()))
+    new = encode(v2).arrow(pa.array([{"id": 2**40, "note": "n"}], v2.to_arrow()))
+    registry.register("t-value", canonical(v1))
+    registry.register("t-value", canonical(v2))
+    decoders = plan_decoders(config, ["t"], registry)
+    assert decoders.value.has_sql and decoders.value.schema == v2
+    raws = pa.concat_arrays([old, new])
+    out = decode_frame(_topic_frame(spark, pa.nulls(2, pa.string()), raws), decoders).toArrow()
+    assert out.column("error").to_pylist() == [None, None]
+    assert out.column("value").to_pylist() == [
+        {"id": 1, "note": None},
+        {"id": 2**40, "note": "n"},
+    ]
+
+
+@pytest.mark.spark
 def test_decode_errors_become_the_error_column(spark: Any, registry: SqliteSchemaRegistry) -> None:
     from sluice.engine.converters import decode_frame, fail_on_errors, plan_decoders
 

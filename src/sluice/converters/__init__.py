@@ -21,11 +21,12 @@ of an entry point in the group `sluice.converters`, or after `register(cls, *ali
 (`sluice.store.schemas`): a source registers the Connect schema of the keys and values it writes
 under `<topic>-key` / `<topic>-value` when its query is planned (for `connect.topicname`) and before
 it commits a micro-batch to any other topic (e.g. one chosen by `RegexRouter`); a new schema becomes
-a new version. A sink decodes with the latest version registered for its topics when its query
-starts. All its topics must have the same schema, else the start fails with a `ConfigException`
-naming the topics. A topic with no registered schema (written by an outside producer, or not yet
-written) fails the start for `AvroConverter` and `JsonConverter` with `schemas.enable=true`; with
-`schemas.enable=false` the sink then receives each value's JSON text as a STRING.
+a new version if `schema.compatibility` allows it (`_compatibility`). A sink decodes with the latest
+version registered for its topics (a fused sink plans it again at each micro-batch; see
+docs/schemas.md). Topics of different schemas are decoded apart (a fused sink). A topic with
+no registered schema (written by an outside producer, or not yet written) fails the start for
+`JsonConverter` with `schemas.enable=true` (`AvroConverter` takes it when its first records come);
+with `schemas.enable=false` the sink then receives each value's JSON text as a STRING.
 
 **Errors (sink side).** A decoder never turns bad bytes into a silent null. The engine's decode
 step adds three columns to the sink frame (`sluice.engine.converters.decode_frame`):
@@ -61,6 +62,7 @@ from sluice.converters._base import (
     SchemaRegistry,
     subject,
 )
+from sluice.converters._compatibility import CheckedRegistry, IncompatibleSchema
 from sluice.converters._json import JsonConverter
 from sluice.converters._primitive import (
     ByteArrayConverter,
@@ -174,6 +176,7 @@ __all__ = [
     "ROLES",
     "AvroConverter",
     "ByteArrayConverter",
+    "CheckedRegistry",
     "Converter",
     "DecodeSql",
     "Decoded",
@@ -181,6 +184,7 @@ __all__ = [
     "DoubleConverter",
     "Encoder",
     "FloatConverter",
+    "IncompatibleSchema",
     "IntegerConverter",
     "JsonConverter",
     "LongConverter",

@@ -17,6 +17,7 @@ from typing import Any
 import fastavro
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.converters import _avro_vector
 from sluice.converters._base import (
@@ -28,6 +29,7 @@ from sluice.converters._base import (
     SchemaRegistry,
     string_errors,
 )
+from sluice.converters._compatibility import read_problems
 from sluice.converters._json import _unscaled_bytes, decimal_of
 from sluice.converters._schemas import (
     arrow_type,
@@ -35,6 +37,7 @@ from sluice.converters._schemas import (
     describe,
     from_connect,
     from_physical,
+    physical_type,
     to_physical,
 )
 from sluice.sdk import ConfigException, FieldType, Logical, Schema
@@ -67,9 +70,11 @@ class AvroConverter(Converter):
     and prefix every message with `0x00` + the schema's 4-byte id (Confluent's wire format, so
     `io.confluent.connect.avro.AvroConverter` is accepted as an alias; its `schema.registry.url`
     is accepted and ignored: the registry is sluice's own). Sinks decode with the writer schema the
-    id names, resolved to the topic's latest registered schema when the query started (Avro's
-    rules: fields the sink does not know are dropped, missing optional fields are null); an id the
-    registry does not know is an error for that record.
+    id names, resolved to the topic's latest registered schema (Avro's rules: fields the sink does
+    not know are dropped, missing optional fields are null); a fused sink takes a newer version at
+    its next micro-batch (`sluice.engine.sink.SinkRunner.codecs`), others when they start. An id
+    the registry does not know is an error for that record; so is a writer version the sink's
+    cannot read (the message says the versions are incompatible, see `_compatibility`).
 
     Mapping: INT8/INT16 → int (`"connect.type": "int8"`), INT32 → int, INT64 → long, FLOAT32 →
     float, FLOAT64 → double, BOOLEAN, STRING, BYTES; Decimal(p, s) → bytes `decimal`; Date →
@@ -320,17 +325,20 @@ class _AvroDecoder(Decoder):
         self.schema_id = schema_id
         self.registry = registry
         self._writers: dict[int, tuple[Any, Any] | None] = {}
+        self._flat_writers: dict[int, tuple[Schema, list] | None] = {}
         self._reader: tuple[Any, Callable[[Any], Any]] | None = None
         self._flat = _avro_vector.flat_columns(schema)
         if self._flat is not None:
             self.arrow_mode = "vectorised"
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_writers", "_reader")}
+        caches = ("_writers", "_flat_writers", "_reader")
+        return {k: v for k, v in self.__dict__.items() if k not in caches}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._writers = {}
+        self._flat_writers = {}
         self._reader = None
 
     def _writer(self, schema_id: int) -> tuple[Any, Any] | None:
@@ -359,20 +367,66 @@ class _AvroDecoder(Decoder):
             return Decoded(from_physical(values, self.schema), string_errors(reasons))
         header = MAGIC + self.schema_id.to_bytes(4, "big")
         physical, undecoded = _avro_vector.decode(array, self._flat, header, self.schema)
+        if undecoded.any():
+            physical, undecoded = self._older_versions(array, physical, undecoded)
         out = physical.cast(arrow_type(self.schema))
         if not undecoded.any():
             return Decoded(out, None)
-        # Records the vectorised reader left (another schema id, bad bytes): fastavro, one at a
-        # time, so their values and error texts are exactly the per-record path's.
+        # Records the vectorised reader left (an unknown or unresolvable schema id, bad bytes):
+        # fastavro, one at a time, so their values and error texts are the per-record path's.
         rows = np.nonzero(undecoded)[0]
         values, found = self._per_record(array.take(pa.array(rows)).to_pylist())
-        order = np.arange(len(array))
-        order[rows] = len(array) + np.arange(len(rows))
-        merged = pa.concat_arrays([out, from_physical(values, self.schema)]).take(order)
+        merged = _merge(out, rows, from_physical(values, self.schema))
         reasons: list[str | None] = [None] * len(array)
         for row, reason in zip(rows.tolist(), found, strict=True):
             reasons[row] = reason
         return Decoded(merged, string_errors(reasons))
+
+    def _older_versions(
+        self, array: pa.Array, physical: pa.Array, undecoded: np.ndarray
+    ) -> tuple[pa.Array, np.ndarray]:
+        """Records of other flat writer versions that resolve to the reader's (a sink replaying
+        a topic after its schema evolved), decoded column by column with their writer schema and
+        projected onto the reader's: about as fast as the reader's own version. The rest stays
+        undecoded (for fastavro)."""
+        undecoded = undecoded.copy()
+        headers = pc.binary_slice(array, 0, 5)
+        candidates = headers.filter(pa.array(undecoded)).unique().to_pylist()
+        for head in candidates:
+            writer = self._flat_writer(head)
+            if writer is None:
+                continue
+            same = pc.fill_null(pc.equal(headers, pa.scalar(head, pa.binary())), False)
+            rows = np.nonzero(undecoded & same.to_numpy(zero_copy_only=False))[0]
+            decoded, left = _avro_vector.decode(
+                array.take(pa.array(rows)), writer[1], head, writer[0]
+            )
+            try:
+                projected = _project(decoded, writer[0], self.schema)
+            except pa.ArrowInvalid:
+                continue  # bytes read as text that are not UTF-8: fastavro names the record
+            physical = _merge(physical, rows, projected)
+            undecoded[rows] = left
+        return physical, undecoded
+
+    def _flat_writer(self, head: bytes | None) -> tuple[Schema, list] | None:
+        """(writer schema, its flat columns) of a header naming another version that resolves
+        to the reader's; None when it does not (the per-record path then says why)."""
+        if not head or len(head) < 5 or head[:1] != MAGIC:
+            return None
+        schema_id = int.from_bytes(head[1:5], "big")
+        if schema_id == self.schema_id:
+            return None
+        if schema_id not in self._flat_writers:
+            text = self.registry.by_id(schema_id)
+            found = None
+            if text is not None:
+                writer = from_connect(json.loads(text))
+                columns = _avro_vector.flat_columns(writer)
+                if columns is not None and not read_problems(self.schema, writer):
+                    found = (writer, columns)
+            self._flat_writers[schema_id] = found
+        return self._flat_writers[schema_id]
 
     def _per_record(self, raws: list[bytes | None]) -> tuple[list[Any], list[str | None]]:
         """fastavro, one record at a time (any schema): values and error reasons."""
@@ -405,6 +459,14 @@ class _AvroDecoder(Decoder):
         buf = io.BytesIO(raw[5:])
         try:
             datum = fastavro.schemaless_reader(buf, schemas[0], schemas[1])
+        except fastavro.read.SchemaResolutionError as exc:
+            # The bytes are fine: the two schema versions are not compatible (a version the
+            # registry accepted before it checked compatibility). Say so, not "bad data".
+            raise _Bad(
+                f"{self.role} was written with schema id {schema_id}, which the sink's schema "
+                f"(id {self.schema_id}) cannot read: {exc}; the topic's schema versions are "
+                "not compatible (see schema.compatibility)"
+            ) from None
         except Exception as exc:  # fastavro raises many kinds (EOFError, ValueError, …)
             raise _Bad(
                 f"{self.role} is not valid Avro for schema id {schema_id}: {exc!r}"
@@ -414,6 +476,36 @@ class _AvroDecoder(Decoder):
         if datum is None:
             raise _Bad(f"{self.role} is an Avro null, but its schema is not optional")
         return datum
+
+
+def _merge(base: pa.Array, rows: np.ndarray, values: pa.Array) -> pa.Array:
+    """`base` with its entries at `rows` replaced by `values` (same type, one per row)."""
+    order = np.arange(len(base))
+    order[rows] = len(base) + np.arange(len(rows))
+    return pa.concat_arrays([base, values.cast(base.type)]).take(pa.array(order))
+
+
+def _project(values: pa.Array, writer: Schema, reader: Schema) -> pa.Array:
+    """Physical values of a flat `writer` schema as the `reader`'s (Avro resolution, checked
+    beforehand): fields matched by name and widened, missing ones null, others dropped."""
+    if reader.type is not FieldType.STRUCT:
+        return _widen(values, physical_type(reader))
+    written = {f.name for f in writer.fields}
+    children = [
+        _widen(values.field(f.name), physical_type(f.schema))
+        if f.name in written
+        else pa.nulls(len(values), physical_type(f.schema))
+        for f in reader.fields
+    ]
+    fields = [pa.field(f.name, physical_type(f.schema)) for f in reader.fields]
+    return pa.StructArray.from_arrays(children, fields=fields, mask=values.is_null())
+
+
+def _widen(values: pa.Array, type_: pa.DataType) -> pa.Array:
+    """A writer's column as the reader's type. Numbers widen as Avro promotes them (a long read
+    as a double may round, as in Avro); bytes read as text must be UTF-8 (else ArrowInvalid)."""
+    numeric = pa.types.is_integer(values.type) or pa.types.is_floating(values.type)
+    return values.cast(type_, safe=not numeric)
 
 
 def _from_avro(s: Schema, where: str) -> Callable[[Any], Any]:

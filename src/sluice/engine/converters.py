@@ -68,6 +68,11 @@ def converter_for(
     return converter_from_config(config, key.split(".", 1)[0], registry)
 
 
+def uses_registry(config: dict[str, str]) -> bool:
+    """True when the key or value converter takes its schemas from the registry."""
+    return any(converter_for(config, key).uses_registry for key in CONVERTER_KEYS)
+
+
 @dataclass(frozen=True)
 class SourceCodecs:
     """A source's key and value encoders, and the schemas it registers for every topic it writes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from sluice.converters._compatibility import LEVELS
 from sluice.sdk import ConfigDef, ConfigKey
 
 #: `errors.*` besides the retry keys (see `sluice.engine.errors`).
@@ -53,6 +54,13 @@ RUNTIME_KEYS = ConfigDef(
         default=60_000,
         min=1000,
         doc="the restarts' backoff doubles from 1 s up to this",
+    ),
+    # sluice.converters._compatibility: the level of the subjects this connector registers
+    ConfigKey(
+        "schema.compatibility",
+        default=None,
+        choices=LEVELS,
+        doc="compatibility of new schema versions (default: the worker's, BACKWARD)",
     ),
 )
 

@@ -20,7 +20,13 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
 from sluice.converters import SchemaRegistry
-from sluice.engine.converters import SinkCodecs, check_errors, plan_decoders, sluice_frame
+from sluice.engine.converters import (
+    SinkCodecs,
+    check_errors,
+    plan_decoders,
+    sluice_frame,
+    uses_registry,
+)
 from sluice.engine.direct import BatchConsumer, from_topic_frames, receipt_row
 from sluice.engine.errors import (
     TOPIC_FRAME_SCHEMA,
@@ -66,6 +72,10 @@ class SinkPlan:
     #: Distributed mode: the lease fence, checked before the sink's commit so a worker that lost
     #: the connector's lease never commits another batch (see `sluice.store.positions`).
     fence: LeaseFence | None = field(default=None, compare=False)
+    #: The topics and the registry the decoders were planned from: a fused sink plans them again
+    #: at each micro-batch (see `SinkRunner.codecs`), so it decodes with the newest versions.
+    topics: tuple[str, ...] = ()
+    registry: SchemaRegistry | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -109,6 +119,8 @@ def plan_sink(
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
     retry = RetryPolicy.from_config(config)
     codecs = plan_decoders(config, topics, registry)
+    if not uses_registry(config):
+        registry = None  # nothing to plan again at each micro-batch
     return SinkPlan(
         name,
         run,
@@ -122,6 +134,8 @@ def plan_sink(
         errors,
         dlq if errors.policy.dlq_topic else None,
         owned,
+        topics=tuple(topics),
+        registry=registry,
     )
 
 
@@ -289,10 +303,22 @@ class SinkRunner:
         if self.plan.counters is not None:
             self.plan.counters.add(self.plan.name, increments)
 
+    def codecs(self) -> SinkCodecs:
+        """The decoders of this micro-batch (fused sinks; executor, once per task and batch).
+
+        Planned again from the registry's latest versions of the topics' schemas, so a new
+        version registered by a source is picked up at the next micro-batch, not at a restart:
+        each record is read with the schema it was written with (its id) and projected onto
+        the newest one (Avro's resolution rules). Cheap: one registry lookup per topic and role.
+        """
+        if self.plan.registry is None or self.plan.codecs is None:
+            return self.plan.codecs or plan_decoders(self.plan.config, (), None)
+        return plan_decoders(self.plan.config, self.plan.topics, self.plan.registry)
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         ctx = TaskContext.get()
         pid = ctx.partitionId() if ctx else 0
-        codecs = self.plan.codecs or plan_decoders(self.plan.config, (), None)
+        codecs = self.codecs()
         frames = (f for b in batches for f in from_topic_frames(b, codecs))
         yield receipt_row(pid, self.write(frames, pid))
 
@@ -341,11 +367,42 @@ class SinkRunner:
             self.plan.owned.abort(produced, batch_id)
 
 
+#: The text of a JVM-path sink's failure when a topic it reads got a new schema version; the
+#: runtime restarts such a query by itself (`sluice.runtime.restarts.TRANSIENT_MARKERS`).
+NEW_VERSION = "has a new schema version while running"
+
+
+def check_versions(plan: SinkPlan) -> None:
+    """A sink on the JVM path (its column types fixed by Spark when its query started): raise if
+    the registry holds a newer schema than the one its decoders were planned with, so that the
+    runtime restarts it with the new version (executor, once per task and micro-batch, before
+    the task writes anything: the micro-batch is then read again by the restarted query)."""
+    if plan.registry is None or plan.codecs is None:
+        return
+    now = plan_decoders(plan.config, plan.topics, plan.registry)
+    changed = [
+        f"{topic} {role}"
+        for topic in plan.topics
+        for role, old, new in (
+            ("key", plan.codecs.of(topic).key, now.of(topic).key),
+            ("value", plan.codecs.of(topic).value, now.of(topic).value),
+        )
+        if old.schema != new.schema
+    ]
+    if changed:
+        raise ConnectException(
+            f"sink {plan.name}: topic {', '.join(changed)} schema {NEW_VERSION}; the connector "
+            "restarts to decode it (a fused sink would take it at its next micro-batch)",
+            suggestion="nothing to do; with restart.transient.max.attempts=0, restart it",
+        )
+
+
 class _SinkWriter(DataSourceStreamArrowWriter):
     def __init__(self, plan: SinkPlan) -> None:
         self.runner = SinkRunner(plan)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _TaskResult:
+        check_versions(self.runner.plan)
         ctx = TaskContext.get()
         return self.runner.write(iterator, ctx.partitionId() if ctx else 0)
 

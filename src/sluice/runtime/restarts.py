@@ -14,6 +14,10 @@ from the machine, not from the connector:
   ``min(1 s * 2^(n-1), this)``; a restarted query that runs this long without failing starts
   the count again.
 
+A source whose table changed its columns under it, and a sink on the JVM path whose topic got a
+new schema version, fail with a marker too: a restart plans them again with the new columns (see
+`sluice.connectors.jdbc.source.SCHEMA_CHANGED`, `sluice.engine.sink.NEW_VERSION`).
+
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
 """
@@ -32,6 +36,13 @@ TRANSIENT_MARKERS = (
     "Python worker failed to connect back",
     "Python worker exited unexpectedly",
     "ExecutorLostFailure",
+    # A source whose table changed its columns under it (the JDBC source's SCHEMA_CHANGED): a
+    # restart plans it again with the new columns and registers the new schema version, which
+    # the registry checks (`schema.compatibility`); a refused version fails for good.
+    "changed its columns while running",
+    # A sink on the JVM path whose topic got a new schema version (`sluice.engine.sink.
+    # NEW_VERSION`): Spark fixed its column types when it started, a restart takes the new ones.
+    "has a new schema version while running",
 )
 _FIRST_DELAY_S = 1.0
 

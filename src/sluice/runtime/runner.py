@@ -22,6 +22,8 @@ from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.base import Bus
 from sluice.bus.embedded import EmbeddedBus
+from sluice.converters._compatibility import DEFAULT_LEVEL, CheckedRegistry, parse_level
+from sluice.converters._compatibility import KEY as COMPATIBILITY_KEY
 from sluice.engine.checkpoint import last_committed_offsets
 from sluice.engine.converters import (
     SchemaRegistration,
@@ -52,6 +54,7 @@ from sluice.runtime.stores import WorkerStores
 from sluice.sdk import (
     ConfigException,
     RecordOffset,
+    SchemaRegistry,
     SinkConnector,
     SourceConnector,
     partition_key,
@@ -99,6 +102,16 @@ def _check_mixed_sink(conf: dict[str, str], codecs: SinkCodecs, topics: list[str
             )
 
 
+def connector_registry(
+    inner: SchemaRegistry, worker_level: str, conf: dict[str, str]
+) -> CheckedRegistry:
+    """The schema registry (`inner`: the worker's store) as connector `conf` sees it: new
+    versions of the subjects it registers are checked at its `schema.compatibility`, else at the
+    worker's."""
+    level = conf.get(COMPATIBILITY_KEY) or worker_level
+    return CheckedRegistry(inner, parse_level(level))
+
+
 @dataclass
 class RunningConnector:
     """A started connector: its query and what it is."""
@@ -140,8 +153,11 @@ class ConnectorRunner:
         bus: Bus | None = None,
         providers: ConfigProviders | None = None,
         stores: WorkerStores | None = None,
+        schema_compatibility: str = DEFAULT_LEVEL,
     ) -> None:
         self.spark = spark
+        #: the worker's `schema.compatibility` (a connector's own key overrides it)
+        self.schema_compatibility = schema_compatibility
         # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
         self.providers = providers or ConfigProviders()
         self.plugins = plugins or default_registry()
@@ -281,7 +297,7 @@ class ConnectorRunner:
             fence = (name, generation)
             positions = fenced = FencedPositions(self.positions, generation)
         checkpoint = os.path.join(run_dir, "checkpoint")
-        registry = self.schemas
+        registry = connector_registry(self.schemas, self.schema_compatibility, conf)
         self.counts_itself.discard(name)
         self.counters.clear_retrying(name)  # a previous run's notes (its executor died retrying)
         if isinstance(connector, SourceConnector):

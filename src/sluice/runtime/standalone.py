@@ -164,6 +164,7 @@ def build_runner(
         bus=stores.attach(config.create_bus()),
         providers=ConfigProviders.from_worker(config.raw),
         stores=stores,
+        schema_compatibility=config.schema_compatibility,
     )
 
 

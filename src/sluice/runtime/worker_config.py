@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from sluice import _properties
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
+from sluice.converters._compatibility import DEFAULT_LEVEL, LEVELS
 from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey
@@ -123,6 +124,13 @@ WORKER_KEYS = ConfigDef(
     ),
     ConfigKey("consistentHashFunc", default="MD5", choices=("MD5",), doc="the ring's hash"),
     ConfigKey(
+        "schema.compatibility",
+        default=DEFAULT_LEVEL,
+        choices=LEVELS,
+        doc="compatibility level of new schema versions in the registry (a connector's "
+        "schema.compatibility overrides it for the topics it writes)",
+    ),
+    ConfigKey(
         "rocketmq.runtime.cluster.rebalance.waitInterval",
         type="int",
         default=1000,
@@ -186,6 +194,7 @@ class WorkerConfig:
     rebalance_interval_ms: int = 1000
     session_timeout_ms: int = 6000
     source_lag_interval_ms: int = 10_000
+    schema_compatibility: str = DEFAULT_LEVEL
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -248,6 +257,7 @@ class WorkerConfig:
             rebalance_interval_ms=interval,
             session_timeout_ms=timeout,
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
+            schema_compatibility=values["schema.compatibility"],
         )
 
     def create_bus(self) -> Bus:

@@ -55,6 +55,16 @@ class ColumnInfo:
     length: int | None = None
     autoincrement: bool = False
     enum: bool = False
+    #: The column has a DEFAULT (other than its auto-increment sequence).
+    has_default: bool = False
+
+    @property
+    def optional(self) -> bool:
+        """Whether its field is optional: nullable, or NOT NULL with a default. The latter is
+        what keeps `ALTER TABLE … ADD COLUMN c … NOT NULL DEFAULT v` backward compatible: records
+        written before it have no `c`, and a reader of the new version takes null for it (Avro
+        has no way to carry a database default such as now())."""
+        return self.nullable or (self.has_default and not self.autoincrement)
 
 
 @dataclass(frozen=True)

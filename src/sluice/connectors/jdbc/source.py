@@ -213,6 +213,41 @@ def _union_optional(schemas: list[Schema]) -> Schema:
     )
 
 
+#: The text of a source's failure when its table changed under it; the runtime restarts such a
+#: query by itself (`sluice.runtime.restarts.TRANSIENT_MARKERS`), which plans it again.
+SCHEMA_CHANGED = "changed its columns while running"
+
+
+def column_changes(planned: list[Mapped], columns: list, dialect: Any) -> str:
+    """What differs between the planned columns and the catalog's (empty when nothing does):
+    added, removed, or retyped columns, and columns that became nullable."""
+    now: dict[str, Schema | None] = {}
+    for column in columns:
+        try:
+            now[column.name] = dialect.map_column(column).schema
+        except UnmappableType:
+            now[column.name] = None
+    before = {m.name: m.schema for m in planned}
+    parts = []
+    added = [n for n in now if n not in before]
+    removed = [n for n in before if n not in now]
+    changed = [n for n in before if n in now and _retyped(before[n], now[n])]
+    for label, names in (("added", added), ("removed", removed), ("changed", changed)):
+        if names:
+            parts.append(f"{label}: {', '.join(names)}")
+    return "; ".join(parts)
+
+
+def _retyped(old: Schema, new: Schema | None) -> bool:
+    # A planned optional field may be a NOT NULL column made optional to share a topic with
+    # another table (`_unify_shapes`): only a column becoming nullable is a change.
+    if new is None:
+        return True
+    return replace(old, optional=True) != replace(new, optional=True) or (
+        new.optional and not old.optional
+    )
+
+
 def _map_columns(db: Any, columns: list, where: str, key: str) -> list[Mapped]:
     mapped = []
     for column in columns:
@@ -522,6 +557,10 @@ class JdbcSourceTask(ReplayableSourceTask):
                     end = self._latest_bulk(conn, plan, start, limit)
                 else:
                     end = self._latest_cursor(conn, plan, start, limit)
+                if end != start:
+                    # After the end is known: a row it includes that was written after an ALTER
+                    # TABLE is seen with the ALTER, so no row is read with the old columns.
+                    self._check_columns(conn, plan)
             self._warned = False
             if end == start and self.settings.mode != "bulk":
                 wait = self.settings.poll_interval_ms / 1000
@@ -539,6 +578,24 @@ class JdbcSourceTask(ReplayableSourceTask):
                 self._unavailable(exc)
                 return start
             raise self.db.statement_error(exc, f"reading {_describe_table(plan)}") from None
+
+    def _check_columns(self, conn: Any, plan: TablePlan) -> None:
+        """Fail (for an automatic restart, which plans the table again) when the table's columns
+        are no longer those the connector planned: reads list the planned columns, so an added
+        column would be silently left out."""
+        if plan.table is None:
+            return
+        columns = self.db.columns(conn, TableName.parse(plan.table))
+        if columns is None:
+            return  # dropped: the reads fail, naming it
+        change = column_changes(plan.columns, columns, self.db.dialect)
+        if change:
+            raise ConnectException(
+                f"table {plan.table!r} {SCHEMA_CHANGED} ({change}); the connector restarts to "
+                "read them again and registers the new schema version",
+                suggestion="nothing to do unless the new version is refused; with "
+                "restart.transient.max.attempts=0, restart the connector",
+            )
 
     def lag(self, partition: RecordPartition, position: RecordOffset | None) -> int | None:
         """Rows past the cursor: one COUNT over the cursor's index from the position (with the

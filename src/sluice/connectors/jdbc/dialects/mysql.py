@@ -118,7 +118,7 @@ class _Mysql(Dialect):
             schema, conv = Schema.timestamp(), "timestamp"
         else:
             raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, optional(schema, column.nullable), conv)
+        return Mapped(column.name, optional(schema, column.optional), conv)
 
     def select_expr(self, mapped: Mapped) -> str:
         name = self.quote(mapped.name)
@@ -214,7 +214,7 @@ class _Mysql(Dialect):
         rows = conn.exec_driver_sql(
             """
             SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, NUMERIC_PRECISION,
-                   NUMERIC_SCALE, EXTRA
+                   NUMERIC_SCALE, EXTRA, COLUMN_DEFAULT IS NOT NULL
             FROM information_schema.COLUMNS
             WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s
             ORDER BY ORDINAL_POSITION
@@ -223,7 +223,12 @@ class _Mysql(Dialect):
         ).fetchall()
         if not rows:
             return None
-        return [mysql_column(r[0], r[1], r[2], r[3] == "YES", r[4], r[5], r[6] or "") for r in rows]
+        return [
+            mysql_column(
+                r[0], r[1], r[2], r[3] == "YES", r[4], r[5], r[6] or "", has_default=bool(r[7])
+            )
+            for r in rows
+        ]
 
     def temp_columns(self, conn: Any, name: str) -> list[ColumnInfo] | None:
         # MySQL's information_schema does not list temporary tables
@@ -432,6 +437,8 @@ def mysql_column(
     scale: int | None,
     extra: str,
     check_json: bool = False,
+    *,
+    has_default: bool = False,
 ) -> ColumnInfo:
     """A MySQL `information_schema.COLUMNS` row → `ColumnInfo`."""
     data_type = data_type.lower()
@@ -447,4 +454,5 @@ def mysql_column(
         scale=None if scale is None else int(scale),
         unsigned="unsigned" in column_type.lower(),
         autoincrement="auto_increment" in (extra or "").lower(),
+        has_default=has_default,
     )

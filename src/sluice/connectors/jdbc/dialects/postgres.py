@@ -86,7 +86,7 @@ class _Postgres(Dialect):
             schema, conv = Schema.timestamp(), "timestamp"
         else:
             raise UnmappableType(f"{column.display} has no sluice equivalent")
-        return Mapped(column.name, optional(schema, column.nullable), conv, cast)
+        return Mapped(column.name, optional(schema, column.optional), conv, cast)
 
     def select_expr(self, mapped: Mapped) -> str:
         name = self.quote(mapped.name)
@@ -227,7 +227,8 @@ class _Postgres(Dialect):
                    NOT a.attnotnull,
                    bt.typtype,
                    (a.attidentity IN ('a', 'd')
-                    OR COALESCE(pg_get_expr(d.adbin, d.adrelid), '') LIKE 'nextval(%%')
+                    OR COALESCE(pg_get_expr(d.adbin, d.adrelid), '') LIKE 'nextval(%%'),
+                   d.adbin IS NOT NULL
             FROM pg_attribute a
             JOIN pg_type t ON t.oid = a.atttypid
             JOIN pg_type bt ON bt.oid = CASE WHEN t.typtype = 'd' THEN t.typbasetype
@@ -238,7 +239,10 @@ class _Postgres(Dialect):
             """,
             (oid,),
         ).fetchall()
-        return [pg_column(r[0], r[1], r[2], bool(r[3]), r[4], bool(r[5])) for r in rows]
+        return [
+            pg_column(r[0], r[1], r[2], bool(r[3]), r[4], bool(r[5]), has_default=bool(r[6]))
+            for r in rows
+        ]
 
     def primary_key(self, conn: Any, table: TableName) -> list[str]:
         rows = conn.exec_driver_sql(
@@ -443,7 +447,14 @@ _NUMERIC = re.compile(r"^(?:numeric|decimal)\((\d+)(?:,\s*(\d+))?\)", re.IGNOREC
 
 
 def pg_column(
-    name: str, base: str, display: str, nullable: bool, kind: str, autoincrement: bool
+    name: str,
+    base: str,
+    display: str,
+    nullable: bool,
+    kind: str,
+    autoincrement: bool,
+    *,
+    has_default: bool = False,
 ) -> ColumnInfo:
     """A PostgreSQL catalog row → `ColumnInfo` (`display` is `format_type` of the base type)."""
     precision = scale = None
@@ -462,4 +473,5 @@ def pg_column(
         scale=scale,
         autoincrement=autoincrement,
         enum=kind == "e",
+        has_default=has_default,
     )
