@@ -32,6 +32,9 @@ TRANSIENT_MARKERS = (
     "Python worker failed to connect back",
     "Python worker exited unexpectedly",
     "ExecutorLostFailure",
+    # A CDC source asking to be restarted at a captured table's schema change (it reads the new
+    # columns at start): sluice.connectors.cdc._evolve.RESTART_MARKER.
+    "sluice-cdc: schema changed, restart to follow it",
 )
 _FIRST_DELAY_S = 1.0
 

@@ -39,6 +39,7 @@ class Relation:
     name: str
     columns: list[str]
     key: list[bool]
+    types: list[tuple[int, int]] = field(default_factory=list)  # (type oid, typmod) per column
 
 
 @dataclass
@@ -105,6 +106,27 @@ class _Reader:
         return row
 
 
+def _relation(r: _Reader) -> Relation:
+    (rel_id,) = r.take(">I")
+    schema, name = r.string(), r.string()
+    r.byte()  # replica identity setting
+    (count,) = r.take(">h")
+    columns, key, types = [], [], []
+    for _ in range(count):
+        (flags,) = r.take(">B")
+        columns.append(r.string())
+        types.append(r.take(">Ii"))  # type oid, typmod
+        key.append(bool(flags & 1))
+    return Relation(rel_id, schema, name, columns, key, types)
+
+
+def relation_of(data: bytes) -> Relation:
+    """The table an `R` message describes."""
+    r = _Reader(bytes(data))
+    r.byte()
+    return _relation(r)
+
+
 def commit_end(data: bytes) -> int:
     """The end LSN of a `C` message."""
     return struct.unpack_from(">Q", data, 10)[0]
@@ -132,17 +154,8 @@ def transactions(messages: Iterable[bytes]) -> Iterator[Transaction]:
             yield current
             current = None
         elif kind == "R":
-            (rel_id,) = r.take(">I")
-            schema, name = r.string(), r.string()
-            r.byte()  # replica identity setting
-            (count,) = r.take(">h")
-            columns, key = [], []
-            for _ in range(count):
-                (flags,) = r.take(">B")
-                columns.append(r.string())
-                r.take(">Ii")  # type oid, typmod
-                key.append(bool(flags & 1))
-            relations[rel_id] = Relation(rel_id, schema, name, columns, key)
+            relation = _relation(r)
+            relations[relation.id] = relation
         elif kind in ("I", "U", "D"):
             if current is None:
                 raise ValueError(f"pgoutput {kind} outside a transaction")

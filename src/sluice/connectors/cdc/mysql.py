@@ -48,6 +48,7 @@ from sluice.connectors.cdc._base import (
     sql_error,
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
 from sluice.connectors.cdc._snapshot import SnapshotTask
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
@@ -210,6 +211,8 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
                 f"needs {name}={want}",
                 suggestion=fix,
             )
+    # The position first, then the columns: every DDL before it is in what is described
+    # (`sluice.connectors.cdc._evolve`).
     try:
         status = conn.exec_driver_sql("SHOW MASTER STATUS").fetchone()
     except Exception as exc:
@@ -259,6 +262,13 @@ class _Table:
                 f"{where}: table {self.name} now has column(s) {extra} that the connector's "
                 "schema does not know (ALTER TABLE … ADD COLUMN while running)",
                 suggestion="restart the connector: it reads the table's columns again at start",
+            )
+        missing = [n for n, s in self.columns if n not in values and not s.optional]
+        if missing:
+            raise ConnectException(
+                f"{where}: table {self.name} has no column(s) {missing} in the binlog, which "
+                "the connector's schema requires (a DROP or RENAME COLUMN)",
+                suggestion="restart the connector to register the new schema",
             )
         return {
             name: to_schema_value(values.get(name), schema, f"{where}, column {name!r}")
@@ -358,7 +368,13 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                 if isinstance(event, XidEvent) or (
                     isinstance(event, QueryEvent) and _ends_transaction(event)
                 ):
-                    end = {"file": stream.log_file, "pos": stream.log_pos}
+                    here = {"file": stream.log_file, "pos": stream.log_pos}
+                    change = self._ddl_change(event, here)
+                    if change is not None:  # a range never spans a schema change
+                        if end is None:
+                            self._follow(*change)
+                        break
+                    end = here
                     if limit.max_rows is not None and count >= limit.max_rows:
                         break
                 elif hasattr(event, "rows"):
@@ -416,11 +432,12 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                     gtid = event.gtid
                     continue
                 if isinstance(event, (XidEvent, QueryEvent)):
-                    if isinstance(event, QueryEvent):
-                        self._check_ddl(event, schema, name)
-                        if not _ends_transaction(event):
-                            continue
+                    if isinstance(event, QueryEvent) and not _ends_transaction(event):
+                        continue
                     here = {"file": stream.log_file, "pos": stream.log_pos}
+                    change = self._ddl_change(event, here)
+                    if change is not None:  # `latest` ends ranges before such a change
+                        self._follow(*change)
                     for record in pending:
                         record.value["source"].update(pos=here["pos"], file=here["file"])
                     yield from pending
@@ -467,17 +484,33 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         schema, name = table.name.split(".", 1)
         return source_block("mysql", self.prefix, schema, name, file=end["file"], pos=end["pos"])
 
-    def _check_ddl(self, event: Any, schema: str, name: str) -> None:
+    def _ddl_change(self, event: Any, here: dict) -> tuple[_Table, str, str] | None:
+        """(table, kind, statement) of a DDL statement on a captured table logged after the
+        position the connector read the columns at (earlier ones are in its schema)."""
+        if not hasattr(event, "query") or not _after(here, self.initial):
+            return None
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
-        text = query.strip().upper()
-        if text.startswith(("ALTER", "DROP", "RENAME", "TRUNCATE")) and name.upper() in text:
-            db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-            if db == schema or f"{schema}.".upper() in text:
-                raise ConnectException(
-                    f"table {schema}.{name} changed under the connector: {query.strip()[:200]}",
-                    suggestion="restart the connector to read the new columns (ADD COLUMN), or "
-                    "re-copy the table (TRUNCATE, DROP)",
-                )
+        db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        for table in self.tables.values():
+            kind = ddl_kind(query, db, table.name)
+            if kind is not None:
+                return table, kind, query.strip()[:300]
+        return None
+
+    def _follow(self, table: _Table, kind: str, query: str) -> None:
+        """At a DDL statement: restart to follow an ADD COLUMN, fail naming anything else."""
+        if kind != "add":
+            raise ConnectException(
+                f"table {table.name} changed under the connector: {query}; the connector "
+                "follows ADD COLUMN only",
+                suggestion="re-copy the table (TRUNCATE, DROP, a changed column) and restart "
+                "the connector with reset offsets",
+            )
+        with self.db.connect() as conn:
+            known = [n for n, _ in table.columns]
+            added = check_added(self.db, conn, TableName.parse(table.name), known, query)
+        log.info("table %s changed (%s): restarting the connector to follow", table.name, query)
+        raise SchemaChanged(table.name, f"{query}; new column(s) {added}")
 
     def _events(self, event: Any, table: _Table, gtid: str | None) -> Iterator[ConnectRecord]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

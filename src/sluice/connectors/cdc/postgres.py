@@ -60,13 +60,16 @@ from sluice.connectors.cdc._base import (
     sql_error,
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
+    Relation,
     Transaction,
     commit_end,
     lsn_int,
     lsn_text,
+    relation_of,
     transactions,
 )
 from sluice.connectors.cdc._snapshot import SnapshotTask
@@ -172,6 +175,7 @@ class _Table:
         self.pk: list[str] = data["pk"]
         self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
         self.schemas = dict(self.columns)
+        self.types = {n: tuple(t) for n, t in data.get("types", {}).items()}
 
     def row(self, values: dict[str, object], where: str, *, partial: bool) -> dict[str, Any]:
         """A tuple's text values as the row struct; `partial`: missing columns are null."""
@@ -270,7 +274,12 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
         raise ConfigException("table.include.list", "no table to capture")
     described = []
     for table in tables:
-        described.append(describe_table(db, conn, table, values["topic.prefix"]))
+        described.append(
+            {
+                **describe_table(db, conn, table, values["topic.prefix"]),
+                "types": _column_types(conn, db.dialect.table(table)),
+            }
+        )
     names = ", ".join(db.dialect.table(t) for t in tables)
     if not exists:
         conn.exec_driver_sql(
@@ -304,6 +313,16 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             suggestion="name another slot.name, or drop that slot",
         )
     return described
+
+
+def _column_types(conn: Any, quoted: str) -> dict[str, list[int]]:
+    """Each column's type oid and typmod, as pgoutput's relation messages carry them."""
+    rows = conn.exec_driver_sql(
+        "SELECT attname, atttypid::int, atttypmod FROM pg_attribute WHERE attrelid = "
+        "%s::regclass AND attnum > 0 AND NOT attisdropped",
+        (quoted,),
+    ).fetchall()
+    return {str(name): [int(oid), int(mod)] for name, oid, mod in rows}
 
 
 def _qualified(db: Any, conn: Any, table: TableName) -> TableName:
@@ -401,32 +420,58 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
 
     def _next_end(self, begin: int, budget: int | None) -> int | None:
         """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
-        within `budget` (at least one transaction), or None if none committed after `begin`."""
-        # Peek at the message types only (and whole commit messages, for their end LSN). The
-        # slot may still hold the last micro-batch's changes (it is advanced when Spark plans
-        # the next one), so a window that ends before `begin` is widened until it does not.
+        within `budget` (at least one transaction), or None if none committed after `begin`.
+        A range ends before a transaction whose rows have another shape than the connector's
+        schema (`sluice.connectors.cdc._evolve`); a range starting at one raises."""
+        # Peek at the message types only (whole commit and relation messages: the end LSN, the
+        # columns). The slot may still hold the last micro-batch's changes (it is advanced when
+        # Spark plans the next one), so a window that ends before `begin` is widened.
         window = None if budget is None else max(budget * 2, 1000)
         while True:
             rows = self._peek_types(window)
-            end, changes, pending = None, 0, 0
+            end, changes, pending, change = None, 0, 0, None
             for (data,) in rows:
                 kind = bytes(data[:1])
                 if kind in (b"I", b"U", b"D"):
                     pending += 1
+                elif kind == b"R":
+                    change = change or self._shape_change(relation_of(bytes(data)))
                 elif kind == b"C":
                     lsn = commit_end(bytes(data))
                     if lsn > begin:
+                        if change is not None:
+                            if end is None:
+                                self._follow(*change)
+                            return end
                         if end is not None and budget is not None and changes + pending > budget:
                             break
                         changes, end = changes + pending, lsn
-                    pending = 0
+                    pending, change = 0, None
             if end is not None or window is None or len(rows) < window:
                 return end
             window *= 4
 
+    def _shape_change(self, relation: Relation) -> tuple[_Table, str] | None:
+        """(table, change) if rows logged with `relation`'s columns do not fit the connector's
+        schema of that table (a `ConnectException` if the change cannot be followed)."""
+        table = self.tables.get(f"{relation.schema}.{relation.name}")
+        if table is None:
+            return None
+        logged = dict(zip(relation.columns, relation.types, strict=True))
+        change = verdict(table.name, table.columns, table.pk, relation.columns, table.types, logged)
+        return None if change is None else (table, change)
+
+    def _follow(self, table: _Table, change: str) -> None:
+        """At a schema change: restart (after checking the added columns can be carried)."""
+        with self.db.connect() as conn:
+            check_added(self.db, conn, TableName.parse(table.name), list(table.schemas), change)
+        log.info("table %s changed (%s): restarting the connector to follow", table.name, change)
+        raise SchemaChanged(table.name, change)
+
     def _peek_types(self, window: int | None) -> list[Any]:
         return self._peek_select(
-            "SELECT substr(data, 1, CASE WHEN get_byte(data, 0) = 67 THEN 26 ELSE 1 END) "
+            "SELECT CASE get_byte(data, 0) WHEN 67 THEN substr(data, 1, 26) WHEN 82 THEN data "
+            "ELSE substr(data, 1, 1) END "
             "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
             "'publication_names', %s)",
             (self.slot, window, self.publication),
