@@ -1,10 +1,11 @@
 """`ALTER TABLE … ADD COLUMN` under a running CDC connector, on the real servers.
 
 Each database's connector is driven as the runtime drives it (no Spark: `latest` then `read`):
-rows before the change come with the old columns; the range stops before the change and planning
-the next one raises `SchemaChanged`, which the runtime's automatic restarts recognise; the
-restarted connector's schema has the new columns (optional: one NULL, one NOT NULL DEFAULT) and
-reads the rows after the change with their values, while the range from before the change,
+rows before the change come with the old columns; the range stops before the change; as a new
+column has a default (which the existing rows took without an event), the next range starts a
+new snapshot of the table, and planning the one after raises `SchemaChanged`, which the runtime's
+automatic restarts recognise; the restarted connector's schema has the new columns (optional: one
+NULL, one NOT NULL DEFAULT), reads the table again with their values, then streams, while the range from before the change,
 replayed under the new schema, still decodes (new columns null). A change the connector cannot
 follow fails naming the table and the change. The Spark mirror with a restart at the change is in
 `test_cdc_postgres.py::test_add_column_while_mirroring`.
@@ -58,13 +59,34 @@ def _afters(task: Any, partition: Any, start: Any, end: Any) -> list[dict]:
     return [r.value["after"] for r in task.read(partition, start, end)]
 
 
-def _follow(connector_class: type, config: dict[str, str], task: Any, at: Any) -> tuple[Any, Any]:
-    """Planning from `at` raises the restart request; the restarted connector and task."""
+def _follow(
+    connector_class: type, config: dict[str, str], task: Any, at: Any
+) -> tuple[Any, Any, Any]:
+    """Planning from `at` (a change adding a column with a default): first an empty range that
+    starts a new snapshot of the table, then the restart request; the restarted connector and
+    task, and the position the restart resumes at."""
     (partition,) = task.partitions()
+    marked = task.latest(partition, at, LIMIT)
+    assert marked == {**at, "snapshot": {"upto": None, "done": False}}, marked
+    assert list(task.read(partition, at, marked)) == []
     with pytest.raises(SchemaChanged) as raised:
-        task.latest(partition, at, LIMIT)
+        task.latest(partition, marked, LIMIT)
     assert is_transient(str(raised.value)), raised.value  # the runtime restarts on it
-    return _task(connector_class, config)
+    return (*_task(connector_class, config), marked)
+
+
+def _resumed(task: Any, partition: Any, marked: Any) -> Any:
+    """After the restart: the table read again under the new columns (the existing rows got
+    the new default without an event), then the stream; the position after."""
+    second = task.latest(partition, marked, LIMIT)
+    assert second.get("snapshot") == {"upto": 3, "done": True}, second
+    records = [r.value for r in task.read(partition, marked, second)]
+    assert sorted(((v["op"], v["after"]) for v in records), key=lambda r: r[1]["id"]) == [
+        ("r", {"id": 1, "name": "a", "note": "n1", "qty": 7}),
+        ("r", {"id": 2, "name": "b", "note": None, "qty": 7}),
+        ("r", {"id": 3, "name": "c", "note": "n3", "qty": 30}),
+    ]
+    return second
 
 
 def _flushed(pg: Db) -> None:
@@ -94,14 +116,17 @@ def test_postgresql_follows_add_column(pg: Db, slot: str) -> None:  # noqa: F811
     before = _afters(task, partition, origin, first)  # the range stops before the change
     assert before == [{"id": 1, "name": "a"}, {"id": 2, "name": "b"}]
     assert task.latest(partition, origin, LIMIT) == first  # planned again: the same range
-    connector, task = _follow(PostgresCdcSourceConnector, config, task, first)
+    connector, task, marked = _follow(PostgresCdcSourceConnector, config, task, first)
     assert _fields(connector) == ["id", "name", "note", "qty"]
     assert _optional(connector, "note") and _optional(connector, "qty")
     assert not _optional(connector, "name")
-    second = task.latest(partition, first, LIMIT)
-    assert _afters(task, partition, first, second) == [
-        {"id": 3, "name": "c", "note": "n3", "qty": 30},
-        {"id": 1, "name": "a", "note": "n1", "qty": 7},
+    second = _resumed(task, partition, marked)
+    pg.execute(f"UPDATE {items} SET qty = 8 WHERE id = 2")
+    _flushed(pg)
+    third = task.latest(partition, second, LIMIT)
+    assert "snapshot" not in third
+    assert _afters(task, partition, second, third) == [
+        {"id": 2, "name": "b", "note": None, "qty": 8}
     ]
     # a replay of the range before the change, under the new schema: the old columns
     assert _afters(task, partition, origin, first) == [
@@ -113,7 +138,7 @@ def test_postgresql_follows_add_column(pg: Db, slot: str) -> None:  # noqa: F811
     pg.execute(f"INSERT INTO {items} VALUES (4, 'd', NULL, 4)")
     _flushed(pg)
     with pytest.raises(ConnectException, match=rf"table {pg.namespace}.items: the type of .*qty"):
-        task.latest(partition, second, LIMIT)
+        task.latest(partition, third, LIMIT)
 
 
 def test_mariadb_follows_add_column(my: Db, row_metadata) -> None:  # noqa: F811
@@ -133,14 +158,10 @@ def test_mariadb_follows_add_column(my: Db, row_metadata) -> None:  # noqa: F811
         {"id": 1, "name": "a"},
         {"id": 2, "name": "b"},
     ]
-    connector, task = _follow(MySqlCdcSourceConnector, config, task, first)
+    connector, task, marked = _follow(MySqlCdcSourceConnector, config, task, first)
     assert _fields(connector) == ["id", "name", "note", "qty"]
     assert _optional(connector, "note") and _optional(connector, "qty")
-    second = task.latest(partition, first, LIMIT)
-    assert _afters(task, partition, first, second) == [
-        {"id": 3, "name": "c", "note": "n3", "qty": 30},
-        {"id": 1, "name": "a", "note": "n1", "qty": 7},
-    ]
+    second = _resumed(task, partition, marked)
     assert _afters(task, partition, origin, first) == [
         {"id": 1, "name": "a", "note": None, "qty": None},
         {"id": 2, "name": "b", "note": None, "qty": None},

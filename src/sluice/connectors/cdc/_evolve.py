@@ -39,7 +39,10 @@ class SchemaChanged(ConnectException):
 
     code = "cdc.schema_changed"
 
-    def __init__(self, table: str, change: str) -> None:
+    def __init__(self, table: str, change: str, *, resnapshot: bool = False) -> None:
+        #: The table's existing rows took a value for a new column without a change event (a
+        #: default): the table is snapshotted again before the restart (`SnapshotTask.latest`).
+        self.table, self.resnapshot = table, resnapshot
         super().__init__(
             f"table {table} changed ({change}): {RESTART_MARKER}; the restarted connector "
             "registers the new value schema version and resumes at the change"
@@ -57,11 +60,20 @@ def optional_columns(conn: Any, schema: str, table: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-def check_added(db: Any, conn: Any, table: Any, known: Sequence[str], change: str) -> list[str]:
-    """The columns `table` has now beyond `known`; a clear failure naming the table, the column
-    and `change` if one is NOT NULL without a default (no value for the events before it)."""
+def check_added(
+    db: Any, conn: Any, table: Any, known: Sequence[str], change: str
+) -> tuple[list[str], bool]:
+    """The columns `table` has now beyond `known`, and whether one has a default other than
+    NULL (the existing rows then took it without a change event); a clear failure naming the
+    table, the column and `change` if one is NOT NULL without a default (no value for the events
+    before it)."""
     columns = db.columns(conn, table) or []
     defaulted = optional_columns(conn, table.schema, table.name)
+    filled = conn.exec_driver_sql(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = %s AND column_default IS NOT NULL AND column_default <> 'NULL'",
+        (table.schema, table.name),
+    ).fetchall()
     added = [c for c in columns if c.name not in known]
     for column in added:
         if not column.nullable and column.name not in defaulted:
@@ -72,7 +84,8 @@ def check_added(db: Any, conn: Any, table: Any, known: Sequence[str], change: st
                 suggestion=f"give {column.name} a DEFAULT (or make it NULL), then restart the "
                 "connector with reset offsets after re-copying the table",
             )
-    return [c.name for c in added]
+    names = [c.name for c in added]
+    return names, bool(set(names) & {str(r[0]) for r in filled})
 
 
 def verdict(

@@ -39,6 +39,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sluice.connectors.cdc._envelope import key_text
+from sluice.connectors.cdc._evolve import SchemaChanged
 from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
     ConfigException,
@@ -225,7 +226,10 @@ class SnapshotTask:
     def latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
-        end = self.stream_latest(partition, start, limit)
+        try:
+            end = self.stream_latest(partition, start, limit)
+        except SchemaChanged as exc:
+            return self._resnapshot(exc, partition, start)
         state = self._progress(start)
         if state is None:
             return end
@@ -244,6 +248,19 @@ class SnapshotTask:
                 limit.max_rows or DEFAULT_CHUNK_ROWS,
             )
         return {**stream, "snapshot": new}
+
+    def _resnapshot(
+        self, exc: SchemaChanged, partition: RecordPartition, start: RecordOffset | None
+    ) -> RecordOffset | None:
+        """At a schema change that filled the existing rows (a new column's default): first a
+        range that only starts a new snapshot of that table (committed like any range), then
+        the restart (`sluice.connectors.cdc._evolve`)."""
+        fresh = {"upto": None, "done": False}
+        if not exc.resnapshot or start is None or start.get("snapshot") == fresh:
+            raise exc
+        if partition["table"] != exc.table:
+            return start  # another table: it waits for the restart
+        return {**{k: v for k, v in start.items() if k != "snapshot"}, "snapshot": fresh}
 
     def split(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int

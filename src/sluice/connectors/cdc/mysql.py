@@ -390,7 +390,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             return dict(self.initial)  # the first range is empty: capture starts here
         name = partition["table"]
         if self._end is None or name in self._asked:
-            self._asked = set()
+            self._asked, self._end = set(), None
             self._end = self._boundaries(start, limit) or start
         self._asked.add(name)
         return self._end if _after(self._end, start) else start
@@ -508,9 +508,9 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             )
         with self.db.connect() as conn:
             known = [n for n, _ in table.columns]
-            added = check_added(self.db, conn, TableName.parse(table.name), known, query)
+            added, filled = check_added(self.db, conn, TableName.parse(table.name), known, query)
         log.info("table %s changed (%s): restarting the connector to follow", table.name, query)
-        raise SchemaChanged(table.name, f"{query}; new column(s) {added}")
+        raise SchemaChanged(table.name, f"{query}; new column(s) {added}", resnapshot=filled)
 
     def _events(self, event: Any, table: _Table, gtid: str | None) -> Iterator[ConnectRecord]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

@@ -464,9 +464,10 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
     def _follow(self, table: _Table, change: str) -> None:
         """At a schema change: restart (after checking the added columns can be carried)."""
         with self.db.connect() as conn:
-            check_added(self.db, conn, TableName.parse(table.name), list(table.schemas), change)
+            known = list(table.schemas)
+            _, filled = check_added(self.db, conn, TableName.parse(table.name), known, change)
         log.info("table %s changed (%s): restarting the connector to follow", table.name, change)
-        raise SchemaChanged(table.name, change)
+        raise SchemaChanged(table.name, change, resnapshot=filled)
 
     def _peek_types(self, window: int | None) -> list[Any]:
         return self._peek_select(
