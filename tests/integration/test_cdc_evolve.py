@@ -3,12 +3,12 @@
 Each database's connector is driven as the runtime drives it (no Spark: `latest` then `read`):
 rows before the change come with the old columns; the range stops before the change; as a new
 column has a default (which the existing rows took without an event), the next range starts a
-new snapshot of the table, and planning the one after raises `SchemaChanged`, which the runtime's
-automatic restarts recognise; the restarted connector's schema has the new columns (optional: one
-NULL, one NOT NULL DEFAULT), reads the table again with their values, then streams, while the range from before the change,
-replayed under the new schema, still decodes (new columns null). A change the connector cannot
-follow fails naming the table and the change. The Spark mirror with a restart at the change is in
-`test_cdc_postgres.py::test_add_column_while_mirroring`.
+new snapshot of the table, and planning the one after raises `SchemaChanged`, which the
+runtime's automatic restarts recognise. The restarted connector's schema has the new columns
+(optional: one NULL, one NOT NULL DEFAULT); it reads the table again with their values, then
+streams; the range from before the change, replayed under the new schema, still decodes (new
+columns null). A change the connector cannot follow fails naming the table and the change. The
+mirror through a worker process is `tests/e2e/test_cdc_worker.py`.
 """
 
 from __future__ import annotations
