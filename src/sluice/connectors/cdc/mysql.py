@@ -347,15 +347,27 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             raise ConnectException(f"listing the binlogs of {c.describe()}: {exc}") from None
 
     def _check_position(self, start: dict) -> None:
-        c = self.connection
-        files = [name for name, _ in self._binary_logs()]
-        if start["file"] not in files:
+        lost = self.position_lost(start)
+        if lost is not None:
             raise ConnectException(
-                f"binlog {start['file']} (position {start['pos']}) is no longer on "
-                f"{c.describe()} (the oldest is {files[0] if files else 'none'}): it was purged "
-                "while the connector was behind, so the changes since that position are lost",
-                suggestion="re-copy the tables and reset the connector's offsets",
+                f"{lost}, so the changes since that position are lost",
+                suggestion="set snapshot.mode=when_needed to snapshot the tables again, or "
+                "re-copy them and reset the connector's offsets",
             )
+
+    def position_lost(self, start: RecordOffset) -> str | None:
+        files = [name for name, _ in self._binary_logs()]
+        if start["file"] in files:
+            return None
+        return (
+            f"binlog {start['file']} (position {start['pos']}) is no longer on "
+            f"{self.connection.describe()} (the oldest is {files[0] if files else 'none'}): it "
+            "was purged while the connector was behind"
+        )
+
+    def log_end(self) -> RecordOffset:
+        name, size = self._binary_logs()[-1]
+        return {"file": name, "pos": size}
 
     def _boundaries(self, start: dict, limit: ReadLimit) -> dict | None:
         """The position after the last whole transaction within `limit` rows of `start`."""

@@ -297,6 +297,15 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             )
     conn.commit()  # a slot cannot be created in a transaction that wrote (the publication)
     plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
+    status = one("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", slot)
+    if status == "lost" and values["snapshot.mode"] == "when_needed":
+        log.warning(
+            "replication slot %s was invalidated (max_slot_wal_keep_size); snapshot.mode="
+            "when_needed: creating it again and snapshotting the tables again",
+            slot,
+        )
+        conn.exec_driver_sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+        plugin = None
     if plugin is None:
         try:
             conn.exec_driver_sql(
@@ -414,6 +423,22 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
     def stream_origin(self) -> RecordOffset:
         with self.db.connect() as conn:
             return {"lsn": self._check_slot(conn)}
+
+    log_end = stream_origin  # a new slot's position: where its changes start
+
+    def position_lost(self, start: RecordOffset) -> str | None:
+        with self.db.connect() as conn:
+            try:
+                confirmed = self._check_slot(conn)
+            except ConnectException as exc:
+                return exc.message
+        if start["lsn"] >= confirmed:
+            return None
+        return (
+            f"replication slot {self.slot!r} is at {lsn_text(confirmed)}, past the stored "
+            f"position {lsn_text(start['lsn'])} (the slot was dropped and created again, or "
+            "consumed elsewhere)"
+        )
 
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         return start is None or end["lsn"] > start["lsn"]
