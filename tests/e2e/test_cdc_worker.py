@@ -162,3 +162,92 @@ def test_add_column_while_mirroring(
     finally:
         for name in (*names, late):
             worker.request("DELETE", f"/connectors/{name}")
+
+
+def _fails_naming(worker: WorkerProcess, name: str, config: dict[str, str], text: str) -> None:
+    """Create `name`; its status turns FAILED with a trace whose first line has `text`."""
+    _post(worker, name, config)
+    try:
+        wait_until(lambda: worker.state(name) == "FAILED", 120, f"{name} FAILED")
+        first = _status(worker, name)["connector"]["trace"].splitlines()[0]
+        assert text in first, first
+    finally:
+        worker.request("DELETE", f"/connectors/{name}")
+
+
+def _my_source(my: Db, prefix: str, **extra: str) -> dict[str, str]:
+    return {
+        "connector.class": "MySqlCdcSourceConnector",
+        "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
+        "connection.user": "root",
+        "topic.prefix": prefix,
+        "table.include.list": f"{my.namespace}.items",
+        "database.server.id": str(7000 + uuid.uuid4().int % 10_000),
+        "value.converter": "JsonConverter",
+        **extra,
+    }
+
+
+def test_start_errors_show_in_status(worker: WorkerProcess, pg: Db, my: Db, slot: str) -> None:
+    """The bad inputs a test server can produce, each named in the connector's status: an
+    unknown table, a user without replication rights, a position whose binlog is gone."""
+    prefix = f"bad{uuid.uuid4().hex[:6]}"
+    missing = f"{pg.namespace}.missing"
+    _fails_naming(
+        worker,
+        f"{prefix}-pg-table",
+        _pg_source(pg, slot, prefix, **{"table.include.list": missing}),
+        f"there is no table {missing}",
+    )
+    role = f"norepl_{uuid.uuid4().hex[:8]}"
+    pg.execute(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        _fails_naming(
+            worker,
+            f"{prefix}-pg-user",
+            _pg_source(pg, slot, prefix, **{"connection.user": role}),
+            f"user '{role}' has no REPLICATION privilege",
+        )
+    finally:
+        pg.execute(f'DROP ROLE "{role}"')
+    my.execute(f"CREATE TABLE {my.table('items')} (id INT PRIMARY KEY, name VARCHAR(10))")
+    user = f"u{uuid.uuid4().hex[:8]}"
+    my.execute(f"CREATE USER '{user}'@'%%'")
+    my.execute(f"GRANT ALL ON `{my.namespace}`.* TO '{user}'@'%%'")
+    try:
+        _fails_naming(
+            worker,
+            f"{prefix}-my-user",
+            _my_source(my, prefix, **{"connection.user": user}),
+            "REPLICATION",
+        )
+    finally:
+        my.execute(f"DROP USER IF EXISTS '{user}'@'%%'")
+    _fails_naming(
+        worker,
+        f"{prefix}-my-table",
+        _my_source(my, prefix, **{"table.include.list": f"{my.namespace}.missing"}),
+        f"there is no table {my.namespace}.missing",
+    )
+    # A position whose binlog file is gone (as after PURGE BINARY LOGS; the shared test
+    # server's binlogs stay, other tests read them): set through the offsets API
+    name = f"{prefix}-my-purged"
+    _post(worker, name, _my_source(my, prefix, **{"snapshot.mode": "never"}))
+    my.execute(f"INSERT INTO {my.table('items')} VALUES (1, 'a')")
+    offsets_path = f"/v1/connectors/{name}/offsets"
+    try:
+        wait_until(lambda: worker.get(offsets_path).json()["offsets"], 120, "a stored position")
+        assert worker.request("PUT", f"/v1/connectors/{name}/stop").status_code < 300
+        wait_until(lambda: worker.state(name) == "STOPPED", 60, f"{name} stopped")
+        (entry,) = worker.get(offsets_path).json()["offsets"]
+        gone = {"file": entry["offset"]["file"].rsplit(".", 1)[0] + ".000000", "pos": 4}
+        body = {"offsets": [{"partition": entry["partition"], "offset": gone}]}
+        assert worker.request("PATCH", offsets_path, json=body).status_code == 200
+        worker.body(f"/connectors/{name}/resume")
+        wait_until(lambda: worker.state(name) == "FAILED", 120, f"{name} FAILED")
+        trace = _status(worker, name)["connector"]["trace"]
+        first = trace.splitlines()[0]
+        assert f"binlog {gone['file']} (position 4) is no longer on" in first, trace[:3000]
+        assert "when_needed" in first, first
+    finally:
+        worker.request("DELETE", f"/connectors/{name}")
