@@ -198,17 +198,7 @@ def bench_maria(spark: Any, changes: int) -> dict:
         c.exec_driver_sql(f"CREATE DATABASE {NS}")
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[False]})")
         c.commit()
-    config = {
-        "connector.class": "MySqlCdcSourceConnector",
-        "connection.url": f"jdbc:mysql://127.0.0.1:3306/{NS}",
-        "connection.user": "root",
-        "topic.prefix": "b",
-        "table.include.list": f"{NS}.t",
-        "database.server.id": "6543",
-        "read.max.rows": "20000",
-        "value.converter": "AvroConverter",
-        "snapshot.mode": "never",
-    }
+    config = maria_config()
     topic = f"b.{NS}.t"
     try:
         run_connector_warm(spark, config, engine, topic)
@@ -244,6 +234,20 @@ def bench_maria(spark: Any, changes: int) -> dict:
         with engine.connect() as c:
             c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
             c.commit()
+
+
+def maria_config() -> dict[str, str]:
+    return {
+        "connector.class": "MySqlCdcSourceConnector",
+        "connection.url": f"jdbc:mysql://127.0.0.1:3306/{NS}",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "database.server.id": "6543",
+        "read.max.rows": "20000",
+        "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
+    }
 
 
 def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, changes: int) -> dict:
@@ -333,13 +337,125 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
     }
 
 
+def harness(kind: str, changes: int, profile: bool) -> dict:
+    """Spark-free: the connector's task driven as the runtime drives it (`latest`, then `read`
+    into a list of records) over `changes` changes made beforehand; with `profile`, under
+    cProfile (the top functions by own time are printed). Baseline, same run: the decoder
+    alone over the same range (PostgreSQL: the server's peek; MariaDB: mysql-replication)."""
+    import cProfile
+    import pstats
+
+    from sluice.sdk import ReadLimit
+
+    pg = kind == "pg"
+    engine = sa.create_engine(PG_URL if pg else MY_URL)
+    with engine.connect() as c:
+        if pg:
+            drop_pg(engine)
+            c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        else:
+            c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+            c.exec_driver_sql(f"CREATE DATABASE {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[pg]})")
+        if pg:
+            c.exec_driver_sql(f"ALTER TABLE {NS}.t REPLICA IDENTITY FULL")
+        c.commit()
+    config = pg_config(**{"snapshot.mode": "never"}) if pg else maria_config()
+    connector = _connector_class(pg)()
+    connector.start(config)
+    task = connector.task_class()
+    task.start(connector.task_configs(1)[0])
+    (partition,) = task.partitions()
+    limit = ReadLimit(max_rows=20_000)
+    start = task.latest(partition, None, limit)
+    try:
+        with engine.connect() as c:
+            workload(c, f"{NS}.t", 10_000_000, changes, pg=pg)
+            if pg:
+                end = c.exec_driver_sql("SELECT pg_current_wal_insert_lsn()").scalar()
+                while not c.exec_driver_sql(
+                    "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (end,)
+                ).scalar():
+                    time.sleep(0.05)
+        baseline = decoder_alone(engine, pg, start)
+        profiler = cProfile.Profile() if profile else None
+        t0 = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        n = 0
+        while n < changes:
+            end = task.latest(partition, start, limit)
+            n += sum(1 for _ in task.read(partition, start, end))
+            start = end
+        seconds = time.perf_counter() - t0
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+        return {"seconds": seconds, "events": n, "baseline": baseline}
+    finally:
+        task.stop()
+        if pg:
+            drop_pg(engine)
+        else:
+            with engine.connect() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+                c.commit()
+
+
+def _connector_class(pg: bool) -> type:
+    from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
+
+    return PostgresCdcSourceConnector if pg else MySqlCdcSourceConnector
+
+
+def decoder_alone(engine: Any, pg: bool, start: Any) -> float:
+    """Seconds the decoder alone takes over everything after `start`."""
+    t0 = time.perf_counter()
+    if pg:
+        with engine.connect() as c:
+            c.exec_driver_sql(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                "'proto_version', '1', 'publication_names', %s)",
+                (SLOT, SLOT),
+            ).scalar()
+        return time.perf_counter() - t0
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    stream = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": 3306, "user": "root", "passwd": ""},
+        server_id=6544,
+        resume_stream=True,
+        blocking=False,
+        log_file=start["file"],
+        log_pos=int(start["pos"]),
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_schemas=[NS],
+        enable_logging=False,
+    )
+    sum(len(e.rows) for e in stream)
+    stream.close()
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--skip", default="")
     parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
+    parser.add_argument("--harness", choices=["pg", "maria"], help="Spark-free task loop only")
+    parser.add_argument("--profile", action="store_true", help="with --harness: under cProfile")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
+    if args.harness:
+        r = harness(args.harness, args.changes, args.profile)
+        print(
+            f"{args.harness} task alone (no Spark): {r['events']:,} events in "
+            f"{r['seconds']:.2f}s = {r['events'] / r['seconds']:,.0f}/s; decoder alone "
+            f"{r['baseline']:.2f}s = {args.changes / r['baseline']:,.0f}/s; load "
+            f"{os.getloadavg()[0]:.1f}"
+        )
+        return
     spark = build_session({"spark.master": "local[2]"}, log_level="ERROR")
     print(
         f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}, "

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, date, datetime
 from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
@@ -138,32 +138,57 @@ def _sqlstate(exc: BaseException) -> str | None:
 # -- text values → Python -------------------------------------------------------------------------
 def parse_value(text: str, schema: Schema, where: str) -> Any:
     """One column's text (PostgreSQL's output format, session in UTC) as the value of `schema`."""
+    return _parse(parser(schema), text, where)
+
+
+def _parse(parse: Callable[[str], Any], text: str, where: str) -> Any:
     try:
-        if schema.logical is Logical.DECIMAL:
-            value = Decimal(text)
-            if not value.is_finite():
-                raise ValueError("is not a finite number")
-            return value
-        if schema.logical is Logical.DATE:
-            return date.fromisoformat(text)
-        if schema.logical is Logical.TIME:
-            return dtime.fromisoformat(text)
-        if schema.logical is Logical.TIMESTAMP:
-            value = datetime.fromisoformat(text)
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if schema.type in (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64):
-            return int(text)
-        if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
-            return float(text)
-        if schema.type is FieldType.BOOLEAN:
-            return text in ("t", "true")  # pgoutput sends t/f, a ::text cast true/false
-        if schema.type is FieldType.BYTES:
-            if not text.startswith("\\x"):
-                raise ValueError("is not in bytea hex format")
-            return bytes.fromhex(text[2:])
-        return text
+        return parse(text)
     except (ValueError, InvalidOperation) as exc:
         raise ConnectException(f"{where}: value {text!r} cannot be carried: {exc}") from None
+
+
+def _decimal(text: str) -> Decimal:
+    value = Decimal(text)
+    if not value.is_finite():
+        raise ValueError("is not a finite number")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _bytea(text: str) -> bytes:
+    if not text.startswith("\\x"):
+        raise ValueError("is not in bytea hex format")
+    return bytes.fromhex(text[2:])
+
+
+_INTEGERS = (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64)
+
+
+def parser(schema: Schema) -> Callable[[str], Any]:
+    """The function that parses a column's text into values of `schema` (chosen once per
+    column, not per value: this is the per-value hot path)."""
+    by_logical = {
+        Logical.DECIMAL: _decimal,
+        Logical.DATE: date.fromisoformat,
+        Logical.TIME: dtime.fromisoformat,
+        Logical.TIMESTAMP: _timestamp,
+    }
+    if schema.logical in by_logical:
+        return by_logical[schema.logical]
+    if schema.type in _INTEGERS:
+        return int
+    if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
+        return float
+    if schema.type is FieldType.BOOLEAN:
+        return lambda text: text in ("t", "true")  # pgoutput sends t/f, a ::text cast true/false
+    if schema.type is FieldType.BYTES:
+        return _bytea
+    return str
 
 
 class _Table:
@@ -175,6 +200,7 @@ class _Table:
         self.pk: list[str] = data["pk"]
         self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
         self.schemas = dict(self.columns)
+        self.parsers = {n: parser(s) for n, s in self.columns}
         self.types = {n: tuple(t) for n, t in data.get("types", {}).items()}
 
     def row(self, values: dict[str, object], where: str, *, partial: bool) -> dict[str, Any]:
@@ -198,12 +224,13 @@ class _Table:
                 out[name] = None
                 continue
             text = values[name]
-            if text is UNCHANGED:
-                out[name] = UNCHANGED
-            elif text is None:
-                out[name] = None
+            if text is None or text is UNCHANGED:
+                out[name] = text
             else:
-                out[name] = parse_value(str(text), schema, f"{where}, column {name!r}")
+                try:
+                    out[name] = self.parsers[name](text)
+                except (ValueError, InvalidOperation):
+                    out[name] = parse_value(str(text), schema, f"{where}, column {name!r}")
         return out
 
 
@@ -529,7 +556,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                 "elsewhere (another reader of the slot?)",
             )
         rows = self._peek(stop)
-        for tx in transactions(data for (data,) in rows):
+        for tx in transactions((data for (data,) in rows), after=begin):
             if begin < tx.end_lsn <= stop:
                 yield from self._events(tx, table)
 
@@ -566,7 +593,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         schema, name = table.name.split(".", 1)
         keys: set[str] = set()
         where = f"table {table.name}, snapshot watermark"
-        for tx in transactions(data for (data,) in self._peek(self._high)):
+        for tx in transactions((data for (data,) in self._peek(self._high)), after=low["lsn"]):
             if tx.end_lsn <= low["lsn"]:
                 continue
             for change in tx.changes:
@@ -607,15 +634,17 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             "gtid": None,
         }
         ts = datetime.fromtimestamp(tx.commit_us / 1e6, UTC)
+        where = f"table {table.name}, LSN {lsn_text(tx.end_lsn)}"  # once per transaction
+        now = int(time.time() * 1000)
         for change in tx.changes:
             if change.relation.schema != schema or change.relation.name != name:
                 continue
-            yield from self._change_events(change, table, source, ts)
+            yield from self._change_events(change, table, source, (ts, now, where))
 
     def _change_events(
-        self, change: Change, table: _Table, source: dict[str, Any], ts: datetime
+        self, change: Change, table: _Table, source: dict[str, Any], at: tuple[datetime, int, str]
     ) -> Iterator[ConnectRecord]:
-        where = f"table {table.name}, LSN {lsn_text(source['lsn'])}"
+        ts, now, where = at
         before = (
             table.row(change.before, where, partial=True) if change.before is not None else None
         )
@@ -631,7 +660,6 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                             suggestion=f"ALTER TABLE {table.name} REPLICA IDENTITY FULL",
                         )
                     after[column] = old
-        now = int(time.time() * 1000)
 
         def event(op: str, b: Any, a: Any) -> ConnectRecord:
             row = a if a is not None else b
