@@ -69,6 +69,8 @@ from sluice.sdk import (
 log = logging.getLogger(__name__)
 
 VERSION = "sluice-cdc-1"
+#: Binlog bytes per row when a range's budget is `read.max.rows` (ranges are sized by bytes).
+ROW_BYTES = 100
 
 CONFIG = ConfigDef(
     ConfigKey("connection.url", default=None, doc="jdbc:mysql://host:port/database"),
@@ -370,11 +372,17 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         return {"file": name, "pos": size}
 
     def _boundaries(self, start: dict, limit: ReadLimit) -> dict | None:
-        """The position after the last whole transaction within `limit` rows of `start`."""
+        """The position after the last whole transaction within the range's byte budget from
+        `start` (row events' binlog bytes: `read.max.bytes`, else `read.max.rows` times
+        `ROW_BYTES`). Sized by bytes so that rows are not decoded here: `read` decodes them,
+        once."""
         from pymysqlreplication.event import QueryEvent, XidEvent
 
-        stream = self._stream(start, rows=limit.max_rows is not None)
-        end, count = None, 0
+        budget = limit.max_bytes
+        if budget is None and limit.max_rows is not None:
+            budget = limit.max_rows * ROW_BYTES
+        stream = self._stream(start, rows=budget is not None)
+        end, size = None, 0
         try:
             for event in stream:
                 if isinstance(event, XidEvent) or (
@@ -387,10 +395,10 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                             self._follow(*change)
                         break
                     end = here
-                    if limit.max_rows is not None and count >= limit.max_rows:
+                    if budget is not None and size >= budget:
                         break
-                elif hasattr(event, "rows"):
-                    count += len(event.rows)
+                else:  # a row event, not decoded: its size counts
+                    size += event.event_size
         finally:
             stream.close()
         return end
