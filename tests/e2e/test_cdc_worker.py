@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +21,10 @@ from tests.e2e.topics import topic_rows
 from tests.e2e.worker_process import WorkerProcess
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import MY_HOST, PG_HOST, Db
+from tests.integration.test_cdc_postgres import slot  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.slow
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
-
-
-@pytest.fixture
-def slot(pg: Db) -> Iterator[str]:
-    name = f"sluice_{uuid.uuid4().hex[:10]}"
-    yield name
-    pg.execute(
-        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-        "WHERE slot_name = %s AND NOT active",
-        (name,),
-    )
-    pg.execute(f'DROP PUBLICATION IF EXISTS "{name}"')
 
 
 def _post(worker: WorkerProcess, name: str, config: dict[str, str]) -> None:
@@ -55,15 +43,15 @@ def _running(worker: WorkerProcess, *names: str) -> None:
         assert status["connector"]["state"] != "FAILED", status["connector"]["trace"][:2000]
 
 
-def _pg_source(pg: Db, slot: str, topic_prefix: str, **extra: str) -> dict[str, str]:
+def _pg_source(pg: Db, slot_name: str, topic_prefix: str, **extra: str) -> dict[str, str]:
     return {
         "connector.class": "PostgresCdcSourceConnector",
         "connection.url": f"jdbc:postgresql://{PG_HOST}/test",
         "connection.user": "root",
         "topic.prefix": topic_prefix,
         "table.include.list": f"{pg.namespace}.items",
-        "slot.name": slot,
-        "publication.name": slot,
+        "slot.name": slot_name,
+        "publication.name": slot_name,
         "value.converter": "AvroConverter",
         "snapshot.mode": "never",
         **extra,
@@ -85,7 +73,11 @@ def _mirrored(
 
 
 def test_add_column_while_mirroring(
-    worker: WorkerProcess, scratch: Path, pg: Db, my: Db, slot: str
+    worker: WorkerProcess,
+    scratch: Path,
+    pg: Db,
+    my: Db,
+    slot: str,  # noqa: F811
 ) -> None:
     items = pg.table("items")
     pg.execute(f"CREATE TABLE {items} (id INT PRIMARY KEY, name TEXT NOT NULL)")
@@ -188,7 +180,12 @@ def _my_source(my: Db, prefix: str, **extra: str) -> dict[str, str]:
     }
 
 
-def test_start_errors_show_in_status(worker: WorkerProcess, pg: Db, my: Db, slot: str) -> None:
+def test_start_errors_show_in_status(
+    worker: WorkerProcess,
+    pg: Db,
+    my: Db,
+    slot: str,  # noqa: F811
+) -> None:
     """The bad inputs a test server can produce, each named in the connector's status: an
     unknown table, a user without replication rights, a position whose binlog is gone."""
     prefix = f"bad{uuid.uuid4().hex[:6]}"

@@ -3,13 +3,14 @@
 Delivery: **exactly-once into the topic.** A position is a place in the binlog just after a
 transaction's commit (`{"file": "mariadb-bin.000013", "pos": 147599}`, plus the GTID of that
 transaction on MariaDB as information). `latest` (driver) reads the binlog from the start position
-over the replication protocol (`mysql-replication`, non-blocking) up to `read.max.rows` rows and
-answers the position after the last whole transaction; `read` (executor) reads the same range again
-and emits its rows. The binlog is immutable until purged, so a replayed range yields the same
-events. The first micro-batch of a connector without positions is an empty range ending at the
-binlog position the connector started at (capture starts there; with `snapshot.mode=initial`,
-the default, the tables' existing rows are read first, chunk by chunk while the binlog streams:
-`sluice.connectors.cdc._snapshot`).
+over the replication protocol (`mysql-replication`, non-blocking) up to a byte budget of row events
+(`read.max.bytes`, else `read.max.rows` times `ROW_BYTES`; the rows are not decoded there) and
+answers the position after the last whole transaction; `read` (executor) reads the same range
+again and decodes and emits its rows. The binlog is immutable until purged, so a replayed range
+yields the same events. The first micro-batch of a connector without positions is an empty range
+ending at the binlog position the connector started at (capture starts there; with
+`snapshot.mode=initial`, the default, the tables' existing rows are read first, chunk by chunk
+while the binlog streams: `sluice.connectors.cdc._snapshot`).
 
 A binlog purged under a stopped connector (`binlog_expire_logs_seconds`, `PURGE BINARY LOGS`)
 fails the task naming the missing file and position: never a silent gap. The binlog is not held
