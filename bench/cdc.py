@@ -13,6 +13,8 @@ Needs the test servers (PostgreSQL 127.0.0.1:5432, MariaDB 127.0.0.1:3306, user 
 password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 
 Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
+       python bench/cdc.py --harness pg|maria [--changes 50000] [--profile]   (no Spark: the task
+       alone against the decoder alone, optionally under cProfile)
 """
 
 from __future__ import annotations
