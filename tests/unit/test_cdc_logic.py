@@ -272,7 +272,6 @@ def test_ddl_statements_are_classified() -> None:
 
 def test_a_logged_row_shape_is_decoded_followed_or_refused() -> None:
     from sluice.connectors.cdc._evolve import verdict
-    from sluice.sdk import Schema
 
     cols = [("id", Schema.of(FieldType.INT32, optional=False)), ("n", Schema.string())]
     types = {"id": (23, -1), "n": (25, -1)}
