@@ -21,7 +21,10 @@ from tests.e2e.topics import topic_rows
 from tests.e2e.worker_process import WorkerProcess
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import MY_HOST, PG_HOST, Db
-from tests.integration.test_cdc_postgres import slot  # noqa: F401  (fixture)
+from tests.integration.test_cdc_postgres import (
+    mirror_sink,
+    slot,  # noqa: F401  (fixture)
+)
 
 pytestmark = pytest.mark.slow
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
@@ -85,19 +88,11 @@ def test_add_column_while_mirroring(
     topic = f"{prefix}.{pg.namespace}.items"
     source, sink = f"{prefix}-src", f"{prefix}-sink"
     _post(worker, source, _pg_source(pg, slot, prefix))
-    sink_config = {
-        "connector.class": "JdbcSinkConnector",
+    connection = {
         "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
         "connection.user": "root",
-        "connect.topicnames": topic,
-        "table.name.format": "items",
-        "value.converter": "AvroConverter",
-        "insert.mode": "upsert",
-        "pk.mode": "record_key",
-        "delete.enabled": "true",
-        "auto.create": "true",
-        "auto.evolve": "true",
     }
+    sink_config = mirror_sink(connection, topic, **{"auto.evolve": "true"})
     _post(worker, sink, sink_config)
     wait_until(lambda: worker.state(source) == "RUNNING", 120, "the source running")
     pg.executemany(f"INSERT INTO {items} VALUES (%s, %s)", [(i, f"n{i}") for i in range(1, 21)])

@@ -89,6 +89,24 @@ def _resumed(task: Any, partition: Any, marked: Any) -> Any:
     return second
 
 
+def _changes_after_start(
+    connector_class: type, config: dict[str, str], d: Db, text: str
+) -> tuple[Any, Any, Any]:
+    """Start capturing `items`, then: two inserts, `ADD COLUMN note … NULL`, `ADD COLUMN qty
+    INT NOT NULL DEFAULT 7`, an insert with both, an update of `note`. The task, its partition,
+    and the position capture started at."""
+    _, task = _task(connector_class, config)
+    (partition,) = task.partitions()
+    origin = task.latest(partition, None, LIMIT)
+    items = d.table("items")
+    d.execute(f"INSERT INTO {items} VALUES (1, 'a'), (2, 'b')")
+    d.execute(f"ALTER TABLE {items} ADD COLUMN note {text} NULL")
+    d.execute(f"ALTER TABLE {items} ADD COLUMN qty INT NOT NULL DEFAULT 7")
+    d.execute(f"INSERT INTO {items} VALUES (3, 'c', 'n3', 30)")
+    d.execute(f"UPDATE {items} SET note = 'n1' WHERE id = 1")
+    return task, partition, origin
+
+
 def _flushed(pg: Db) -> None:
     """Wait until the WAL written so far is flushed (decoding reads flushed WAL only, and the
     test server commits with synchronous_commit=off)."""
@@ -102,14 +120,7 @@ def test_postgresql_follows_add_column(pg: Db, slot: str) -> None:  # noqa: F811
     items = pg.table("items")
     pg.execute(f"CREATE TABLE {items} (id INT PRIMARY KEY, name TEXT NOT NULL)")
     config = pg_source(pg, slot, **{"value.converter": "JsonConverter"})
-    connector, task = _task(PostgresCdcSourceConnector, config)
-    (partition,) = task.partitions()
-    origin = task.latest(partition, None, LIMIT)
-    pg.execute(f"INSERT INTO {items} VALUES (1, 'a'), (2, 'b')")
-    pg.execute(f"ALTER TABLE {items} ADD COLUMN note TEXT NULL")
-    pg.execute(f"ALTER TABLE {items} ADD COLUMN qty INT NOT NULL DEFAULT 7")
-    pg.execute(f"INSERT INTO {items} VALUES (3, 'c', 'n3', 30)")
-    pg.execute(f"UPDATE {items} SET note = 'n1' WHERE id = 1")
+    task, partition, origin = _changes_after_start(PostgresCdcSourceConnector, config, pg, "TEXT")
     _flushed(pg)
     first = task.latest(partition, origin, LIMIT)
     assert first is not None and first != origin
@@ -145,14 +156,7 @@ def test_mariadb_follows_add_column(my: Db, row_metadata) -> None:  # noqa: F811
     items = my.table("items")
     my.execute(f"CREATE TABLE {items} (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL)")
     config = my_source(my, **{"value.converter": "JsonConverter"})
-    connector, task = _task(MySqlCdcSourceConnector, config)
-    (partition,) = task.partitions()
-    origin = task.latest(partition, None, LIMIT)
-    my.execute(f"INSERT INTO {items} VALUES (1, 'a'), (2, 'b')")
-    my.execute(f"ALTER TABLE {items} ADD COLUMN note VARCHAR(20) NULL")
-    my.execute(f"ALTER TABLE {items} ADD COLUMN qty INT NOT NULL DEFAULT 7")
-    my.execute(f"INSERT INTO {items} VALUES (3, 'c', 'n3', 30)")
-    my.execute(f"UPDATE {items} SET note = 'n1' WHERE id = 1")
+    task, partition, origin = _changes_after_start(MySqlCdcSourceConnector, config, my, "TEXT")
     first = task.latest(partition, origin, LIMIT)
     assert _afters(task, partition, origin, first) == [
         {"id": 1, "name": "a"},
