@@ -13,6 +13,8 @@ Needs the test servers (PostgreSQL 127.0.0.1:5432, MariaDB 127.0.0.1:3306, user 
 password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 
 Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
+       python bench/cdc.py --harness pg|maria [--changes 50000] [--profile]   (no Spark: the task
+       alone against the decoder alone, optionally under cProfile)
 """
 
 from __future__ import annotations
@@ -198,17 +200,7 @@ def bench_maria(spark: Any, changes: int) -> dict:
         c.exec_driver_sql(f"CREATE DATABASE {NS}")
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[False]})")
         c.commit()
-    config = {
-        "connector.class": "MySqlCdcSourceConnector",
-        "connection.url": f"jdbc:mysql://127.0.0.1:3306/{NS}",
-        "connection.user": "root",
-        "topic.prefix": "b",
-        "table.include.list": f"{NS}.t",
-        "database.server.id": "6543",
-        "read.max.rows": "20000",
-        "value.converter": "AvroConverter",
-        "snapshot.mode": "never",
-    }
+    config = maria_config()
     topic = f"b.{NS}.t"
     try:
         run_connector_warm(spark, config, engine, topic)
@@ -244,6 +236,20 @@ def bench_maria(spark: Any, changes: int) -> dict:
         with engine.connect() as c:
             c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
             c.commit()
+
+
+def maria_config() -> dict[str, str]:
+    return {
+        "connector.class": "MySqlCdcSourceConnector",
+        "connection.url": f"jdbc:mysql://127.0.0.1:3306/{NS}",
+        "connection.user": "root",
+        "topic.prefix": "b",
+        "table.include.list": f"{NS}.t",
+        "database.server.id": "6543",
+        "read.max.rows": "20000",
+        "value.converter": "AvroConverter",
+        "snapshot.mode": "never",
+    }
 
 
 def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, changes: int) -> dict:
@@ -333,13 +339,252 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
     }
 
 
+def harness(kind: str, changes: int, profile: bool) -> dict:
+    """Spark-free: the connector's task driven as the runtime drives it (`latest`, then `read`
+    into a list of records) over `changes` changes made beforehand; with `profile`, under
+    cProfile (the top functions by own time are printed). Baseline, same run: the decoder
+    alone over the same range (PostgreSQL: the server's peek; MariaDB: mysql-replication)."""
+    import cProfile
+    import pstats
+
+    from sluice.sdk import ReadLimit
+
+    pg = kind == "pg"
+    engine = sa.create_engine(PG_URL if pg else MY_URL)
+    with engine.connect() as c:
+        if pg:
+            drop_pg(engine)
+            c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        else:
+            c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+            c.exec_driver_sql(f"CREATE DATABASE {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[pg]})")
+        if pg:
+            c.exec_driver_sql(f"ALTER TABLE {NS}.t REPLICA IDENTITY FULL")
+        c.commit()
+    config = pg_config(**{"snapshot.mode": "never"}) if pg else maria_config()
+    connector = _connector_class(pg)()
+    connector.start(config)
+    task = connector.task_class()
+    task.start(connector.task_configs(1)[0])
+    (partition,) = task.partitions()
+    limit = ReadLimit(max_rows=20_000)
+    start = task.latest(partition, None, limit)
+    try:
+        with engine.connect() as c:
+            workload(c, f"{NS}.t", 10_000_000, changes, pg=pg)
+            if pg:
+                end = c.exec_driver_sql("SELECT pg_current_wal_insert_lsn()").scalar()
+                while not c.exec_driver_sql(
+                    "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (end,)
+                ).scalar():
+                    time.sleep(0.05)
+        baseline = decoder_alone(engine, pg, start)
+        profiler = cProfile.Profile() if profile else None
+        t0 = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        n = 0
+        while n < changes:
+            end = task.latest(partition, start, limit)
+            n += sum(1 for _ in task.read(partition, start, end))
+            start = end
+        seconds = time.perf_counter() - t0
+        if profiler:
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+        return {"seconds": seconds, "events": n, "baseline": baseline}
+    finally:
+        task.stop()
+        if pg:
+            drop_pg(engine)
+        else:
+            with engine.connect() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+                c.commit()
+
+
+def _connector_class(pg: bool) -> type:
+    from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
+
+    return PostgresCdcSourceConnector if pg else MySqlCdcSourceConnector
+
+
+def decoder_alone(engine: Any, pg: bool, start: Any) -> float:
+    """Seconds the decoder alone takes over everything after `start`."""
+    t0 = time.perf_counter()
+    if pg:
+        with engine.connect() as c:
+            c.exec_driver_sql(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, "
+                "'proto_version', '1', 'publication_names', %s)",
+                (SLOT, SLOT),
+            ).scalar()
+        return time.perf_counter() - t0
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    stream = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": 3306, "user": "root", "passwd": ""},
+        server_id=6544,
+        resume_stream=True,
+        blocking=False,
+        log_file=start["file"],
+        log_pos=int(start["pos"]),
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        only_schemas=[NS],
+        enable_logging=False,
+    )
+    sum(len(e.rows) for e in stream)
+    stream.close()
+    return time.perf_counter() - t0
+
+
+def bench_lag(spark: Any, rate: int, seconds: float) -> dict:
+    """MariaDB → topic → PostgreSQL at a fixed `rate` of inserts a second for `seconds`
+    (transactions of `rate // 100` rows every 10 ms): the lag of each row from its commit to
+    its visibility in PostgreSQL (the target polled every 50 ms; a row's lag is the time its id
+    was first seen there minus its commit time). Inserts only: each row is seen once."""
+    import threading
+
+    my_engine, pg_engine = sa.create_engine(MY_URL), sa.create_engine(PG_URL)
+    with my_engine.connect() as c:
+        c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+        c.exec_driver_sql(f"CREATE DATABASE {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[False]})")
+        c.commit()
+    with pg_engine.connect() as c:
+        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+        c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        c.commit()
+    committed: dict[int, float] = {}
+    per_tx = max(rate // 100, 1)
+    ids = iter(range(1, 10**9))
+
+    def write(until: float) -> None:
+        with my_engine.connect() as c:
+            tick = time.perf_counter()
+            while tick < until:
+                batch = [next(ids) for _ in range(per_tx)]
+                c.exec_driver_sql(
+                    f"INSERT INTO {NS}.t (id, name, qty, note) VALUES (%s, 'n', 1, 'lag')",
+                    [(i,) for i in batch],
+                )
+                c.commit()
+                now = time.perf_counter()
+                committed.update(dict.fromkeys(batch, now))
+                tick += 0.01
+                time.sleep(max(0.0, tick - time.perf_counter()))
+
+    sink = {
+        "connector.class": "JdbcSinkConnector",
+        "connection.url": f"jdbc:postgresql://127.0.0.1:5432/test?currentSchema={NS}",
+        "connection.user": "root",
+        "connect.topicnames": f"b.{NS}.t",
+        "table.name.format": "t",
+        "value.converter": "AvroConverter",
+        "insert.mode": "upsert",
+        "pk.mode": "record_key",
+        "delete.enabled": "true",
+        "auto.create": "true",
+    }
+    lags: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="sluice-bench-cdc-lag-") as root:
+        runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
+        try:
+            runner.start("cdc", maria_config())
+            runner.start("sink", sink)
+            time.sleep(5)  # the source's first (empty) micro-batch fixes its start position
+            write(time.perf_counter() + 3)  # warm-up: Spark's Python workers, the target table
+            seen = _wait_seen(pg_engine, max(committed), 0, committed, 120)
+            committed.clear()
+            start = time.perf_counter()
+            writer = threading.Thread(target=write, args=(start + seconds,), daemon=True)
+            writer.start()
+            writer.join()
+            wrote = len(committed)
+            last = max(committed)
+            _wait_seen(pg_engine, last, seen, committed, 300, lags)
+            for name in ("cdc", "sink"):
+                failure = runner.running[name].failure()
+                if failure is not None:
+                    raise RuntimeError(failure[0])
+        finally:
+            for name in list(runner.running):
+                runner.stop(name)
+            with my_engine.connect() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+                c.commit()
+            with pg_engine.connect() as c:
+                c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+                c.commit()
+    lags.sort()
+    return {
+        "rows": wrote,
+        "rate": wrote / seconds,
+        "p50": lags[len(lags) // 2],
+        "p99": lags[int(len(lags) * 0.99)],
+        "max": lags[-1],
+    }
+
+
+def _wait_seen(
+    engine: Any,
+    last: int,
+    seen: int,
+    committed: dict[int, float],
+    timeout: float,
+    lags: list[float] | None = None,
+) -> int:
+    """Poll the target until id `last` is there; record each newly seen id's lag."""
+    deadline = time.perf_counter() + timeout
+    with engine.connect() as c:
+        while seen < last:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"id {last} not in the target after {timeout} s")
+            try:
+                top = c.exec_driver_sql(f"SELECT max(id) FROM {NS}.t").scalar() or 0
+            except Exception:  # the sink has not created the table yet
+                c.rollback()
+                top = 0
+            c.commit()
+            now = time.perf_counter()
+            if lags is not None:
+                lags.extend(now - committed[i] for i in range(seen + 1, top + 1) if i in committed)
+            seen = max(seen, top)
+            time.sleep(0.05)
+    return seen
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--skip", default="")
     parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
+    parser.add_argument("--harness", choices=["pg", "maria"], help="Spark-free task loop only")
+    parser.add_argument("--profile", action="store_true", help="with --harness: under cProfile")
+    parser.add_argument("--lag", type=int, default=0, help="MariaDB → PostgreSQL lag at this rate")
+    parser.add_argument("--lag-seconds", type=float, default=30.0)
     args = parser.parse_args()
     skip = set(args.skip.split(","))
+    if args.lag:
+        spark = build_session({"spark.master": "local[2]"}, log_level="ERROR")
+        r = bench_lag(spark, args.lag, args.lag_seconds)
+        print(
+            f"lag MariaDB → topic → PostgreSQL: {r['rows']:,} inserts at {r['rate']:,.0f}/s; "
+            f"p50 {r['p50']:.2f}s, p99 {r['p99']:.2f}s, max {r['max']:.2f}s; load "
+            f"{os.getloadavg()[0]:.1f}"
+        )
+        return
+    if args.harness:
+        r = harness(args.harness, args.changes, args.profile)
+        print(
+            f"{args.harness} task alone (no Spark): {r['events']:,} events in "
+            f"{r['seconds']:.2f}s = {r['events'] / r['seconds']:,.0f}/s; decoder alone "
+            f"{r['baseline']:.2f}s = {args.changes / r['baseline']:,.0f}/s; load "
+            f"{os.getloadavg()[0]:.1f}"
+        )
+        return
     spark = build_session({"spark.master": "local[2]"}, log_level="ERROR")
     print(
         f"machine: {platform.node()} {os.cpu_count()} cores, Python {platform.python_version()}, "

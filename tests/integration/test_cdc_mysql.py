@@ -22,6 +22,7 @@ from sluice.sdk import ConfigException, ConnectException, ReadLimit
 from tests.conftest import wait_until
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
+from tests.integration.test_cdc_postgres import mirror_sink
 from tests.integration.test_dead_letters import topic_records
 
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
@@ -111,17 +112,7 @@ def test_mariadb_to_postgresql_mirror_is_exact(my: Db, pg: Db, row_metadata, run
     topic = f"cdc.{my.namespace}.items"
     runner.start(
         "to-pg",
-        {
-            "connector.class": "JdbcSinkConnector",
-            **pg.config(),
-            "connect.topicnames": topic,
-            "table.name.format": "items",
-            "value.converter": "AvroConverter",
-            "insert.mode": "upsert",
-            "pk.mode": "record_key",
-            "delete.enabled": "true",
-            "auto.create": "true",
-        },
+        mirror_sink(pg.config(), topic),
     )
     # Wait for the first (empty) micro-batch: capture starts at the connector's start position.
     wait_until(lambda: runner.positions.load("my-cdc") or _progressed(runner), 120, "started")

@@ -115,6 +115,23 @@ def _source(pg: Db, slot: str, **extra: str) -> dict[str, str]:
     }
 
 
+def mirror_sink(connection: dict[str, str], topic: str, **extra: str) -> dict[str, str]:
+    """A JDBC sink applying `topic`'s change events to table `items` (Avro, upsert by the
+    record key, deletes applied, the table created), over `connection`'s keys."""
+    return {
+        "connector.class": "JdbcSinkConnector",
+        **connection,
+        "connect.topicnames": topic,
+        "table.name.format": "items",
+        "value.converter": "AvroConverter",
+        "insert.mode": "upsert",
+        "pk.mode": "record_key",
+        "delete.enabled": "true",
+        "auto.create": "true",
+        **extra,
+    }
+
+
 def _confirmed(pg: Db, slot: str) -> int:
     text = pg.scalar(
         "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
@@ -133,17 +150,7 @@ def test_postgresql_to_mariadb_mirror_is_exact(pg: Db, slot: str, runner, my: Db
     first = _confirmed(pg, slot)
     runner.start(
         "to-maria",
-        {
-            "connector.class": "JdbcSinkConnector",
-            **my.config(),
-            "connect.topicnames": topic,
-            "table.name.format": "items",
-            "value.converter": "AvroConverter",
-            "insert.mode": "upsert",
-            "pk.mode": "record_key",
-            "delete.enabled": "true",
-            "auto.create": "true",
-        },
+        mirror_sink(my.config(), topic),
     )
     my_items = my.table("items")
     pg.execute(f"DELETE FROM {pg.table('items')}")  # id 1's delete: captured, a no-op there

@@ -244,3 +244,43 @@ def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
     settings = [("log_bin", "OFF"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL")]
     with pytest.raises(ConnectException, match=r"log_bin \(the binary log\) is off"):
         mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values)
+    statement = [("log_bin", "ON"), ("binlog_format", "STATEMENT"), ("binlog_row_image", "FULL")]
+    with pytest.raises(ConnectException, match=r"binlog_format is STATEMENT.*binlog_format=ROW"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": statement}), values)
+
+
+def test_ddl_statements_are_classified() -> None:
+    from sluice.connectors.cdc._evolve import ddl_kind
+
+    table = "shop.items"
+    assert ddl_kind("ALTER TABLE items ADD COLUMN c INT NULL", "shop", table) == "add"
+    assert ddl_kind("alter table `shop`.`items` add (a int, b text), add index (a)", None, table)
+    assert ddl_kind("ALTER TABLE items ADD c INT DEFAULT 1", "other", table) is None
+    assert ddl_kind("ALTER TABLE items ADD INDEX i (c)", "shop", table) is None
+    assert ddl_kind("ALTER TABLE items ALTER COLUMN c SET DEFAULT 3", "shop", table) is None
+    for other in (
+        "ALTER TABLE items MODIFY c BIGINT",
+        "ALTER TABLE items ADD c INT, DROP COLUMN d",
+        "ALTER TABLE items ADD PRIMARY KEY (c)",
+        "ALTER TABLE items CHANGE c d INT",
+        "TRUNCATE items",
+        "DROP TABLE shop.items",
+    ):
+        assert ddl_kind(other, "shop", table) == "other", other
+    assert ddl_kind("ALTER TABLE orders ADD c INT", "shop", table) is None
+
+
+def test_a_logged_row_shape_is_decoded_followed_or_refused() -> None:
+    from sluice.connectors.cdc._evolve import verdict
+
+    cols = [("id", Schema.of(FieldType.INT32, optional=False)), ("n", Schema.string())]
+    types = {"id": (23, -1), "n": (25, -1)}
+    assert verdict("t", cols, ["id"], ["id", "n"], types, types) is None
+    assert verdict("t", cols, ["id"], ["id"]) is None  # an older row: n is optional (null)
+    assert verdict("t", cols, ["id"], ["id", "n", "x"]) == "new column(s) ['x']"
+    required = [("id", cols[0][1]), ("n", Schema.string(optional=False))]
+    assert verdict("t", required, ["id"], ["id"]) == "column(s) ['n'] gone"
+    with pytest.raises(ConnectException, match=r"table t: key column\(s\) \['id'\] were dropped"):
+        verdict("t", cols, ["id"], ["n", "id2"])
+    with pytest.raises(ConnectException, match=r"table t: the type of column\(s\) \['n'\]"):
+        verdict("t", cols, ["id"], ["id", "n"], types, {**types, "n": (1043, 24)})

@@ -43,6 +43,9 @@ TRANSIENT_MARKERS = (
     # A sink on the JVM path whose topic got a new schema version (`sluice.engine.sink.
     # NEW_VERSION`): Spark fixed its column types when it started, a restart takes the new ones.
     "has a new schema version while running",
+    # A CDC source asking to be restarted at a captured table's schema change (it reads the new
+    # columns at start): sluice.connectors.cdc._evolve.RESTART_MARKER.
+    "sluice-cdc: schema changed, restart to follow it",
 )
 _FIRST_DELAY_S = 1.0
 

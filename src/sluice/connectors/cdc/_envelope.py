@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from sluice.connectors.cdc._evolve import optional_columns
 from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.connectors.jdbc._values import encode
 from sluice.sdk import ConfigException, ConnectException, FieldType, Schema
@@ -95,7 +96,8 @@ def is_envelope(names: Sequence[str]) -> bool:
 
 def describe_table(db: Any, conn: Any, table: Any, prefix: str) -> dict[str, Any]:
     """What a CDC task needs of one captured table (`db` is the JDBC connector's database
-    helper): its topic, primary key and mapped columns; a clear error naming the table when it
+    helper): its topic, primary key and mapped columns (a column with a database default is
+    optional, see `sluice.connectors.cdc._evolve`); a clear error naming the table when it
     does not exist, has no primary key, or has a column no type maps."""
     columns = db.columns(conn, table)
     if columns is None:
@@ -106,13 +108,16 @@ def describe_table(db: Any, conn: Any, table: Any, prefix: str) -> dict[str, Any
             f"table {table} has no primary key; change events are keyed by it",
             suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
         )
+    # A column with a default is optional: events logged before it was added carry none.
+    defaulted = optional_columns(conn, table.schema, table.name) - set(pk)
     mapped = []
     for column in columns:
         try:
             m = db.dialect.map_column(column)
         except UnmappableType as exc:
             raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
-        mapped.append([m.name, m.schema.to_json()])
+        schema = replace(m.schema, optional=True) if m.name in defaulted else m.schema
+        mapped.append([m.name, schema.to_json()])
     return {
         "table": str(table),
         "topic": f"{prefix}.{table.schema}.{table.name}",

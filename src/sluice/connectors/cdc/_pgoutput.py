@@ -39,6 +39,7 @@ class Relation:
     name: str
     columns: list[str]
     key: list[bool]
+    types: list[tuple[int, int]] = field(default_factory=list)  # (type oid, typmod) per column
 
 
 @dataclass
@@ -65,14 +66,21 @@ class Transaction:
     truncated: list[Relation] = field(default_factory=list)
 
 
+_STRUCTS: dict[str, struct.Struct] = {}
+_I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+_NULL, _TOAST, _TEXT, _BINARY = b"n"[0], b"u"[0], b"t"[0], b"b"[0]
+
+
 class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.pos = data, 0
 
     def take(self, fmt: str) -> tuple:
-        size = struct.calcsize(fmt)
-        out = struct.unpack_from(fmt, self.data, self.pos)
-        self.pos += size
+        packer = _STRUCTS.get(fmt)
+        if packer is None:
+            packer = _STRUCTS[fmt] = struct.Struct(fmt)
+        out = packer.unpack_from(self.data, self.pos)
+        self.pos += packer.size
         return out
 
     def byte(self) -> str:
@@ -86,23 +94,51 @@ class _Reader:
         return out
 
     def tuple_(self, relation: Relation) -> dict[str, object]:
-        (count,) = self.take(">h")
+        # the hot loop of decoding: one call per row image, locals only
+        data, pos, columns = self.data, self.pos, relation.columns
+        (count,) = _I16.unpack_from(data, pos)
+        pos += 2
+        known = len(columns)
         row: dict[str, object] = {}
         for i in range(count):
-            kind = self.byte()
-            name = relation.columns[i] if i < len(relation.columns) else f"#{i}"
-            if kind == "n":
+            kind = data[pos]
+            pos += 1
+            name = columns[i] if i < known else f"#{i}"
+            if kind in (_TEXT, _BINARY):
+                (length,) = _I32.unpack_from(data, pos)
+                pos += 4
+                raw = data[pos : pos + length]
+                pos += length
+                row[name] = raw.decode("utf-8") if kind == _TEXT else raw
+            elif kind == _NULL:
                 row[name] = None
-            elif kind == "u":
+            elif kind == _TOAST:
                 row[name] = UNCHANGED
-            elif kind in ("t", "b"):
-                (length,) = self.take(">i")
-                raw = self.data[self.pos : self.pos + length]
-                self.pos += length
-                row[name] = raw.decode("utf-8") if kind == "t" else bytes(raw)
             else:
-                raise ValueError(f"unknown pgoutput tuple column kind {kind!r}")
+                raise ValueError(f"unknown pgoutput tuple column kind {chr(kind)!r}")
+        self.pos = pos
         return row
+
+
+def _relation(r: _Reader) -> Relation:
+    (rel_id,) = r.take(">I")
+    schema, name = r.string(), r.string()
+    r.byte()  # replica identity setting
+    (count,) = r.take(">h")
+    columns, key, types = [], [], []
+    for _ in range(count):
+        (flags,) = r.take(">B")
+        columns.append(r.string())
+        types.append(r.take(">Ii"))  # type oid, typmod
+        key.append(bool(flags & 1))
+    return Relation(rel_id, schema, name, columns, key, types)
+
+
+def relation_of(data: bytes) -> Relation:
+    """The table an `R` message describes."""
+    r = _Reader(bytes(data))
+    r.byte()
+    return _relation(r)
 
 
 def commit_end(data: bytes) -> int:
@@ -110,18 +146,28 @@ def commit_end(data: bytes) -> int:
     return struct.unpack_from(">Q", data, 10)[0]
 
 
-def transactions(messages: Iterable[bytes]) -> Iterator[Transaction]:
-    """Decode a stream of pgoutput messages into committed transactions, in commit order."""
+def transactions(messages: Iterable[bytes], after: int = 0) -> Iterator[Transaction]:
+    """Decode a stream of pgoutput messages into committed transactions, in commit order; the
+    changes of transactions ending at or before the LSN `after` are skipped, not decoded (their
+    commit record lies before it; relation messages are still read)."""
     relations: dict[int, Relation] = {}
     current: Transaction | None = None
+    skipping = False
     for data in messages:
+        kind = chr(data[0])
+        if skipping and kind in "IUDT":
+            continue
         r = _Reader(bytes(data))
-        kind = r.byte()
+        r.pos = 1
         if kind == "B":
-            _final, ts, xid = r.take(">QqI")
+            final, ts, xid = r.take(">QqI")
             current = Transaction(xid, 0, 0, ts + PG_EPOCH_US)
+            skipping = final < after
         elif kind == "C":
             _flags, commit_lsn, end_lsn, ts = r.take(">BQQq")
+            if skipping:
+                current, skipping = None, False
+                continue
             if current is None:
                 raise ValueError("pgoutput commit without a begin")
             current.commit_lsn, current.end_lsn, current.commit_us = (
@@ -132,17 +178,8 @@ def transactions(messages: Iterable[bytes]) -> Iterator[Transaction]:
             yield current
             current = None
         elif kind == "R":
-            (rel_id,) = r.take(">I")
-            schema, name = r.string(), r.string()
-            r.byte()  # replica identity setting
-            (count,) = r.take(">h")
-            columns, key = [], []
-            for _ in range(count):
-                (flags,) = r.take(">B")
-                columns.append(r.string())
-                r.take(">Ii")  # type oid, typmod
-                key.append(bool(flags & 1))
-            relations[rel_id] = Relation(rel_id, schema, name, columns, key)
+            relation = _relation(r)
+            relations[relation.id] = relation
         elif kind in ("I", "U", "D"):
             if current is None:
                 raise ValueError(f"pgoutput {kind} outside a transaction")

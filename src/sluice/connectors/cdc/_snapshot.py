@@ -34,14 +34,17 @@ on its own, and the topic keeps only the attempt whose micro-batch committed.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from sluice.connectors.cdc._envelope import key_text
+from sluice.connectors.cdc._evolve import SchemaChanged
 from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
     ConfigException,
+    ConnectException,
     ConnectRecord,
     FieldType,
     ReadLimit,
@@ -51,6 +54,10 @@ from sluice.sdk import (
 )
 
 MODES = ("initial", "when_needed", "never")
+#: In the end position of the range that restarts a snapshot because the stored position is no
+#: longer in the log (`snapshot.mode=when_needed`): why; that range's log part is not read.
+LOST = "lost"
+log = logging.getLogger(__name__)
 _INTEGERS = (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64)
 #: chunk rows per micro-batch when the read limit does not bound them
 DEFAULT_CHUNK_ROWS = 8192
@@ -197,6 +204,15 @@ class SnapshotTask:
         """The change events of the log part of the range (executor)."""
         raise NotImplementedError
 
+    def position_lost(self, start: RecordOffset) -> str | None:
+        """Why the log can no longer be read from `start` (a dropped slot, a purged binlog), or
+        None (driver)."""
+        raise NotImplementedError
+
+    def log_end(self) -> RecordOffset:
+        """The log's position now: where a new snapshot's stream starts (driver)."""
+        raise NotImplementedError
+
     def select_chunk(self, table: Any, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
         """The chunk's rows as values of the table's schema (`sql_params` selects `self.
         chunk_select(table)`)."""
@@ -225,12 +241,22 @@ class SnapshotTask:
     def latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
-        end = self.stream_latest(partition, start, limit)
+        checked = self.__dict__.setdefault("_positions_checked", set())
+        if start is not None and LOST not in start and partition["table"] not in checked:
+            # once per partition and start of the task: a later loss fails the read instead
+            checked.add(partition["table"])
+            lost = self.position_lost(start)
+            if lost is not None:
+                return self._lost(partition, start, lost)
+        try:
+            end = self.stream_latest(partition, start, limit)
+        except SchemaChanged as exc:
+            return self._resnapshot(exc, partition, start)
         state = self._progress(start)
         if state is None:
             return end
         base = end if end is not None else (start or self.stream_origin())
-        stream = {k: v for k, v in base.items() if k != "snapshot"}
+        stream = {k: v for k, v in base.items() if k not in ("snapshot", LOST)}
         if state["done"]:
             return stream
         table = self.tables[partition["table"]]
@@ -244,6 +270,36 @@ class SnapshotTask:
                 limit.max_rows or DEFAULT_CHUNK_ROWS,
             )
         return {**stream, "snapshot": new}
+
+    def _lost(self, partition: RecordPartition, start: RecordOffset, why: str) -> RecordOffset:
+        """The stored position is gone from the log: with `snapshot.mode=when_needed`, a range
+        to the log's end now that starts a new snapshot of the table (its log part is not read:
+        `LOST`); otherwise a failure naming the position."""
+        if self.snapshot_mode != "when_needed":
+            raise ConnectException(
+                f"table {partition['table']}: {why}; the changes since are lost",
+                suggestion="set snapshot.mode=when_needed to snapshot the tables again, or "
+                "re-copy them and reset the connector's offsets",
+            )
+        log.warning(
+            "table %s: %s; snapshot.mode=when_needed: snapshotting the table again",
+            partition["table"],
+            why,
+        )
+        return {**self.log_end(), "snapshot": {"upto": None, "done": False}, LOST: why}
+
+    def _resnapshot(
+        self, exc: SchemaChanged, partition: RecordPartition, start: RecordOffset | None
+    ) -> RecordOffset | None:
+        """At a schema change that filled the existing rows (a new column's default): first a
+        range that only starts a new snapshot of that table (committed like any range), then
+        the restart (`sluice.connectors.cdc._evolve`)."""
+        fresh = {"upto": None, "done": False}
+        if not exc.resnapshot or start is None or start.get("snapshot") == fresh:
+            raise exc
+        if partition["table"] != exc.table:
+            return start  # another table: it waits for the restart
+        return {**{k: v for k, v in start.items() if k != "snapshot"}, "snapshot": fresh}
 
     def split(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int
@@ -264,7 +320,7 @@ class SnapshotTask:
         table = self.tables[partition["table"]]
         column = self._column(table)
         state = self._progress(start)
-        if self.log_advances(start, end):
+        if self.log_advances(start, end) and LOST not in end:
             keep = covers(state, column)
             for record in self.stream_read(partition, start, end):
                 value = record.value

@@ -3,13 +3,14 @@
 Delivery: **exactly-once into the topic.** A position is a place in the binlog just after a
 transaction's commit (`{"file": "mariadb-bin.000013", "pos": 147599}`, plus the GTID of that
 transaction on MariaDB as information). `latest` (driver) reads the binlog from the start position
-over the replication protocol (`mysql-replication`, non-blocking) up to `read.max.rows` rows and
-answers the position after the last whole transaction; `read` (executor) reads the same range again
-and emits its rows. The binlog is immutable until purged, so a replayed range yields the same
-events. The first micro-batch of a connector without positions is an empty range ending at the
-binlog position the connector started at (capture starts there; with `snapshot.mode=initial`,
-the default, the tables' existing rows are read first, chunk by chunk while the binlog streams:
-`sluice.connectors.cdc._snapshot`).
+over the replication protocol (`mysql-replication`, non-blocking) up to a byte budget of row events
+(`read.max.bytes`, else `read.max.rows` times `ROW_BYTES`; the rows are not decoded there) and
+answers the position after the last whole transaction; `read` (executor) reads the same range
+again and decodes and emits its rows. The binlog is immutable until purged, so a replayed range
+yields the same events. The first micro-batch of a connector without positions is an empty range
+ending at the binlog position the connector started at (capture starts there; with
+`snapshot.mode=initial`, the default, the tables' existing rows are read first, chunk by chunk
+while the binlog streams: `sluice.connectors.cdc._snapshot`).
 
 A binlog purged under a stopped connector (`binlog_expire_logs_seconds`, `PURGE BINARY LOGS`)
 fails the task naming the missing file and position: never a silent gap. The binlog is not held
@@ -48,6 +49,7 @@ from sluice.connectors.cdc._base import (
     sql_error,
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
 from sluice.connectors.cdc._snapshot import SnapshotTask
 from sluice.connectors.jdbc._config import TableName, parse_connection
 from sluice.sdk import (
@@ -68,6 +70,8 @@ from sluice.sdk import (
 log = logging.getLogger(__name__)
 
 VERSION = "sluice-cdc-1"
+#: Binlog bytes per row when a range's budget is `read.max.rows` (ranges are sized by bytes).
+ROW_BYTES = 100
 
 CONFIG = ConfigDef(
     ConfigKey("connection.url", default=None, doc="jdbc:mysql://host:port/database"),
@@ -210,6 +214,8 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
                 f"needs {name}={want}",
                 suggestion=fix,
             )
+    # The position first, then the columns: every DDL before it is in what is described
+    # (`sluice.connectors.cdc._evolve`).
     try:
         status = conn.exec_driver_sql("SHOW MASTER STATUS").fetchone()
     except Exception as exc:
@@ -259,6 +265,13 @@ class _Table:
                 f"{where}: table {self.name} now has column(s) {extra} that the connector's "
                 "schema does not know (ALTER TABLE … ADD COLUMN while running)",
                 suggestion="restart the connector: it reads the table's columns again at start",
+            )
+        missing = [n for n, s in self.columns if n not in values and not s.optional]
+        if missing:
+            raise ConnectException(
+                f"{where}: table {self.name} has no column(s) {missing} in the binlog, which "
+                "the connector's schema requires (a DROP or RENAME COLUMN)",
+                suggestion="restart the connector to register the new schema",
             )
         return {
             name: to_schema_value(values.get(name), schema, f"{where}, column {name!r}")
@@ -337,32 +350,56 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             raise ConnectException(f"listing the binlogs of {c.describe()}: {exc}") from None
 
     def _check_position(self, start: dict) -> None:
-        c = self.connection
-        files = [name for name, _ in self._binary_logs()]
-        if start["file"] not in files:
+        lost = self.position_lost(start)
+        if lost is not None:
             raise ConnectException(
-                f"binlog {start['file']} (position {start['pos']}) is no longer on "
-                f"{c.describe()} (the oldest is {files[0] if files else 'none'}): it was purged "
-                "while the connector was behind, so the changes since that position are lost",
-                suggestion="re-copy the tables and reset the connector's offsets",
+                f"{lost}, so the changes since that position are lost",
+                suggestion="set snapshot.mode=when_needed to snapshot the tables again, or "
+                "re-copy them and reset the connector's offsets",
             )
 
+    def position_lost(self, start: RecordOffset) -> str | None:
+        files = [name for name, _ in self._binary_logs()]
+        if start["file"] in files:
+            return None
+        return (
+            f"binlog {start['file']} (position {start['pos']}) is no longer on "
+            f"{self.connection.describe()} (the oldest is {files[0] if files else 'none'}): it "
+            "was purged while the connector was behind"
+        )
+
+    def log_end(self) -> RecordOffset:
+        name, size = self._binary_logs()[-1]
+        return {"file": name, "pos": size}
+
     def _boundaries(self, start: dict, limit: ReadLimit) -> dict | None:
-        """The position after the last whole transaction within `limit` rows of `start`."""
+        """The position after the last whole transaction within the range's byte budget from
+        `start` (row events' binlog bytes: `read.max.bytes`, else `read.max.rows` times
+        `ROW_BYTES`). Sized by bytes so that rows are not decoded here: `read` decodes them,
+        once."""
         from pymysqlreplication.event import QueryEvent, XidEvent
 
-        stream = self._stream(start, rows=limit.max_rows is not None)
-        end, count = None, 0
+        budget = limit.max_bytes
+        if budget is None and limit.max_rows is not None:
+            budget = limit.max_rows * ROW_BYTES
+        stream = self._stream(start, rows=budget is not None)
+        end, size = None, 0
         try:
             for event in stream:
                 if isinstance(event, XidEvent) or (
                     isinstance(event, QueryEvent) and _ends_transaction(event)
                 ):
-                    end = {"file": stream.log_file, "pos": stream.log_pos}
-                    if limit.max_rows is not None and count >= limit.max_rows:
+                    here = {"file": stream.log_file, "pos": stream.log_pos}
+                    change = self._ddl_change(event, here)
+                    if change is not None:  # a range never spans a schema change
+                        if end is None:
+                            self._follow(*change)
                         break
-                elif hasattr(event, "rows"):
-                    count += len(event.rows)
+                    end = here
+                    if budget is not None and size >= budget:
+                        break
+                else:  # a row event, not decoded: its size counts
+                    size += event.event_size
         finally:
             stream.close()
         return end
@@ -374,7 +411,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             return dict(self.initial)  # the first range is empty: capture starts here
         name = partition["table"]
         if self._end is None or name in self._asked:
-            self._asked = set()
+            self._asked, self._end = set(), None
             self._end = self._boundaries(start, limit) or start
         self._asked.add(name)
         return self._end if _after(self._end, start) else start
@@ -416,11 +453,12 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                     gtid = event.gtid
                     continue
                 if isinstance(event, (XidEvent, QueryEvent)):
-                    if isinstance(event, QueryEvent):
-                        self._check_ddl(event, schema, name)
-                        if not _ends_transaction(event):
-                            continue
+                    if isinstance(event, QueryEvent) and not _ends_transaction(event):
+                        continue
                     here = {"file": stream.log_file, "pos": stream.log_pos}
+                    change = self._ddl_change(event, here)
+                    if change is not None:  # `latest` ends ranges before such a change
+                        self._follow(*change)
                     for record in pending:
                         record.value["source"].update(pos=here["pos"], file=here["file"])
                     yield from pending
@@ -467,17 +505,33 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         schema, name = table.name.split(".", 1)
         return source_block("mysql", self.prefix, schema, name, file=end["file"], pos=end["pos"])
 
-    def _check_ddl(self, event: Any, schema: str, name: str) -> None:
+    def _ddl_change(self, event: Any, here: dict) -> tuple[_Table, str, str] | None:
+        """(table, kind, statement) of a DDL statement on a captured table logged after the
+        position the connector read the columns at (earlier ones are in its schema)."""
+        if not hasattr(event, "query") or not _after(here, self.initial):
+            return None
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
-        text = query.strip().upper()
-        if text.startswith(("ALTER", "DROP", "RENAME", "TRUNCATE")) and name.upper() in text:
-            db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
-            if db == schema or f"{schema}.".upper() in text:
-                raise ConnectException(
-                    f"table {schema}.{name} changed under the connector: {query.strip()[:200]}",
-                    suggestion="restart the connector to read the new columns (ADD COLUMN), or "
-                    "re-copy the table (TRUNCATE, DROP)",
-                )
+        db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
+        for table in self.tables.values():
+            kind = ddl_kind(query, db, table.name)
+            if kind is not None:
+                return table, kind, query.strip()[:300]
+        return None
+
+    def _follow(self, table: _Table, kind: str, query: str) -> None:
+        """At a DDL statement: restart to follow an ADD COLUMN, fail naming anything else."""
+        if kind != "add":
+            raise ConnectException(
+                f"table {table.name} changed under the connector: {query}; the connector "
+                "follows ADD COLUMN only",
+                suggestion="re-copy the table (TRUNCATE, DROP, a changed column) and restart "
+                "the connector with reset offsets",
+            )
+        with self.db.connect() as conn:
+            known = [n for n, _ in table.columns]
+            added, filled = check_added(self.db, conn, TableName.parse(table.name), known, query)
+        log.info("table %s changed (%s): restarting the connector to follow", table.name, query)
+        raise SchemaChanged(table.name, f"{query}; new column(s) {added}", resnapshot=filled)
 
     def _events(self, event: Any, table: _Table, gtid: str | None) -> Iterator[ConnectRecord]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, date, datetime
 from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
@@ -60,13 +60,16 @@ from sluice.connectors.cdc._base import (
     sql_error,
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
     UNCHANGED,
     Change,
+    Relation,
     Transaction,
     commit_end,
     lsn_int,
     lsn_text,
+    relation_of,
     transactions,
 )
 from sluice.connectors.cdc._snapshot import SnapshotTask
@@ -135,32 +138,57 @@ def _sqlstate(exc: BaseException) -> str | None:
 # -- text values → Python -------------------------------------------------------------------------
 def parse_value(text: str, schema: Schema, where: str) -> Any:
     """One column's text (PostgreSQL's output format, session in UTC) as the value of `schema`."""
+    return _parse(parser(schema), text, where)
+
+
+def _parse(parse: Callable[[str], Any], text: str, where: str) -> Any:
     try:
-        if schema.logical is Logical.DECIMAL:
-            value = Decimal(text)
-            if not value.is_finite():
-                raise ValueError("is not a finite number")
-            return value
-        if schema.logical is Logical.DATE:
-            return date.fromisoformat(text)
-        if schema.logical is Logical.TIME:
-            return dtime.fromisoformat(text)
-        if schema.logical is Logical.TIMESTAMP:
-            value = datetime.fromisoformat(text)
-            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-        if schema.type in (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64):
-            return int(text)
-        if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
-            return float(text)
-        if schema.type is FieldType.BOOLEAN:
-            return text in ("t", "true")  # pgoutput sends t/f, a ::text cast true/false
-        if schema.type is FieldType.BYTES:
-            if not text.startswith("\\x"):
-                raise ValueError("is not in bytea hex format")
-            return bytes.fromhex(text[2:])
-        return text
+        return parse(text)
     except (ValueError, InvalidOperation) as exc:
         raise ConnectException(f"{where}: value {text!r} cannot be carried: {exc}") from None
+
+
+def _decimal(text: str) -> Decimal:
+    value = Decimal(text)
+    if not value.is_finite():
+        raise ValueError("is not a finite number")
+    return value
+
+
+def _timestamp(text: str) -> datetime:
+    value = datetime.fromisoformat(text)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _bytea(text: str) -> bytes:
+    if not text.startswith("\\x"):
+        raise ValueError("is not in bytea hex format")
+    return bytes.fromhex(text[2:])
+
+
+_INTEGERS = (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64)
+
+
+def parser(schema: Schema) -> Callable[[str], Any]:
+    """The function that parses a column's text into values of `schema` (chosen once per
+    column, not per value: this is the per-value hot path)."""
+    by_logical = {
+        Logical.DECIMAL: _decimal,
+        Logical.DATE: date.fromisoformat,
+        Logical.TIME: dtime.fromisoformat,
+        Logical.TIMESTAMP: _timestamp,
+    }
+    if schema.logical in by_logical:
+        return by_logical[schema.logical]
+    if schema.type in _INTEGERS:
+        return int
+    if schema.type in (FieldType.FLOAT32, FieldType.FLOAT64):
+        return float
+    if schema.type is FieldType.BOOLEAN:
+        return lambda text: text in ("t", "true")  # pgoutput sends t/f, a ::text cast true/false
+    if schema.type is FieldType.BYTES:
+        return _bytea
+    return str
 
 
 class _Table:
@@ -172,6 +200,8 @@ class _Table:
         self.pk: list[str] = data["pk"]
         self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
         self.schemas = dict(self.columns)
+        self.parsers = {n: parser(s) for n, s in self.columns}
+        self.types = {n: tuple(t) for n, t in data.get("types", {}).items()}
 
     def row(self, values: dict[str, object], where: str, *, partial: bool) -> dict[str, Any]:
         """A tuple's text values as the row struct; `partial`: missing columns are null."""
@@ -194,12 +224,13 @@ class _Table:
                 out[name] = None
                 continue
             text = values[name]
-            if text is UNCHANGED:
-                out[name] = UNCHANGED
-            elif text is None:
-                out[name] = None
+            if text is None or text is UNCHANGED:
+                out[name] = text
             else:
-                out[name] = parse_value(str(text), schema, f"{where}, column {name!r}")
+                try:
+                    out[name] = self.parsers[name](text)
+                except (ValueError, InvalidOperation):
+                    out[name] = parse_value(str(text), schema, f"{where}, column {name!r}")
         return out
 
 
@@ -270,7 +301,12 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
         raise ConfigException("table.include.list", "no table to capture")
     described = []
     for table in tables:
-        described.append(describe_table(db, conn, table, values["topic.prefix"]))
+        described.append(
+            {
+                **describe_table(db, conn, table, values["topic.prefix"]),
+                "types": _column_types(conn, db.dialect.table(table)),
+            }
+        )
     names = ", ".join(db.dialect.table(t) for t in tables)
     if not exists:
         conn.exec_driver_sql(
@@ -288,6 +324,15 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             )
     conn.commit()  # a slot cannot be created in a transaction that wrote (the publication)
     plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
+    status = one("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", slot)
+    if status == "lost" and values["snapshot.mode"] == "when_needed":
+        log.warning(
+            "replication slot %s was invalidated (max_slot_wal_keep_size); snapshot.mode="
+            "when_needed: creating it again and snapshotting the tables again",
+            slot,
+        )
+        conn.exec_driver_sql("SELECT pg_drop_replication_slot(%s)", (slot,))
+        plugin = None
     if plugin is None:
         try:
             conn.exec_driver_sql(
@@ -304,6 +349,16 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             suggestion="name another slot.name, or drop that slot",
         )
     return described
+
+
+def _column_types(conn: Any, quoted: str) -> dict[str, list[int]]:
+    """Each column's type oid and typmod, as pgoutput's relation messages carry them."""
+    rows = conn.exec_driver_sql(
+        "SELECT attname, atttypid::int, atttypmod FROM pg_attribute WHERE attrelid = "
+        "%s::regclass AND attnum > 0 AND NOT attisdropped",
+        (quoted,),
+    ).fetchall()
+    return {str(name): [int(oid), int(mod)] for name, oid, mod in rows}
 
 
 def _qualified(db: Any, conn: Any, table: TableName) -> TableName:
@@ -396,37 +451,80 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         with self.db.connect() as conn:
             return {"lsn": self._check_slot(conn)}
 
+    log_end = stream_origin  # a new slot's position: where its changes start
+
+    def position_lost(self, start: RecordOffset) -> str | None:
+        with self.db.connect() as conn:
+            try:
+                confirmed = self._check_slot(conn)
+            except ConnectException as exc:
+                return exc.message
+        if start["lsn"] >= confirmed:
+            return None
+        return (
+            f"replication slot {self.slot!r} is at {lsn_text(confirmed)}, past the stored "
+            f"position {lsn_text(start['lsn'])} (the slot was dropped and created again, or "
+            "consumed elsewhere)"
+        )
+
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         return start is None or end["lsn"] > start["lsn"]
 
     def _next_end(self, begin: int, budget: int | None) -> int | None:
         """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
-        within `budget` (at least one transaction), or None if none committed after `begin`."""
-        # Peek at the message types only (and whole commit messages, for their end LSN). The
-        # slot may still hold the last micro-batch's changes (it is advanced when Spark plans
-        # the next one), so a window that ends before `begin` is widened until it does not.
+        within `budget` (at least one transaction), or None if none committed after `begin`.
+        A range ends before a transaction whose rows have another shape than the connector's
+        schema (`sluice.connectors.cdc._evolve`); a range starting at one raises."""
+        # Peek at the message types only (whole commit and relation messages: the end LSN, the
+        # columns). The slot may still hold the last micro-batch's changes (it is advanced when
+        # Spark plans the next one), so a window that ends before `begin` is widened.
         window = None if budget is None else max(budget * 2, 1000)
         while True:
             rows = self._peek_types(window)
-            end, changes, pending = None, 0, 0
+            end, changes, pending, change = None, 0, 0, None
             for (data,) in rows:
                 kind = bytes(data[:1])
                 if kind in (b"I", b"U", b"D"):
                     pending += 1
+                elif kind == b"R":
+                    change = change or self._shape_change(relation_of(bytes(data)))
                 elif kind == b"C":
                     lsn = commit_end(bytes(data))
                     if lsn > begin:
+                        if change is not None:
+                            if end is None:
+                                self._follow(*change)
+                            return end
                         if end is not None and budget is not None and changes + pending > budget:
                             break
                         changes, end = changes + pending, lsn
-                    pending = 0
+                    pending, change = 0, None
             if end is not None or window is None or len(rows) < window:
                 return end
             window *= 4
 
+    def _shape_change(self, relation: Relation) -> tuple[_Table, str] | None:
+        """(table, change) if rows logged with `relation`'s columns do not fit the connector's
+        schema of that table (a `ConnectException` if the change cannot be followed)."""
+        table = self.tables.get(f"{relation.schema}.{relation.name}")
+        if table is None:
+            return None
+        logged = dict(zip(relation.columns, relation.types, strict=True))
+        change = verdict(table.name, table.columns, table.pk, relation.columns, table.types, logged)
+        return None if change is None else (table, change)
+
+    def _follow(self, table: _Table, change: str) -> None:
+        """At a schema change: restart (after checking the added columns can be carried)."""
+        with self.db.connect() as conn:
+            known = list(table.schemas)
+            _, filled = check_added(self.db, conn, TableName.parse(table.name), known, change)
+        log.info("table %s changed (%s): restarting the connector to follow", table.name, change)
+        raise SchemaChanged(table.name, change, resnapshot=filled)
+
     def _peek_types(self, window: int | None) -> list[Any]:
         return self._peek_select(
-            "SELECT substr(data, 1, CASE WHEN get_byte(data, 0) = 67 THEN 26 ELSE 1 END) "
+            "SELECT CASE get_byte(data, 0) WHEN 67 THEN substr(data, 1, 26) WHEN 82 THEN data "
+            "ELSE substr(data, 1, 1) END "
             "FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
             "'publication_names', %s)",
             (self.slot, window, self.publication),
@@ -458,7 +556,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                 "elsewhere (another reader of the slot?)",
             )
         rows = self._peek(stop)
-        for tx in transactions(data for (data,) in rows):
+        for tx in transactions((data for (data,) in rows), after=begin):
             if begin < tx.end_lsn <= stop:
                 yield from self._events(tx, table)
 
@@ -495,7 +593,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         schema, name = table.name.split(".", 1)
         keys: set[str] = set()
         where = f"table {table.name}, snapshot watermark"
-        for tx in transactions(data for (data,) in self._peek(self._high)):
+        for tx in transactions((data for (data,) in self._peek(self._high)), after=low["lsn"]):
             if tx.end_lsn <= low["lsn"]:
                 continue
             for change in tx.changes:
@@ -536,15 +634,17 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
             "gtid": None,
         }
         ts = datetime.fromtimestamp(tx.commit_us / 1e6, UTC)
+        where = f"table {table.name}, LSN {lsn_text(tx.end_lsn)}"  # once per transaction
+        now = int(time.time() * 1000)
         for change in tx.changes:
             if change.relation.schema != schema or change.relation.name != name:
                 continue
-            yield from self._change_events(change, table, source, ts)
+            yield from self._change_events(change, table, source, (ts, now, where))
 
     def _change_events(
-        self, change: Change, table: _Table, source: dict[str, Any], ts: datetime
+        self, change: Change, table: _Table, source: dict[str, Any], at: tuple[datetime, int, str]
     ) -> Iterator[ConnectRecord]:
-        where = f"table {table.name}, LSN {lsn_text(source['lsn'])}"
+        ts, now, where = at
         before = (
             table.row(change.before, where, partial=True) if change.before is not None else None
         )
@@ -560,7 +660,6 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                             suggestion=f"ALTER TABLE {table.name} REPLICA IDENTITY FULL",
                         )
                     after[column] = old
-        now = int(time.time() * 1000)
 
         def event(op: str, b: Any, a: Any) -> ConnectRecord:
             row = a if a is not None else b
