@@ -27,6 +27,18 @@ def test_only_spark_failures_of_the_machine_are_transient() -> None:
     assert not is_transient("WriterFenced: fenced: writer 'c' epoch 1 may no longer commit")
 
 
+def test_a_task_that_asks_for_a_restart_gets_one() -> None:
+    from sluice.connectors.cdc._evolve import SchemaChanged
+    from sluice.sdk import ConnectException, RestartRequested
+
+    asked = RestartRequested("table t changed its columns while running (added: x)")
+    assert str(asked).startswith("table t changed") and asked.code == "connect.restart_requested"
+    # as Spark reports it: the Python error's text inside the query's failure
+    assert is_transient(f"StreamingQueryException: ...\nConnectException: {asked}")
+    assert is_transient(str(SchemaChanged("s.t", "added: x")))
+    assert not is_transient(str(ConnectException("table t changed its columns while running")))
+
+
 def test_restarts_back_off_and_stop_after_the_limit() -> None:
     clock = _Clock()
     restarts = TransientRestarts(clock)

@@ -45,6 +45,7 @@ from sluice.sdk import (
     ConfigException,
     ConnectException,
     ProduceRequest,
+    RestartRequested,
     SinkConnector,
     SinkTaskContext,
 )
@@ -390,7 +391,7 @@ def check_versions(plan: SinkPlan) -> None:
         if old.schema != new.schema
     ]
     if changed:
-        raise ConnectException(
+        raise RestartRequested(
             f"sink {plan.name}: topic {', '.join(changed)} schema {NEW_VERSION}; the connector "
             "restarts to decode it (a fused sink would take it at its next micro-batch)",
             suggestion="nothing to do; with restart.transient.max.attempts=0, restart it",

@@ -14,9 +14,9 @@ from the machine, not from the connector:
   ``min(1 s * 2^(n-1), this)``; a restarted query that runs this long without failing starts
   the count again.
 
-A source whose table changed its columns under it, and a sink on the JVM path whose topic got a
-new schema version, fail with a marker too: a restart plans them again with the new columns (see
-`sluice.connectors.jdbc.source.SCHEMA_CHANGED`, `sluice.engine.sink.NEW_VERSION`).
+A task that raises `sluice.sdk.RestartRequested` is restarted the same way: a JDBC or CDC source
+whose table changed its columns under it, a sink on the JVM path whose topic got a new schema
+version. The restart plans them again with the new columns.
 
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
@@ -30,22 +30,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sluice.engine.keys import RUNTIME_KEYS
+from sluice.sdk import RestartRequested
 
 #: Text of Spark failures that say the machine, not the connector, failed the micro-batch.
 TRANSIENT_MARKERS = (
     "Python worker failed to connect back",
     "Python worker exited unexpectedly",
     "ExecutorLostFailure",
-    # A source whose table changed its columns under it (the JDBC source's SCHEMA_CHANGED): a
-    # restart plans it again with the new columns and registers the new schema version, which
-    # the registry checks (`schema.compatibility`); a refused version fails for good.
-    "changed its columns while running",
-    # A sink on the JVM path whose topic got a new schema version (`sluice.engine.sink.
-    # NEW_VERSION`): Spark fixed its column types when it started, a restart takes the new ones.
-    "has a new schema version while running",
-    # A CDC source asking to be restarted at a captured table's schema change (it reads the new
-    # columns at start): sluice.connectors.cdc._evolve.RESTART_MARKER.
-    "sluice-cdc: schema changed, restart to follow it",
+    # A task asking to be planned again (its table's columns or its topic's schema version
+    # changed under it): `sluice.sdk.RestartRequested`.
+    RestartRequested.MARKER,
 )
 _FIRST_DELAY_S = 1.0
 

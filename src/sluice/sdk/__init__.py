@@ -42,6 +42,7 @@ from sluice.sdk._errors import (
     ConfigException,
     ConnectException,
     InvalidConfig,
+    RestartRequested,
     RetriableException,
 )
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition, partition_key
@@ -88,6 +89,7 @@ __all__ = [
     "RecordOffset",
     "RecordPartition",
     "ReplayableSourceTask",
+    "RestartRequested",
     "RetriableException",
     "Schema",
     "SchemaRegistry",

@@ -33,6 +33,20 @@ class ConnectException(Exception):
         return self.message
 
 
+class RestartRequested(ConnectException):
+    """Raised by a task whose source or target changed shape under it (a table's columns, a
+    topic's schema version) so that the way on is to plan again: the runtime restarts the
+    connector at once from its committed positions (nothing lost or repeated), as one of its
+    automatic restarts (`restart.transient.*`), and shows RESTARTING meanwhile."""
+
+    code = "connect.restart_requested"
+    #: In the message, so the runtime recognises the request in the failure Spark reports.
+    MARKER = "(restart requested)"
+
+    def __init__(self, reason: str, *, suggestion: str | None = None) -> None:
+        super().__init__(f"{reason} {self.MARKER}", suggestion=suggestion)
+
+
 class RetriableException(ConnectException):
     """A transient failure: the runtime retries the same operation after a backoff."""
 

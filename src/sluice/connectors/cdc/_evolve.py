@@ -7,10 +7,11 @@ converter registers them). So a change is followed by a restart at the change:
    shape than the connector's schema (PostgreSQL: a `Relation` message with other columns;
    MySQL/MariaDB: an `ALTER TABLE` on a captured table after the position the connector read its
    columns at). A range therefore never spans a schema change.
-2. Planning the range that starts at the change raises `SchemaChanged`, whose message carries
-   `RESTART_MARKER`: the runtime restarts the connector at once (`sluice.runtime.restarts`), as
-   it does after a transient Spark failure. The restarted connector reads the table's columns
-   again and its converter registers the new value schema version; capture resumes at the change.
+2. Planning the range that starts at the change raises `SchemaChanged`, a
+   `sluice.sdk.RestartRequested`: the runtime restarts the connector at once
+   (`sluice.runtime.restarts`), as it does after a transient Spark failure. The restarted
+   connector reads the table's columns again and its converter registers the new value schema
+   version; capture resumes at the change.
 3. A range from before the change, replayed under the new schema (a crash in between), decodes
    with the columns it was written with: a column the log's rows do not carry is null, which is
    why a column with a database default is an optional field (`optional_columns`).
@@ -27,15 +28,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sluice.sdk import ConnectException, Schema
-
-#: In the message of `SchemaChanged`: the runtime restarts a connector whose query failed with it.
-RESTART_MARKER = "sluice-cdc: schema changed, restart to follow it"
+from sluice.sdk import ConnectException, RestartRequested, Schema
 
 
-class SchemaChanged(ConnectException):
-    """A captured table's columns changed in a way the connector follows by restarting (its
-    message carries `RESTART_MARKER`, which the runtime's automatic restarts recognise)."""
+class SchemaChanged(RestartRequested):
+    """A captured table's columns changed in a way the connector follows by restarting."""
 
     code = "cdc.schema_changed"
 
@@ -44,7 +41,8 @@ class SchemaChanged(ConnectException):
         #: default): the table is snapshotted again before the restart (`SnapshotTask.latest`).
         self.table, self.resnapshot = table, resnapshot
         super().__init__(
-            f"table {table} changed ({change}): {RESTART_MARKER}; the restarted connector "
+            f"table {table} changed ({change}): schema changed, restart to follow it; the "
+            "restarted connector "
             "registers the new value schema version and resumes at the change"
         )
 

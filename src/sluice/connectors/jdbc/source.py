@@ -53,6 +53,7 @@ from sluice.sdk import (
     RecordOffset,
     RecordPartition,
     ReplayableSourceTask,
+    RestartRequested,
     RetriableException,
     Schema,
     SourceConnector,
@@ -590,7 +591,7 @@ class JdbcSourceTask(ReplayableSourceTask):
             return  # dropped: the reads fail, naming it
         change = column_changes(plan.columns, columns, self.db.dialect)
         if change:
-            raise ConnectException(
+            raise RestartRequested(
                 f"table {plan.table!r} {SCHEMA_CHANGED} ({change}); the connector restarts to "
                 "read them again and registers the new schema version",
                 suggestion="nothing to do unless the new version is refused; with "
