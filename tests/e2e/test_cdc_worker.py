@@ -152,7 +152,7 @@ def test_add_column_while_mirroring(
         )
     finally:
         for name in (*names, late):
-            worker.request("DELETE", f"/connectors/{name}")
+            assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
 def _fails_naming(worker: WorkerProcess, name: str, config: dict[str, str], text: str) -> None:
@@ -163,7 +163,7 @@ def _fails_naming(worker: WorkerProcess, name: str, config: dict[str, str], text
         first = _status(worker, name)["connector"]["trace"].splitlines()[0]
         assert text in first, first
     finally:
-        worker.request("DELETE", f"/connectors/{name}")
+        assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
 def _my_source(my: Db, prefix: str, **extra: str) -> dict[str, str]:
@@ -246,4 +246,4 @@ def test_start_errors_show_in_status(
         assert f"binlog {gone['file']} (position 4) is no longer on" in first, trace[:3000]
         assert "when_needed" in first, first
     finally:
-        worker.request("DELETE", f"/connectors/{name}")
+        assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204

@@ -90,6 +90,8 @@ def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
         **{"push.concurrency": 2, "push.target.concurrency": 2, "push.flush.max.ms": 600000},
     )
     wait_until(lambda: len(target.ok("slow")) >= 20, 240, "the first deliveries")
+    # a task reports its progress once a second; 20 deliveries (2 at a time, 50 ms) come sooner
+    wait_until(lambda: _push(push_worker, "tune")["tasks"], 30, "the task's first report")
     before = _push(push_worker, "tune")
     assert before["query_id"] and before["tasks"][0]["max_pool_size"] == 2
     slow = _rate(target, "slow", 4)
