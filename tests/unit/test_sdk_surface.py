@@ -34,6 +34,12 @@ def test_delivery_follows_the_task_base_class_or_the_sink_config() -> None:
     assert JdbcSinkConnector.delivery({"insert.mode": "Upsert"}) is Delivery.EXACTLY_ONCE
     assert SinkConnector.delivery({}) is Delivery.AT_LEAST_ONCE
 
+    class Idempotent(SinkConnector):
+        guarantee = Delivery.EXACTLY_ONCE  # declared once, whatever the config
+
+    assert Idempotent.delivery({"any": "thing"}) is Delivery.EXACTLY_ONCE
+    assert delivery_of(Idempotent, {}) == "exactly-once"
+
     class Legacy(FileSinkConnector):
         delivery = "exactly-once"  # a plugin written before delivery was derived
 

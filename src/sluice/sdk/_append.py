@@ -23,7 +23,7 @@ import fcntl
 import os
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, BinaryIO, ClassVar
 
 from sluice.sdk._connector import BatchId, Delivery, SinkConnector, SinkTask
@@ -147,10 +147,7 @@ class AppendSinkConnector(SinkConnector):
 
     target: StagedAppend
     ordered_commit: ClassVar[bool] = True
-
-    @classmethod
-    def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.EXACTLY_ONCE
+    guarantee = Delivery.EXACTLY_ONCE
 
     def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
         self.target.commit(batch_id, messages)

@@ -276,13 +276,17 @@ class SinkConnector(Connector):
     """A connector that delivers records from topics to an external system.
 
     At-least-once unless it says otherwise: a sink whose `commit` (or target) makes a replayed
-    micro-batch a no-op overrides `delivery` (the file sink with `StagedAppend`; a JDBC sink
-    only in upsert mode).
+    micro-batch a no-op sets `guarantee` (the file sink with `StagedAppend`, the broker sinks
+    with ids derived from positions); one whose guarantee depends on its config overrides
+    `delivery` (a JDBC sink is exactly-once only in upsert mode).
     """
+
+    #: the guarantee under every config; `delivery` returns it unless overridden
+    guarantee: ClassVar[Delivery] = Delivery.AT_LEAST_ONCE
 
     @classmethod
     def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.AT_LEAST_ONCE
+        return cls.guarantee
 
     #: True when `commit` applies the tasks' results in task order (as the file sink does): the
     #: runtime may then split one queue's range over several tasks without reordering it.

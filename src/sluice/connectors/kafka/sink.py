@@ -275,10 +275,7 @@ class KafkaSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = KafkaSinkTask
-
-    @classmethod
-    def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.EXACTLY_ONCE
+    guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

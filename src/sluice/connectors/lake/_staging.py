@@ -138,9 +138,7 @@ class StagingTask(RowsTask):
 class TableSinkConnector(RollInterval, SinkConnector):
     """Commits each micro-batch's staged rows as one table version, exactly once (driver)."""
 
-    @classmethod
-    def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.EXACTLY_ONCE
+    guarantee = Delivery.EXACTLY_ONCE
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

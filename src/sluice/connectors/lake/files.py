@@ -231,10 +231,7 @@ class ParquetSinkConnector(RollInterval, SinkConnector):
 
     config_def = CONFIG
     task_class = ParquetSinkTask
-
-    @classmethod
-    def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.EXACTLY_ONCE
+    guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

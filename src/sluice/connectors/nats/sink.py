@@ -112,10 +112,7 @@ class NatsSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = NatsSinkTask
-
-    @classmethod
-    def delivery(cls, config: Mapping[str, str]) -> Delivery:
-        return Delivery.EXACTLY_ONCE
+    guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
