@@ -34,6 +34,7 @@ it was stored.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -93,7 +94,7 @@ class UnmappableType(Exception):
     """A column whose type sluice cannot carry faithfully; the message says why."""
 
 
-class Dialect:
+class Dialect(ABC):
     """What one database does its own way (confluent's `DatabaseDialect`): one subclass per
     database, in a module of `sluice.connectors.jdbc.dialects` that sets ``DIALECT``."""
 
@@ -129,17 +130,20 @@ class Dialect:
         return f"{quote(table.schema)}.{quote(table.name)}" if table.schema else quote(table.name)
 
     # -- hooks --------------------------------------------------------------------------------
+    @abstractmethod
     def connect_args(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """Keyword arguments for the driver's ``connect`` (timeouts, session settings)."""
 
+    @abstractmethod
     def map_column(self, column: ColumnInfo) -> Mapped:
-        raise NotImplementedError
+        """The field a source column becomes (its Arrow type and schema), or `UnmappableType`."""
 
     def select_expr(self, mapped: Mapped) -> str:
         return self.quote(mapped.name)
 
+    @abstractmethod
     def is_transient(self, exc: BaseException) -> bool:
-        raise NotImplementedError
+        """Whether ``exc`` is worth retrying (a lost connection, a deadlock), not bad SQL."""
 
     # -- reading a source -----------------------------------------------------------------------
     #: whether DDL (a temporary table) is rolled back with its transaction
@@ -157,9 +161,9 @@ class Dialect:
     def prefer_index_scans(self, conn: Any) -> None:
         """Steer the planner of this transaction to index scans (`ORDER BY … LIMIT n` pages)."""
 
+    @abstractmethod
     def empty_temp_table_sql(self, name: str, query: str) -> str:
         """SQL creating temporary table ``name`` with the columns of ``query`` and no rows."""
-        raise NotImplementedError
 
     # -- writing a sink -------------------------------------------------------------------------
     #: whether the sink writes a task's batches while it still reads the next (`_EarlyWrites`)
@@ -171,14 +175,14 @@ class Dialect:
         """The Python values of an Arrow array as this database's driver takes them."""
         return array.to_pylist()
 
+    @abstractmethod
     def column_type(self, type_: Any, *, pk: bool, where: str) -> str:
         """The column type `auto.create`/`auto.evolve` give a field of this Arrow type."""
-        raise NotImplementedError
 
+    @abstractmethod
     def write(self, writer: Any, conn: Any, w: Write) -> None:
         """Apply ``w`` in the open transaction of ``conn``. ``writer`` is the sink's `_Writer`
         (its `chunks` and `appended`)."""
-        raise NotImplementedError
 
     # -- catalog (each runs on an open SQLAlchemy connection) ---------------------------------
     #: SQL of the current time in UTC, as a naive timestamp with microseconds.
@@ -186,25 +190,25 @@ class Dialect:
     #: SQL listing the base tables of the current schema / database (one name per row).
     tables_sql: str = ""
 
+    @abstractmethod
     def current_schema(self, conn: Any) -> str:
         """The schema (PostgreSQL) or database (MySQL) unqualified names resolve in."""
-        raise NotImplementedError
 
+    @abstractmethod
     def columns(self, conn: Any, table: TableName) -> list[ColumnInfo] | None:
         """The table's columns in order, or None if there is no such table (or view)."""
-        raise NotImplementedError
 
     def temp_columns(self, conn: Any, name: str) -> list[ColumnInfo] | None:
         """Columns of a temporary table created on `conn`."""
         return self.columns(conn, TableName("", name))
 
+    @abstractmethod
     def primary_key(self, conn: Any, table: TableName) -> list[str]:
         """The primary key's columns, in key order."""
-        raise NotImplementedError
 
+    @abstractmethod
     def unique_key_rows(self, conn: Any, table: TableName) -> list[tuple[Any, str]]:
         """(index, column) of the primary key and every unique index without a predicate."""
-        raise NotImplementedError
 
 
 # -- schemas ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ page through the driver. Used by `JdbcSourceTask._read_pages`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import pyarrow as pa
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 PAGE_BYTES = 8 << 20
 
 
-class Page:
+class Page(ABC):
     """Reads pages of one table (or query) as Arrow, without a Python object per value."""
 
     #: the text a page aims at, and that of the last page read
@@ -24,12 +25,12 @@ class Page:
     #: the last `fetch` returned None because the page was too large for one value: try fewer rows
     too_big = False
 
+    @abstractmethod
     def fetch(
         self, conn: Any, tail: str, params: list[Any]
     ) -> tuple[pa.StructArray, dict[str, Any]] | None:
         """The page `SELECT … {tail}` (`tail` ends with `ORDER BY … LIMIT n`) as the value
         column and the last row (by column name), or None: read it through the driver."""
-        raise NotImplementedError
 
 
 def time_micros(micros: pa.Array) -> pa.Array | None:
