@@ -36,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Spark's Python workers import this module's connector classes by name.
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (HERE, os.environ.get("PYTHONPATH")) if p)
 
+from _wait import until  # noqa: E402  (run as a script: bench/ is on sys.path)
 from sluice.sdk import (  # noqa: E402
     ConfigDef,
     ConfigKey,
@@ -203,23 +204,12 @@ def run(spark: Any, out: str, records: int, tasks: int, chain: dict[str, str]) -
         with open(counts) as f:
             return sum(int(line) for line in f if line.strip())
 
-    wait(lambda: in_topic() >= records, runner)
+    until(lambda: in_topic() >= records, runner)
     hop1 = time.perf_counter() - start
-    wait(lambda: delivered() >= records, runner)
+    until(lambda: delivered() >= records, runner)
     total = time.perf_counter() - start
     runner.close()
     return {"source hop": hop1, "end to end": total}
-
-
-def wait(done: Any, runner: Any, timeout: float = 3600) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        for r in runner.running.values():
-            if r.failure():
-                raise SystemExit(r.failure()[0])
-        if time.monotonic() > deadline:
-            raise SystemExit("timed out")
-        time.sleep(0.05)
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,6 +37,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
+from bench._wait import until
 
 from sluice.bus.base import STORED_SCHEMA
 from sluice.bus.embedded.log import EmbeddedLog
@@ -165,13 +167,8 @@ def target(kind: str, root: str) -> dict[str, str]:
     }
 
 
-def wait(runner: ConnectorRunner, kind: str, where: dict[str, str], n: int) -> None:
-    while count(kind, where) < n:
-        for running in runner.running.values():
-            failure = running.failure()
-            if failure is not None:
-                raise SystemExit(f"connector failed: {failure[0]}")
-        time.sleep(0.1)
+def reached(kind: str, where: dict[str, str], n: int) -> bool:
+    return count(kind, where) >= n
 
 
 def main() -> None:
@@ -205,11 +202,11 @@ def main() -> None:
                 runner.start(
                     kind, {**where, "connect.topicnames": "bench", "max.tasks": str(args.tasks)}
                 )
-                wait(runner, kind, where, warm)
+                until(partial(reached, kind, where, warm), runner)
                 started = time.perf_counter()
                 fill(store, pieces)
                 filled = time.perf_counter() - started
-                wait(runner, kind, where, warm + n)
+                until(partial(reached, kind, where, warm + n), runner)
                 sink = n / (time.perf_counter() - started)
             finally:
                 runner.close()

@@ -27,6 +27,8 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench._wait import until
+
 from sluice.clients.rocketmq import RocketMQClient
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
@@ -46,15 +48,6 @@ def produce(client: RocketMQClient, topic: str, n: int, first: int = 0) -> None:
 def count(client: RocketMQClient, topic: str) -> int:
     queues = client.queues(topic, fresh=True)
     return sum(hi - lo for lo, hi in client.offsets(topic, queues).values()) if queues else 0
-
-
-def wait_for(client: RocketMQClient, topic: str, n: int, runner: ConnectorRunner) -> None:
-    while count(client, topic) < n:
-        for running in runner.running.values():
-            failure = running.failure()
-            if failure is not None:
-                raise SystemExit(f"connector failed: {failure[0]}")
-        time.sleep(0.1)
 
 
 def main() -> None:
@@ -98,11 +91,11 @@ def main() -> None:
                 **common,
             },
         )
-        wait_for(client, f"{source}-copy", n, runner)
+        until(lambda: count(client, f"{source}-copy") >= n, runner)
         cold = time.monotonic() - started
         started = time.monotonic()
         produce(client, source, n, first=n)
-        wait_for(client, f"{source}-copy", 2 * n, runner)
+        until(lambda: count(client, f"{source}-copy") >= 2 * n, runner)
         steady = time.monotonic() - started
     finally:
         runner.close()
