@@ -79,3 +79,30 @@ def test_no_automatic_restart_for_other_failures_or_when_turned_off() -> None:
     assert restarts.schedule("c", CRASHED, {"restart.transient.max.attempts": "0"}) is None
     first = restarts.schedule("d", CRASHED, {})  # defaults: 5 attempts, from 1 s
     assert first is not None and (first.attempt, first.of, first.delay_s) == (1, 5, 1.0)
+
+
+def test_requested_restarts_are_at_once_and_do_not_use_up_the_transient_attempts() -> None:
+    from sluice.runtime.restarts import REQUESTED_LIMIT
+    from sluice.sdk import RestartRequested
+
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    config = {"restart.transient.max.attempts": "2"}
+    asked = f"ConnectException: {RestartRequested('table t changed its columns (added: x)')}"
+    restarts.started("c")
+    for n in range(1, 7):  # a migration's six ALTERs, a second apart
+        restart = restarts.schedule("c", asked, config)
+        assert restart is not None and restart.delay_s == 0 and restart.attempt == n
+        assert restarts.due() == ["c"]
+        restarts.started("c")
+        clock.now += 1
+    crash = restarts.schedule("c", CRASHED, config)  # the machine's attempts are all there
+    assert crash is not None and (crash.attempt, crash.of, crash.delay_s) == (1, 2, 1.0)
+    restarts.due()
+    for _ in range(REQUESTED_LIMIT - 6):  # a task asking again and again gets nowhere …
+        assert restarts.schedule("c", asked, config) is not None
+    assert restarts.schedule("c", asked, config) is None  # … and stays FAILED
+    assert (
+        TransientRestarts(clock).schedule("d", asked, {"restart.transient.max.attempts": "0"})
+        is None
+    )

@@ -14,9 +14,13 @@ from the machine, not from the connector:
   ``min(1 s * 2^(n-1), this)``; a restarted query that runs this long without failing starts
   the count again.
 
-A task that raises `sluice.sdk.RestartRequested` is restarted the same way: a JDBC or CDC source
+A task that raises `sluice.sdk.RestartRequested` is restarted too, at once: a JDBC or CDC source
 whose table changed its columns under it, a sink on the JVM path whose topic got a new schema
-version. The restart plans them again with the new columns.
+version. The restart plans them again with the new columns. These restarts are the data's doing,
+not the machine's, so they neither use up nor wait out the transient attempts (a migration that
+runs six `ALTER TABLE`s in a minute must not leave the connector FAILED); they have their own
+limit, `REQUESTED_LIMIT` in a row, which only a task asking again and again without getting
+anywhere reaches. `restart.transient.max.attempts=0` turns both kinds off.
 
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
@@ -42,6 +46,9 @@ TRANSIENT_MARKERS = (
     RestartRequested.MARKER,
 )
 _FIRST_DELAY_S = 1.0
+#: requested restarts in a row (none of them running `restart.transient.backoff.max.ms`) after
+#: which the connector stays FAILED: a task that keeps asking is looping, not following DDL
+REQUESTED_LIMIT = 50
 
 
 def is_transient(failure: str) -> bool:
@@ -52,17 +59,20 @@ def is_transient(failure: str) -> bool:
 @dataclass
 class _Entry:
     attempts: int = 0
+    requested: int = 0
     due: float | None = None
     started: float = 0.0
 
 
 @dataclass(frozen=True)
 class Restart:
-    """A scheduled automatic restart: attempt `attempt` of `of`, in `delay_s`."""
+    """A scheduled automatic restart: attempt `attempt` of `of`, in `delay_s`; `requested`
+    when the task asked for it (`RestartRequested`) rather than the machine failing it."""
 
     attempt: int
     of: int
     delay_s: float
+    requested: bool = False
 
 
 class TransientRestarts:
@@ -91,7 +101,9 @@ class TransientRestarts:
         with self._lock:
             entry = self._entries.setdefault(name, _Entry(started=now))
             if now - entry.started >= cap_s:
-                entry.attempts = 0  # it ran long enough: a new series of failures
+                entry.attempts = entry.requested = 0  # it ran long enough: a new series
+            if RestartRequested.MARKER in failure and limit > 0:  # 0: no automatic restart
+                return self._requested(name, entry, now)
             if entry.attempts >= limit:
                 self._entries.pop(name, None)
                 return None
@@ -99,6 +111,14 @@ class TransientRestarts:
             delay = min(_FIRST_DELAY_S * 2 ** (entry.attempts - 1), cap_s)
             entry.due = now + delay
             return Restart(entry.attempts, limit, delay)
+
+    def _requested(self, name: str, entry: _Entry, now: float) -> Restart | None:
+        if entry.requested >= REQUESTED_LIMIT:
+            self._entries.pop(name, None)
+            return None
+        entry.requested += 1
+        entry.due = now
+        return Restart(entry.requested, REQUESTED_LIMIT, 0.0, requested=True)
 
     def waiting(self, name: str) -> bool:
         """Whether an automatic restart of `name` is scheduled and not yet due."""

@@ -275,15 +275,19 @@ class StandaloneHerder(Herder):
         )
         if restart is None:
             return False
-        log.warning(
-            "connector %s failed for a transient Spark reason (%s): restarting it in %.0f s "
-            "(automatic restart %d of %d, restart.transient.max.attempts)",
-            name,
-            cause.splitlines()[0][:300],
-            restart.delay_s,
-            restart.attempt,
-            restart.of,
-        )
+        first_line = cause.splitlines()[0][:300]
+        if restart.requested:
+            log.warning(
+                "connector %s asked to be planned again (%s): restarting it now "
+                "(requested restart %d in a row, at most %d)",
+                *(name, first_line, restart.attempt, restart.of),
+            )
+        else:
+            log.warning(
+                "connector %s failed for a transient Spark reason (%s): restarting it in %.0f s "
+                "(automatic restart %d of %d, restart.transient.max.attempts)",
+                *(name, first_line, restart.delay_s, restart.attempt, restart.of),
+            )
         self._last_error[name] = time.time()
         text = f"{cause}\n\n{trace}"
         self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)

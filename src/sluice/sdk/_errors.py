@@ -36,8 +36,9 @@ class ConnectException(Exception):
 class RestartRequested(ConnectException):
     """Raised by a task whose source or target changed shape under it (a table's columns, a
     topic's schema version) so that the way on is to plan again: the runtime restarts the
-    connector at once from its committed positions (nothing lost or repeated), as one of its
-    automatic restarts (`restart.transient.*`), and shows RESTARTING meanwhile."""
+    connector at once from its committed positions (nothing lost or repeated), and shows
+    RESTARTING meanwhile. Such restarts do not count toward `restart.transient.max.attempts`;
+    a task that asks 50 times in a row without running for a while stays FAILED."""
 
     code = "connect.restart_requested"
     #: In the message, so the runtime recognises the request in the failure Spark reports.
