@@ -217,6 +217,31 @@ def test_query_mode_with_incrementing(db: Db) -> None:
     assert task.tables[0].topic == "picked"
 
 
+def test_a_query_whose_columns_change_asks_for_a_restart(db: Db) -> None:
+    from sluice.sdk import RestartRequested
+
+    _plain_table(db, rows=3)
+    (task,) = source_task(
+        db.config(
+            mode="incrementing",
+            query=f"SELECT * FROM {db.q('items')}",
+            incrementing__column__name="id",
+            connect__topicname="all",
+        )
+    )
+    positions: dict = {}
+    assert _ids(read_all(task, 10, positions)) == [1, 2, 3]  # unchanged columns: no restart
+    db.execute(f"ALTER TABLE {db.q('items')} ADD COLUMN extra INT")
+    _insert(db, "items", [4])
+    (position,) = positions.values()
+    with pytest.raises(
+        RestartRequested,
+        match=r"the query changed its columns while running "
+        r"\(added: extra\)",
+    ):
+        task.latest({"query": "query"}, position, ReadLimit())
+
+
 def test_tables_spread_over_tasks_with_their_topics(db: Db) -> None:
     for name in ("t1", "t2", "t3", "other"):
         _plain_table(db, name, rows=3)

@@ -357,24 +357,31 @@ def _plan_table(
     return TablePlan({"table": name}, topic, name, None, mapped, terms, resume)
 
 
-def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
-    from sqlalchemy.exc import DBAPIError
-
+def _query_columns(db: Any, conn: Any, query: str) -> list:
+    """The result columns of `query`, as the catalog describes those of an empty temporary
+    table made from it (a driver's cursor description has no nullability or type details).
+    Rolls `conn`'s transaction back."""
     probe = "sluice_query_probe"
-    query = _query_sql(settings.query)
-    create = db.dialect.empty_temp_table_sql(db.dialect.quote(probe), query)
+    create = db.dialect.empty_temp_table_sql(db.dialect.quote(probe), _query_sql(query))
     try:
         conn.exec_driver_sql(create)
-        columns = db.temp_columns(conn, probe) or []
-    except DBAPIError as exc:
-        from sluice.connectors.jdbc._db import error_text
-
-        raise ConfigException("query", f"the query fails: {error_text(exc)}") from None
+        return db.temp_columns(conn, probe) or []
     finally:
         conn.rollback()
         # a temporary table outlives a rollback where DDL is not transactional
         if not db.dialect.transactional_ddl:
             conn.exec_driver_sql(f"DROP TEMPORARY TABLE IF EXISTS {db.dialect.quote(probe)}")
+
+
+def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        columns = _query_columns(db, conn, settings.query)
+    except DBAPIError as exc:
+        from sluice.connectors.jdbc._db import error_text
+
+        raise ConfigException("query", f"the query fails: {error_text(exc)}") from None
     mapped = _map_columns(db, columns, "query", "query")
     terms, resume = _cursor_terms(db, settings, columns, "the query", [])
     topic = settings.topic or settings.topic_prefix
@@ -581,18 +588,23 @@ class JdbcSourceTask(ReplayableSourceTask):
             raise self.db.statement_error(exc, f"reading {_describe_table(plan)}") from None
 
     def _check_columns(self, conn: Any, plan: TablePlan) -> None:
-        """Fail (for an automatic restart, which plans the table again) when the table's columns
-        are no longer those the connector planned: reads list the planned columns, so an added
-        column would be silently left out."""
-        if plan.table is None:
-            return
-        columns = self.db.columns(conn, TableName.parse(plan.table))
+        """Fail (for an automatic restart, which plans the table again) when the table's (or
+        the query's) columns are no longer those the connector planned: reads list the planned
+        columns, so an added column would be silently left out."""
+        if plan.query is not None:
+            # a `SELECT *` query (or one over a view) changes with the tables under it
+            columns = _query_columns(self.db, conn, plan.query)
+            what = "the query"
+        else:
+            assert plan.table is not None
+            columns = self.db.columns(conn, TableName.parse(plan.table))
+            what = f"table {plan.table!r}"
         if columns is None:
             return  # dropped: the reads fail, naming it
         change = column_changes(plan.columns, columns, self.db.dialect)
         if change:
             raise RestartRequested(
-                f"table {plan.table!r} {SCHEMA_CHANGED} ({change}); the connector restarts to "
+                f"{what} {SCHEMA_CHANGED} ({change}); the connector restarts to "
                 "read them again and registers the new schema version",
                 suggestion="nothing to do unless the new version is refused; with "
                 "restart.transient.max.attempts=0, restart the connector",
