@@ -63,6 +63,58 @@ def _feed(data: Path, pipelines: int, lines: dict[int, int], count: int) -> None
         lines[i] = start + count
 
 
+def _topic_end(args: argparse.Namespace, shared: dict[str, str], topic: str) -> int:
+    """The sum of the topic's end offsets as a reader sees them (Kafka: last stable offsets, so
+    it moves when a transaction is committed or aborted)."""
+    if args.bus == "kafka":
+        from sluice.bus.kafka import KafkaLog
+
+        log = KafkaLog(Path(shared["storePathRootDir"]) / "bench-probe", **args.kafka_log)
+    else:
+        from sluice.bus.embedded.log import EmbeddedLog
+
+        log = EmbeddedLog(Path(shared["storePathRootDir"]) / "bus")
+    return sum(r.max_offset for r in log.offsets(topic).values())
+
+
+class _Watch:
+    """Seconds after the kill at which each moved connector was RUNNING on a survivor, each moved
+    pipeline's topic end moved (Kafka: a transaction committed or aborted) and its sink grew."""
+
+    def __init__(
+        self, args: argparse.Namespace, shared: dict[str, str], prefix: str, data: Path, t0: float
+    ) -> None:
+        self.args, self.shared, self.prefix, self.data, self.t0 = args, shared, prefix, data, t0
+        self.marks: dict[str, float] = {}
+
+    def _mark(self, what: str, happened: bool) -> None:
+        if what not in self.marks and happened:
+            self.marks[what] = round(time.monotonic() - self.t0, 1)
+
+    def run(
+        self,
+        asker: DistWorker,
+        moved: list[str],
+        victim: str,
+        sizes: dict[int, int],
+        ends: dict[int, int],
+    ) -> dict[str, float]:
+        wanted = len(moved) + 2 * len(sizes)
+        while time.monotonic() - self.t0 < 300 and len(self.marks) < wanted:
+            for name, (state, owner) in asker.owners(moved).items():
+                self._mark(f"{name} RUNNING", state == "RUNNING" and owner != victim)
+            for i, size in sizes.items():
+                topic = f"{self.prefix}{i}"
+                if f"topic-{i} end moved" not in self.marks:
+                    self._mark(
+                        f"topic-{i} end moved", _topic_end(self.args, self.shared, topic) > ends[i]
+                    )
+                out = self.data / f"out-{i}.txt"
+                self._mark(f"sink-{i} first record", out.stat().st_size > size)
+            time.sleep(0.1)
+        return self.marks
+
+
 def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]:
     db = f"sluice_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
@@ -142,24 +194,18 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
         moved_pipes = sorted({int(n.split("-")[1]) for n in moved})
         sizes = {i: (data / f"out-{i}.txt").stat().st_size for i in moved_pipes}
         survivor = next(w for w in workers.values() if w is not victim)
+        ends = {i: _topic_end(args, shared, f"{prefix}{i}") for i in moved_pipes}
         victim.kill9()
         killed = time.monotonic()
         _feed(data, pipelines, lines, 500)
-        first: dict[int, float] = {}
-        running_at = None
-        while time.monotonic() - killed < 300 and (running_at is None or len(first) < len(sizes)):
-            now = time.monotonic() - killed
-            for i, size in sizes.items():
-                if i not in first and (data / f"out-{i}.txt").stat().st_size > size:
-                    first[i] = now
-            if running_at is None:
-                seen = owners(survivor, moved)
-                if all(s == "RUNNING" and o != victim.worker_id for s, o in seen.values()):
-                    running_at = now
-            time.sleep(0.1)
+        watch = _Watch(args, shared, prefix, data, killed)
+        marks = watch.run(survivor, moved, victim.worker_id, sizes, ends)
+        first = {i: marks[f"sink-{i} first record"] for i in moved_pipes}
+        running_at = max(marks[f"{n} RUNNING"] for n in moved)
+        result["timeline_s"] = dict(sorted(marks.items(), key=lambda kv: kv[1]))
         result["moved_on_kill"] = len(moved)
-        result["kill_to_running_s"] = round(running_at, 1) if running_at else None
-        result["kill_to_first_record_s"] = round(max(first.values()), 1) if first else None
+        result["kill_to_running_s"] = round(running_at, 1)
+        result["kill_to_first_record_s"] = round(max(first.values()), 1)
 
         # a 4th worker joins the two survivors
         live_ids = sorted(w for w in workers if w != victim.worker_id)
@@ -221,6 +267,7 @@ def main() -> None:
     args.topic_prefix = "topic-"
     if args.bus == "kafka":
         args.bus_keys = {"bus": "kafka", "bootstrap.servers": ensure("kafka")}
+        args.kafka_log = {"bootstrap_servers": args.bus_keys["bootstrap.servers"]}
         args.topic_prefix = f"fo-{uuid.uuid4().hex[:6]}-"
     out = REPO / "bench" / "out" / "failover"
     out.mkdir(parents=True, exist_ok=True)
