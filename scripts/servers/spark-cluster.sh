@@ -44,7 +44,7 @@ do_down() { sluice_cluster down; }
 do_status() {
     local line
     line=$(sluice_cluster status --ui-port "${SLUICE_SPARK_MASTER_UI_PORT:-8080}" \
-        --master-port "${SLUICE_SPARK_MASTER_PORT:-7077}" --json) || { echo "$NAME down"; return 1; }
+        --master-port "${SLUICE_SPARK_MASTER_PORT:-7077}" --json 2>/dev/null) || { echo "$NAME down"; return 1; }
     echo "$NAME up spark://127.0.0.1:${SLUICE_SPARK_MASTER_PORT:-7077} ($(grep -c '"state": "ALIVE"' <<<"$line") workers)"
 }
 
