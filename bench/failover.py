@@ -7,9 +7,10 @@ shared store: start 3 workers, create 6 file pipelines (12 connectors), then
   query start costs here, the floor of any failover);
 * kill -9 the worker owning the most connectors: time until all of them are RUNNING on the
   survivors, and until the first record written after the kill reaches each moved pipeline's
-  sink (lines are appended right after the kill);
-* a 4th worker joins: connectors restarted (counted in the workers' logs) against the number
-  the strategy moves;
+  sink (lines are appended right after the kill); `timeline_s` says when each moved connector
+  was RUNNING, each moved pipeline's topic end moved and its sink got the first new record;
+* a 4th worker joins: connectors restarted and query starts (counted in the workers' logs)
+  against the number the strategy moves;
 * every sink byte-identical to its source and every topic holding each line exactly once.
 
     .venv/bin/python bench/failover.py [--session-timeout-ms 6000] [--interval-ms 1000]
@@ -221,10 +222,15 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
             what="the allocation after the join",
         )
         restarted = set(newcomer.starts())
+        starts = sum(newcomer.starts().values())
         for w in live_ids:
             now_starts = workers[w].starts()
             restarted |= {n for n, c in now_starts.items() if c > starts_before[w].get(n, 0)}
+            starts += sum(c - starts_before[w].get(n, 0) for n, c in now_starts.items())
         result["join_restarted"] = len(restarted)
+        # query starts, not names: a connector that moved to the newcomer, back and there again
+        # counts three times (a newcomer once counted live before it could run connectors)
+        result["join_starts"] = starts
         result["join_predicted"] = sum(1 for n in names if before[n] != after[n])
 
         _feed(data, pipelines, lines, 200)
