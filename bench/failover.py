@@ -198,6 +198,9 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
         ends = {i: _topic_end(args, shared, f"{prefix}{i}") for i in moved_pipes}
         victim.kill9()
         killed = time.monotonic()
+        # wall clock, to line the timeline up with the workers' logs and the records' timestamps
+        wall = time.time()
+        result["killed_at"] = time.strftime("%H:%M:%S", time.gmtime(wall)) + f".{wall % 1:.3f}"[2:]
         _feed(data, pipelines, lines, 500)
         watch = _Watch(args, shared, prefix, data, killed)
         marks = watch.run(survivor, moved, victim.worker_id, sizes, ends)
