@@ -7,9 +7,10 @@ shared store: start 3 workers, create 6 file pipelines (12 connectors), then
   query start costs here, the floor of any failover);
 * kill -9 the worker owning the most connectors: time until all of them are RUNNING on the
   survivors, and until the first record written after the kill reaches each moved pipeline's
-  sink (lines are appended right after the kill);
-* a 4th worker joins: connectors restarted (counted in the workers' logs) against the number
-  the strategy moves;
+  sink (lines are appended right after the kill); `timeline_s` says when each moved connector
+  was RUNNING, each moved pipeline's topic end moved and its sink got the first new record;
+* a 4th worker joins: connectors restarted and query starts (counted in the workers' logs)
+  against the number the strategy moves;
 * every sink byte-identical to its source and every topic holding each line exactly once.
 
     .venv/bin/python bench/failover.py [--session-timeout-ms 6000] [--interval-ms 1000]
@@ -61,6 +62,58 @@ def _feed(data: Path, pipelines: int, lines: dict[int, int], count: int) -> None
                 f"{i}:{n:08d} payload {'z' * (n % 30)}\n" for n in range(start, start + count)
             )
         lines[i] = start + count
+
+
+def _topic_end(args: argparse.Namespace, shared: dict[str, str], topic: str) -> int:
+    """The sum of the topic's end offsets as a reader sees them (Kafka: last stable offsets, so
+    it moves when a transaction is committed or aborted)."""
+    if args.bus == "kafka":
+        from sluice.bus.kafka import KafkaLog
+
+        log = KafkaLog(Path(shared["storePathRootDir"]) / "bench-probe", **args.kafka_log)
+    else:
+        from sluice.bus.embedded.log import EmbeddedLog
+
+        log = EmbeddedLog(Path(shared["storePathRootDir"]) / "bus")
+    return sum(r.max_offset for r in log.offsets(topic).values())
+
+
+class _Watch:
+    """Seconds after the kill at which each moved connector was RUNNING on a survivor, each moved
+    pipeline's topic end moved (Kafka: a transaction committed or aborted) and its sink grew."""
+
+    def __init__(
+        self, args: argparse.Namespace, shared: dict[str, str], prefix: str, data: Path, t0: float
+    ) -> None:
+        self.args, self.shared, self.prefix, self.data, self.t0 = args, shared, prefix, data, t0
+        self.marks: dict[str, float] = {}
+
+    def _mark(self, what: str, happened: bool) -> None:
+        if what not in self.marks and happened:
+            self.marks[what] = round(time.monotonic() - self.t0, 1)
+
+    def run(
+        self,
+        asker: DistWorker,
+        moved: list[str],
+        victim: str,
+        sizes: dict[int, int],
+        ends: dict[int, int],
+    ) -> dict[str, float]:
+        wanted = len(moved) + 2 * len(sizes)
+        while time.monotonic() - self.t0 < 300 and len(self.marks) < wanted:
+            for name, (state, owner) in asker.owners(moved).items():
+                self._mark(f"{name} RUNNING", state == "RUNNING" and owner != victim)
+            for i, size in sizes.items():
+                topic = f"{self.prefix}{i}"
+                if f"topic-{i} end moved" not in self.marks:
+                    self._mark(
+                        f"topic-{i} end moved", _topic_end(self.args, self.shared, topic) > ends[i]
+                    )
+                out = self.data / f"out-{i}.txt"
+                self._mark(f"sink-{i} first record", out.stat().st_size > size)
+            time.sleep(0.1)
+        return self.marks
 
 
 def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]:
@@ -142,24 +195,21 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
         moved_pipes = sorted({int(n.split("-")[1]) for n in moved})
         sizes = {i: (data / f"out-{i}.txt").stat().st_size for i in moved_pipes}
         survivor = next(w for w in workers.values() if w is not victim)
+        ends = {i: _topic_end(args, shared, f"{prefix}{i}") for i in moved_pipes}
         victim.kill9()
         killed = time.monotonic()
+        # wall clock, to line the timeline up with the workers' logs and the records' timestamps
+        wall = time.time()
+        result["killed_at"] = time.strftime("%H:%M:%S", time.gmtime(wall)) + f".{wall % 1:.3f}"[2:]
         _feed(data, pipelines, lines, 500)
-        first: dict[int, float] = {}
-        running_at = None
-        while time.monotonic() - killed < 300 and (running_at is None or len(first) < len(sizes)):
-            now = time.monotonic() - killed
-            for i, size in sizes.items():
-                if i not in first and (data / f"out-{i}.txt").stat().st_size > size:
-                    first[i] = now
-            if running_at is None:
-                seen = owners(survivor, moved)
-                if all(s == "RUNNING" and o != victim.worker_id for s, o in seen.values()):
-                    running_at = now
-            time.sleep(0.1)
+        watch = _Watch(args, shared, prefix, data, killed)
+        marks = watch.run(survivor, moved, victim.worker_id, sizes, ends)
+        first = {i: marks[f"sink-{i} first record"] for i in moved_pipes}
+        running_at = max(marks[f"{n} RUNNING"] for n in moved)
+        result["timeline_s"] = dict(sorted(marks.items(), key=lambda kv: kv[1]))
         result["moved_on_kill"] = len(moved)
-        result["kill_to_running_s"] = round(running_at, 1) if running_at else None
-        result["kill_to_first_record_s"] = round(max(first.values()), 1) if first else None
+        result["kill_to_running_s"] = round(running_at, 1)
+        result["kill_to_first_record_s"] = round(max(first.values()), 1)
 
         # a 4th worker joins the two survivors
         live_ids = sorted(w for w in workers if w != victim.worker_id)
@@ -175,10 +225,15 @@ def run(strategy: str, args: argparse.Namespace, out: Path) -> dict[str, object]
             what="the allocation after the join",
         )
         restarted = set(newcomer.starts())
+        starts = sum(newcomer.starts().values())
         for w in live_ids:
             now_starts = workers[w].starts()
             restarted |= {n for n, c in now_starts.items() if c > starts_before[w].get(n, 0)}
+            starts += sum(c - starts_before[w].get(n, 0) for n, c in now_starts.items())
         result["join_restarted"] = len(restarted)
+        # query starts, not names: a connector that moved to the newcomer, back and there again
+        # counts three times (a newcomer once counted live before it could run connectors)
+        result["join_starts"] = starts
         result["join_predicted"] = sum(1 for n in names if before[n] != after[n])
 
         _feed(data, pipelines, lines, 200)
@@ -221,6 +276,7 @@ def main() -> None:
     args.topic_prefix = "topic-"
     if args.bus == "kafka":
         args.bus_keys = {"bus": "kafka", "bootstrap.servers": ensure("kafka")}
+        args.kafka_log = {"bootstrap_servers": args.bus_keys["bootstrap.servers"]}
         args.topic_prefix = f"fo-{uuid.uuid4().hex[:6]}-"
     out = REPO / "bench" / "out" / "failover"
     out.mkdir(parents=True, exist_ok=True)

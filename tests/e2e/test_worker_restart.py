@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
-from tests.e2e.worker_process import WorkerProcess
+from tests.e2e.worker_process import BOOT, WorkerProcess
 
 pytestmark = pytest.mark.slow
 
@@ -74,6 +74,11 @@ def test_kill_9_then_restart_restores_states_and_loses_nothing(tmp_path: Path) -
             )
             worker.kill9()
             worker.start()
+            # the REST API listened before the connectors were started, so it answered (and
+            # showed them UNASSIGNED) during the boot instead of being down for all of it
+            boot = worker.log.read_text().rsplit("starting worker", 1)[1]
+            rest_up = boot.index("REST API on http://127.0.0.1:")
+            assert rest_up < boot.index("connector src started (") < boot.index(BOOT)
             wait_until(lambda: worker.state("src") == "RUNNING", what="src back")
             assert worker.state("dst") == "RUNNING"
             assert worker.state("paused") == "PAUSED"  # a paused connector stays paused

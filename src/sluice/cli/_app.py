@@ -61,6 +61,11 @@ users_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(users_app, name="users")
+spark_cluster_app = typer.Typer(
+    help="A Spark standalone cluster on this machine (loopback) from the installed pyspark.",
+    no_args_is_help=True,
+)
+app.add_typer(spark_cluster_app, name="spark-cluster")
 
 
 # -- shared options and plumbing ----------------------------------------------------------------
@@ -645,6 +650,107 @@ def users_token(
     except ValueError as exc:
         raise UsageProblem(str(exc)) from None
     print(token)
+
+
+# -- spark-cluster (local processes; no worker needed) ------------------------------------------
+
+StateDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        metavar="DIR",
+        help="Pid files (run/), logs (log/) and work dirs (data/) "
+        "[default: $XDG_STATE_HOME/sluice/spark-cluster].",
+        show_default=False,
+    ),
+]
+UiPortOpt = Annotated[int, typer.Option("--ui-port", help="The master's web UI (JSON at /json/).")]
+MasterPortOpt = Annotated[int, typer.Option("--master-port", help="The master's RPC port.")]
+
+
+def _spark_spec(state_dir: Path | None, **values: Any) -> Any:
+    from . import _spark_cluster as sc
+
+    if state_dir is not None:
+        values["state_dir"] = state_dir
+    if values.get("spark_home") is None:
+        values.pop("spark_home", None)
+    return sc.ClusterSpec(**values)
+
+
+@spark_cluster_app.command("up")
+def spark_cluster_up(
+    state_dir: StateDirOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-n", help="Spark workers to run.")] = 2,
+    master_port: Annotated[
+        int, typer.Option("--master-port", help="The master's RPC port.")
+    ] = 7077,
+    ui_port: UiPortOpt = 8080,
+    worker_ui_port: Annotated[
+        int, typer.Option("--worker-ui-port", help="Web UI of worker 1 (worker i: this + i - 1).")
+    ] = 8091,
+    cores: Annotated[int, typer.Option("--cores", help="Task slots each worker offers.")] = 2,
+    memory: Annotated[str, typer.Option("--memory", help="Memory each worker offers.")] = "2g",
+    spark_home: Annotated[
+        Path | None,
+        typer.Option(
+            "--spark-home",
+            metavar="DIR",
+            help="Folder with bin/spark-class [default: the pip-installed pyspark's].",
+            show_default=False,
+        ),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds to wait for the workers to register.")
+    ] = 120.0,
+) -> None:
+    """Start a master and N workers (what is not running yet); wait until all are ALIVE."""
+    from . import _spark_cluster as sc
+
+    spec = _spark_spec(
+        state_dir,
+        workers=workers,
+        master_port=master_port,
+        ui_port=ui_port,
+        worker_ui_port=worker_ui_port,
+        cores=cores,
+        memory=memory,
+        spark_home=spark_home,
+        timeout=timeout,
+    )
+    # the line of scripts/servers.sh: NAME up ADDRESS started|already running
+    print(f"spark-cluster up {spec.url} {'started' if sc.up(spec) else 'already running'}")
+
+
+@spark_cluster_app.command("down")
+def spark_cluster_down(state_dir: StateDirOpt = None) -> None:
+    """Stop the workers (and their executors), then the master; fine when nothing runs."""
+    from . import _spark_cluster as sc
+
+    sc.down(_spark_spec(state_dir))
+    print("spark-cluster down")
+
+
+@spark_cluster_app.command("status")
+def spark_cluster_status(
+    ctx: typer.Context,
+    state_dir: StateDirOpt = None,
+    ui_port: UiPortOpt = 8080,
+    master_port: Annotated[
+        int, typer.Option("--master-port", help="The master's RPC port.")
+    ] = 7077,
+    json_flag: JsonFlag = False,
+) -> None:
+    """The master and its workers as the master sees them; exit 1 when the cluster is not up."""
+    from . import _spark_cluster as sc
+
+    body = sc.status(_spark_spec(state_dir, ui_port=ui_port, master_port=master_port))
+    _emit(ctx, json_flag, body, _render.spark_cluster_view)
+    started = sum(1 for pid in body["worker_pids"].values() if pid)
+    if body["master_pid"] is None or not started or body["alive_workers"] < started:
+        raise CliError(
+            f"spark-cluster down ({body['alive_workers']} ALIVE workers of {started} started)"
+        )
 
 
 def _error(message: str) -> None:

@@ -339,6 +339,29 @@ def workers_table(workers: Sequence[Any], *, url: str) -> RenderableType:
     return Group(Text(f"Live workers, as seen by {url}:"), table)
 
 
+def spark_cluster_view(body: Mapping[str, Any]) -> RenderableType:
+    """``sluice spark-cluster status``: the master and each worker as the master lists it."""
+    master = "answering" if body.get("answering") else "not answering"
+    pid = body.get("master_pid")
+    head = Text(
+        f"master {body.get('master')} ({master}, pid {pid or '-'}), web UI {body.get('master_ui')}"
+    )
+    workers = body.get("workers") or []
+    if not workers:
+        return Group(head, Text("No workers registered."))
+    table = _table("WORKER", "ADDRESS", "STATE", "CORES", "MEMORY MB", "WEB UI")
+    for w in workers:
+        table.add_row(
+            _text(w.get("id")),
+            _text(w.get("address")),
+            state_text(w.get("state")),
+            _text(w.get("cores")),
+            _text(w.get("memory_mb")),
+            _text(w.get("web_ui")),
+        )
+    return Group(head, table)
+
+
 def render_text(renderable: RenderableType, *, width: int = 160) -> str:
     """Render to plain text (no colour), e.g. for tests or logs."""
     buffer = io.StringIO()

@@ -68,14 +68,20 @@ def assemble(config: WorkerConfig) -> Runtime:
         from sluice.store.cluster import ClusterStore
 
         cluster = ClusterStore.open(config)
-        host = "127.0.0.1" if config.http_host in ("0.0.0.0", "::", "") else config.http_host
-        cluster.join(
-            config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
-        )
+        cluster.check_id(config.worker_id, config.session_timeout_ms)  # fails fast, joins not
         # positions, commit journal, schemas and counters beside the configs: nothing a
         # takeover needs from the worker that ran a connector before is on its host
         stores = WorkerStores.postgres(config.cluster_store_url)
         spark = _checked_session(config)
+        host = "127.0.0.1" if config.http_host in ("0.0.0.0", "::", "") else config.http_host
+        try:
+            # only now: the others allocate to a member, which must be able to start them
+            cluster.join(
+                config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
+            )
+        except BaseException:
+            spark.stop()
+            raise
         runner = build_runner(spark, config, plugins, stores)
         herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster, runner=runner)
     else:

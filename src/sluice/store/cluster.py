@@ -212,24 +212,23 @@ class ClusterStore:
             )
 
     # -- membership -------------------------------------------------------------------------------
+    def check_id(self, worker_id: str, timeout_ms: int) -> None:
+        """Refuse ``worker_id`` if a live worker of another session uses it (naming the key),
+        without joining: a worker checks this before its Spark session starts, and joins once
+        it can run connectors (see :meth:`join`)."""
+        with self.engine.connect() as conn:
+            self._refuse_live_twin(conn, worker_id, timeout_ms, lock=False)
+
     def join(self, worker_id: str, url: str, timeout_ms: int) -> None:
-        """Register this worker; a live worker with the same id is refused (naming the key)."""
+        """Register this worker; a live worker with the same id is refused (naming the key).
+
+        From here the others count this worker live and allocate connectors to it, so a worker
+        joins only when it can start them and heartbeat (after its Spark session is up): a
+        worker that joined while Spark was still starting (10-20 s on a loaded machine) outlived
+        its first heartbeat, was taken for dead and made its connectors move there, back and
+        there again."""
         with self.engine.begin() as conn:
-            row = conn.execute(
-                sa.select(
-                    _MEMBERS.c.session,
-                    sa.func.extract("epoch", sa.func.now() - _MEMBERS.c.heartbeat),
-                )
-                .where(_MEMBERS.c.worker_id == worker_id)
-                .with_for_update()
-            ).first()
-            if row is not None and row[0] != self.session and float(row[1]) * 1000 < timeout_ms:
-                raise ConfigException(
-                    "workerId",
-                    f"{worker_id!r} is already used by a live worker of cluster "
-                    f"{self.cluster_name!r} (heartbeat {float(row[1]):.1f} s ago)",
-                    suggestion="give every worker its own workerId",
-                )
+            self._refuse_live_twin(conn, worker_id, timeout_ms, lock=True)
             stmt = pg_insert(_MEMBERS).values(
                 worker_id=worker_id, session=self.session, url=url, heartbeat=sa.func.now()
             )
@@ -238,6 +237,20 @@ class ClusterStore:
                     index_elements=["worker_id"],
                     set_={"session": self.session, "url": url, "heartbeat": sa.func.now()},
                 )
+            )
+
+    def _refuse_live_twin(self, conn: Any, worker_id: str, timeout_ms: int, *, lock: bool) -> None:
+        query = sa.select(
+            _MEMBERS.c.session,
+            sa.func.extract("epoch", sa.func.now() - _MEMBERS.c.heartbeat),
+        ).where(_MEMBERS.c.worker_id == worker_id)
+        row = conn.execute(query.with_for_update() if lock else query).first()
+        if row is not None and row[0] != self.session and float(row[1]) * 1000 < timeout_ms:
+            raise ConfigException(
+                "workerId",
+                f"{worker_id!r} is already used by a live worker of cluster "
+                f"{self.cluster_name!r} (heartbeat {float(row[1]):.1f} s ago)",
+                suggestion="give every worker its own workerId",
             )
 
     def heartbeat(self, worker_id: str) -> bool:
