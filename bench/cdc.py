@@ -20,6 +20,7 @@ Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -276,8 +277,9 @@ def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, change
 def bench_snapshot(spark: Any, rows: int) -> dict:
     """PostgreSQL: a `rows`-row table snapshotted by the CDC connector over 2 tasks (chunks of
     `read.max.rows`) while a writer keeps updating and inserting; timed from the connector's
-    start until its stored position says the snapshot is done. Baseline: psycopg fetching the
-    whole table once (`SELECT *`), in the same run."""
+    start until its stored position says the snapshot is done. Then the writer stops, the stream
+    drains to the WAL's end, and the topic is checked against the table (`check_handover`).
+    Baseline: psycopg fetching the whole table once (`SELECT *`), in the same run."""
     import threading
 
     engine = sa.create_engine(PG_URL)
@@ -306,7 +308,15 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
                 writes[0] = i
                 stop.wait(0.002)
 
-    config = pg_config(**{"read.max.rows": "50000", "max.tasks": "2", "snapshot.mode": "initial"})
+    config = pg_config(
+        **{
+            "read.max.rows": "50000",
+            "max.tasks": "2",
+            "snapshot.mode": "initial",
+            # JSON, so that the check can read the events back
+            "value.converter": "JsonConverter",
+        }
+    )
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
@@ -323,8 +333,12 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
                     break
                 time.sleep(0.1)
             seconds = time.perf_counter() - started
+            stop.set()
+            thread.join()
+            drain(runner)
             events = topic_count(runner, f"b.{NS}.t")
             runner.stop("snap")
+            check = check_handover(runner, engine, f"b.{NS}.t")
     finally:
         stop.set()
         thread.join()
@@ -336,7 +350,61 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
         "fetched": fetched,
         "events": events,
         "writes": writes[0],
+        "check": check,
     }
+
+
+def drain(runner: ConnectorRunner, quiet: float = 5.0) -> None:
+    """Wait until the connector's stored position has not moved for `quiet` seconds after the
+    writer stopped (micro-batches run back to back: a change left would move it)."""
+    last, since = None, time.perf_counter()
+    while time.perf_counter() - since < quiet:
+        failure = runner.running["snap"].failure()
+        if failure is not None:
+            raise RuntimeError(failure[0])
+        stored = runner.positions.load("snap")
+        if stored != last:
+            last, since = stored, time.perf_counter()
+        time.sleep(0.2)
+
+
+def check_handover(runner: ConnectorRunner, engine: Any, topic: str) -> str:
+    """Replay the topic's events (each key's in order: they share a queue) into rows and
+    compare with the table: no row missing, none extra, none read twice (`op='r'`), no row
+    streamed before its chunk read it. A line saying what was checked, or AssertionError."""
+    log = runner.bus.log
+    state: dict[int, int | None] = {}
+    read: set[int] = set()
+    streamed: set[int] = set()
+    events = 0
+    for queue, r in sorted(log.offsets(topic).items()):
+        for _, batch in log.read(topic, queue, r.min_offset, r.max_offset):
+            for value in batch.column("value").to_pylist():
+                e = json.loads(value)["payload"]
+                row = e["after"] if e["after"] is not None else e["before"]
+                key, events = row["id"], events + 1
+                if e["op"] == "r":
+                    assert key not in read and key not in streamed, f"row {key} read twice"
+                    read.add(key)
+                else:
+                    streamed.add(key)
+                if e["op"] == "d":
+                    state.pop(key, None)
+                else:
+                    state[key] = e["after"]["qty"]
+    with engine.connect() as c:
+        table = dict(c.exec_driver_sql(f"SELECT id, qty FROM {NS}.t").fetchall())
+    missing = sorted(set(table) - set(state))
+    extra = sorted(set(state) - set(table))
+    wrong = sorted(k for k in table.keys() & state.keys() if table[k] != state[k])
+    assert not (missing or extra or wrong), (
+        f"{len(missing)} rows missing (e.g. {missing[:5]}), {len(extra)} extra "
+        f"(e.g. {extra[:5]}), {len(wrong)} with another qty (e.g. {wrong[:5]})"
+    )
+    return (
+        f"exact: {len(table):,} rows = the topic's {events:,} events replayed; "
+        f"{len(read):,} rows read once each, none read twice or streamed before its chunk"
+    )
 
 
 def harness(kind: str, changes: int, profile: bool) -> dict:
@@ -603,7 +671,8 @@ def main() -> None:
             f"snapshot: {r['rows']:,} rows over 2 tasks in {r['seconds']:.1f}s = "
             f"{r['rows'] / r['seconds']:,.0f} rows/s with {r['writes']:,} writer transactions "
             f"meanwhile ({r['events']:,} records in the topic); baseline SELECT * "
-            f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s"
+            f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s\n"
+            f"handover check: {r['check']}"
         )
     if "maria" not in skip:
         r = bench_maria(spark, args.changes)
