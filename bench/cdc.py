@@ -15,6 +15,8 @@ password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
        python bench/cdc.py --harness pg|maria [--changes 50000] [--profile]   (no Spark: the task
        alone against the decoder alone, optionally under cProfile)
+       python bench/cdc.py --encode [--changes 20000]   (no servers: the engine's costs per event
+       after the task, the envelope against a flat value of the same columns)
 """
 
 from __future__ import annotations
@@ -624,6 +626,70 @@ def _wait_seen(
     return seen
 
 
+def bench_encode(n: int) -> dict[str, float]:
+    """Events/s of the engine's steps after the task, for `n` insert events of the bench's 8
+    columns: the envelope's dicts into Arrow (`pa.array`, what `records_to_batch` does), the
+    same built column by column, and the Avro encoding of the envelope (nested: fastavro per
+    record) against a flat value of the same columns plus `__op`, `__deleted` (Debezium's
+    flattened form: the vectorised encoder)."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from sluice.connectors.cdc._envelope import envelope_schema, source_block
+    from sluice.converters._avro import _AvroEncoder
+    from sluice.sdk import FieldType, Schema
+
+    cols = [
+        ("id", Schema.of(FieldType.INT64, optional=False)),
+        ("name", Schema.string(optional=False)),
+        ("amount", Schema.decimal(18, 4)),
+        ("qty", Schema.of(FieldType.INT32)),
+        ("price", Schema.of(FieldType.FLOAT64)),
+        ("flag", Schema.of(FieldType.BOOLEAN)),
+        ("created", Schema.timestamp()),
+        ("note", Schema.string()),
+    ]
+    envelope = envelope_schema("b.t", cols)
+    frame = envelope.to_arrow()
+    source = source_block("postgresql", "b", "test", "t", schema=NS, lsn=5, txId=3)
+    now = datetime.now(UTC)
+    rows = [
+        {"id": i, "name": f"n{i}", "amount": Decimal("1.5"), "qty": i, "price": 1.5}
+        | {"flag": True, "created": now, "note": "x" * 20}
+        for i in range(n)
+    ]
+    events = [{"before": None, "after": r, "source": source, "op": "c", "ts_ms": 1} for r in rows]
+
+    def rate(step: Any) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = step()
+        return n / (time.perf_counter() - t0), out
+
+    dicts, value = rate(lambda: pa.array(events, type=frame))
+    after = frame.field("after").type
+    names = [name for name, _ in cols]
+
+    def by_column() -> list[pa.Array]:
+        return [pa.array([r[c] for r in rows], type=after.field(c).type) for c in names]
+
+    columns, arrays = rate(by_column)
+    nested, _ = rate(lambda: _AvroEncoder("AvroConverter", "value", envelope, 1).arrow(value))
+    flat = Schema.struct(
+        *cols,
+        ("__op", Schema.string()),
+        ("__deleted", Schema.of(FieldType.BOOLEAN)),
+        optional=False,
+        name="b.t.Value",
+    )
+    flat_value = pa.StructArray.from_arrays(
+        [*arrays, pa.array(["c"] * n), pa.array([False] * n)], fields=list(flat.to_arrow())
+    )
+    flat_rate, _ = rate(lambda: _AvroEncoder("AvroConverter", "value", flat, 1).arrow(flat_value))
+    return {"dicts": dicts, "columns": columns, "avro_envelope": nested, "avro_flat": flat_rate}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=200_000)
@@ -633,6 +699,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="with --harness: under cProfile")
     parser.add_argument("--lag", type=int, default=0, help="MariaDB → PostgreSQL lag at this rate")
     parser.add_argument("--lag-seconds", type=float, default=30.0)
+    parser.add_argument("--encode", action="store_true", help="no servers: the engine's steps")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     if args.lag:
@@ -642,6 +709,14 @@ def main() -> None:
             f"lag MariaDB → topic → PostgreSQL: {r['rows']:,} inserts at {r['rate']:,.0f}/s; "
             f"p50 {r['p50']:.2f}s, p99 {r['p99']:.2f}s, max {r['max']:.2f}s; load "
             f"{os.getloadavg()[0]:.1f}"
+        )
+        return
+    if args.encode:
+        r = bench_encode(args.changes)
+        print(
+            f"{args.changes:,} events, per second: envelope dicts → Arrow {r['dicts']:,.0f}; "
+            f"columns → Arrow {r['columns']:,.0f}; Avro of the envelope {r['avro_envelope']:,.0f}; "
+            f"Avro of the flattened value {r['avro_flat']:,.0f}"
         )
         return
     if args.harness:
