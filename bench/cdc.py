@@ -637,20 +637,12 @@ def bench_encode(n: int) -> dict[str, float]:
 
     import pyarrow as pa
 
+    from avro_codec import SCHEMA  # the same 8 columns (bench/ is on the path)
     from sluice.connectors.cdc._envelope import envelope_schema, source_block
     from sluice.converters._avro import _AvroEncoder
     from sluice.sdk import FieldType, Schema
 
-    cols = [
-        ("id", Schema.of(FieldType.INT64, optional=False)),
-        ("name", Schema.string(optional=False)),
-        ("amount", Schema.decimal(18, 4)),
-        ("qty", Schema.of(FieldType.INT32)),
-        ("price", Schema.of(FieldType.FLOAT64)),
-        ("flag", Schema.of(FieldType.BOOLEAN)),
-        ("created", Schema.timestamp()),
-        ("note", Schema.string()),
-    ]
+    cols = [(f.name, f.schema) for f in SCHEMA.fields]
     envelope = envelope_schema("b.t", cols)
     frame = envelope.to_arrow()
     source = source_block("postgresql", "b", "test", "t", schema=NS, lsn=5, txId=3)
