@@ -289,7 +289,8 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
         c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
         c.exec_driver_sql(f"CREATE SCHEMA {NS}")
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
-        workload(c, f"{NS}.t", 1, rows * 10 // 6, pg=True)  # inserts of ids 1… (and churn)
+        # 2 × rows changes: 1.2 × rows inserts of ids 1…, updates, 0.2 × rows deleted → rows
+        workload(c, f"{NS}.t", 1, rows * 2, pg=True)
         count = c.exec_driver_sql(f"SELECT count(*) FROM {NS}.t").scalar()
         c.commit()
         t0 = time.perf_counter()
