@@ -58,6 +58,12 @@ def test_kill_9_while_capturing_mariadb_keeps_the_mirror_exact(
         workload.start()
         top = transactions * 7  # rows the workload leaves
         for k in range(kills):
+            # a restarted child is up again first: the kill lands while it runs, not as it starts
+            wait_until(
+                lambda k=k, p=proc: _read(log).count(b"RUNNING") > k or p.poll() is not None,
+                180,
+                "child up again",
+            )
             threshold = rng.randrange(50 + k * top // kills, 50 + (k + 1) * top // kills)
             wait_until(
                 lambda t=threshold, p=proc: _count(pg) >= t or p.poll() is not None,

@@ -138,6 +138,12 @@ def test_kill_9_while_capturing_keeps_the_mirror_exact(tmp_path: Path, pg: Db, m
         for k in range(kills):
             # Once the mirrors caught a random amount: the sources committed micro-batches
             # (and advanced their slots), more are in flight, the snapshot is under way.
+            # a restarted child is up again first: the kill lands while it runs, not as it starts
+            wait_until(
+                lambda k=k, p=proc: _read(log).count(b"RUNNING") > k or p.poll() is not None,
+                180,
+                "child up again",
+            )
             threshold = rng.randrange(100 + k * 1500 // kills, 100 + (k + 1) * 1500 // kills)
             chunked = rng.randrange(200 + k * 1800 // kills, 200 + (k + 1) * 1800 // kills)
             wait_until(
