@@ -289,7 +289,7 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
         c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
         c.exec_driver_sql(f"CREATE SCHEMA {NS}")
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
-        # 2 × rows changes: 1.2 × rows inserts of ids 1…, updates, 0.2 × rows deleted → rows
+        # 2N changes for N rows: 1.2N inserts of ids 1…, updates, 0.2N deletes
         workload(c, f"{NS}.t", 1, rows * 2, pg=True)
         count = c.exec_driver_sql(f"SELECT count(*) FROM {NS}.t").scalar()
         c.commit()
