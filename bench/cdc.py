@@ -15,11 +15,14 @@ password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
        python bench/cdc.py --harness pg|maria [--changes 50000] [--profile]   (no Spark: the task
        alone against the decoder alone, optionally under cProfile)
+       python bench/cdc.py --encode [--changes 20000]   (no servers: the engine's costs per event
+       after the task, the envelope against a flat value of the same columns)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import tempfile
@@ -276,8 +279,9 @@ def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, change
 def bench_snapshot(spark: Any, rows: int) -> dict:
     """PostgreSQL: a `rows`-row table snapshotted by the CDC connector over 2 tasks (chunks of
     `read.max.rows`) while a writer keeps updating and inserting; timed from the connector's
-    start until its stored position says the snapshot is done. Baseline: psycopg fetching the
-    whole table once (`SELECT *`), in the same run."""
+    start until its stored position says the snapshot is done. Then the writer stops, the stream
+    drains to the WAL's end, and the topic is checked against the table (`check_handover`).
+    Baseline: psycopg fetching the whole table once (`SELECT *`), in the same run."""
     import threading
 
     engine = sa.create_engine(PG_URL)
@@ -285,7 +289,8 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
         c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
         c.exec_driver_sql(f"CREATE SCHEMA {NS}")
         c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
-        workload(c, f"{NS}.t", 1, rows * 10 // 6, pg=True)  # inserts of ids 1… (and churn)
+        # 2N changes for N rows: 1.2N inserts of ids 1…, updates, 0.2N deletes
+        workload(c, f"{NS}.t", 1, rows * 2, pg=True)
         count = c.exec_driver_sql(f"SELECT count(*) FROM {NS}.t").scalar()
         c.commit()
         t0 = time.perf_counter()
@@ -306,7 +311,15 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
                 writes[0] = i
                 stop.wait(0.002)
 
-    config = pg_config(**{"read.max.rows": "50000", "max.tasks": "2", "snapshot.mode": "initial"})
+    config = pg_config(
+        **{
+            "read.max.rows": "50000",
+            "max.tasks": "2",
+            "snapshot.mode": "initial",
+            # JSON, so that the check can read the events back
+            "value.converter": "JsonConverter",
+        }
+    )
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
@@ -323,8 +336,12 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
                     break
                 time.sleep(0.1)
             seconds = time.perf_counter() - started
+            stop.set()
+            thread.join()
+            drain(runner)
             events = topic_count(runner, f"b.{NS}.t")
             runner.stop("snap")
+            check = check_handover(runner, engine, f"b.{NS}.t")
     finally:
         stop.set()
         thread.join()
@@ -336,7 +353,61 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
         "fetched": fetched,
         "events": events,
         "writes": writes[0],
+        "check": check,
     }
+
+
+def drain(runner: ConnectorRunner, quiet: float = 5.0) -> None:
+    """Wait until the connector's stored position has not moved for `quiet` seconds after the
+    writer stopped (micro-batches run back to back: a change left would move it)."""
+    last, since = None, time.perf_counter()
+    while time.perf_counter() - since < quiet:
+        failure = runner.running["snap"].failure()
+        if failure is not None:
+            raise RuntimeError(failure[0])
+        stored = runner.positions.load("snap")
+        if stored != last:
+            last, since = stored, time.perf_counter()
+        time.sleep(0.2)
+
+
+def check_handover(runner: ConnectorRunner, engine: Any, topic: str) -> str:
+    """Replay the topic's events (each key's in order: they share a queue) into rows and
+    compare with the table: no row missing, none extra, none read twice (`op='r'`), no row
+    streamed before its chunk read it. A line saying what was checked, or AssertionError."""
+    log = runner.bus.log
+    state: dict[int, int | None] = {}
+    read: set[int] = set()
+    streamed: set[int] = set()
+    events = 0
+    for queue, r in sorted(log.offsets(topic).items()):
+        for _, batch in log.read(topic, queue, r.min_offset, r.max_offset):
+            for value in batch.column("value").to_pylist():
+                e = json.loads(value)["payload"]
+                row = e["after"] if e["after"] is not None else e["before"]
+                key, events = row["id"], events + 1
+                if e["op"] == "r":
+                    assert key not in read and key not in streamed, f"row {key} read twice"
+                    read.add(key)
+                else:
+                    streamed.add(key)
+                if e["op"] == "d":
+                    state.pop(key, None)
+                else:
+                    state[key] = e["after"]["qty"]
+    with engine.connect() as c:
+        table = dict(c.exec_driver_sql(f"SELECT id, qty FROM {NS}.t").fetchall())
+    missing = sorted(set(table) - set(state))
+    extra = sorted(set(state) - set(table))
+    wrong = sorted(k for k in table.keys() & state.keys() if table[k] != state[k])
+    assert not (missing or extra or wrong), (
+        f"{len(missing)} rows missing (e.g. {missing[:5]}), {len(extra)} extra "
+        f"(e.g. {extra[:5]}), {len(wrong)} with another qty (e.g. {wrong[:5]})"
+    )
+    return (
+        f"exact: {len(table):,} rows = the topic's {events:,} events replayed; "
+        f"{len(read):,} rows read once each, none read twice or streamed before its chunk"
+    )
 
 
 def harness(kind: str, changes: int, profile: bool) -> dict:
@@ -556,6 +627,62 @@ def _wait_seen(
     return seen
 
 
+def bench_encode(n: int) -> dict[str, float]:
+    """Events/s of the engine's steps after the task, for `n` insert events of the bench's 8
+    columns: the envelope's dicts into Arrow (`pa.array`, what `records_to_batch` does), the
+    same built column by column, and the Avro encoding of the envelope (nested: fastavro per
+    record) against a flat value of the same columns plus `__op`, `__deleted` (Debezium's
+    flattened form: the vectorised encoder)."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    import pyarrow as pa
+
+    from avro_codec import SCHEMA  # the same 8 columns (bench/ is on the path)
+    from sluice.connectors.cdc._envelope import envelope_schema, source_block
+    from sluice.converters._avro import _AvroEncoder
+    from sluice.sdk import FieldType, Schema
+
+    cols = [(f.name, f.schema) for f in SCHEMA.fields]
+    envelope = envelope_schema("b.t", cols)
+    frame = envelope.to_arrow()
+    source = source_block("postgresql", "b", "test", "t", schema=NS, lsn=5, txId=3)
+    now = datetime.now(UTC)
+    rows = [
+        {"id": i, "name": f"n{i}", "amount": Decimal("1.5"), "qty": i, "price": 1.5}
+        | {"flag": True, "created": now, "note": "x" * 20}
+        for i in range(n)
+    ]
+    events = [{"before": None, "after": r, "source": source, "op": "c", "ts_ms": 1} for r in rows]
+
+    def rate(step: Any) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = step()
+        return n / (time.perf_counter() - t0), out
+
+    dicts, value = rate(lambda: pa.array(events, type=frame))
+    after = frame.field("after").type
+    names = [name for name, _ in cols]
+
+    def by_column() -> list[pa.Array]:
+        return [pa.array([r[c] for r in rows], type=after.field(c).type) for c in names]
+
+    columns, arrays = rate(by_column)
+    nested, _ = rate(lambda: _AvroEncoder("AvroConverter", "value", envelope, 1).arrow(value))
+    flat = Schema.struct(
+        *cols,
+        ("__op", Schema.string()),
+        ("__deleted", Schema.of(FieldType.BOOLEAN)),
+        optional=False,
+        name="b.t.Value",
+    )
+    flat_value = pa.StructArray.from_arrays(
+        [*arrays, pa.array(["c"] * n), pa.array([False] * n)], fields=list(flat.to_arrow())
+    )
+    flat_rate, _ = rate(lambda: _AvroEncoder("AvroConverter", "value", flat, 1).arrow(flat_value))
+    return {"dicts": dicts, "columns": columns, "avro_envelope": nested, "avro_flat": flat_rate}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--changes", type=int, default=200_000)
@@ -565,6 +692,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="with --harness: under cProfile")
     parser.add_argument("--lag", type=int, default=0, help="MariaDB → PostgreSQL lag at this rate")
     parser.add_argument("--lag-seconds", type=float, default=30.0)
+    parser.add_argument("--encode", action="store_true", help="no servers: the engine's steps")
     args = parser.parse_args()
     skip = set(args.skip.split(","))
     if args.lag:
@@ -574,6 +702,14 @@ def main() -> None:
             f"lag MariaDB → topic → PostgreSQL: {r['rows']:,} inserts at {r['rate']:,.0f}/s; "
             f"p50 {r['p50']:.2f}s, p99 {r['p99']:.2f}s, max {r['max']:.2f}s; load "
             f"{os.getloadavg()[0]:.1f}"
+        )
+        return
+    if args.encode:
+        r = bench_encode(args.changes)
+        print(
+            f"{args.changes:,} events, per second: envelope dicts → Arrow {r['dicts']:,.0f}; "
+            f"columns → Arrow {r['columns']:,.0f}; Avro of the envelope {r['avro_envelope']:,.0f}; "
+            f"Avro of the flattened value {r['avro_flat']:,.0f}"
         )
         return
     if args.harness:
@@ -603,7 +739,8 @@ def main() -> None:
             f"snapshot: {r['rows']:,} rows over 2 tasks in {r['seconds']:.1f}s = "
             f"{r['rows'] / r['seconds']:,.0f} rows/s with {r['writes']:,} writer transactions "
             f"meanwhile ({r['events']:,} records in the topic); baseline SELECT * "
-            f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s"
+            f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s\n"
+            f"handover check: {r['check']}"
         )
     if "maria" not in skip:
         r = bench_maria(spark, args.changes)

@@ -1,16 +1,19 @@
-"""Child process of the CDC crash test: PostgreSQL CDC → topic → MariaDB (JDBC sink) until killed.
+"""Child process of the CDC crash test: CDC → topic → the other database (JDBC sink) until killed.
 
-Usage: python cdc_child.py STORE_ROOT PG_URL MY_URL TABLE SLOT [SNAP_TABLE SNAP_SLOT]
+Usage: python cdc_child.py STORE_ROOT SOURCE_URL TARGET_URL TABLE SLOT [SNAP_TABLE SNAP_SLOT]
 
-TABLE (`schema.table`) is captured from PostgreSQL through slot and publication SLOT into topic
-`cdc.<schema>.<table>` (`snapshot.mode=never`, Avro) and applied to a MariaDB table named after
-it. With SNAP_TABLE, a second connector snapshots that table first (`snapshot.mode=initial`,
-2 tasks) through SNAP_SLOT, in JSON so the test can read the records back, into its own mirror.
+TABLE (`schema.table`) is captured from the source (`jdbc:postgresql:` → PostgreSQL through slot
+and publication SLOT; `jdbc:mysql:` → the MariaDB binlog, replica server id derived from SLOT)
+into topic `cdc.<schema>.<table>` (`snapshot.mode=never`, Avro) and applied to a target table
+named after it. With SNAP_TABLE, a second connector snapshots that table first
+(`snapshot.mode=initial`, 2 tasks) through SNAP_SLOT, in JSON so the test can read the records
+back, into its own mirror.
 """
 
 from __future__ import annotations
 
 import sys
+import zlib
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
@@ -18,13 +21,27 @@ from tests.conftest import wait_until
 from tests.e2e.child_watch import watch_until_killed
 
 
-def mirror(runner: ConnectorRunner, name: str, pg_url: str, my_url: str, table: str, **extra):
+def log_keys(source_url: str, slot: str) -> dict[str, str]:
+    """The connector class and where it reads the log: a PostgreSQL slot and publication, or a
+    MariaDB replica server id of its own."""
+    if source_url.startswith("jdbc:postgresql:"):
+        return {
+            "connector.class": "PostgresCdcSourceConnector",
+            "slot.name": slot,
+            "publication.name": slot,
+        }
+    return {
+        "connector.class": "MySqlCdcSourceConnector",
+        "database.server.id": str(5400 + zlib.crc32(slot.encode()) % 100_000),
+    }
+
+
+def mirror(runner: ConnectorRunner, name: str, source: str, target: str, table: str, **extra):
     """A CDC source of `table` and the JDBC sink applying its change events."""
     runner.start(
         name,
         {
-            "connector.class": "PostgresCdcSourceConnector",
-            "connection.url": pg_url,
+            "connection.url": source,
             "connection.user": "root",
             "topic.prefix": "cdc",
             "table.include.list": table,
@@ -47,7 +64,7 @@ def mirror(runner: ConnectorRunner, name: str, pg_url: str, my_url: str, table: 
         f"{name}-mirror",
         {
             "connector.class": "JdbcSinkConnector",
-            "connection.url": my_url,
+            "connection.url": target,
             "connection.user": "root",
             "connect.topicnames": f"cdc.{table}",
             "table.name.format": table.split(".", 1)[1],
@@ -60,19 +77,18 @@ def mirror(runner: ConnectorRunner, name: str, pg_url: str, my_url: str, table: 
 
 
 def main() -> None:
-    root, pg_url, my_url, table, slot = sys.argv[1:6]
+    root, source, target, table, slot = sys.argv[1:6]
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "1g"}, log_level="ERROR"
     )
     runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
-    common = {"slot.name": slot, "publication.name": slot}
     mirror(
         runner,
         "cdc",
-        pg_url,
-        my_url,
+        source,
+        target,
         table,
-        **common,
+        **log_keys(source, slot),
         **{"snapshot.mode": "never", "value.converter": "AvroConverter"},
     )
     if len(sys.argv) > 7:
@@ -80,12 +96,11 @@ def main() -> None:
         mirror(
             runner,
             "snap",
-            pg_url,
-            my_url,
+            source,
+            target,
             snap_table,
+            **log_keys(source, snap_slot),
             **{
-                "slot.name": snap_slot,
-                "publication.name": snap_slot,
                 "snapshot.mode": "initial",
                 "max.tasks": "2",  # the snapshot's chunks read by two Spark partitions
                 "value.converter": "JsonConverter",

@@ -51,7 +51,7 @@ class Workload(threading.Thread):
 
     def __init__(
         self,
-        pg: Db,
+        db: Db,
         pause: float,
         *,
         base: int = 0,
@@ -61,20 +61,20 @@ class Workload(threading.Thread):
     ) -> None:
         super().__init__(daemon=True)
         self.transactions, self.table = transactions, table
-        self.pg, self.pause, self.events, self.done, self.error = pg, pause, 0, 0, None
+        self.db, self.pause, self.events, self.done, self.error = db, pause, 0, 0, None
         self.base, self.prefilled = base, prefilled
         self.touched: set[int] = set()
         self.stopped = threading.Event()
 
     def run(self) -> None:
-        items = self.pg.table(self.table)
+        items = self.db.table(self.table)
         try:
             for b in range(self.transactions):
-                with self.pg.engine.begin() as conn:
+                with self.db.engine.begin() as conn:
                     if self.prefilled:
                         old = b * 37 % self.prefilled + 1
                         conn.exec_driver_sql(
-                            f"UPDATE {items} SET name = name || '*', n = n + 1 WHERE id = %s",
+                            f"UPDATE {items} SET name = CONCAT(name, '*'), n = n + 1 WHERE id = %s",
                             (old,),
                         )
                         self.touched.add(old)
@@ -84,7 +84,7 @@ class Workload(threading.Thread):
                         self.events += r.rowcount
                     low = self.base + (b - 1) * 10
                     r = conn.exec_driver_sql(
-                        f"UPDATE {items} SET name = name || '+', n = n + 1 "
+                        f"UPDATE {items} SET name = CONCAT(name, '+'), n = n + 1 "
                         "WHERE id >= %s AND id < %s",
                         (low, low + 5),
                     )
@@ -138,6 +138,12 @@ def test_kill_9_while_capturing_keeps_the_mirror_exact(tmp_path: Path, pg: Db, m
         for k in range(kills):
             # Once the mirrors caught a random amount: the sources committed micro-batches
             # (and advanced their slots), more are in flight, the snapshot is under way.
+            # a restarted child is up again first: the kill lands while it runs, not as it starts
+            wait_until(
+                lambda k=k, p=proc: _read(log).count(b"RUNNING") > k or p.poll() is not None,
+                180,
+                "child up again",
+            )
             threshold = rng.randrange(100 + k * 1500 // kills, 100 + (k + 1) * 1500 // kills)
             chunked = rng.randrange(200 + k * 1800 // kills, 200 + (k + 1) * 1800 // kills)
             wait_until(
@@ -211,12 +217,23 @@ def _drop_slot(pg: Db, slot: str) -> None:
     pg.execute(f'DROP PUBLICATION IF EXISTS "{slot}"')
 
 
-def start_child_cdc(root: Path, log: Path, pg: Db, my: Db, table: str, slot: str, *snap: str):
+def start_child_cdc(
+    root: Path, log: Path, source: Db, target: Db, table: str, slot: str, *snap: str
+):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2]))
     out = open(log, "ab")  # noqa: SIM115 - handed to the child
     # A session of its own, so kill -9 takes the JVM (a child of the driver) down with it.
     return spawn(
-        [sys.executable, str(CHILD), str(root), pg.jdbc_url, my.jdbc_url, table, slot, *snap],
+        [
+            sys.executable,
+            str(CHILD),
+            str(root),
+            source.jdbc_url,
+            target.jdbc_url,
+            table,
+            slot,
+            *snap,
+        ],
         stdout=out,
         stderr=subprocess.STDOUT,
         env=env,

@@ -284,3 +284,46 @@ def test_a_logged_row_shape_is_decoded_followed_or_refused() -> None:
         verdict("t", cols, ["id"], ["n", "id2"])
     with pytest.raises(ConnectException, match=r"table t: the type of column\(s\) \['n'\]"):
         verdict("t", cols, ["id"], ["id", "n"], types, {**types, "n": (1043, 24)})
+
+
+def test_a_cdc_task_missing_a_hook_cannot_be_made() -> None:
+    from sluice.connectors.cdc._base import CdcTask
+    from sluice.connectors.cdc.mysql import MySqlCdcSourceTask
+
+    class Partial(MySqlCdcSourceTask):
+        touched_keys = CdcTask.touched_keys  # back to the abstract hook
+
+    with pytest.raises(TypeError, match="touched_keys"):
+        Partial()
+    MySqlCdcSourceTask()  # every hook filled in
+
+
+def test_the_shared_table_checks_name_the_columns_and_keys_change_into_delete_and_create() -> None:
+    from sluice.connectors.cdc._base import CdcTable
+    from sluice.connectors.cdc.mysql import MySqlCdcSourceTask
+
+    table = CdcTable(
+        {
+            "table": "shop.items",
+            "topic": "p.shop.items",
+            "pk": ["id"],
+            "columns": [
+                ["id", Schema.of(FieldType.INT32, optional=False).to_json()],
+                ["note", Schema.string().to_json()],
+            ],
+        }
+    )
+    assert (table.space, table.short) == ("shop", "items")
+    with pytest.raises(
+        ConnectException, match=r"here: table shop.items now has column\(s\) \['x'\]"
+    ):
+        table.check_columns(["id", "x"], "here")
+    with pytest.raises(ConnectException, match=r"table shop.items has no column\(s\) \['id'\]"):
+        table.check_columns(["note"], "here")
+    table.check_columns(["note"], "here", partial=True)  # a key-only image may lack columns
+    task = MySqlCdcSourceTask()
+    at = ({"db": "shop"}, datetime(2024, 1, 1, tzinfo=UTC), 5)
+    moved = list(task.change_records(table, "u", {"id": 1}, {"id": 2}, at))
+    assert [(r.value["op"], r.key) for r in moved] == [("d", '{"id":1}'), ("c", '{"id":2}')]
+    same = list(task.change_records(table, "u", {"id": 1, "note": "a"}, {"id": 1, "note": "b"}, at))
+    assert [(r.value["op"], r.key, r.topic) for r in same] == [("u", '{"id":1}', "p.shop.items")]

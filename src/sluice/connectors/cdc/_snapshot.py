@@ -35,6 +35,7 @@ on its own, and the topic keeps only the attempt whose micro-batch committed.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -173,63 +174,64 @@ def _above(col: str, upto: int | None) -> tuple[str, tuple]:
     return ("", ()) if upto is None else (f" WHERE {col} > %s", (upto,))
 
 
-class SnapshotTask:
+class SnapshotTask(ABC):
     """The snapshot half of a CDC task (mixed in before `ReplayableSourceTask`): wraps the
     task's log reading (`stream_latest`, `stream_read`) with the chunk progress and chunk reads
     described in the module docstring. The task sets `snapshot_mode`, `tables` (name → an
-    object with `name`, `pk`, `columns`, `topic`) and `db` in `start`, and fills in the hooks."""
+    object with `name`, `pk`, `columns`, `topic`) and `db` in `start`, and fills in the hooks
+    (abstract: a task class missing one cannot be instantiated)."""
 
     snapshot_mode: str
     tables: dict[str, Any]
     db: Any
 
     # -- hooks -----------------------------------------------------------------------------
+    @abstractmethod
     def stream_latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
         """The log part of `latest` (driver)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stream_origin(self) -> RecordOffset:
         """A concrete log position for a first range without log events (driver)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         """True if the log part of `(start, end]` is not empty."""
-        raise NotImplementedError
 
+    @abstractmethod
     def stream_read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         """The change events of the log part of the range (executor)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def position_lost(self, start: RecordOffset) -> str | None:
         """Why the log can no longer be read from `start` (a dropped slot, a purged binlog), or
         None (driver)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_end(self) -> RecordOffset:
         """The log's position now: where a new snapshot's stream starts (driver)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def select_chunk(self, table: Any, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
         """The chunk's rows as values of the table's schema (`sql_params` selects `self.
         chunk_select(table)`)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def chunk_select(self, table: Any) -> str:
         """The SELECT list of a chunk query."""
-        raise NotImplementedError
 
+    @abstractmethod
     def touched_keys(self, table: Any, low: RecordOffset) -> set[str]:
         """The record keys of the table's rows with an event after the log position `low`, up
         to at least the log's position now (executor, called after the chunk's SELECT)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def snapshot_source(self, table: Any, end: RecordOffset) -> dict[str, Any]:
         """The `source` block of a snapshot record."""
-        raise NotImplementedError
 
     # -- the ReplayableSourceTask methods ----------------------------------------------------
     def _column(self, table: Any) -> str | None:

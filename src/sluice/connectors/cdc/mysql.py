@@ -41,19 +41,11 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sluice.connectors.cdc._base import (
-    PLAN_KEY,
-    CdcSourceConnector,
-    connection_config,
-    partition,
-    sql_error,
-)
-from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
+from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, config_def, sql_error
+from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
-from sluice.connectors.cdc._snapshot import SnapshotTask
-from sluice.connectors.jdbc._config import TableName, parse_connection
+from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
     ConfigKey,
     ConnectException,
@@ -63,33 +55,20 @@ from sluice.sdk import (
     ReadLimit,
     RecordOffset,
     RecordPartition,
-    ReplayableSourceTask,
     Schema,
 )
 
 log = logging.getLogger(__name__)
 
-VERSION = "sluice-cdc-1"
 #: Binlog bytes per row when a range's budget is `read.max.rows` (ranges are sized by bytes).
 ROW_BYTES = 100
 
-CONFIG = ConfigDef(
-    ConfigKey("connection.url", default=None, doc="jdbc:mysql://host:port/database"),
-    ConfigKey("connection.user", default="", doc="user"),
-    ConfigKey("connection.password", default="", doc="password"),
-    ConfigKey("database.hostname", default=None, doc="host (instead of connection.url)"),
-    ConfigKey("database.port", type="int", default=3306, doc="port"),
-    ConfigKey("database.user", default=None, doc="user"),
-    ConfigKey("database.password", default=None, doc="password"),
+CONFIG = config_def(
+    "jdbc:mysql://host:port/database",
+    3306,
+    "database",
     ConfigKey("database.server.id", type="int", default=None, min=1, doc="replica server id"),
-    ConfigKey(
-        "topic.prefix",
-        pattern=r"[a-zA-Z0-9_.-]{1,80}",
-        doc="topics are <topic.prefix>.<database>.<table>",
-    ),
     ConfigKey("table.include.list", type="list", doc="database.table, …"),
-    ConfigKey("table.exclude.list", type="list", default=[], doc="database.table, …"),
-    ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),
 )
 
 _REQUIRED_SETTINGS = {
@@ -102,12 +81,6 @@ _REQUIRED_SETTINGS = {
         "SET GLOBAL binlog_row_metadata = 'FULL'",
     ),
 }
-
-
-def _connection_config(values: Mapping[str, Any], raw: Mapping[str, str]) -> dict[str, str]:
-    host = values["database.hostname"]
-    url = f"jdbc:mysql://{host}:{values['database.port']}/" if host else None
-    return connection_config(values, raw, url)
 
 
 def _file_number(name: str) -> int:
@@ -171,27 +144,23 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
 
     config_def = CONFIG
 
-    def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
-        parse_connection(_connection_config(values, config))
-        self.check_snapshot_mode(values)
+    def jdbc_url(self, values: Mapping[str, Any]) -> str | None:
+        host = values["database.hostname"]
+        return f"jdbc:mysql://{host}:{values['database.port']}/" if host else None
+
+    def check_values(self, values: Mapping[str, Any]) -> None:
+        super().check_values(values)
         if not values["table.include.list"]:
             raise ConfigException("table.include.list", "names no table")
 
-    def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
-
-        super().start(config)
-        self.values = CONFIG.parse(config)
-        self.connection = _connection_config(self.values, config)
-        db = Database(parse_connection(self.connection))
-        with db.connect() as conn:
-            self.tables, self.initial = _setup(db, conn, self.values)
+    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
+        tables, self.initial = _setup(db, conn, self.values)
         server_id = self.values["database.server.id"]
         if server_id is None:
-            name = config.get("name", self.values["topic.prefix"])
+            name = self.config.get("name", self.values["topic.prefix"])
             server_id = 5400 + zlib.crc32(name.encode()) % 100_000
         self.server_id = server_id
+        return tables
 
     def task_plan(self) -> dict[str, Any]:
         return {"server_id": self.server_id, "initial": self.initial}
@@ -250,55 +219,30 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
     return described, {"file": status[0], "pos": int(status[1])}
 
 
-class _Table:
-    def __init__(self, data: dict[str, Any]) -> None:
-        self.name: str = data["table"]
-        self.topic: str = data["topic"]
-        self.pk: list[str] = data["pk"]
-        self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
+class _Table(CdcTable):
+    """A captured table whose rows come as mysql-replication decodes them."""
 
     def row(self, values: dict[str, Any], where: str) -> dict[str, Any]:
-        names = {n for n, _ in self.columns}
-        extra = [n for n in values if n not in names]
-        if extra:
-            raise ConnectException(
-                f"{where}: table {self.name} now has column(s) {extra} that the connector's "
-                "schema does not know (ALTER TABLE … ADD COLUMN while running)",
-                suggestion="restart the connector: it reads the table's columns again at start",
-            )
-        missing = [n for n, s in self.columns if n not in values and not s.optional]
-        if missing:
-            raise ConnectException(
-                f"{where}: table {self.name} has no column(s) {missing} in the binlog, which "
-                "the connector's schema requires (a DROP or RENAME COLUMN)",
-                suggestion="restart the connector to register the new schema",
-            )
+        """A binlog or snapshot row as the row struct."""
+        self.check_columns(values, where)
         return {
             name: to_schema_value(values.get(name), schema, f"{where}, column {name!r}")
             for name, schema in self.columns
         }
 
 
-class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
+class MySqlCdcSourceTask(CdcTask):
     """Reads whole transactions from the binlog between two positions, and the snapshot's
     chunks (module docstring, `sluice.connectors.cdc._snapshot`)."""
 
-    def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+    connector_name = "mysql"
+    table_class = _Table
+    tables: dict[str, _Table]
 
-        plan = json.loads(config[PLAN_KEY])
-        self.prefix: str = plan["prefix"]
-        self.snapshot_mode: str = plan.get("snapshot", "never")
+    def configure(self, plan: dict[str, Any]) -> None:
         self.server_id: int = plan["server_id"]
         self.initial: dict = plan["initial"]
-        self.tables = {t["table"]: _Table(t) for t in plan["tables"]}
-        self.connection = parse_connection(config)
-        self.db = Database(self.connection)
-        self._asked: set[str] = set()
         self._end: dict | None = None
-
-    def partitions(self) -> list[RecordPartition]:
-        return [partition(self.prefix, name) for name in self.tables]
 
     def _stream(self, start: dict, *, rows: bool) -> Any:
         from pymysqlreplication import BinLogStreamReader
@@ -443,7 +387,6 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         if start is None:
             return
         table = self.tables[partition["table"]]
-        schema, name = table.name.split(".", 1)
         stream = self._stream(start, rows=True)
         pending: list[ConnectRecord] = []
         gtid = None
@@ -466,7 +409,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                     if not _after(end, here):
                         break
                     continue
-                if event.schema != schema or event.table != name:
+                if event.schema != table.space or event.table != table.short:
                     continue
                 pending.extend(self._events(event, table, gtid))
         finally:
@@ -485,13 +428,15 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
 
     def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
         # From the low watermark to the binlog's end now (non-blocking): past the SELECT.
-        schema, name = table.name.split(".", 1)
         keys: set[str] = set()
         where = f"table {table.name}, snapshot watermark"
         stream = self._stream(low, rows=True)
         try:
             for event in stream:
-                if getattr(event, "schema", None) != schema or getattr(event, "table", "") != name:
+                if (
+                    getattr(event, "schema", None) != table.space
+                    or getattr(event, "table", "") != table.short
+                ):
                     continue
                 for row in getattr(event, "rows", ()):
                     for image in ("values", "before_values", "after_values"):
@@ -502,8 +447,7 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         return keys
 
     def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
-        schema, name = table.name.split(".", 1)
-        return source_block("mysql", self.prefix, schema, name, file=end["file"], pos=end["pos"])
+        return self.source(table, file=end["file"], pos=end["pos"])
 
     def _ddl_change(self, event: Any, here: dict) -> tuple[_Table, str, str] | None:
         """(table, kind, statement) of a DDL statement on a captured table logged after the
@@ -536,47 +480,23 @@ class MySqlCdcSourceTask(SnapshotTask, ReplayableSourceTask):
     def _events(self, event: Any, table: _Table, gtid: str | None) -> Iterator[ConnectRecord]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
 
-        schema, name = table.name.split(".", 1)
         where = f"table {table.name}, binlog position {event.packet.log_pos}"
-        source = {
-            "version": VERSION,
-            "connector": "mysql",
-            "name": self.prefix,
-            "ts_ms": event.timestamp * 1000,
-            "db": schema,
-            "schema": None,
-            "table": name,
-            "txId": None,
-            "lsn": None,
-            "file": None,
-            "pos": None,
-            "gtid": gtid,
-        }
-        ts = datetime.fromtimestamp(event.timestamp, UTC)
-        now = int(time.time() * 1000)
-
-        def record(op: str, before: Any, after: Any) -> ConnectRecord:
-            src = dict(source)
-            return ConnectRecord(
-                value={"before": before, "after": after, "source": src, "op": op, "ts_ms": now},
-                key=key_text(after if after is not None else before, table.pk),
-                topic=table.topic,
-                timestamp=ts,
-            )
-
+        # file and pos are filled in at the transaction's commit (`stream_read`)
+        source = self.source(table, ts_ms=event.timestamp * 1000, gtid=gtid)
+        at = (source, datetime.fromtimestamp(event.timestamp, UTC), int(time.time() * 1000))
         for row in event.rows:
             if isinstance(event, UpdateRowsEvent):
                 before = table.row(row["before_values"], where)
                 after = table.row(row["after_values"], where)
-                if any(before[k] != after[k] for k in table.pk):
-                    yield record("d", before, None)
-                    yield record("c", None, after)
-                else:
-                    yield record("u", before, after)
+                yield from self.change_records(table, "u", before, after, at)
             elif isinstance(event, DeleteRowsEvent):
-                yield record("d", table.row(row["values"], where), None)
+                yield from self.change_records(
+                    table, "d", table.row(row["values"], where), None, at
+                )
             else:
-                yield record("c", None, table.row(row["values"], where))
+                yield from self.change_records(
+                    table, "c", None, table.row(row["values"], where), at
+                )
 
 
 def _ends_transaction(event: Any) -> bool:

@@ -43,7 +43,6 @@ the key columns only; `REPLICA IDENTITY FULL` gives whole rows. Example::
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -52,13 +51,7 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sluice.connectors.cdc._base import (
-    PLAN_KEY,
-    CdcSourceConnector,
-    connection_config,
-    partition,
-    sql_error,
-)
+from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, config_def, sql_error
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
@@ -72,10 +65,8 @@ from sluice.connectors.cdc._pgoutput import (
     relation_of,
     transactions,
 )
-from sluice.connectors.cdc._snapshot import SnapshotTask
-from sluice.connectors.jdbc._config import TableName, parse_connection
+from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
     ConfigKey,
     ConnectException,
@@ -85,7 +76,6 @@ from sluice.sdk import (
     ReadLimit,
     RecordOffset,
     RecordPartition,
-    ReplayableSourceTask,
     Schema,
 )
 
@@ -94,41 +84,16 @@ log = logging.getLogger(__name__)
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
 _FLUSH_WAIT_S = 60.0
-VERSION = "sluice-cdc-1"
 
-CONFIG = ConfigDef(
-    ConfigKey("connection.url", default=None, doc="jdbc:postgresql://host:port/database"),
-    ConfigKey("connection.user", default="", doc="user"),
-    ConfigKey("connection.password", default="", doc="password"),
-    ConfigKey("database.hostname", default=None, doc="host (instead of connection.url)"),
-    ConfigKey("database.port", type="int", default=5432, doc="port"),
-    ConfigKey("database.user", default=None, doc="user"),
-    ConfigKey("database.password", default=None, doc="password"),
+CONFIG = config_def(
+    "jdbc:postgresql://host:port/database",
+    5432,
+    "schema",
     ConfigKey("database.dbname", default=None, doc="database"),
-    ConfigKey(
-        "topic.prefix",
-        pattern=r"[a-zA-Z0-9_.-]{1,80}",
-        doc="topics are <topic.prefix>.<schema>.<table>",
-    ),
     ConfigKey("table.include.list", type="list", default=[], doc="schema.table, …"),
-    ConfigKey("table.exclude.list", type="list", default=[], doc="schema.table, …"),
     ConfigKey("slot.name", default="sluice", pattern=r"[a-z0-9_]{1,63}", doc="replication slot"),
     ConfigKey("publication.name", default="sluice_publication", doc="publication"),
-    ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),
 )
-
-
-def _connection_config(values: Mapping[str, Any], raw: Mapping[str, str]) -> dict[str, str]:
-    """The `connection.*` keys of the JDBC connector, from either key family."""
-    host = values["database.hostname"]
-    if not values["connection.url"] and not host:
-        raise ConfigException(
-            "connection.url", "set connection.url or database.hostname (+ database.dbname)"
-        )
-    if not values["connection.url"] and not values["database.dbname"]:
-        raise ConfigException("database.dbname", "required with database.hostname")
-    url = f"jdbc:postgresql://{host}:{values['database.port']}/{values['database.dbname']}"
-    return connection_config(values, raw, url)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -191,36 +156,20 @@ def parser(schema: Schema) -> Callable[[str], Any]:
     return str
 
 
-class _Table:
-    """One captured table: its columns' schemas and its primary key."""
+class _Table(CdcTable):
+    """A captured table whose values come as PostgreSQL's text output."""
 
     def __init__(self, data: dict[str, Any]) -> None:
-        self.name: str = data["table"]
-        self.topic: str = data["topic"]
-        self.pk: list[str] = data["pk"]
-        self.columns = [(n, Schema.from_json(s)) for n, s in data["columns"]]
-        self.schemas = dict(self.columns)
+        super().__init__(data)
         self.parsers = {n: parser(s) for n, s in self.columns}
         self.types = {n: tuple(t) for n, t in data.get("types", {}).items()}
 
     def row(self, values: dict[str, object], where: str, *, partial: bool) -> dict[str, Any]:
         """A tuple's text values as the row struct; `partial`: missing columns are null."""
-        extra = [n for n in values if n not in self.schemas]
-        if extra:
-            raise ConnectException(
-                f"{where}: table {self.name} now has column(s) {extra} that the connector's "
-                "schema does not know (ALTER TABLE … ADD COLUMN while running)",
-                suggestion="restart the connector: it reads the table's columns again at start",
-            )
+        self.check_columns(values, where, partial=partial)
         out: dict[str, Any] = {}
         for name, schema in self.columns:
             if name not in values:
-                if not partial and not schema.optional:
-                    raise ConnectException(
-                        f"{where}: table {self.name} has no column {name!r} any more, which "
-                        "the connector's schema requires (a DROP or RENAME COLUMN)",
-                        suggestion="restart the connector to register the new schema",
-                    )
                 out[name] = None
                 continue
             text = values[name]
@@ -243,21 +192,18 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
 
     config_def = CONFIG
 
-    def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
-        parse_connection(_connection_config(values, config))
-        self.check_snapshot_mode(values)
+    def jdbc_url(self, values: Mapping[str, Any]) -> str | None:
+        host = values["database.hostname"]
+        if not values["connection.url"] and not host:
+            raise ConfigException(
+                "connection.url", "set connection.url or database.hostname (+ database.dbname)"
+            )
+        if not values["connection.url"] and not values["database.dbname"]:
+            raise ConfigException("database.dbname", "required with database.hostname")
+        return f"jdbc:postgresql://{host}:{values['database.port']}/{values['database.dbname']}"
 
-    def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
-
-        super().start(config)
-        self.values = CONFIG.parse(config)
-        self.connection = _connection_config(self.values, config)
-        db = Database(parse_connection(self.connection))
-        with db.connect() as conn:
-            self.tables = _setup(db, conn, self.values)
-            conn.commit()
+    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
+        return _setup(db, conn, self.values)
 
     def task_plan(self) -> dict[str, Any]:
         return {"slot": self.values["slot.name"], "publication": self.values["publication.name"]}
@@ -365,25 +311,25 @@ def _qualified(db: Any, conn: Any, table: TableName) -> TableName:
     return table if table.schema else TableName(db.current_schema(conn), table.name)
 
 
-class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
+class PostgresCdcSourceTask(CdcTask):
     """Reads committed transactions from the slot between two LSNs, and the snapshot's chunks
     (see the module docstring and `sluice.connectors.cdc._snapshot`)."""
 
-    def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+    connector_name = "postgresql"
+    table_class = _Table
+    tables: dict[str, _Table]
 
-        plan = json.loads(config[PLAN_KEY])
-        self.prefix: str = plan["prefix"]
-        self.snapshot_mode: str = plan.get("snapshot", "never")
+    def configure(self, plan: dict[str, Any]) -> None:
         self.slot: str = plan["slot"]
         self.publication: str = plan["publication"]
-        self.tables = {t["table"]: _Table(t) for t in plan["tables"]}
-        self.db = Database(parse_connection(config))
-        self._asked: set[str] = set()
         self._end: int | None = None
 
-    def partitions(self) -> list[RecordPartition]:
-        return [partition(self.prefix, name) for name in self.tables]
+    def source(self, table: CdcTable, **known: Any) -> dict[str, Any]:
+        # PostgreSQL: the database is the connection's, the table's space is its schema
+        database = self.connection.database
+        return source_block(
+            self.connector_name, self.prefix, database, table.short, schema=table.space, **known
+        )
 
     # -- the slot ------------------------------------------------------------------------------
     def _peek(self, upto_lsn: int) -> list[Any]:
@@ -590,14 +536,13 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
 
     def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
-        schema, name = table.name.split(".", 1)
         keys: set[str] = set()
         where = f"table {table.name}, snapshot watermark"
         for tx in transactions((data for (data,) in self._peek(self._high)), after=low["lsn"]):
             if tx.end_lsn <= low["lsn"]:
                 continue
             for change in tx.changes:
-                if change.relation.schema != schema or change.relation.name != name:
+                if change.relation.schema != table.space or change.relation.name != table.short:
                     continue
                 for image in (change.before, change.after):
                     if image is not None:
@@ -606,12 +551,9 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
         return keys
 
     def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
-        schema, name = table.name.split(".", 1)
-        database, lsn = self.db.connection.database, end["lsn"]
-        return source_block("postgresql", self.prefix, database, name, schema=schema, lsn=lsn)
+        return self.source(table, lsn=end["lsn"])
 
     def _events(self, tx: Transaction, table: _Table) -> Iterator[ConnectRecord]:
-        schema, name = table.name.split(".", 1)
         for relation in tx.truncated:
             if f"{relation.schema}.{relation.name}" == table.name:
                 raise ConnectException(
@@ -619,32 +561,19 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                     f"{lsn_text(tx.end_lsn)}); a TRUNCATE has no per-row change events",
                     suggestion="re-copy the table and restart the connector with reset offsets",
                 )
-        source = {
-            "version": VERSION,
-            "connector": "postgresql",
-            "name": self.prefix,
-            "ts_ms": tx.commit_us // 1000,
-            "db": self.db.connection.database,
-            "schema": schema,
-            "table": name,
-            "txId": tx.xid,
-            "lsn": tx.end_lsn,
-            "file": None,
-            "pos": None,
-            "gtid": None,
-        }
+        source = self.source(table, ts_ms=tx.commit_us // 1000, txId=tx.xid, lsn=tx.end_lsn)
         ts = datetime.fromtimestamp(tx.commit_us / 1e6, UTC)
+        at = (source, ts, int(time.time() * 1000))
         where = f"table {table.name}, LSN {lsn_text(tx.end_lsn)}"  # once per transaction
-        now = int(time.time() * 1000)
         for change in tx.changes:
-            if change.relation.schema != schema or change.relation.name != name:
+            if change.relation.schema != table.space or change.relation.name != table.short:
                 continue
-            yield from self._change_events(change, table, source, (ts, now, where))
+            before, after = self._images(change, table, where)
+            yield from self.change_records(table, change.op, before, after, at)
 
-    def _change_events(
-        self, change: Change, table: _Table, source: dict[str, Any], at: tuple[datetime, int, str]
-    ) -> Iterator[ConnectRecord]:
-        ts, now, where = at
+    def _images(self, change: Change, table: _Table, where: str) -> tuple[Any, Any]:
+        """A change's before and after rows; the after image's unchanged TOASTed values are
+        taken from the before image."""
         before = (
             table.row(change.before, where, partial=True) if change.before is not None else None
         )
@@ -660,28 +589,7 @@ class PostgresCdcSourceTask(SnapshotTask, ReplayableSourceTask):
                             suggestion=f"ALTER TABLE {table.name} REPLICA IDENTITY FULL",
                         )
                     after[column] = old
-
-        def event(op: str, b: Any, a: Any) -> ConnectRecord:
-            row = a if a is not None else b
-            return ConnectRecord(
-                value={"before": b, "after": a, "source": source, "op": op, "ts_ms": now},
-                key=key_text(row, table.pk),
-                topic=table.topic,
-                timestamp=ts,
-            )
-
-        key_changed = (
-            change.op == "u"
-            and before is not None
-            and after is not None
-            and any(before.get(k) != after.get(k) for k in table.pk)
-        )
-        if key_changed:
-            # the old key's row is gone, a new key's row appears (as Debezium emits it)
-            yield event("d", before, None)
-            yield event("c", None, after)
-            return
-        yield event(change.op, before, after)
+        return before, after
 
     def commit(self, positions: list[tuple[RecordPartition, RecordOffset]]) -> None:
         # Release WAL only up to what every table has committed (the stored positions; one
