@@ -247,21 +247,31 @@ def test_a_short_outage_is_ridden_out_by_the_commit(
 def test_reader_plans_nothing_during_an_outage_and_says_so(
     tmp_path: Path, kafka_mock: MockKafkaCluster
 ) -> None:
+    """While the broker is away the reader plans nothing (no failure) and every task of its
+    connector has a retry note for its status; the notes go when it answers again."""
+    from sluice.engine.retry import ConnectorNotes
+    from sluice.store.counters import SqliteCounters
+
     bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
     topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
     appender = bus.topic_appender(writer_id="w")
     appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
-    control = str(tmp_path / "control.json")
+    counters = SqliteCounters(tmp_path / "counters.sqlite")
     reader = bus.topic_reader(
-        name="snk", topics=[topic], max_tasks=1, control_path=control, positions=None
+        name="snk",
+        topics=[topic],
+        max_tasks=2,
+        control_path=str(tmp_path / "control.json"),
+        positions=None,
+        notes=ConnectorNotes(counters, "snk", 2),
     )(options={}).streamReader(schema=None)
     start = reader.initialOffset()
     kafka_mock.set_down()
     try:
         assert reader.latestOffset(start, None) == start  # nothing planned, no failure
-        health = bus.reader_health(control)
-        assert health["failures"] == 1
-        assert "BusUnavailable: kafka bootstrap.servers=" in health["error"]
+        notes = counters.retrying(0)["snk"]
+        assert set(notes) == {0, 1} and notes[0]["attempts"] == 1
+        assert "BusUnavailable: kafka bootstrap.servers=" in notes[1]["error"]
     finally:
         kafka_mock.set_up()
     wait_until(
@@ -270,7 +280,7 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
         60,
         "a plan again",
     )
-    assert bus.reader_health(control)["failures"] == 0
+    assert counters.retrying(0) == {}
 
 
 def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(
