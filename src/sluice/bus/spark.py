@@ -411,10 +411,6 @@ class _TopicReader(DataSourceStreamReader):
 
     def _latest(self, start: dict, limit: Any) -> dict:
         begin: dict[str, int] = start.get("q", {})
-        # Spark plans a batch once the previous one is done: `start` is what the sink has taken.
-        # Spark calls commit() only when there is a next batch, so an idle query shows its lag
-        # on the broker through this.
-        self._commit_group(begin)
         control = self.plan.control.load() if self.plan.control else {"paused": [], "resets": {}}
         done = set(start.get("rid", []))
         resets = {rid: kv for rid, kv in control["resets"].items() if rid not in done}
@@ -442,6 +438,11 @@ class _TopicReader(DataSourceStreamReader):
         # its first offset.
         for key, offset in begin.items():
             end.setdefault(key, offset)
+        # Spark plans a batch once the previous one is done: `start` is what the sink has taken.
+        # Spark calls commit() only when there is a next batch, so an idle query shows its lag
+        # on the broker through this. Only once the broker answered: a consumer-group commit
+        # (Kafka's) waits for it, and the outage must reach the status first.
+        self._commit_group(begin)
         return {"q": end, "r": explicit, "rid": sorted(resets)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:

@@ -287,6 +287,9 @@ class KafkaLog(ExternalLog):
             kafka_error.NOT_LEADER_FOR_PARTITION,
             kafka_error.REQUEST_TIMED_OUT,
             kafka_error.NETWORK_EXCEPTION,
+            # a broker that restarted: the client's leader epochs are stale until it refreshes
+            kafka_error.FENCED_LEADER_EPOCH,
+            kafka_error.UNKNOWN_LEADER_EPOCH,
             *transient,
         }
         if hasattr(err, "code") and (err.code() in transient or err.retriable()):
@@ -393,6 +396,8 @@ class KafkaLog(ExternalLog):
             kafka.KafkaError.NOT_LEADER_FOR_PARTITION,
             kafka.KafkaError.LEADER_NOT_AVAILABLE,
             kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+            kafka.KafkaError.FENCED_LEADER_EPOCH,
+            kafka.KafkaError.UNKNOWN_LEADER_EPOCH,
         }
         deadline = time.monotonic() + 5.0
         while True:
