@@ -219,17 +219,26 @@ def test_outage_longer_than_the_limit_fails_the_commit_and_the_replay_completes_
 def test_a_short_outage_is_ridden_out_by_the_commit(
     tmp_path: Path, kafka_mock: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The commit retries until the cluster is back; meanwhile every task of the source shows
+    the retry note (a micro-batch's commit holds them all up), and the notes go once it went
+    through, its retries counted once."""
+    from sluice.engine.retry import ConnectorNotes
+    from sluice.store.counters import SqliteCounters
+
     bus = _outage_bus(kafka_mock, tmp_path, outage_s=120)
     topic = KafkaHarness(kafka_mock).new_topic(bus, 2)
     rows = [f"s{i}".encode() for i in range(300)]
     frame = topic_frame(topic, rows, route=[i % 2 for i in range(300)])
-    appender = bus.topic_appender(writer_id="w")
+    counters = SqliteCounters(tmp_path / "counters.sqlite")
+    appender = bus.topic_appender(writer_id="w", notes=ConnectorNotes(counters, "src", 2))
     staged = appender.write(iter([frame]), 0)
     _down_after_journal(monkeypatch, bus, kafka_mock)
     pauses: list[float] = []
+    notes: list[dict] = []
 
     def pause(self: Any, seconds: float) -> None:
         pauses.append(seconds)
+        notes.append(counters.retrying(0).get("src", {}))
         if len(pauses) == 2:  # the outage ends after two failed attempts
             kafka_mock.set_up()
 
@@ -240,6 +249,10 @@ def test_a_short_outage_is_ridden_out_by_the_commit(
         kafka_mock.set_up()
         monkeypatch.undo()
     assert len(pauses) >= 2 and pauses[:2] == [0.3, 0.6]
+    assert set(notes[0]) == {0, 1} and notes[0][1]["attempts"] == 1
+    assert "BusUnavailable: kafka bootstrap.servers=" in notes[0][0]["error"]
+    assert counters.retrying(0) == {}
+    assert counters.get("src")["total-retries"] == len(pauses)
     got = [v for q in (0, 1) for v in (r["value"] for r in read_all(bus, topic, q, 0, 1_000))]
     assert sorted(got) == sorted(rows) and len(got) == 300
 
@@ -247,21 +260,31 @@ def test_a_short_outage_is_ridden_out_by_the_commit(
 def test_reader_plans_nothing_during_an_outage_and_says_so(
     tmp_path: Path, kafka_mock: MockKafkaCluster
 ) -> None:
+    """While the broker is away the reader plans nothing (no failure) and every task of its
+    connector has a retry note for its status; the notes go when it answers again."""
+    from sluice.engine.retry import ConnectorNotes
+    from sluice.store.counters import SqliteCounters
+
     bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
     topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
     appender = bus.topic_appender(writer_id="w")
     appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
-    control = str(tmp_path / "control.json")
+    counters = SqliteCounters(tmp_path / "counters.sqlite")
     reader = bus.topic_reader(
-        name="snk", topics=[topic], max_tasks=1, control_path=control, positions=None
+        name="snk",
+        topics=[topic],
+        max_tasks=2,
+        control_path=str(tmp_path / "control.json"),
+        positions=None,
+        notes=ConnectorNotes(counters, "snk", 2),
     )(options={}).streamReader(schema=None)
     start = reader.initialOffset()
     kafka_mock.set_down()
     try:
         assert reader.latestOffset(start, None) == start  # nothing planned, no failure
-        health = bus.reader_health(control)
-        assert health["failures"] == 1
-        assert "BusUnavailable: kafka bootstrap.servers=" in health["error"]
+        notes = counters.retrying(0)["snk"]
+        assert set(notes) == {0, 1} and notes[0]["attempts"] == 1
+        assert "BusUnavailable: kafka bootstrap.servers=" in notes[1]["error"]
     finally:
         kafka_mock.set_up()
     wait_until(
@@ -270,7 +293,7 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
         60,
         "a plan again",
     )
-    assert bus.reader_health(control)["failures"] == 0
+    assert counters.retrying(0) == {}
 
 
 def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(

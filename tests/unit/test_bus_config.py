@@ -37,6 +37,8 @@ def test_kafka_bus_from_worker_keys(tmp_path: Path, caplog: pytest.LogCaptureFix
         "bootstrap.servers": "k1:9092,k2:9092",
         "kafka.client.id": "sluice",
         "kafka.request.timeout.ms": "5000",
+        "bus.request.timeout.ms": "8000",
+        "bus.outage.timeout.ms": "60000",
     }
     with caplog.at_level(logging.WARNING):
         conf = WorkerConfig.from_properties(props)
@@ -46,6 +48,7 @@ def test_kafka_bus_from_worker_keys(tmp_path: Path, caplog: pytest.LogCaptureFix
     assert bus.log.bootstrap_servers == "k1:9092,k2:9092"
     assert bus.log.client_config == {"client.id": "sluice", "request.timeout.ms": "5000"}
     assert bus.log.state_dir == str(tmp_path / "bus")
+    assert (bus.log.timeout_s, bus.log.outage_s) == (8.0, 60.0)
 
 
 def test_rocketmq_bus_from_worker_keys(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -84,6 +87,14 @@ def test_rocketmq_bus_from_worker_keys(tmp_path: Path, caplog: pytest.LogCapture
         (
             {"bus": "kafka", "bootstrap.servers": "k:9092", "kafka.acks": "sometimes"},
             "kafka.acks: Invalid value",
+        ),
+        (
+            {"bus": "kafka", "bootstrap.servers": "k:9092", "bus.request.timeout.ms": "0"},
+            "bus.request.timeout.ms: must be at least 1, got 0",
+        ),
+        (
+            {"bus": "kafka", "bootstrap.servers": "k:9092", "bus.outage.timeout.ms": "5m"},
+            "bus.outage.timeout.ms: expected an integer, got '5m'",
         ),
         ({"bus": "rocketmq"}, "namesrvAddr: required key is missing (bus=rocketmq)"),
         ({"bus": "rocketmq", "namesrvAddr": "localhost"}, "namesrvAddr: expected host:port"),

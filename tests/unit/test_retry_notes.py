@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sluice.cli._render import connectors_table, render_text, status_view
-from sluice.engine.retry import NOTE_GRACE_S, RetryNotes, watched
+from sluice.engine.retry import NOTE_GRACE_S, ConnectorNotes, RetryNotes, watched
 from sluice.rest._shapes import task_status_body
 from sluice.runtime.herder import Retrying, State, TaskStatus
 from sluice.runtime.standalone import _task_status
@@ -105,6 +105,32 @@ def test_notes_are_written_at_most_once_a_second_counted_and_cleared(tmp_path: P
     note = store.retrying(int(clock.now * 1000))["c"][2]
     assert note["since_ms"] == int(clock.now * 1000) and note["attempts"] == 1
     assert store.get("c") == {"total-retries": 53}
+
+
+def test_a_loop_that_holds_up_every_task_notes_each_and_counts_once(tmp_path: Path) -> None:
+    """The bus's commits and reader planning (`ConnectorNotes()`): every task of the connector
+    shows the note, `total-retries` grows by the loop's retries, not times the tasks; a reader's
+    partition (`ConnectorNotes(partition)`) notes the task it reads for (partition mod tasks)."""
+    import pickle
+
+    store = SqliteCounters(tmp_path / "counters.sqlite")
+    notes = pickle.loads(pickle.dumps(ConnectorNotes(store, "c", 3)))  # it crosses to Spark
+    fast = Backoff.fixed(0.0)
+    every = notes()
+    with watching(every):
+        retry(failing(1), backoff=fast, sleep=lambda _: None)
+    assert store.retrying(0) == {} and store.get("c") == {"total-retries": 1}
+    every.retrying(OSError("broker away"), 0.0)  # a reader's plan failed (no loop)
+    assert set(store.retrying(0)["c"]) == {0, 1, 2}
+    assert store.get("c") == {"total-retries": 2}
+    every.settled()
+    assert store.retrying(0) == {}
+    with watching(notes(4)):
+        retry(failing(1), backoff=fast, sleep=lambda _: None)
+    assert store.get("c") == {"total-retries": 3}
+    one = notes(4)
+    one.retrying(OSError("broker away"), 0.0)
+    assert set(store.retrying(0)["c"]) == {1}
 
 
 def test_a_note_expires_when_its_writer_went_quiet_and_restart_clears_all(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from sluice.bus.base import (
     OUTAGE_KEY,
+    REQUEST_KEY,
     STORED_SCHEMA,
     Bus,
     BusError,
@@ -43,7 +44,7 @@ __all__ = [
 BUS_KINDS = ("embedded", "rocketmq", "kafka")
 
 # Worker keys each backend reads (besides bus.* and kafka.* / rocketmq.* prefixes).
-_KAFKA_KEYS = frozenset({"bootstrap.servers", "bus.replication.factor"})
+_KAFKA_KEYS = frozenset({"bootstrap.servers", "bus.replication.factor", REQUEST_KEY})
 _ROCKETMQ_KEYS = frozenset(
     {
         "namesrvAddr",

@@ -387,33 +387,29 @@ class Bus(ABC):
 
     # -- Spark adapters ------------------------------------------------------------------------
     def topic_appender(
-        self, *, writer_id: str, fence: tuple[str, int] | None = None
+        self, *, writer_id: str, fence: tuple[str, int] | None = None, notes: Any = None
     ) -> TopicWriterPlan:
         """The topic writer as a plain object (for fused pipelines: `write` + `commit`).
 
-        `fence=(key, epoch)` makes every commit check the writer's epoch (see `fence`)."""
+        `fence=(key, epoch)` makes every commit check the writer's epoch (see `fence`);
+        `notes` (`sluice.bus.spark.TaskNotes`) is whose status shows its retries."""
         from sluice.bus.spark import TopicWriterPlan
 
-        return TopicWriterPlan(self.log, writer_id, self.default_queues, fence)
+        return TopicWriterPlan(self.log, writer_id, self.default_queues, fence, notes)
 
     def topic_writer(
-        self, *, writer_id: str, fence: tuple[str, int] | None = None
+        self, *, writer_id: str, fence: tuple[str, int] | None = None, notes: Any = None
     ) -> type[DataSource]:
         """A Spark data source class whose stream writer appends to topics exactly once."""
         from sluice.bus.spark import topic_writer
 
-        return topic_writer(self.topic_appender(writer_id=writer_id, fence=fence))
+        return topic_writer(self.topic_appender(writer_id=writer_id, fence=fence, notes=notes))
 
     def reader_control(self, path: str) -> ReaderControl:
         """Where sink tasks' pause/resume/reset requests are kept for the reader."""
         from sluice.bus.spark import ReaderControl
 
         return ReaderControl(path)
-
-    def reader_health(self, control_path: str) -> dict[str, Any]:
-        """How a sink's topic reader fares with the broker: ``{"failures": n, "error": text,
-        "at": epoch s}``; ``n > 0`` while it rides out an outage (for its status to show)."""
-        return self.reader_control(control_path).health()
 
     def topic_reader(
         self,
@@ -429,6 +425,7 @@ class Bus(ABC):
         downstream_ddl: str | None = None,
         group: str | None = None,
         consume_from: str = "first",
+        notes: Any = None,
     ) -> type[DataSource]:
         """A Spark data source class that reads ``topics`` in exact, replayable queue ranges.
 
@@ -436,7 +433,8 @@ class Bus(ABC):
         position start at their first offset, or at their end with ``consume_from="last"``
         (RocketMQ's ``consume.from.where`` values ``CONSUME_FROM_FIRST_OFFSET`` /
         ``CONSUME_FROM_LAST_OFFSET`` are accepted too). ``group`` (default ``connect-<name>``)
-        is the consumer group the committed offsets are shown under.
+        is the consumer group the committed offsets are shown under. ``notes``
+        (`sluice.bus.spark.TaskNotes`) is whose status shows the reader's broker failures.
         """
         from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
         from sluice.sdk import ConfigException
@@ -467,6 +465,7 @@ class Bus(ABC):
             downstream_ddl=downstream_ddl,
             group=group or f"connect-{name}",
             consume_from=where,
+            notes=notes,
         )
         return topic_reader(plan)
 
@@ -503,17 +502,29 @@ def retry_outage(
 
 
 OUTAGE_KEY = "bus.outage.timeout.ms"
+REQUEST_KEY = "bus.request.timeout.ms"
 
 
 def outage_seconds(props: Mapping[str, str]) -> float:
     """The worker key ``bus.outage.timeout.ms`` (default 300000) in seconds, validated."""
+    return _seconds(props, OUTAGE_KEY, 300_000, least=0)
+
+
+def request_seconds(props: Mapping[str, str]) -> float:
+    """The worker key ``bus.request.timeout.ms`` (default 30000) in seconds, validated: how long
+    one request to a Kafka broker may wait before it counts as a failure (then retried through
+    ``bus.outage.timeout.ms``; the tasks' status says so from the first failure on)."""
+    return _seconds(props, REQUEST_KEY, 30_000, least=1)
+
+
+def _seconds(props: Mapping[str, str], key: str, default: int, *, least: int) -> float:
     from sluice.sdk import ConfigException
 
-    raw = str(props.get(OUTAGE_KEY, "300000")).strip()
+    raw = str(props.get(key, default)).strip()
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigException(OUTAGE_KEY, f"expected an integer, got {raw!r}") from None
-    if value < 0:
-        raise ConfigException(OUTAGE_KEY, f"must be at least 0, got {value}")
+        raise ConfigException(key, f"expected an integer, got {raw!r}") from None
+    if value < least:
+        raise ConfigException(key, f"must be at least {least}, got {value}")
     return value / 1000.0

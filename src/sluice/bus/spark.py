@@ -21,6 +21,7 @@ Queues that appear in a topic while the query runs are picked up at their first 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import itertools
 import json
@@ -55,6 +56,7 @@ from sluice.bus.base import (
     retry_outage,
 )
 from sluice.sdk import RecordOffset, partition_key
+from sluice.sdk._retry import RetryWatcher, watching
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,17 @@ READ_DDL = (
     "timestamp timestamp, headers string"
 )
 _STAGE_BYTES = 64 << 20  # stage a queue's buffer once it holds this much: bounded memory
+
+#: The retry notes of the connector a writer or reader works for (the runner passes
+#: `sluice.engine.retry.ConnectorNotes`): called with a Spark partition, the watcher of the task
+#: that partition reads; with None, of every task (a commit or a plan holds them all up).
+TaskNotes = Callable[[int | None], RetryWatcher]
+
+
+def _noting(notes: TaskNotes | None, partition: int | None = None) -> Any:
+    """A context in which the bus's retry loops keep the connector's status notes (see
+    `TaskNotes`): a broker outage shows as its tasks' `retrying`."""
+    return watching(notes(partition)) if notes is not None else contextlib.nullcontext()
 
 
 # ---------------------------------------------------------------------------------------- writer
@@ -96,6 +109,8 @@ class TopicWriterPlan:
     #: `(key, epoch)` of a fenced writer (distributed mode): each commit is checked against the
     #: newest epoch recorded by `Bus.fence` (see each backend for how)
     fence: tuple[str, int] | None = None
+    #: Whose status shows this writer's retries through an outage (none: nobody's).
+    notes: TaskNotes | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -126,12 +141,13 @@ class TopicWriterPlan:
                     raise ValueError("a record has no topic: set connect.topicname or its topic")
                 part = batch if len(distinct) == 1 else batch.filter(pc.equal(topics, topic))
                 if topic not in queues:
-                    queues[topic] = retry_outage(
-                        f"topic {topic!r}",
-                        lambda t=topic: the_log.create_topic(t, self.default_queues).queues,
-                        the_log.outage_s,
-                        sleep=time.sleep,
-                    )
+                    with _noting(self.notes):  # partitions of a source are not its tasks
+                        queues[topic] = retry_outage(
+                            f"topic {topic!r}",
+                            lambda t=topic: the_log.create_topic(t, self.default_queues).queues,
+                            the_log.outage_s,
+                            sleep=time.sleep,
+                        )
                 route = part.column("route")
                 if route.null_count:
                     # no key, no source partition: round-robin, continuing across batches
@@ -159,8 +175,9 @@ class TopicWriterPlan:
         for segments in receipts:
             for segment in segments:
                 by_topic.setdefault(segment.topic, []).append(segment)
-        for _topic, segments in sorted(by_topic.items()):
-            self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)
+        with _noting(self.notes):
+            for _topic, segments in sorted(by_topic.items()):
+                self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)
 
     def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
         self.log.discard([segment for segments in receipts for segment in segments or []])
@@ -260,23 +277,6 @@ class ReaderControl:
         if reset_ids:
             self._update(lambda state: [state["resets"].pop(i, None) for i in reset_ids])
 
-    # The reader's view of the broker, for a status to show (``<path>.health``).
-    def report(self, failures: int, error: str | None) -> None:
-        """Record the reader's consecutive broker failures (0 and None: healthy again)."""
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = f"{self.path}.{uuid.uuid4().hex}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"failures": failures, "error": error, "at": time.time()}, f)
-        os.replace(tmp, self.path + ".health")
-
-    def health(self) -> dict[str, Any]:
-        """``{"failures": n, "error": text | None, "at": epoch s}`` (n = 0: the broker answers)."""
-        try:
-            with open(self.path + ".health") as f:
-                return json.load(f)
-        except FileNotFoundError:
-            return {"failures": 0, "error": None, "at": None}
-
 
 # ---------------------------------------------------------------------------------------- reader
 @dataclass(frozen=True)
@@ -304,6 +304,8 @@ class TopicReaderPlan:
     #: offset ("first") or its current end ("last", RocketMQ's CONSUME_FROM_LAST_OFFSET).
     #: Queues that appear later always start at their first offset.
     consume_from: str = "first"
+    #: Whose status shows the reader's broker failures (none: only the log does).
+    notes: TaskNotes | None = field(default=None, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -345,6 +347,7 @@ class _TopicReader(DataSourceStreamReader):
         self._initial: dict | None = None
         self._group_offsets: dict[str, int] = {}
         self._failures = 0
+        self._outage: RetryWatcher | None = None  # the tasks' notes while planning fails
 
     def initialOffset(self) -> dict:
         # Spark asks again when it plans batch 0: answer the same both times.
@@ -377,8 +380,8 @@ class _TopicReader(DataSourceStreamReader):
             end = self._latest(start, limit)
         except BusUnavailable as exc:
             # A broker outage is not the query's failure: plan nothing now and ask again next
-            # trigger; after 16 failures in a row, pause 10 s. The control file's health record
-            # says what is going on, for a status to show.
+            # trigger; after 16 failures in a row, pause 10 s. Every task's status says it
+            # retries meanwhile (nothing is read for any of them).
             self._failures += 1
             log.warning(
                 "%s: topic offsets unavailable (%d in a row): %s",
@@ -386,32 +389,28 @@ class _TopicReader(DataSourceStreamReader):
                 self._failures,
                 exc,
             )
-            if self.plan.control is not None:
-                self.plan.control.report(self._failures, f"{type(exc).__name__}: {exc}")
-            if self._failures % BACKOFF_AFTER == 0:
+            pause = BACKOFF_S if self._failures % BACKOFF_AFTER == 0 else 0.0
+            if self._outage is None and self.plan.notes is not None:
+                self._outage = self.plan.notes(None)
+            if self._outage is not None:
+                self._outage.retrying(exc, pause)
+            if pause:
                 log.warning(
-                    "%s: backing off %.0fs after %d failures",
-                    self.plan.name,
-                    BACKOFF_S,
-                    self._failures,
+                    "%s: backing off %.0fs after %d failures", self.plan.name, pause, self._failures
                 )
-                time.sleep(BACKOFF_S)
+                time.sleep(pause)
             return start
         if self._failures:
             log.info(
                 "%s: the broker answers again after %d failures", self.plan.name, self._failures
             )
             self._failures = 0
-            if self.plan.control is not None:
-                self.plan.control.report(0, None)
+            if self._outage is not None:
+                self._outage.settled()
         return end
 
     def _latest(self, start: dict, limit: Any) -> dict:
         begin: dict[str, int] = start.get("q", {})
-        # Spark plans a batch once the previous one is done: `start` is what the sink has taken.
-        # Spark calls commit() only when there is a next batch, so an idle query shows its lag
-        # on the broker through this.
-        self._commit_group(begin)
         control = self.plan.control.load() if self.plan.control else {"paused": [], "resets": {}}
         done = set(start.get("rid", []))
         resets = {rid: kv for rid, kv in control["resets"].items() if rid not in done}
@@ -439,6 +438,11 @@ class _TopicReader(DataSourceStreamReader):
         # its first offset.
         for key, offset in begin.items():
             end.setdefault(key, offset)
+        # Spark plans a batch once the previous one is done: `start` is what the sink has taken.
+        # Spark calls commit() only when there is a next batch, so an idle query shows its lag
+        # on the broker through this. Only once the broker answered: a consumer-group commit
+        # (Kafka's) waits for it, and the outage must reach the status first.
+        self._commit_group(begin)
         return {"q": end, "r": explicit, "rid": sorted(resets)}
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
@@ -470,16 +474,23 @@ class _TopicReader(DataSourceStreamReader):
         return self._rows(partition)
 
     def _rows(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
         the_log = self.plan.log
+        ctx = TaskContext.get()
+        partition_id = ctx.partitionId() if ctx else 0
 
         def read(topic: str, queue: int, first: int, stop: int) -> list[pa.RecordBatch]:
-            # An exact range reads the same records again: through an outage, just retry.
-            return retry_outage(
-                f"read of {topic}/{queue} [{first}, {stop})",
-                lambda: list(read_range(the_log, topic, queue, first, stop)),
-                the_log.outage_s,
-                sleep=time.sleep,
-            )
+            # An exact range reads the same records again: through an outage, just retry (the
+            # task reading this partition notes it; not around a `yield`, which would leave
+            # the thread's watcher set while suspended).
+            with _noting(self.plan.notes, partition_id):
+                return retry_outage(
+                    f"read of {topic}/{queue} [{first}, {stop})",
+                    lambda: list(read_range(the_log, topic, queue, first, stop)),
+                    the_log.outage_s,
+                    sleep=time.sleep,
+                )
 
         for topic, queue, first, stop in partition.value:
             try:

@@ -15,13 +15,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.sdk import ConnectException
-from sluice.sdk._retry import Backoff, retry, watching
+from sluice.sdk._retry import Backoff, RetryWatcher, retry, watching
 
 FIRST_DELAY_MS = 300
 #: At most one store write per second per retrying task: a tight loop must not hammer the store.
@@ -58,8 +58,9 @@ def _error_text(error: BaseException) -> str:
 class RetryNotes:
     """A `RetryWatcher` keeping the store's note of task `task` of `connector`: written at a
     loop's first retry, then at most every `NOTE_EVERY_S`, and cleared when the loop settles
-    (the retries are added to `total-retries` with these writes). A store that fails is logged,
-    never raised: a status note must not fail the task it describes."""
+    (the retries are added to `total-retries` with these writes, unless `counts` is False: a
+    loop several notes watch is counted once). A store that fails is logged, never raised: a
+    status note must not fail the task it describes."""
 
     def __init__(
         self,
@@ -68,8 +69,10 @@ class RetryNotes:
         task: int,
         *,
         clock: Callable[[], float] = time.time,
+        counts: bool = True,
     ) -> None:
         self.store, self.connector, self.task, self._clock = store, connector, task, clock
+        self.counts = counts
         self._since: float | None = None
         self._written: float | None = None
         self._attempts = 0
@@ -80,7 +83,7 @@ class RetryNotes:
         if self._since is None:
             self._since = now
         self._attempts += 1
-        self._uncounted += 1
+        self._uncounted += self.counts
         if self._written is not None and now - self._written < NOTE_EVERY_S:
             return
         self._written = now
@@ -106,6 +109,39 @@ class RetryNotes:
             write(*args, **kwargs)
         except Exception as exc:  # the note is a courtesy; the retry loop goes on
             log.warning("%s task %d: retry note not stored: %s", self.connector, self.task, exc)
+
+
+class _Every:
+    """A `RetryWatcher` passing each report on to several (one per task)."""
+
+    def __init__(self, watchers: Sequence[RetryWatcher]) -> None:
+        self.watchers = tuple(watchers)
+
+    def retrying(self, error: BaseException, wait_s: float) -> None:
+        for watcher in self.watchers:
+            watcher.retrying(error, wait_s)
+
+    def settled(self) -> None:
+        for watcher in self.watchers:
+            watcher.settled()
+
+
+@dataclass(frozen=True)
+class ConnectorNotes:
+    """The retry notes of a connector's `tasks` tasks, for the bus (picklable): its topic writer
+    and reader do not run inside one task's work, so the runner hands them this to call. With a
+    task (`notes(3)`, a reader's Spark partition: partition mod tasks), that task's note; without
+    (`notes()`, a micro-batch's commit or the reader's planning, which hold up every task), the
+    note of every task."""
+
+    store: RetryStore
+    connector: str
+    tasks: int
+
+    def __call__(self, partition: int | None = None) -> RetryWatcher:
+        ids = range(self.tasks) if partition is None else [partition % max(1, self.tasks)]
+        # one loop, one retry in `total-retries`, however many tasks it holds up
+        return _Every([RetryNotes(self.store, self.connector, t, counts=t == ids[0]) for t in ids])
 
 
 def watching_task(

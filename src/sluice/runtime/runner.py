@@ -41,6 +41,7 @@ from sluice.engine.pipeline import (
     start_source_query,
 )
 from sluice.engine.positions import PositionStore
+from sluice.engine.retry import ConnectorNotes
 from sluice.engine.session import activate
 from sluice.engine.settings import parse_settings
 from sluice.engine.sink import SinkRunner, plan_sink
@@ -316,6 +317,8 @@ class ConnectorRunner:
             if dlq_topic:
                 self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
             writer_id = f"{name}/{run}"
+            # a broker outage met by its commits shows in the tasks' status (`retrying`)
+            notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
             codecs = tuple(
                 plan_encoders(conf, plan.key_schema, shape.value_schema, registry)
                 for shape in plan.shapes
@@ -323,7 +326,7 @@ class ConnectorRunner:
             if all(fusable(conf, c) for c in codecs):
                 if plan.topic:  # one shape: several are refused with a topic (plan_source)
                     register_schemas(registry, plan.topic, codecs[0])
-                direct = self.bus.topic_appender(writer_id=writer_id, fence=fence)
+                direct = self.bus.topic_appender(writer_id=writer_id, fence=fence, notes=notes)
                 if any(c.registered for c in codecs):  # register every topic it writes
                     skip = frozenset([dlq_topic] if dlq_topic else [])
                     direct = SchemaRegistration(registry, codecs, direct, skip)
@@ -340,7 +343,7 @@ class ConnectorRunner:
                     trigger=self.trigger,
                 )
             else:
-                writer = self.bus.topic_writer(writer_id=writer_id, fence=fence)
+                writer = self.bus.topic_writer(writer_id=writer_id, fence=fence, notes=notes)
                 query = start_source_query(
                     self.spark,
                     plan,
@@ -407,6 +410,8 @@ class ConnectorRunner:
                 downstream_ddl=RECEIPT_DDL if fused else None,
                 group=settings.task_group_id,
                 consume_from=settings.consume_from_where,
+                # a broker outage met by its reads shows in the tasks' status (`retrying`)
+                notes=ConnectorNotes(self.counters, name, len(plan.task_configs)),
             )
             if fused:
                 query = start_fused_query(

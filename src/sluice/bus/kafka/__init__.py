@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.bus._external import ExternalBus
-from sluice.bus.base import outage_seconds
+from sluice.bus.base import outage_seconds, request_seconds
 from sluice.bus.kafka._log import KafkaLog
 from sluice.sdk import ConfigException
 
@@ -69,8 +69,8 @@ class KafkaBus(ExternalBus):
     def from_config(
         cls, props: Mapping[str, str], state_dir: str | os.PathLike[str], *, default_queues: int = 8
     ) -> KafkaBus:
-        """Build from worker keys: ``bootstrap.servers``, ``bus.replication.factor`` and
-        ``kafka.*`` (passed through).
+        """Build from worker keys: ``bootstrap.servers``, ``bus.replication.factor``,
+        ``bus.request.timeout.ms``, ``bus.outage.timeout.ms`` and ``kafka.*`` (passed through).
 
         Raises :class:`ConfigException` naming the key when one is missing or unknown to
         librdkafka.
@@ -88,6 +88,7 @@ class KafkaBus(ExternalBus):
             bootstrap_servers=servers,
             client_config=client,
             default_queues=default_queues,
+            timeout_s=request_seconds(props),
             outage_s=outage_seconds(props),
             replication_factor=replication_factor(props),
         )

@@ -183,6 +183,13 @@ class KafkaLog(ExternalLog):
                 _CLIENT_LOCKS[key] = threading.RLock()
             return client, _CLIENT_LOCKS[key]
 
+    def _forget(self, role: str, extra: Mapping[str, Any]) -> None:
+        """Drop this process's client for ``role``: the next use makes a new one."""
+        config = {**self._base(), **extra}
+        key = (os.getpid(), role, tuple(sorted((k, str(v)) for k, v in config.items())))
+        with _LOCK:
+            _CLIENTS.pop(key, None)
+
     def _admin(self) -> Any:
         return self._client("admin", {}, lambda c: _kafka().admin.AdminClient(c))[0]
 
@@ -218,10 +225,7 @@ class KafkaLog(ExternalLog):
         """Forget a producer that failed: the next attempt makes a new one, whose
         ``init_transactions`` aborts what this one left open and fences it (its requests still in
         flight are refused by the brokers), so a recount sees a settled transaction."""
-        config = {**self._base(), **self._producer_config(writer_id)}
-        key = (os.getpid(), "producer", tuple(sorted((k, str(v)) for k, v in config.items())))
-        with _LOCK:
-            _CLIENTS.pop(key, None)
+        self._forget("producer", self._producer_config(writer_id))
         try:
             sender.producer.purge(in_queue=True, in_flight=True, blocking=False)
             sender.producer.poll(0)
@@ -287,6 +291,9 @@ class KafkaLog(ExternalLog):
             kafka_error.NOT_LEADER_FOR_PARTITION,
             kafka_error.REQUEST_TIMED_OUT,
             kafka_error.NETWORK_EXCEPTION,
+            # a broker that restarted: the client's leader epochs are stale until it refreshes
+            kafka_error.FENCED_LEADER_EPOCH,
+            kafka_error.UNKNOWN_LEADER_EPOCH,
             *transient,
         }
         if hasattr(err, "code") and (err.code() in transient or err.retriable()):
@@ -394,6 +401,8 @@ class KafkaLog(ExternalLog):
             kafka.KafkaError.LEADER_NOT_AVAILABLE,
             kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
         }
+        stale = {kafka.KafkaError.FENCED_LEADER_EPOCH, kafka.KafkaError.UNKNOWN_LEADER_EPOCH}
+        moved |= stale
         deadline = time.monotonic() + 5.0
         while True:
             futures = self._admin().list_offsets(
@@ -407,6 +416,10 @@ class KafkaLog(ExternalLog):
                     out[tp.partition] = future.result().offset
                 return out
             except kafka.KafkaException as exc:
+                if exc.args[0].code() in stale:
+                    # the admin client's leader epochs predate a broker restart and it does not
+                    # refresh them by itself: a new client starts from fresh metadata
+                    self._forget("admin", {})
                 if exc.args[0].code() in moved and time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
