@@ -34,6 +34,11 @@ class TcpProxy:
         """Refuse new connections and reset the open ones."""
         server, self._server = self._server, None
         if server is not None:
+            # close() alone does not wake the thread blocked in accept(): the kernel keeps the
+            # listening socket until that call returns, and it goes on accepting (and
+            # forwarding) new connections. shutdown() makes accept() fail at once.
+            with contextlib.suppress(OSError):
+                server.shutdown(socket.SHUT_RDWR)
             server.close()
         with self._lock:
             sockets, self._open = self._open, []

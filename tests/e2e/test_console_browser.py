@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,8 +160,68 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     expect(workers.first).to_contain_text(worker_id)
     expect(workers.first).to_contain_text("uiSource")
     shot("6-cluster")
-    for name in ("uiSource", "uiSink"):
+    _retrying_marker(worker, page, tmp_path, shot)
+    for name in ("uiSource", "uiSink", "uiRetrySource", "uiRetry"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def _retrying_marker(worker: WorkerProcess, page, tmp_path: Path, shot) -> None:
+    """A Redis sink whose server goes away (a proxy in front of the shared Redis, cut once the
+    connector is created: its `validate` reaches the server) retries its writes
+    (`errors.retry.*`): its task's "retrying" marker and note show in the list and on its page;
+    once `errors.retry.timeout` is spent the task is FAILED, the marker gone."""
+    from playwright.sync_api import expect
+
+    from tests.e2e.tcp_proxy import TcpProxy
+    from tests.servers import ensure
+
+    host, port = ensure("redis").rsplit(":", 1)
+    proxy = TcpProxy((host, int(port)))
+    raw = {"key.converter": "ByteArrayConverter", "value.converter": "ByteArrayConverter"}
+    try:
+        sink = {
+            **raw,
+            "connector.class": "RedisSinkConnector",
+            "redis.url": f"redis://127.0.0.1:{proxy.port}/0",
+            "redis.timeout.ms": "1000",
+            "redis.key.format": f"uiRetry-{os.getpid()}",
+            "connect.topicnames": "uiRetryTopic",
+            "errors.retry.timeout": "12000",
+            "errors.retry.delay.max.ms": "1000",
+        }
+        worker.post_connector("uiRetry", sink)
+    finally:
+        proxy.cut()  # nothing written yet: the topic is empty until the source below runs
+    lines = tmp_path / "retry.txt"
+    lines.write_text("one\ntwo\n")
+    source = {"connector.class": "FileSourceConnector", "filename": str(lines)}
+    worker.post_connector("uiRetrySource", {**source, "connect.topicname": "uiRetryTopic"})
+
+    def shown(selector: str, text: str) -> bool:
+        page.reload()
+        return text in page.locator(selector).inner_text()
+
+    page.goto(worker.url + "/ui/#/")
+    wait_until(lambda: shown("#connectors", "(retrying)"), 60, "the list's retrying marker")
+    row = page.locator("#connectors tbody tr").filter(has_text="uiRetry")
+    expect(row.first).to_contain_text("task 0: RUNNING (retrying)")
+    expect(row.first.locator("td.failure")).to_contain_text(
+        re.compile(r"\((1 retry|\d+ retries)\): RetriableException")
+    )
+    expect(row.first.locator("td.failure")).to_contain_text(
+        f"redis.url=redis://127.0.0.1:{proxy.port}"
+    )
+    shot("7-list-retrying")
+    page.goto(worker.url + "/ui/#/connector/uiRetry")
+    task = page.locator("#tasks tbody tr").first
+    expect(task.locator(".retrying")).to_have_text(" retrying")
+    expect(task.locator("td.note")).to_contain_text("retrying since")
+    shot("8-connector-retrying")
+    # errors.retry.timeout spent: the task fails, saying how long it retried; no marker left
+    wait_until(lambda: shown("#tasks", "FAILED"), 60, "the task to fail after its retries")
+    expect(task.locator(".retrying")).to_have_count(0)
+    expect(task.locator("td.failure")).to_contain_text("errors.retry.timeout=12000")
+    shot("9-connector-retries-spent")
 
 
 def test_console_token_login_list_logout(page, tmp_path: Path) -> None:

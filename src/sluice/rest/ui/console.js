@@ -111,7 +111,7 @@ function retryingText(task) {
   const r = task.retrying;
   if (!r) return "";
   const since = new Date(r.since).toLocaleTimeString();
-  return `retrying since ${since} (${r.attempts} retries): ${r.error}`;
+  return `retrying since ${since} (${r.attempts} ${r.attempts === 1 ? "retry" : "retries"}): ${r.error}`;
 }
 
 function taskState(task) {
