@@ -76,7 +76,11 @@ def await_retrying(rest: Any, names: list[str], seconds: float) -> dict[str, dic
                     seen[name] = note
         return len(seen) == len(names)
 
-    wait_until(shown, seconds, f"the status of {names} to show the retries")
+    try:
+        wait_until(shown, seconds, f"the status of {names} to show the retries")
+    except AssertionError:
+        statuses = {n: rest.get(f"/v1/connectors/{n}/status").json() for n in names}
+        raise AssertionError(f"only {sorted(seen)} showed their retries: {statuses}") from None
     for note in seen.values():
         assert note["attempts"] >= 1 and note["error"], note
         assert note["since"] / 1000 <= time.time()
