@@ -36,6 +36,7 @@ Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--record
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -238,6 +239,12 @@ def bench_rabbitmq(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[
         for name in connectors:
             runner.stop(name)
     finally:
+        # a fresh connection: the first one sat idle through the run and the broker may have
+        # dropped it (a 1M run lost it to missed heartbeats and left its queues behind)
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            connection.close()
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
         for queue in (stream, copy):
             channel.queue_delete(queue)
         channel.exchange_delete(exchange)
