@@ -36,6 +36,7 @@ Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--record
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -238,6 +239,12 @@ def bench_rabbitmq(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[
         for name in connectors:
             runner.stop(name)
     finally:
+        # a fresh connection: the first one sat idle through the run and the broker may have
+        # dropped it (a 1M run lost it to missed heartbeats and left its queues behind)
+        with contextlib.suppress(pika.exceptions.AMQPError):
+            connection.close()
+        connection = pika.BlockingConnection(pika.URLParameters(url))
+        channel = connection.channel()
         for queue in (stream, copy):
             channel.queue_delete(queue)
         channel.exchange_delete(exchange)
@@ -258,6 +265,8 @@ def bench_nats(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str,
         )
         plain = n / nats_copy(args.nats_url, f"B{tag}", f"bp{tag}.copy", n)
         print(f"{'nats-py pull fetch → publish_async:':<44} {plain:>10,.0f} records/s")
+        wire = n / nats_copy(args.nats_url, f"B{tag}", f"bp{tag}.wire", n, wire=True)
+        print(f"{'nats-py, protocol-level pull → publish:':<44} {wire:>10,.0f} records/s")
         connectors = {
             "nin": {
                 **raw,
@@ -278,31 +287,42 @@ def bench_nats(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str,
         }
         elapsed = timed(runner, connectors, lambda: nats.count(f"BS{tag}") >= n)
         report("sluice stream → topic → stream (cold):", plain, n, elapsed)
+        print(f"{'':<44} {'':>10} vs protocol-level: {n / elapsed / wire:.2f}x")
     finally:
         for name in streams:
             nats.delete_stream(name)
 
 
-def nats_copy(url: str, stream: str, subject: str, n: int) -> float:
-    """Seconds nats-py alone takes to copy `stream` to `subject`, every ack awaited."""
+def nats_copy(url: str, stream: str, subject: str, n: int, wire: bool = False) -> float:
+    """Seconds nats-py alone takes to copy `stream` to `subject`, every ack awaited: with its
+    `fetch` and `publish_async`, or (`wire`) with the connectors' protocol-level requests."""
     import asyncio
 
     import nats as nats_py
     from nats.js import api
 
+    from sluice.connectors.nats._jetstream import publish, pull
+
     async def main() -> float:
         nc = await nats_py.connect(url)
         js = nc.jetstream(timeout=30)
         started = time.perf_counter()
-        info = await js.add_consumer(
-            stream, config=api.ConsumerConfig(ack_policy=api.AckPolicy.NONE, mem_storage=True)
+        # an ephemeral consumer idle for 5 s (nats-py's default) is removed: under load a page's
+        # publishes can take longer
+        config = api.ConsumerConfig(
+            ack_policy=api.AckPolicy.NONE, mem_storage=True, inactive_threshold=600
         )
+        info = await js.add_consumer(stream, config=config)
         sub = await js.pull_subscribe_bind(consumer=info.name, stream=stream)
         left = n
         while left:
-            msgs = await sub.fetch(min(left, 5000), timeout=30)
-            futures = [await js.publish_async(subject, m.data, headers=m.headers) for m in msgs]
-            await asyncio.gather(*futures)
+            if wire:
+                msgs = await pull(nc, stream, info.name, min(left, 5000), 30)
+                await publish(nc, [(subject, m.data, m.headers) for m in msgs], 5000, 30)
+            else:
+                msgs = await sub.fetch(min(left, 5000), timeout=30)
+                futures = [await js.publish_async(subject, m.data, headers=m.headers) for m in msgs]
+                await asyncio.gather(*futures)
             left -= len(msgs)
         elapsed = time.perf_counter() - started
         await nc.close()

@@ -36,14 +36,16 @@ def publish(port: int, messages: list[Publish], qos: int = 1, **login: str) -> N
     """Publish `(topic, payload, user properties)`s and wait for every acknowledgement."""
     c = client(port, **login)
     try:
-        infos = []
-        for topic, payload, props in messages:
-            p = Properties(PacketTypes.PUBLISH)
-            if props:
-                p.UserProperty = list(props.items())
-            infos.append(c.publish(topic, payload, qos, properties=p))
-        for info in infos:
-            info.wait_for_publish(60)
+        # in chunks: paho refuses to queue much more than ~65k messages (ERR_QUEUE_SIZE)
+        for first in range(0, len(messages), 20_000):
+            infos = []
+            for topic, payload, props in messages[first : first + 20_000]:
+                p = Properties(PacketTypes.PUBLISH)
+                if props:
+                    p.UserProperty = list(props.items())
+                infos.append(c.publish(topic, payload, qos, properties=p))
+            for info in infos:
+                info.wait_for_publish(60)
     finally:
         c.disconnect()
         c.loop_stop()

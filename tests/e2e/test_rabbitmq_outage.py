@@ -8,18 +8,29 @@ which is what a stopped server looks like from the client. While it is cut, the 
 backoff (`errors.retry.*`), the sink retries its publishes the same way, and the stream source's
 `read` waits for the server on the executor. After it: the topic holds each stream message once,
 the copy every record (a repeat under the same `message_id`), the queue's topic every message.
+The connectors are created through a herder over the test's runner, so that both REST faces show
+the sources' tasks RUNNING and `retrying` during the cut, and no note after it.
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import time
 import uuid
 
 import pytest
+from fastapi.testclient import TestClient
 
+from sluice.rest.app import create_app
 from tests.conftest import wait_until
-from tests.e2e.outage import healthy, ride_out
+from tests.e2e.outage import (
+    await_no_retrying,
+    await_retrying,
+    healthy,
+    ride_out,
+    status_herder,
+)
 from tests.e2e.tcp_proxy import TcpProxy
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
@@ -57,11 +68,13 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
 
     publish(0, FIRST)
     root = tmp_path / "store"
+    herder = status_herder(runner, tmp_path)
+    rest = TestClient(create_app(herder))
     retry = {"errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "1000"}
     raw = {"rabbitmq.url": f"amqp://guest:guest@127.0.0.1:{proxy.port}/%2F"}
     raw |= {"rabbitmq.timeout.ms": "1000", "value.converter": "ByteArrayConverter", **retry}
     try:
-        runner.start(
+        herder.put_connector(
             "in",
             {
                 **raw,
@@ -71,7 +84,7 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
                 "read.max.rows": "300",
             },
         )
-        runner.start(
+        herder.put_connector(
             "out",
             {
                 **raw,
@@ -80,7 +93,7 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
                 "rabbitmq.exchange": exchange,
             },
         )
-        runner.start(
+        herder.put_connector(
             "jobs",
             {
                 **raw,
@@ -94,7 +107,10 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
         assert count(copy) < FIRST, "the copy finished before the outage: make it bigger"
         assert topic_count(root, "jobs") < FIRST, "the queue drained before the outage"
         proxy.cut()
-        ride_out(runner, OUTAGE_S, proxy.restore)
+        away = time.monotonic()
+        notes = await_retrying(rest, ["in", "jobs"], OUTAGE_S)
+        assert all("rabbitmq.url=" in n["error"] for n in notes.values()), notes
+        ride_out(runner, OUTAGE_S - (time.monotonic() - away), proxy.restore)
         publish(FIRST, MORE)
         total = FIRST + MORE
 
@@ -106,6 +122,7 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
             )
 
         wait_until(done, 300, "everything after the outage", every=0.5)
+        await_no_retrying(rest, ["in", "out", "jobs"])
         events = topic_rows(root, "events")
         seqs = sorted(int(json.loads(r["headers"])["seq"]) for r in events)
         assert seqs == list(range(total)), "lost or doubled in the topic"
@@ -119,6 +136,7 @@ def test_server_away_for_20_s(runner, tmp_path) -> None:
         jobs = collections.Counter(r["value"] for r in topic_rows(root, "jobs"))
         assert sorted(jobs) == sorted(f"job {i}".encode() for i in range(total)), "jobs lost"
     finally:
+        runner.spark.streams.removeListener(herder.progress)
         runner.close()
         proxy.cut()
         for name in (stream, queue, copy):

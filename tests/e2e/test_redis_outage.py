@@ -23,14 +23,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from sluice.rest.app import create_app
-from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.standalone import StandaloneHerder
-from sluice.runtime.worker_config import WorkerConfig
-from sluice.store.configs import SqliteConfigStore
-from sluice.store.statuses import SqliteStatusStore
 from tests.conftest import wait_until
 from tests.e2e.orphans import spawn
-from tests.e2e.outage import healthy, ride_out
+from tests.e2e.outage import (
+    await_no_retrying,
+    await_retrying,
+    healthy,
+    ride_out,
+    status_herder,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -89,36 +90,13 @@ class PrivateRedis:
             self.proc = None
 
 
-def _herder(runner, folder: Path) -> StandaloneHerder:
-    """A standalone herder over the test's runner (its stores beside the runner's)."""
-    config = WorkerConfig.from_properties({"storePathRootDir": runner.root})
-    return StandaloneHerder(
-        runner.spark,
-        config,
-        PluginRegistry(()),
-        runner=runner,
-        configs=SqliteConfigStore(folder / "configs.sqlite"),
-        statuses=SqliteStatusStore(folder / "statuses.sqlite"),
-    )
-
-
-def _retrying(rest: TestClient, name: str) -> dict[int, dict] | None:
-    """Task id → retry note of `name` as `/v1` shows it, if the RocketMQ face marks the same
-    tasks (None if a note came or went between the two requests: ask again)."""
-    v1 = rest.get(f"/v1/connectors/{name}/status").json()
-    rocketmq = rest.get(f"/connectors/{name}/status").json()["body"]
-    assert all(t["state"] == "RUNNING" for t in v1["tasks"]), v1
-    notes = {t["id"]: t["retrying"] for t in v1["tasks"] if "retrying" in t}
-    return notes if set(notes) == {t["id"] for t in rocketmq["tasks"] if "retrying" in t} else None
-
-
 def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
     import redis
 
     server = PrivateRedis(tmp_path)
     server.start()
     client = redis.Redis(port=server.port)
-    herder = _herder(runner, tmp_path)
+    herder = status_herder(runner, tmp_path)
     rest = TestClient(create_app(herder))
     try:
         pipe = client.pipeline(transaction=False)
@@ -158,15 +136,8 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
         assert copied() < FIRST, "the copy finished before the outage: make it bigger"
         server.stop()
         away = time.monotonic()
-        seen: dict[int, dict] = {}
-        wait_until(
-            lambda: seen.update(_retrying(rest, "in") or {}) or 0 in seen,
-            OUTAGE_S,
-            "the status to show the retries",
-        )
-        note = seen[0]
-        assert note["attempts"] >= 1 and "redis.url=" in note["error"], note
-        assert note["since"] / 1000 <= time.time()
+        note = await_retrying(rest, ["in"], OUTAGE_S)["in"]
+        assert "redis.url=" in note["error"], note
         ride_out(runner, OUTAGE_S - (time.monotonic() - away), server.start)
         client = redis.Redis(port=server.port)
         pipe = client.pipeline(transaction=False)
@@ -179,8 +150,7 @@ def test_server_away_for_20_s(runner, tmp_path: Path) -> None:
             return copied() >= FIRST + MORE
 
         wait_until(done, 300, "the whole stream", every=0.5)
-        gone = lambda: _retrying(rest, "in") == {} and _retrying(rest, "out") == {}  # noqa: E731
-        wait_until(gone, 60, "the retry notes to go")
+        await_no_retrying(rest, ["in", "out"])
         assert runner.counters.get("in")["total-retries"] >= note["attempts"]
         seqs = collections.Counter(int(f[b"seq"]) for _, f in client.xrange("copy"))
         assert sorted(seqs) == list(range(FIRST + MORE)), "lost or doubled"

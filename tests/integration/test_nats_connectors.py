@@ -12,7 +12,7 @@ import pytest
 
 from sluice.connectors.nats import NatsSinkConnector, NatsSourceConnector
 from sluice.runtime.runner import ConnectorRunner
-from sluice.sdk import ConfigException
+from sluice.sdk import ConfigException, ConnectException
 from tests.conftest import wait_until
 from tests.e2e.outage import healthy
 from tests.e2e.topics import topic_count
@@ -35,7 +35,7 @@ def url() -> str:
 def client(url: str):
     c = Nats(url)
     yield c
-    for name in (f"IN{TAG}", f"OUT{TAG}", f"CFG{TAG}"):
+    for name in (f"IN{TAG}", f"OUT{TAG}", f"CFG{TAG}", f"REQ{TAG}"):
         c.delete_stream(name)  # the server is shared: leave it clean
 
 
@@ -148,3 +148,56 @@ def test_configuration_errors_name_the_key(client: Nats, url: str) -> None:
     for cls, config, message in cases:
         with pytest.raises(ConfigException, match=message):
             cls().validate(config)
+
+
+def test_pull_and_publish_requests(client: Nats, url: str) -> None:
+    """`_jetstream`'s protocol-level pull and publish: positions as nats-py reads them, refusals
+    mapped to the message they belong to, a status other than "no more" an error naming the
+    stream; the reply subject's second layout (with a domain) read too."""
+    import asyncio
+
+    import nats
+
+    from sluice.connectors.nats._jetstream import positions, publish, pull
+
+    stream = f"REQ{TAG}"
+    client.add_stream(stream, [f"req{TAG}.>"], max_msg_size=1000)
+
+    async def work() -> None:
+        nc = await nats.connect(url)
+        js = nc.jetstream()
+        try:
+            messages = [
+                (f"req{TAG}.{i}", b"v%d" % i, {"Nats-Msg-Id": f"id{i % 3}"}) for i in range(5)
+            ]
+            messages[1] = ("nowhere.at.all", b"x", {})
+            messages[2] = (f"req{TAG}.big", b"x" * 2000, {})
+            refused = await publish(nc, messages, 2, 10)
+            assert sorted(refused) == [1, 2]
+            assert isinstance(refused[1], nats.js.errors.NoStreamResponseError)
+            assert "message size exceeds maximum" in str(refused[2])
+            # ids 0 and 3 are one (id0): a duplicate is acknowledged, not refused, not stored
+            # a pull from a push consumer: the server answers 409
+            config = nats.js.api.ConsumerConfig(deliver_subject=nc.new_inbox())
+            consumer = (await js.add_consumer(stream, config=config)).name
+            with pytest.raises(ConnectException, match=rf"stream '{stream}': .* 409"):
+                await pull(nc, stream, consumer, 5, 10)
+            consumer = (await js.add_consumer(stream, nats.js.api.ConsumerConfig())).name
+            msgs = await pull(nc, stream, consumer, 5, 10)  # fewer there: ends at "404"
+            assert [m.data for m in msgs] == [b"v0", b"v4"]
+            seqs, stamps = positions(msgs)
+            assert seqs.to_pylist() == [m.metadata.sequence.stream for m in msgs]
+            # nats-py goes through a float: a microsecond apart at most
+            for stamp, m in zip(stamps.to_pylist(), msgs, strict=True):
+                assert abs((stamp - m.metadata.timestamp).total_seconds()) <= 2e-6
+        finally:
+            await nc.close()
+
+    asyncio.run(work())
+
+    class Msg:  # a reply subject of a server with a JetStream domain (12 tokens)
+        reply = "$JS.ACK.hub.ACCHASH.S.C.1.42.7.1700000000123456789.0.rnd"
+
+    seqs, stamps = positions([Msg()])
+    assert seqs.to_pylist() == [42]
+    assert stamps.cast("int64").to_pylist() == [1_700_000_000_123_456]

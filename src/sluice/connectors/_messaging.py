@@ -198,12 +198,12 @@ def source_batch(
     topic: str,
     keys: list[bytes | None],
     values: list[bytes | None],
-    stamps: list[Any],
+    stamps: list[Any] | pa.Array,
     headers: list[list[tuple[str, str]] | None],
 ) -> pa.RecordBatch:
     """The columns `topic, key, value, timestamp, headers` of records bound for one topic:
-    `stamps` are aware datetimes or microseconds since the epoch (None: unknown), `headers` lists
-    of (name, text) pairs or None."""
+    `stamps` are aware datetimes or microseconds since the epoch (None: unknown), or an Arrow
+    array of them, `headers` lists of (name, text) pairs or None."""
     return pa.RecordBatch.from_arrays(
         [
             pa.repeat(pa.scalar(topic, pa.string()), len(values)),

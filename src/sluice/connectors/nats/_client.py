@@ -141,6 +141,11 @@ class Session:
         nc = await self._connect()
         return await fn(nc.jetstream(timeout=self.settings.timeout_s))
 
+    @property
+    def connection(self) -> Any:
+        """The nats-py connection, for a coroutine that `call` runs (it is connected then)."""
+        return self._nc
+
     def call(self, doing: str, fn: Callable[[Any], Awaitable[T]]) -> T:
         future = asyncio.run_coroutine_threadsafe(self._run(fn), self._loop)
         try:

@@ -11,10 +11,12 @@ you want to survive without duplicates (it costs the server memory for the ids i
 `<run>` changes when the connector's offsets are reset, so records read again on purpose are
 published again. Delivery: exactly-once within the duplicate window, at-least-once beyond it.
 
-Each micro-batch's messages are published asynchronously (``publish_async``, bounded by nats-py's
-pending limit) and the task waits for every acknowledgement before it returns: a message the
-server did not store fails the batch naming the record, and a lost connection or a timeout is
-retried (``errors.retry.*``) by publishing the whole share again, which the ids make harmless.
+Each micro-batch's messages are published with a reply subject each, at most 5000 awaiting their
+acknowledgement (`_jetstream.publish`: one subscription takes the acknowledgements, cheaper than
+nats-py's future per ``publish_async``), and the task waits for every acknowledgement before it
+returns: a message the server did not store fails the batch naming the record, and a lost
+connection or a timeout is retried (``errors.retry.*``) by publishing the whole share again, which
+the ids make harmless.
 After such a retry the order of a queue's messages in the stream may differ from the topic's.
 
 Unit of parallelism: one task per group of queues (`max.tasks`).
@@ -28,12 +30,12 @@ replaced (default ``${topic}``); a stream must take that subject.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Row, RowSinkTask, addressed
 from sluice.connectors.nats._client import CONNECTION_KEYS, Session, Settings, nats_module, probe
+from sluice.connectors.nats._jetstream import publish
 from sluice.connectors.nats.source import SUBJECT_EXTENSION
 from sluice.sdk import (
     ConfigDef,
@@ -51,6 +53,7 @@ CONFIG = ConfigDef(
     ConfigKey("nats.key.header", default="Sluice-Key", doc="header that carries the record key"),
 )
 MSG_ID = "Nats-Msg-Id"
+_WINDOW = 5000  # publishes awaiting their acknowledgement at most (nats-py's own limit: 4000)
 
 
 class NatsSinkTask(RowSinkTask):
@@ -76,19 +79,18 @@ class NatsSinkTask(RowSinkTask):
         if not rows:
             return
         messages = [self._message(row) for row in rows]
-
-        async def publish(js: Any) -> list[Any]:
-            futures = [await js.publish_async(s, d, headers=h) for s, d, h in messages]
-            return await asyncio.gather(*futures, return_exceptions=True)
-
         if self._session is None:
             self._session = Session(self.settings)
+        session, timeout_s = self._session, self.settings.timeout_s
+
+        async def publish_all(_js: Any) -> dict[int, BaseException]:
+            return await publish(session.connection, messages, _WINDOW, timeout_s)
+
         first, last = rows[0], rows[-1]
         doing = f"publishing {len(rows)} records (record {first.where} .. offset {last.offset})"
-        acks = self._session.call(doing, publish)
-        for ack, row, (subject, _, _) in zip(acks, rows, messages, strict=True):
-            if isinstance(ack, BaseException):
-                self._refused(ack, row, subject)
+        refused = session.call(doing, publish_all)
+        for i, exc in sorted(refused.items())[:1]:  # the first refusal fails the share
+            self._refused(exc, rows[i], messages[i][0])
 
     def _refused(self, exc: BaseException, row: Row, subject: str) -> None:
         if isinstance(exc, nats_module().js.errors.NoStreamResponseError):

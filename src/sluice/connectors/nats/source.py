@@ -5,7 +5,9 @@ connector reads exact ranges ``(start, end]``: `latest` (driver) asks the stream
 (``STREAM.INFO``) and caps it at ``read.max.rows`` past the start; `read` (executor) creates an
 ephemeral pull consumer that starts at ``start + 1`` (``deliver_policy=by_start_sequence``,
 ``ack_policy=none``, held in memory, removed when the read ends or, if the process dies, by the
-server after ``inactive_threshold``) and fetches pages until it reaches ``end``. Nothing is
+server after ``inactive_threshold``) and pulls pages of ``nats.fetch.size`` until it reaches
+``end`` (`_jetstream.pull`: one request and one subscription callback per page, the sequences and
+times read from the messages' reply subjects in Arrow). Nothing is
 acknowledged and no durable consumer is kept: the position is sluice's, so a replayed
 micro-batch reads the same messages again. Messages removed by the stream's limits (``max_age``,
 ``max_msgs``…) before they were read fail the task naming the stream: they cannot be delivered.
@@ -33,6 +35,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.connectors._messaging import NamedSourceConnector, patiently, source_batch
 from sluice.connectors.nats._client import (
@@ -42,6 +45,7 @@ from sluice.connectors.nats._client import (
     nats_module,
     probe,
 )
+from sluice.connectors.nats._jetstream import positions, pull
 from sluice.sdk import (
     ConfigDef,
     ConfigException,
@@ -76,13 +80,12 @@ class _Reader:
             stop,
             fetch,
         )
-        self.sub: Any = None
-        self.consumer = ""
+        self.consumer = ""  # the pull consumer's name, once created
         self.pending = 0  # messages matching the filter after `pos`, when the consumer started
 
-    async def page(self, js: Any) -> list[Any]:
+    async def page(self, js: Any, nc: Any, timeout_s: float) -> list[Any]:
         api = nats_module().js.api
-        if self.sub is None:
+        if not self.consumer:
             config = api.ConsumerConfig(
                 deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE,
                 opt_start_seq=self.pos + 1,
@@ -94,22 +97,18 @@ class _Reader:
             )
             info = await js.add_consumer(self.stream, config=config)
             self.pending, self.consumer = info.num_pending, info.name
-            self.sub = await js.pull_subscribe_bind(consumer=info.name, stream=self.stream)
-        # never ask for more than exists before `stop`, so a fetch never waits for messages
+        # never ask for more than exists before `stop`, so a pull never waits for messages
         want = min(self.fetch, self.pending, self.stop - self.pos)
         if want <= 0:
             return []
-        msgs = await self.sub.fetch(want, timeout=30)
+        msgs = await pull(nc, self.stream, self.consumer, want, max(timeout_s, 30.0))
         self.pending -= len(msgs)
         return msgs
 
     async def close(self, js: Any) -> None:
-        if self.sub is not None:
-            sub, self.sub = self.sub, None
-            try:
-                await js.delete_consumer(self.stream, self.consumer)
-            finally:
-                await sub.unsubscribe()
+        if self.consumer:
+            consumer, self.consumer = self.consumer, ""
+            await js.delete_consumer(self.stream, consumer)
 
 
 class NatsSourceTask(ReplayableSourceTask):
@@ -162,13 +161,15 @@ class NatsSourceTask(ReplayableSourceTask):
         try:
             while reader.pos < reader.stop:
                 msgs = self._page(session, reader)
-                kept = [(m, m.metadata) for m in msgs]
-                kept = [(m, meta) for m, meta in kept if meta.sequence.stream <= reader.stop]
+                if not msgs:
+                    return  # nothing more matches the filter
+                seqs, stamps = positions(msgs)
+                kept = pc.sum(pc.less_equal(seqs, reader.stop)).as_py()
                 if kept:
-                    yield self._batch(stream, kept)
-                    reader.pos = kept[-1][1].sequence.stream
-                if len(kept) < len(msgs) or not msgs:
-                    return  # past `stop`, or nothing more matches the filter
+                    yield self._batch(stream, msgs[:kept], stamps[:kept])
+                    reader.pos = seqs[kept - 1].as_py()
+                if kept < len(msgs):
+                    return  # past `stop`
         finally:
             # if this fails the server removes the consumer by itself after _CONSUMER_IDLE_S
             with contextlib.suppress(ConnectException):
@@ -177,23 +178,26 @@ class NatsSourceTask(ReplayableSourceTask):
 
     def _page(self, session: Session, reader: _Reader) -> list[Any]:
         def forget() -> None:
-            reader.sub = None  # its connection is gone: start a new consumer at pos + 1
+            reader.consumer = ""  # its connection is gone: start a new consumer at pos + 1
 
+        timeout_s = self.settings.timeout_s
         return patiently(
-            lambda: session.call(f"reading {reader.stream}", reader.page), after_failure=forget
+            lambda: session.call(
+                f"reading {reader.stream}",
+                lambda js: reader.page(js, session.connection, timeout_s),
+            ),
+            after_failure=forget,
         )
 
-    def _batch(self, stream: str, msgs: list[tuple[Any, Any]]) -> pa.RecordBatch:
-        keys, values, stamps, headers = [], [], [], []
-        for msg, meta in msgs:
+    def _batch(self, stream: str, msgs: list[Any], stamps: pa.Array) -> pa.RecordBatch:
+        keys, headers = [], []
+        for msg in msgs:
             found = dict(msg.headers or {})
             key = found.pop(self.key_header, None)
             keys.append(key.encode() if key is not None else None)
-            values.append(msg.data)
-            stamps.append(meta.timestamp)
             found[SUBJECT_EXTENSION] = msg.subject
             headers.append(list(found.items()))
-        return source_batch(self.topic or stream, keys, values, stamps, headers)
+        return source_batch(self.topic or stream, keys, [m.data for m in msgs], stamps, headers)
 
     def stop(self) -> None:
         if self._session is not None:
