@@ -52,6 +52,13 @@ def watching(watcher: RetryWatcher | None) -> Iterator[None]:
         _watched.watcher = previous
 
 
+def current_watcher() -> RetryWatcher | None:
+    """The watcher this thread's retry loops report to now (None outside `watching`): for a
+    loop that cannot be a `retry` call (one that resumes a generator's read), to report the
+    same way."""
+    return getattr(_watched, "watcher", None)
+
+
 @dataclass(frozen=True)
 class Backoff:
     """The waits between attempts, in seconds: ``first_s``, multiplied by ``factor`` after each
@@ -114,7 +121,7 @@ def retry(
     started = time.monotonic()
     waits = backoff.waits()
     retries = 0
-    watcher: RetryWatcher | None = getattr(_watched, "watcher", None)
+    watcher = current_watcher()
     try:
         while True:
             try:

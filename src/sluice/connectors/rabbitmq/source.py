@@ -47,6 +47,7 @@ from sluice.sdk import (
     RetriableException,
     SourceTask,
 )
+from sluice.sdk._retry import current_watcher
 
 _COMMON = (
     *CONNECTION_KEYS,
@@ -225,18 +226,31 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
         # On an executor nothing retries a failed read for us, and a read cannot be restarted
         # half-way (it already yielded): after a lost connection, consume again from the message
         # after the last one yielded, with backoff, for up to _READ_RETRY_S.
+        # Each retry is reported to the task's watcher (the status's "retrying" note), read
+        # when it happens: the engine sets it around each step of this generator.
         deadline = time.monotonic() + _READ_RETRY_S
-        delay = 0.3
+        delay, retried = 0.3, False
         while following is None or following <= stop:
             try:
                 for batch, last in self._range(queue, following, stop):
+                    if retried and (watcher := current_watcher()) is not None:
+                        watcher.settled()
+                    retried = False
                     yield batch
                     following, deadline = last + 1, time.monotonic() + _READ_RETRY_S
+                if retried and (watcher := current_watcher()) is not None:
+                    watcher.settled()
                 return
-            except RetriableException:
+            except RetriableException as exc:
                 self._conn = None
+                watcher = current_watcher()
                 if time.monotonic() + delay > deadline:
+                    if retried and watcher is not None:
+                        watcher.settled()
                     raise
+                if watcher is not None:
+                    watcher.retrying(exc, delay)
+                retried = True
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
