@@ -25,7 +25,9 @@ def healthy(runner: Any, during: str = "") -> None:
 
 def ride_out(runner: Any, seconds: float, restore: Callable[[], None]) -> None:
     """Let `seconds` pass with the server away, checking the connectors stay up; then `restore()`
-    the server (also when a connector failed)."""
+    the server (also when a connector failed). None or less than none: restore at once (the
+    outage already lasted long enough while the test waited for the status to show it)."""
+    seconds = max(0.0, seconds)
     until = time.monotonic() + seconds
 
     def over() -> bool:
@@ -65,7 +67,11 @@ def retry_notes(rest: Any, name: str) -> dict[int, dict] | None:
 
 def await_retrying(rest: Any, names: list[str], seconds: float) -> dict[str, dict]:
     """The first retry note of task 0 of each connector in `names`, waited for up to `seconds`
-    (during an outage); each note must say when it began, how often and why."""
+    (during an outage); each note must say when it began, how often and why.
+
+    Callers keep the server away until every note showed (up to three times the 20 s outage),
+    then for what is left of the 20 s: on a loaded machine a source may reach its next `poll`
+    or `latest` (where it meets the outage) only after several seconds of micro-batch."""
     seen: dict[str, dict] = {}
 
     def shown() -> bool:
