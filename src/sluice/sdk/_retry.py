@@ -53,10 +53,33 @@ def watching(watcher: RetryWatcher | None) -> Iterator[None]:
 
 
 def current_watcher() -> RetryWatcher | None:
-    """The watcher this thread's retry loops report to now (None outside `watching`): for a
-    loop that cannot be a `retry` call (one that resumes a generator's read), to report the
-    same way."""
+    """The watcher this thread's retry loops report to now (None outside `watching`)."""
     return getattr(_watched, "watcher", None)
+
+
+class LoopReport:
+    """What one retry loop tells its watcher: each retry, and that it settled (once, and only
+    if it retried). `retry` reports through one; so does a loop that cannot be a `retry` call
+    (a read that resumes a generator), which leaves `watcher` None to report to the thread's
+    watcher of the moment: the engine sets it around each step of such a generator."""
+
+    def __init__(self, watcher: RetryWatcher | None = None) -> None:
+        self._watcher = watcher
+        self._retried = False
+
+    def _target(self) -> RetryWatcher | None:
+        return self._watcher if self._watcher is not None else current_watcher()
+
+    def retrying(self, error: BaseException, wait_s: float) -> None:
+        self._retried = True
+        if (watcher := self._target()) is not None:
+            watcher.retrying(error, wait_s)
+
+    def settled(self) -> None:
+        if self._retried:
+            self._retried = False
+            if (watcher := self._target()) is not None:
+                watcher.settled()
 
 
 @dataclass(frozen=True)
@@ -121,7 +144,7 @@ def retry(
     started = time.monotonic()
     waits = backoff.waits()
     retries = 0
-    watcher = current_watcher()
+    report = LoopReport(current_watcher())
     try:
         while True:
             try:
@@ -138,9 +161,7 @@ def retry(
                 retries += 1
                 if on_retry is not None:
                     on_retry(exc, retries, wait)
-                if watcher is not None:
-                    watcher.retrying(exc, wait)
+                report.retrying(exc, wait)
                 sleep(wait)
     finally:
-        if retries and watcher is not None:
-            watcher.settled()
+        report.settled()

@@ -47,7 +47,7 @@ from sluice.sdk import (
     RetriableException,
     SourceTask,
 )
-from sluice.sdk._retry import current_watcher
+from sluice.sdk._retry import LoopReport
 
 _COMMON = (
     *CONNECTION_KEYS,
@@ -229,28 +229,21 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
         # Each retry is reported to the task's watcher (the status's "retrying" note), read
         # when it happens: the engine sets it around each step of this generator.
         deadline = time.monotonic() + _READ_RETRY_S
-        delay, retried = 0.3, False
+        delay, report = 0.3, LoopReport()
         while following is None or following <= stop:
             try:
                 for batch, last in self._range(queue, following, stop):
-                    if retried and (watcher := current_watcher()) is not None:
-                        watcher.settled()
-                    retried = False
+                    report.settled()
                     yield batch
                     following, deadline = last + 1, time.monotonic() + _READ_RETRY_S
-                if retried and (watcher := current_watcher()) is not None:
-                    watcher.settled()
+                report.settled()
                 return
             except RetriableException as exc:
                 self._conn = None
-                watcher = current_watcher()
                 if time.monotonic() + delay > deadline:
-                    if retried and watcher is not None:
-                        watcher.settled()
+                    report.settled()
                     raise
-                if watcher is not None:
-                    watcher.retrying(exc, delay)
-                retried = True
+                report.retrying(exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
