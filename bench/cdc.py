@@ -630,9 +630,9 @@ def _wait_seen(
 def bench_encode(n: int) -> dict[str, float]:
     """Events/s of the engine's steps after the task, for `n` insert events of the bench's 8
     columns: the envelope's dicts into Arrow (`pa.array`, what `records_to_batch` does), the
-    same built column by column, and the Avro encoding of the envelope (nested: fastavro per
-    record) against a flat value of the same columns plus `__op`, `__deleted` (Debezium's
-    flattened form: the vectorised encoder)."""
+    same built column by column, and the Avro encoding of the envelope (nested structs, which
+    the vectorised encoder takes since 2026-11-24) against a flat value of the same columns
+    plus `__op`, `__deleted` (Debezium's flattened form)."""
     from datetime import UTC, datetime
     from decimal import Decimal
 

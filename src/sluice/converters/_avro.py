@@ -82,8 +82,9 @@ class AvroConverter(Converter):
     optional → `["null", T]` with default null; maps with STRING keys → map, others → array of
     `{key,value}` records. Field names that Avro does not allow are rewritten (`_` for invalid
     characters) in the Avro schema only; records keep their names. Every type round-trips exactly.
-    Flat schemas (a struct of leaves, or one leaf) run vectorised with numpy (`_avro_vector`),
-    others per record in Python (fastavro), to the same bytes; no Spark SQL form.
+    Flat schemas (a struct of leaves, or one leaf) run vectorised with numpy (`_avro_vector`)
+    both ways, and structs nested in structs (a CDC envelope) when encoding; arrays and maps per
+    record in Python (fastavro), to the same bytes; no Spark SQL form.
     """
 
     uses_registry = True
@@ -224,8 +225,8 @@ def _parsed(schema: Schema, role: str) -> Any:
 
 # -- encoding --------------------------------------------------------------------------------------
 class _AvroEncoder(Encoder):
-    """Flat schemas (see `_avro_vector`) are written column by column with numpy; others per
-    record with fastavro. Both write the same bytes."""
+    """Flat and nested-struct schemas (see `_avro_vector`) are written column by column with
+    numpy; others (arrays, maps) per record with fastavro. Both write the same bytes."""
 
     arrow_mode = "per-record"
 
@@ -233,8 +234,8 @@ class _AvroEncoder(Encoder):
         super().__init__(converter, role, schema)
         self.schema_id = schema_id
         self._state: tuple[Any, Callable[[Any], Any]] | None = None
-        self._flat = _avro_vector.flat_columns(schema)
-        if self._flat is not None:
+        self._columns = _avro_vector.encodable_columns(schema)
+        if self._columns is not None:
             self.arrow_mode = "vectorised"
 
     def __getstate__(self) -> dict:
@@ -247,9 +248,9 @@ class _AvroEncoder(Encoder):
     def arrow(self, array: pa.Array) -> pa.Array:
         header = MAGIC + self.schema_id.to_bytes(4, "big")
         physical = to_physical(array, self.schema)
-        if self._flat is not None:
+        if self._columns is not None:
             try:
-                out = _avro_vector.encode(physical, self._flat, header)
+                out = _avro_vector.encode(physical, self._columns, header)
             except _avro_vector.NullInRequired as exc:
                 reason = f"{self.role}.{exc.label} is null, but its schema is not optional"
                 raise RecordError(exc.index, reason) from None

@@ -12,6 +12,12 @@ fields one after another, each one of (Avro 1.11 specification, "Binary Encoding
   unscaled value's minimal big-endian two's complement;
 * an optional field (`["null", T]`): the branch as a `long` (0 null, 1 value), then T if present.
 
+The encoder also takes *nested* schemas: structs whose fields are leaves or, again, such structs
+(a CDC envelope's `before`/`after`/`source`). A record is its fields' encodings one after another,
+so a nested struct is walked depth first, each leaf writing only for the records whose every
+enclosing struct is present. Arrays and maps stay on the per-record path, and so does decoding of
+anything but a flat schema.
+
 Both work in blocks of `BLOCK` records. `encode` lays each run of fields between two string
 payloads out as a byte matrix (one row a record) and compresses away the bytes no record uses;
 Arrow then interleaves runs and payloads record by record. `decode` keeps a read position per
@@ -70,6 +76,27 @@ def flat_columns(schema: Schema) -> list[tuple[str | None, Schema]] | None:
     None for a bare leaf; None when the schema is not flat (nested structs, arrays, maps)."""
     if schema.type is FieldType.STRUCT and schema.logical is None:
         if schema.fields and all(kind(f.schema) is not None for f in schema.fields):
+            return [(f.name, f.schema) for f in schema.fields]
+        return None
+    return [(None, schema)] if kind(schema) is not None else None
+
+
+def _is_struct(schema: Schema) -> bool:
+    return schema.type is FieldType.STRUCT and schema.logical is None
+
+
+def _encodable(schema: Schema) -> bool:
+    """A leaf, or a struct with at least one field, all of them encodable."""
+    if _is_struct(schema):
+        return bool(schema.fields) and all(_encodable(f.schema) for f in schema.fields)
+    return kind(schema) is not None
+
+
+def encodable_columns(schema: Schema) -> list[tuple[str | None, Schema]] | None:
+    """The top-level columns `encode` takes: those of `flat_columns`, and also nested structs
+    of leaves (each column a leaf or such a struct); None for arrays, maps and empty structs."""
+    if _is_struct(schema):
+        if _encodable(schema):
             return [(f.name, f.schema) for f in schema.fields]
         return None
     return [(None, schema)] if kind(schema) is not None else None
@@ -238,6 +265,28 @@ def _encode_leaf(
     return run
 
 
+def _encode_field(
+    array: pa.Array,
+    schema: Schema,
+    parent: np.ndarray,
+    run: _Run,
+    pieces: list[pa.Array],
+    *,
+    union: bool = True,
+) -> _Run:
+    """Adds one field of the records `parent` (those whose enclosing structs are all present)
+    to `run`: its union branch when optional, then its leaf or, depth first, its fields."""
+    present = parent & _valid(array)
+    if schema.optional and union:
+        # ["null", T]: branch 0 (byte 0x00) for null, 1 (zig-zag 2) for a value.
+        run.add((present * 2).astype(np.uint8)[:, None], parent.astype(np.int64))
+    if not _is_struct(schema):
+        return _encode_leaf(array, schema, present, run, pieces)
+    for i, field in enumerate(schema.fields):
+        run = _encode_field(array.field(i), field.schema, present, run, pieces)
+    return run
+
+
 class _TooLarge(Exception):
     """A block's records would not fit a binary array (2 GiB)."""
 
@@ -260,11 +309,7 @@ def _encode_block(
         )
     pieces: list[pa.Array] = []
     for (_, schema), child in zip(columns, children, strict=True):
-        present = rows & _valid(child)
-        if schema.optional and union:
-            # ["null", T]: branch 0 (byte 0x00) for null, 1 (zig-zag 2) for a value.
-            run.add((present * 2).astype(np.uint8)[:, None], rows.astype(np.int64))
-        run = _encode_leaf(child, schema, present, run, pieces)
+        run = _encode_field(child, schema, rows, run, pieces, union=union)
     if run.parts or not pieces:
         pieces.append(run.close())
     if sum(_data_size(piece) for piece in pieces) >= 2**31:
@@ -288,6 +333,22 @@ def _encode_block(
 BLOCK = 32_768
 
 
+def _nulls_in_required(
+    array: pa.Array, schema: Schema, parent: np.ndarray, label: str
+) -> list[tuple[int, str]]:
+    """(first record, dotted label) of each non-optional field that is null where its enclosing
+    structs are present, depth first: the order the per-record path checks them in."""
+    valid = _valid(array)
+    found = []
+    if not schema.optional and (missing := parent & ~valid).any():
+        found.append((int(missing.argmax()), label))
+    if _is_struct(schema):
+        for i, field in enumerate(schema.fields):
+            inner = f"{label}.{field.name}"
+            found += _nulls_in_required(array.field(i), field.schema, parent & valid, inner)
+    return found
+
+
 def encode(
     array: pa.Array, columns: list[tuple[str | None, Schema]], header: bytes
 ) -> pa.Array | None:
@@ -303,9 +364,9 @@ def encode(
     else:
         children = [array.field(i) for i in range(len(columns))]
     bad = [
-        (int(missing.argmax()), label or "")
+        found
         for (label, schema), child in zip(columns, children, strict=True)
-        if not schema.optional and (missing := rows & ~_valid(child)).any()
+        for found in _nulls_in_required(child, schema, rows, label or "")
     ]
     if bad:
         raise NullInRequired(*min(bad, key=lambda b: b[0]))
