@@ -249,3 +249,64 @@ def test_sink_reader_and_replicator_keys_are_checked_at_create(worker: WorkerPro
     }
     assert post(regex).startswith("source.topics.regex: invalid regular expression")
     assert worker.get("/connectors/badreader/status").status_code == 404
+
+
+def test_hostile_names_and_topics_are_400s_naming_the_problem(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """Names that would be folders of the store (`.`, `..`), control characters, a name longer
+    than a file name may be, topic names no bus takes, and an int past 64 bits: each a 400
+    naming the key, none a 500, nothing created."""
+    src = tmp_path / "in.txt"
+    src.write_text("x\n")
+    config = {"connector.class": "FileSourceConnector", "filename": str(src)}
+    config["connect.topicname"] = "hostile"
+    for name in (".", "..", "nul\x00byte", "bell\x07", "x" * 250):
+        response = worker.request("POST", "/v1/connectors", json={"name": name, "config": config})
+        assert response.status_code == 400, (name[:20], response.text)
+        assert "name" in response.json()["message"]
+        encoded = urllib.parse.quote(name, safe="").replace(".", "%2E")
+        put = worker.request("PUT", f"/v1/connectors/{encoded}/config", json=config)
+        assert put.status_code == 400, (name[:20], put.text)
+        created = worker.request("POST", f"/connectors/{encoded}", content=json.dumps(config))
+        assert created.status_code == 400, (name[:20], created.text)
+    bad_topic = _v1_error(
+        worker,
+        "POST",
+        "/v1/connectors",
+        400,
+        json={"name": "hostile-topic", "config": {**config, "connect.topicname": "t\x00x"}},
+    )
+    assert bad_topic.startswith("connect.topicname: 't\\x00x' is not a valid topic name")
+    sink = {"connector.class": "FileSinkConnector", "filename": str(tmp_path / "out.txt")}
+    bad_topics = _v1_error(
+        worker,
+        "POST",
+        "/v1/connectors",
+        400,
+        json={"name": "hostile-sink", "config": {**sink, "topics": "ok,has space"}},
+    )
+    assert bad_topics.startswith("connect.topicnames: 'has space' is not a valid topic name")
+    huge = _v1_error(
+        worker,
+        "POST",
+        "/v1/connectors",
+        400,
+        json={"name": "hostile-int", "config": {**config, "tasks.max": "9" * 20}},
+    )
+    assert huge == f"max.tasks: expected a 64-bit integer, got {'9' * 20}"
+    # The longest name allowed, in four-byte characters, is far past a file name's 255 bytes.
+    longest = "😀" * 249
+    created = worker.request("POST", "/v1/connectors", json={"name": longest, "config": config})
+    assert created.status_code == 201, created.text
+    try:
+        wait_until(
+            lambda: worker.request("GET", f"/v1/connectors/{urllib.parse.quote(longest)}/status")
+            .json()["connector"]["state"]
+            == "RUNNING",
+            timeout=60,
+        )
+    finally:
+        assert worker.request("DELETE", f"/v1/connectors/{urllib.parse.quote(longest)}").is_success
+    listed = worker.request("GET", "/v1/connectors").json()
+    assert not any(n in listed for n in (".", "..", "hostile-topic", "hostile-sink", "hostile-int"))

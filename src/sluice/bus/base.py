@@ -34,6 +34,7 @@ Errors::
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -234,9 +235,24 @@ class TopicLog(ABC):
 
     #: ``brokerName`` in this backend's queue positions.
     broker_name: ClassVar[str] = ""
+    #: The characters a topic name may have (a regex character class's inside) and its most:
+    #: the embedded log's own rule; Kafka and RocketMQ set their brokers'.
+    topic_chars: ClassVar[str] = "A-Za-z0-9._%-"
+    topic_max: ClassVar[int] = 127
     #: How long reads and commits keep retrying through :class:`BusUnavailable` (a broker
     #: outage) before they fail; 0: not at all (a local log has no outages).
     outage_s: float = 0.0
+
+    @classmethod
+    def topic_name_problem(cls, topic: str) -> str | None:
+        """Why ``topic`` cannot name a topic of this backend, None when it can."""
+        allowed = f"[{cls.topic_chars}]{{1,{cls.topic_max}}}"
+        if topic in (".", "..") or re.fullmatch(allowed, topic) is None:
+            return (
+                f"{topic!r} is not a valid topic name: 1-{cls.topic_max} characters of "
+                f"[{cls.topic_chars}], not '.' or '..'"
+            )
+        return None
 
     # -- admin ---------------------------------------------------------------------------------
     @abstractmethod
@@ -336,6 +352,10 @@ class Bus(ABC):
     default_queues: int
 
     # -- admin ---------------------------------------------------------------------------------
+    def topic_name_problem(self, topic: str) -> str | None:
+        """Why ``topic`` cannot name a topic on this bus, None when it can."""
+        return self.log.topic_name_problem(topic)
+
     def create_topic(self, topic: str, queues: int | None = None) -> TopicInfo:
         """Create ``topic`` (default queue count if ``queues`` is None); existing ones are kept."""
         return self.log.create_topic(topic, queues or self.default_queues)

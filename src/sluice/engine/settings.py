@@ -154,9 +154,11 @@ def check_config(
     resolve_transform: TransformResolver,
     validate: Callable[[dict[str, str]], None] | None = None,
     aliases: Mapping[str, str] | None = None,
+    topic_problem: Callable[[str], str | None] | None = None,
 ) -> ConfigReport:
     """Check a normalised config of a `kind` ("source" | "sink") connector; never raises for a
-    config problem, reports them all. `aliases`: the connector's own other names of its keys."""
+    config problem, reports them all. `aliases`: the connector's own other names of its keys;
+    `topic_problem`: the bus's topic name rule, for the topics the config names."""
     conf, errors = canonical_keys(config, aliases)
     definitions = key_definitions(kind, connector_keys)
     values: dict[str, Any] = {}
@@ -204,12 +206,31 @@ def check_config(
         attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
     if validate is not None:
         attempt(lambda: validate(dict(conf)))
+    if topic_problem is not None:
+        errors += [p for p in _topic_problems(conf, topics, topic_problem) if p.key not in bad]
     warnings = _unknown_keys(conf, definitions, chain, resolve_transform)
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common):
         settings = _settings(kind, values, topics)
     return ConfigReport(conf, settings, errors, warnings)
+
+
+#: The keys naming topics on the bus (a source's own, a sink's, the dead-letter topic).
+_TOPIC_KEYS = ("connect.topicname", "errors.deadletterqueue.topic.name")
+
+
+def _topic_problems(
+    conf: Mapping[str, str], topics: list[str], problem: Callable[[str], str | None]
+) -> list[Problem]:
+    """One problem per topic name the bus would refuse, naming the key that holds it."""
+    named = [(key, conf.get(key, "").strip()) for key in _TOPIC_KEYS]
+    named += [("connect.topicnames", topic) for topic in topics]
+    found = []
+    for key, topic in named:
+        if topic and (why := problem(topic)) is not None:
+            found.append(Problem(key, why))
+    return found
 
 
 def _settings(kind: str, values: Mapping[str, Any], topics: list[str]) -> ConnectorSettings:

@@ -7,13 +7,19 @@ from typing import Annotated, Any
 
 from fastapi import Path, Request
 
-from sluice.runtime.herder import BadRequest, Herder
+from sluice.runtime.herder import (
+    CONNECTOR_NAME_MAX,
+    CONNECTOR_NAME_PATTERN,
+    BadRequest,
+    Herder,
+)
 
-#: A connector name: non-empty, no `/`, no surrounding white space (what a herder accepts).
-# Spelled out: Python's str.strip() (the herder's check) also strips \x1c-\x1f and \x85,
-# which JSON Schema's \s does not cover.
-NAME_PATTERN = r"^[^/\s\x1c-\x1f\x85](?:[^/]*[^/\s\x1c-\x1f\x85])?$"
-ConnectorName = Annotated[str, Path(pattern=NAME_PATTERN, description="connector name")]
+#: A connector name, as the herder accepts it (`check_connector_name`).
+NAME_PATTERN = CONNECTOR_NAME_PATTERN
+ConnectorName = Annotated[
+    str,
+    Path(pattern=NAME_PATTERN, max_length=CONNECTOR_NAME_MAX, description="connector name"),
+]
 
 #: A config value: JSON strings, numbers and booleans are accepted (rendered as strings).
 ConfigValue = str | bool | int | float

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from sluice.rest._common import (
     CONFIG_SCHEMA,
+    CONNECTOR_NAME_MAX,
     NAME_PATTERN,
     ConfigValue,
     ConnectorName,
@@ -40,7 +41,7 @@ PushBody = Annotated[dict[str, int | float], Body()]
 class NewConnector(BaseModel):
     """The body of `POST /v1/connectors`."""
 
-    name: str = Field(min_length=1, pattern=NAME_PATTERN)
+    name: str = Field(min_length=1, max_length=CONNECTOR_NAME_MAX, pattern=NAME_PATTERN)
     config: Annotated[dict[str, ConfigValue], Field(json_schema_extra=CONFIG_SCHEMA)]
 
 

@@ -7,6 +7,7 @@ its own HTTP status and body.
 
 from __future__ import annotations
 
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,6 +159,35 @@ class BadRequest(HerderError):
 
     status = 400
     code = "request.invalid"
+
+
+# A connector name: 1-249 characters, no `/`, no control characters (Kafka Connect refuses ISO
+# control characters too), no white space at either end, and not `.` or `..` (the name is a
+# folder of the store). Written without look-arounds so that JSON Schema tools (the OpenAPI
+# document's pattern) read it as Python does; \s at the ends is Python's, which also covers
+# the \x1c-\x1f and \x85 that str.strip() removes.
+_EDGE = r"[^/\s\x00-\x1f\x7f-\x9f]"
+_EDGE_NOT_DOT = r"[^/\s\x00-\x1f\x7f-\x9f.]"
+_INNER = r"[^/\x00-\x1f\x7f-\x9f]"
+CONNECTOR_NAME_PATTERN = (
+    rf"^(?:{_EDGE_NOT_DOT}|{_EDGE_NOT_DOT}{_EDGE}|\.{_EDGE_NOT_DOT}|{_EDGE}{_INNER}+{_EDGE})$"
+)
+CONNECTOR_NAME_MAX = 249
+_NAME_RE = re.compile(CONNECTOR_NAME_PATTERN)
+
+
+def check_connector_name(name: str) -> None:
+    """BadRequest when `name` cannot be a connector's name, saying which rule it breaks."""
+    if len(name) > CONNECTOR_NAME_MAX:
+        raise BadRequest(
+            f"connector name {name[:40]!r}… is {len(name)} characters long; "
+            f"at most {CONNECTOR_NAME_MAX} are allowed"
+        )
+    if _NAME_RE.fullmatch(name) is None:
+        raise BadRequest(
+            f"connector name {name!r} is not valid: non-empty, no '/', no control "
+            "characters, no white space at either end, not '.' or '..'"
+        )
 
 
 class NotFound(HerderError):

@@ -9,6 +9,7 @@ from its checkpoint, and `reset_run` starts a fresh one from the position store.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
@@ -208,6 +209,10 @@ class ConnectorRunner:
 
     # -- runs -----------------------------------------------------------------------------------
     def _connector_dir(self, name: str) -> str:
+        # A name's folder is the name itself, unless its UTF-8 is longer than a file name may
+        # be (a name may be 249 four-byte characters): then a digest of it.
+        if len(name.encode()) > 255:
+            name = "~" + hashlib.sha256(name.encode()).hexdigest()
         return os.path.join(self.root, "connectors", name)
 
     def current_run(self, name: str) -> str:

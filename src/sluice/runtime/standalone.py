@@ -40,6 +40,7 @@ from sluice.runtime.herder import (
     TaskId,
     TaskStatus,
     TopicSummary,
+    check_connector_name,
 )
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
@@ -398,7 +399,13 @@ class StandaloneHerder(Herder):
     def _check(self, name: str, config: dict[str, Any]) -> ConfigReport:
         """The accepted config (aliases renamed) and its warnings, or BadRequest with every
         error (see `sluice.runtime.validation`)."""
-        return validation.accepted(self.plugins_registry, name, config, prepare=self._prepare)
+        return validation.accepted(
+            self.plugins_registry,
+            name,
+            config,
+            prepare=self._prepare,
+            topic_problem=self.runner.bus.topic_name_problem,
+        )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
         """Refuse a change that makes the stored positions unusable (e.g. a JDBC `mode`)."""
@@ -419,8 +426,7 @@ class StandaloneHerder(Herder):
     ) -> tuple[dict[str, str], list[dict[str, Any]]]:
         """The config to store (masked secrets PUT back as shown keep their stored values) and
         its warnings; BadRequest with every error (or a bad name) otherwise."""
-        if not name or "/" in name or name.strip() != name:
-            raise BadRequest(f"connector name {name!r} is not valid (non-empty, no '/')")
+        check_connector_name(name)
         existing = self.configs.get(name)
         if existing is not None:
             with contextlib.suppress(ConfigException):  # a bad map: _check reports it
@@ -655,7 +661,12 @@ class StandaloneHerder(Herder):
             self.plugins_registry.connector(str(conf.get("connector.class", "")))
         except ConfigException as exc:
             raise NotFound(str(exc), key="connector.class") from None
-        return validation.validation_result(self.plugins_registry, conf, prepare=self._prepare)
+        return validation.validation_result(
+            self.plugins_registry,
+            conf,
+            prepare=self._prepare,
+            topic_problem=self.runner.bus.topic_name_problem,
+        )
 
     def plugins(self) -> list[PluginInfo]:
         return self.plugins_registry.plugins()

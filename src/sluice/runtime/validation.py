@@ -42,10 +42,14 @@ Prepare = Callable[[dict[str, str], type], dict[str, str]]
 
 
 def check(
-    registry: PluginRegistry, config: Mapping[str, Any], prepare: Prepare | None = None
+    registry: PluginRegistry,
+    config: Mapping[str, Any],
+    prepare: Prepare | None = None,
+    topic_problem: Callable[[str], str | None] | None = None,
 ) -> tuple[ConfigReport, type]:
     """Every problem of `config`, and the connector class. Raises BadRequest only when the
-    config cannot be looked at (not a string map, no or unknown `connector.class`)."""
+    config cannot be looked at (not a string map, no or unknown `connector.class`).
+    `topic_problem`: the bus's rule for the topic names the config gives."""
     try:
         conf = normalize_config(config)
     except ConfigException as exc:
@@ -64,6 +68,7 @@ def check(
         resolve_transform=registry.transform,
         validate=lambda c: cls().validate(prepare(c, cls) if prepare is not None else c),
         aliases=getattr(cls, "key_aliases", None),
+        topic_problem=topic_problem,
     )
     return report, cls
 
@@ -87,10 +92,11 @@ def accepted(
     name: str,
     config: Mapping[str, Any],
     prepare: Prepare | None = None,
+    topic_problem: Callable[[str], str | None] | None = None,
 ) -> ConfigReport:
     """The report of a config a herder may store: BadRequest with every error otherwise; the
     warnings are logged here (once, where the config is accepted)."""
-    report, _ = check(registry, config, prepare)
+    report, _ = check(registry, config, prepare, topic_problem)
     if report.errors:
         raise as_bad_request(report.errors)
     for warning in report.warnings:
@@ -134,12 +140,15 @@ def plugin_keys(cls: type[Connector]) -> list[dict[str, Any]]:
 
 
 def validation_result(
-    registry: PluginRegistry, config: Mapping[str, Any], prepare: Prepare | None = None
+    registry: PluginRegistry,
+    config: Mapping[str, Any],
+    prepare: Prepare | None = None,
+    topic_problem: Callable[[str], str | None] | None = None,
 ) -> dict[str, Any]:
     """Kafka Connect's validation shape, with every error and warning per key:
     `{"name", "error_count", "warning_count", "configs": [{"definition", "value": {"name",
     "value", "errors", "warnings"}}]}`."""
-    report, cls = check(registry, config, prepare)
+    report, cls = check(registry, config, prepare, topic_problem)
     shown = redact(report.config, password_keys(cls))
     definitions = key_definitions(kind_of(cls), cls.config_def)
     errors: dict[str, list[str]] = {k: [] for k in definitions}

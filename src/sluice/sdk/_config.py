@@ -49,9 +49,12 @@ def _as_bool(key: str, raw: str) -> bool:
 
 def _as_int(key: str, raw: str) -> int:
     try:
-        return int(raw.strip())
+        value = int(raw.strip())
     except ValueError:
         raise ConfigException(key, f"expected an integer, got {raw!r}") from None
+    if not -(2**63) <= value < 2**63:  # what Spark, Arrow and the stores hold (a Java long)
+        raise ConfigException(key, f"expected a 64-bit integer, got {raw.strip()}")
+    return value
 
 
 def _as_list(key: str, raw: str) -> list[str]:

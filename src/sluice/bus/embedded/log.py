@@ -97,7 +97,6 @@ __all__ = [
 _INDEX_NAME = "index.sqlite"
 _FORMAT_VERSION = 1
 _MAX_QUEUES = 4096
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._%-]{1,127}")
 _SEGMENT_RE = re.compile(r"(\d+)/([0-9a-f]{32})\.arrow")
 # '~' cannot occur in a topic name, so a tombstone can never be mistaken for (or collide with)
 # a live topic directory.
@@ -163,11 +162,8 @@ class _Handle:
 
 
 def _validate_topic(topic: str) -> None:
-    if not isinstance(topic, str) or topic in (".", "..") or _TOPIC_RE.fullmatch(topic) is None:
-        raise ValueError(
-            f"invalid topic name {topic!r}: must be 1-127 characters of [A-Za-z0-9._%-] "
-            "and not '.' or '..'"
-        )
+    if not isinstance(topic, str) or (problem := EmbeddedLog.topic_name_problem(topic)):
+        raise ValueError(problem if isinstance(topic, str) else f"invalid topic name {topic!r}")
 
 
 def _fsync_dir(path: Path) -> None:
@@ -401,7 +397,7 @@ class EmbeddedLog(TopicLog):
             return []
         out = []
         for name in names:
-            if name in (".", "..") or _TOPIC_RE.fullmatch(name) is None:
+            if self.topic_name_problem(name) is not None:
                 continue  # tombstones and foreign directories
             if self.topic_exists(name):
                 out.append(name)

@@ -141,6 +141,10 @@ class KafkaLog(ExternalLog):
     every librdkafka client (security, timeouts, …). Picklable; see the module docstring."""
 
     broker_name = "kafka"
+    # Kafka's topic rule (org.apache.kafka.common.internals.Topic): ASCII letters, digits, '.',
+    # '_' and '-', at most 249.
+    topic_chars = "A-Za-z0-9._-"
+    topic_max = 249
 
     def __init__(
         self,

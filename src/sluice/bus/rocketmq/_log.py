@@ -86,6 +86,9 @@ class RocketMQLog(ExternalLog):
     `sluice.clients.rocketmq`), requests go through one `RocketMQClient` (``self.client``)."""
 
     broker_name = "rocketmq"  # only a default: positions name each queue's real broker
+    # The broker's rule (TopicValidator): ^[%|a-zA-Z0-9_-]+$, at most 127; no '.'.
+    topic_chars = "A-Za-z0-9%|_-"
+    topic_max = 127
 
     def __init__(
         self,
