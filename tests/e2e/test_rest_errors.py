@@ -301,9 +301,12 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
     assert created.status_code == 201, created.text
     try:
         wait_until(
-            lambda: worker.request("GET", f"/v1/connectors/{urllib.parse.quote(longest)}/status")
-            .json()["connector"]["state"]
-            == "RUNNING",
+            lambda: (
+                worker.request(
+                    "GET", f"/v1/connectors/{urllib.parse.quote(longest)}/status"
+                ).json()["connector"]["state"]
+                == "RUNNING"
+            ),
             timeout=60,
         )
     finally:
