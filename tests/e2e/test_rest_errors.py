@@ -149,6 +149,23 @@ def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
             json={"offsets": [{"partition": {"filename": "x"}}]},
         )
         assert no_offset == "invalid request: offsets[0].offset: Field required"
+        # An offset the file source could not resume from is refused, not stored to fail the
+        # task at its next read (it was an OSError in the status).
+        for position in ("abc", -7, True, None):
+            bad_offset = _v1_error(
+                worker,
+                "PATCH",
+                "/v1/connectors/v1e/offsets",
+                400,
+                json={
+                    "offsets": [
+                        {"partition": {"filename": str(src)}, "offset": {"position": position}}
+                    ]
+                },
+            )
+            assert bad_offset == (
+                f"offsets[0].offset: 'position' must be an integer ≥ 0, got {position!r}"
+            )
         assert _v1_error(worker, "GET", "/v1/topics/no-such-topic", 404) == (
             "topic 'no-such-topic' not found"
         )

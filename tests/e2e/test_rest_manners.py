@@ -205,6 +205,16 @@ def test_v1_routes_behave_like_kafka_connect(worker: WorkerProcess, scratch: Pat
     assert stranger.status_code == 400
     assert stranger.json()["key"] == "offsets[0].partition"
     assert "is none of the connector's partitions" in stranger.json()["message"]
+    negative = worker.request(
+        "PATCH",
+        f"/v1/connectors/{names[1]}/offsets",
+        json={"offsets": [{"partition": entry["partition"], "offset": {"queueOffset": -1}}]},
+    )
+    assert negative.status_code == 400, negative.text
+    assert negative.json()["key"] == "offsets[0].offset"
+    assert negative.json()["message"] == (
+        "offsets[0].offset: 'queueOffset' must be an integer ≥ 0, got -1"
+    )
     for name in names:
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 

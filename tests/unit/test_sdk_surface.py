@@ -163,3 +163,22 @@ def test_the_harness_drives_the_file_connectors_end_to_end(tmp_path: Path) -> No
     sink.deliver([ConnectRecord("a"), ConnectRecord("b")], batch=0)  # replayed: not appended
     sink.deliver(records)
     assert dst.read_text() == "a\nb\nc\nc\nd\n"
+
+
+def test_offsets_set_by_hand_are_checked_by_the_source() -> None:
+    from sluice.connectors.file.source import FileSourceConnector
+    from sluice.connectors.redis.source import RedisStreamSourceConnector
+    from sluice.sdk import count_problem
+
+    file = FileSourceConnector()
+    partition = {"filename": "/x"}
+    assert file.offset_problem(partition, {"position": 0}) is None
+    for bad in ({"position": "12"}, {"position": -1}, {"position": False}, {}):
+        why = file.offset_problem(partition, bad)
+        assert why == f"'position' must be an integer ≥ 0, got {bad.get('position')!r}"
+    assert count_problem({"a": 1, "b": 2}, ("a", "b")) is None
+    assert count_problem({"a": 1}, ("a", "b")) == "'b' must be an integer ≥ 0, got None"
+    redis = RedisStreamSourceConnector()
+    assert redis.offset_problem({"stream": "s"}, {"id": "1700000000000-0"}) is None
+    for entry in ("17-", "abc", 5, None, "1-2-3"):
+        assert "must be a stream entry id" in str(redis.offset_problem({}, {"id": entry}))

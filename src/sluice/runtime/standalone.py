@@ -638,6 +638,7 @@ class StandaloneHerder(Herder):
             stored = self._stored(name)
             self._require_stopped(stored, "altered")
             offsets = validation.match_partitions(offsets, self.runner.positions.load(name))
+            validation.check_offsets(self._class_of(stored.config), offsets)
             for entry in offsets:
                 changes[partition_key(entry["partition"])] = entry["offset"]
             positions = self.runner.positions

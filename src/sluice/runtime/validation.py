@@ -23,6 +23,8 @@ from sluice.sdk import (
     ConfigKey,
     Connector,
     SinkConnector,
+    SourceConnector,
+    count_problem,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
@@ -197,6 +199,29 @@ def check_position_keys(
                 key=key,
                 suggestion="stop the connector, reset its offsets (DELETE "
                 "/v1/connectors/<name>/offsets), then update it; or create a new connector",
+            )
+
+
+#: The offset of a sink's queue: the runtime keeps it, as the queue offset to read next.
+SINK_OFFSET_COUNTS = ("queueOffset",)
+
+
+def check_offsets(cls: type[Connector] | None, offsets: list[dict[str, Any]]) -> None:
+    """BadRequest naming the first offset set by hand that the connector could not resume from
+    (a source's `offset_problem`; a sink's queue offset must be an integer ≥ 0)."""
+    for i, entry in enumerate(offsets):
+        offset = entry["offset"]
+        if offset is None or cls is None:
+            continue
+        if issubclass(cls, SourceConnector):
+            why = cls().offset_problem(entry["partition"], offset)
+        else:
+            why = count_problem(offset, SINK_OFFSET_COUNTS)
+        if why is not None:
+            raise BadRequest(
+                f"offsets[{i}].offset: {why}",
+                key=f"offsets[{i}].offset",
+                suggestion="see the stored form with GET /v1/connectors/<name>/offsets",
             )
 
 

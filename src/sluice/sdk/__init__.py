@@ -28,6 +28,7 @@ from sluice.sdk._connector import (
     SourceConnector,
     SourceTask,
     SourceTaskContext,
+    count_problem,
 )
 from sluice.sdk._converter import (
     Converter,
@@ -104,6 +105,7 @@ __all__ = [
     "StagedPart",
     "Transform",
     "column_type",
+    "count_problem",
     "literal",
     "partition_key",
     "quote",

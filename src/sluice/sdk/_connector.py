@@ -238,9 +238,28 @@ class Connector(ABC):
         """Called once on the driver when the connector stops. Optional."""
 
 
+def count_problem(offset: RecordOffset, keys: Iterable[str]) -> str | None:
+    """Why `offset` lacks one of `keys` as a count (an integer ≥ 0), None when it has them all."""
+    for key in keys:
+        value = offset.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"{key!r} must be an integer ≥ 0, got {value!r}"
+    return None
+
+
 class SourceConnector(Connector):
     """A connector that brings records into topics. Its delivery follows from its task's base
     class: exactly-once for a `ReplayableSourceTask`, at-least-once for a `SourceTask`."""
+
+    #: The offset keys that hold a count (an integer ≥ 0) in every offset of this source, e.g.
+    #: `("position",)`: an offset set by hand (`PATCH /v1/connectors/{name}/offsets`) must have
+    #: them, so a typo is a 400 rather than a task failing at its next read.
+    offset_counts: ClassVar[tuple[str, ...]] = ()
+
+    def offset_problem(self, partition: RecordPartition, offset: RecordOffset) -> str | None:
+        """Why the tasks could not resume `partition` from an offset set by hand, None when they
+        can. Default: `offset_counts` checked; override for other shapes. Driver, no `start`."""
+        return count_problem(offset, self.offset_counts)
 
     @classmethod
     def delivery(cls, config: Mapping[str, str]) -> Delivery:

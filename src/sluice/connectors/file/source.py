@@ -77,6 +77,7 @@ class FileSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = FileSourceTask
+    offset_counts = ("position",)
     # Kafka's FileStreamSourceConnector names its keys `file` and `topic`
     key_aliases = {"file": "filename", "topic": "connect.topicname"}
 

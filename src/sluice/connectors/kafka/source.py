@@ -214,6 +214,7 @@ class KafkaSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = KafkaSourceTask
+    offset_counts = ("offset",)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

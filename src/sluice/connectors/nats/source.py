@@ -227,6 +227,7 @@ class NatsSourceConnector(NamedSourceConnector):
     names_key = "nats.streams"
     config_def = CONFIG
     task_class = NatsSourceTask
+    offset_counts = ("seq",)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

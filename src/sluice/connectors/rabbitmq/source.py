@@ -322,6 +322,7 @@ class RabbitMQStreamSourceConnector(NamedSourceConnector):
     names_key = "rabbitmq.queues"
     config_def = STREAM_CONFIG
     task_class = RabbitMQStreamSourceTask
+    offset_counts = ("offset",)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)

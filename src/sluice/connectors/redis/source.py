@@ -22,6 +22,7 @@ again. Unit of parallelism: one list. Value: the element (BYTES); no key, no hea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -271,6 +272,12 @@ class RedisStreamSourceConnector(NamedSourceConnector):
     def default_read_limit(self) -> ReadLimit:
         # finding the end id of a range walks the stream server-side: keep a batch moderate
         return ReadLimit(max_rows=100_000)
+
+    def offset_problem(self, partition: RecordPartition, offset: RecordOffset) -> str | None:
+        entry = offset.get("id")
+        if not isinstance(entry, str) or re.fullmatch(r"\d{1,20}-\d{1,20}", entry) is None:
+            return f"'id' must be a stream entry id such as \"1700000000000-0\", got {entry!r}"
+        return None
 
 
 class RedisListSourceTask(SourceTask):

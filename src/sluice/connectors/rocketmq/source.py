@@ -178,6 +178,7 @@ class RocketMQSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = RocketMQSourceTask
+    offset_counts = ("queueOffset",)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
