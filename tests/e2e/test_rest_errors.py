@@ -328,5 +328,11 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
         )
     finally:
         assert worker.request("DELETE", f"/v1/connectors/{urllib.parse.quote(longest)}").is_success
+    # Kafka Connect's paths typed without /v1 point there
+    kafka_path = worker.request("POST", "/connectors", json={"name": "k", "config": config})
+    assert kafka_path.status_code == 404
+    assert kafka_path.json()["suggestion"] == (
+        "Kafka Connect's routes are under /v1 here: POST /v1/connectors"
+    )
     listed = worker.request("GET", "/v1/connectors").json()
     assert not any(n in listed for n in (".", "..", "hostile-topic", "hostile-sink", "hostile-int"))

@@ -210,11 +210,10 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
     return schema
 
 
-def _allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """The methods the OpenAPI document lists for the request's path, so `Allow` and the
-    document agree by construction. The most specific path wins (`/connectors/list` over
-    `/connectors/{name}`), as the document describes it."""
-    path = request.url.path
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI document lists for `path`, so `Allow` and the document agree by
+    construction. The most specific path wins (`/connectors/list` over `/connectors/{name}`),
+    as the document describes it."""
     found: dict[int, set[str]] = {}
     for template, operations in app.openapi().get("paths", {}).items():
         pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
@@ -282,12 +281,17 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
         headers = dict(getattr(exc, "headers", None) or {})
+        method, path = request.method, request.url.path
+        suggestion = None
+        if exc.status_code in (404, 405) and method in _allowed_methods(app, f"/v1{path}"):
+            # Kafka Connect's paths typed without the prefix (`POST /connectors`)
+            suggestion = f"Kafka Connect's routes are under /v1 here: {method} /v1{path}"
         if exc.status_code == 404:
-            message = f"no route {request.method} {request.url.path}"
+            message = f"no route {method} {path}"
         elif exc.status_code == 405:
             # Starlette names the methods of the first route on the path only; a path served by
             # several routes (GET, PUT, DELETE of one connector) allows them all.
-            allowed = _allowed_methods(app, request)
+            allowed = _allowed_methods(app, path)
             headers["Allow"] = ", ".join(allowed)
             message = (
                 f"method {request.method} is not allowed on {request.url.path} "
@@ -300,6 +304,7 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             exc.status_code,
             message,
             code="request.route" if exc.status_code in (404, 405) else "request.invalid",
+            suggestion=suggestion,
             headers=headers or None,
         )
 
