@@ -348,6 +348,9 @@ def test_url_from_environment(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
         (["connectors", "create", "x", "-c", "novalue"], "-c expects key=value"),
         (["connectors", "offsets", "set", "x", "{oops"], "not valid JSON"),
         (["worker", "-c", "/nonexistent/worker.conf"], "does not exist"),
+        (["worker", "/nonexistent/worker.conf"], "does not exist"),
+        (["worker"], "no worker config: sluice worker -c FILE (or sluice worker FILE)"),
+        (["worker", "-c", "/etc/hostname", "/etc/passwd"], "two worker configs given"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(
@@ -390,14 +393,16 @@ def test_worker_command_returns_run_workers_exit_code(tmp_path: Path) -> None:
     # this proves `sluice worker` passes the path through and returns the worker's exit code.
     conf = tmp_path / "worker.conf"
     conf.write_text("httpPort=not-a-number\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "sluice.cli", "worker", "-c", str(conf)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
+    for given in (["-c", str(conf)], [str(conf)]):  # as connect-standalone.sh takes it too
+        done = subprocess.run(
+            [sys.executable, "-m", "sluice.cli", "worker", *given],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 2, done.stderr
+        assert "httpPort" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
 
 
 def test_a_worker_that_never_answers_exits_3(capsys: pytest.CaptureFixture[str]) -> None:

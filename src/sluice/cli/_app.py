@@ -225,7 +225,7 @@ def _state_of(status: Json) -> str:
 @app.command()
 def worker(
     config: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--config",
             "-c",
@@ -236,9 +236,25 @@ def worker(
             help="Worker config (key=value), e.g. conf/connect-standalone.conf.",
             show_default=False,
         ),
-    ],
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            readable=True,
+            metavar="[FILE]",
+            help="The worker config given without -c, as connect-standalone.sh takes it.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run a worker in this process: REST API, stores, connectors on Spark. Ctrl-C stops it."""
+    if config is not None and config_file is not None and config != config_file:
+        raise UsageProblem(f"two worker configs given ({config} and {config_file}); give one")
+    config = config or config_file
+    if config is None:
+        raise UsageProblem("no worker config: sluice worker -c FILE (or sluice worker FILE)")
     try:
         # Imported here, not at module level: only this command needs Spark and the runtime.
         from sluice.worker_main import run_worker
