@@ -287,30 +287,17 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
         assert put.status_code == 400, (name[:20], put.text)
         created = worker.request("POST", f"/connectors/{encoded}", content=json.dumps(config))
         assert created.status_code == 400, (name[:20], created.text)
-    bad_topic = _v1_error(
-        worker,
-        "POST",
-        "/v1/connectors",
-        400,
-        json={"name": "hostile-topic", "config": {**config, "connect.topicname": "t\x00x"}},
-    )
+
+    def refused(name: str, conf: dict[str, str]) -> str:
+        body = {"name": name, "config": conf}
+        return _v1_error(worker, "POST", "/v1/connectors", 400, json=body)
+
+    bad_topic = refused("hostile-topic", {**config, "connect.topicname": "t\x00x"})
     assert bad_topic.startswith("connect.topicname: 't\\x00x' is not a valid topic name")
     sink = {"connector.class": "FileSinkConnector", "filename": str(tmp_path / "out.txt")}
-    bad_topics = _v1_error(
-        worker,
-        "POST",
-        "/v1/connectors",
-        400,
-        json={"name": "hostile-sink", "config": {**sink, "topics": "ok,has space"}},
-    )
+    bad_topics = refused("hostile-sink", {**sink, "topics": "ok,has space"})
     assert bad_topics.startswith("connect.topicnames: 'has space' is not a valid topic name")
-    huge = _v1_error(
-        worker,
-        "POST",
-        "/v1/connectors",
-        400,
-        json={"name": "hostile-int", "config": {**config, "tasks.max": "9" * 20}},
-    )
+    huge = refused("hostile-int", {**config, "tasks.max": "9" * 20})
     assert huge == f"max.tasks: expected a 64-bit integer, got {'9' * 20}"
     # The longest name allowed, in four-byte characters, is far past a file name's 255 bytes.
     longest = "😀" * 249
