@@ -166,6 +166,7 @@ def test_the_harness_drives_the_file_connectors_end_to_end(tmp_path: Path) -> No
 
 
 def test_offsets_set_by_hand_are_checked_by_the_source() -> None:
+    from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
     from sluice.connectors.file.source import FileSourceConnector
     from sluice.connectors.redis.source import RedisStreamSourceConnector
     from sluice.sdk import count_problem
@@ -182,3 +183,11 @@ def test_offsets_set_by_hand_are_checked_by_the_source() -> None:
     assert redis.offset_problem({"stream": "s"}, {"id": "1700000000000-0"}) is None
     for entry in ("17-", "abc", 5, None, "1-2-3"):
         assert "must be a stream entry id" in str(redis.offset_problem({}, {"id": entry}))
+    mysql, postgres = MySqlCdcSourceConnector(), PostgresCdcSourceConnector()
+    assert mysql.offset_problem({}, {"file": "mariadb-bin.000013", "pos": 4}) is None
+    assert mysql.offset_problem({}, {"pos": 4}) == "'file' must name a binlog file, got None"
+    assert mysql.offset_problem({}, {"file": "b.1", "pos": "4"}) == (
+        "'pos' must be an integer ≥ 0, got '4'"
+    )
+    assert postgres.offset_problem({}, {"lsn": 1234, "snapshot": {"done": True}}) is None
+    assert postgres.offset_problem({}, {"lsn": "0/16B3748"}) is not None

@@ -143,6 +143,12 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
     """
 
     config_def = CONFIG
+    offset_counts = ("pos",)
+
+    def offset_problem(self, partition: RecordPartition, offset: RecordOffset) -> str | None:
+        if not isinstance(offset.get("file"), str) or not offset["file"]:
+            return f"'file' must name a binlog file, got {offset.get('file')!r}"
+        return super().offset_problem(partition, offset)
 
     def jdbc_url(self, values: Mapping[str, Any]) -> str | None:
         host = values["database.hostname"]

@@ -191,6 +191,7 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
     """
 
     config_def = CONFIG
+    offset_counts = ("lsn",)
 
     def jdbc_url(self, values: Mapping[str, Any]) -> str | None:
         host = values["database.hostname"]
