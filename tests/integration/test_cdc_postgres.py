@@ -234,6 +234,12 @@ def test_errors_name_what_is_wrong(pg: Db, slot: str) -> None:
     config.update({"database.hostname": "127.0.0.1", "database.user": "root"})
     with pytest.raises(ConfigException, match=r"database\.dbname"):
         PostgresCdcSourceConnector().validate(config)
+    # Debezium's topic.delimiter: `_` gives names the RocketMQ bus takes (its broker refuses '.')
+    with pytest.raises(ConfigException, match=r"topic\.delimiter"):
+        start(**{"topic.delimiter": "/"})
+    connector = PostgresCdcSourceConnector()
+    connector.start(_source(pg, slot, **{"topic.delimiter": "_"}))
+    assert [t["topic"] for t in connector.tables] == [f"cdc_{pg.namespace}_items"]
 
 
 class _Writer(threading.Thread):

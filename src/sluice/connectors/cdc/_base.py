@@ -47,6 +47,13 @@ def config_def(url: str, port: int, unit: str, *specific: ConfigKey) -> ConfigDe
             pattern=r"[a-zA-Z0-9_.-]{1,80}",
             doc=f"topics are <topic.prefix>.<{unit}>.<table>",
         ),
+        # Debezium's key; `_` makes names the RocketMQ bus takes (its broker refuses '.')
+        ConfigKey(
+            "topic.delimiter",
+            default=".",
+            pattern=r"[a-zA-Z0-9_.-]{1,4}",
+            doc="what joins the prefix, the schema or database and the table in a topic name",
+        ),
         *specific,
         ConfigKey("table.exclude.list", type="list", default=[], doc=f"{unit}.table, …"),
         ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),

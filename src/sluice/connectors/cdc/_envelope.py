@@ -94,7 +94,9 @@ def is_envelope(names: Sequence[str]) -> bool:
     return {"before", "after", "op"} <= set(names)
 
 
-def describe_table(db: Any, conn: Any, table: Any, prefix: str) -> dict[str, Any]:
+def describe_table(
+    db: Any, conn: Any, table: Any, prefix: str, delimiter: str = "."
+) -> dict[str, Any]:
     """What a CDC task needs of one captured table (`db` is the JDBC connector's database
     helper): its topic, primary key and mapped columns (a column with a database default is
     optional, see `sluice.connectors.cdc._evolve`); a clear error naming the table when it
@@ -120,7 +122,7 @@ def describe_table(db: Any, conn: Any, table: Any, prefix: str) -> dict[str, Any
         mapped.append([m.name, schema.to_json()])
     return {
         "table": str(table),
-        "topic": f"{prefix}.{table.schema}.{table.name}",
+        "topic": delimiter.join((prefix, table.schema, table.name)),
         "pk": pk,
         "columns": mapped,
     }

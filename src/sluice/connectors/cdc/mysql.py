@@ -219,7 +219,9 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
             )
         if str(table) in exclude:
             continue
-        described.append(describe_table(db, conn, table, values["topic.prefix"]))
+        described.append(
+            describe_table(db, conn, table, values["topic.prefix"], values["topic.delimiter"])
+        )
     if not described:
         raise ConfigException("table.include.list", "no table to capture")
     return described, {"file": status[0], "pos": int(status[1])}

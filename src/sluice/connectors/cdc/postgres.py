@@ -250,7 +250,9 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
     for table in tables:
         described.append(
             {
-                **describe_table(db, conn, table, values["topic.prefix"]),
+                **describe_table(
+                    db, conn, table, values["topic.prefix"], values["topic.delimiter"]
+                ),
                 "types": _column_types(conn, db.dialect.table(table)),
             }
         )
