@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sluice.connectors.file import FileSinkConnector, FileSourceTask
-from sluice.connectors.jdbc import JdbcSinkConnector
+from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.redis import RedisListSourceConnector
 from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest
@@ -191,3 +191,19 @@ def test_offsets_set_by_hand_are_checked_by_the_source() -> None:
     )
     assert postgres.offset_problem({}, {"lsn": 1234, "snapshot": {"done": True}}) is None
     assert postgres.offset_problem({}, {"lsn": "0/16B3748"}) is not None
+    jdbc = JdbcSourceConnector()
+    for good in (
+        {"timestamp": "2026-11-24T10:00:00.000001", "incrementing": 5},
+        {"incrementing": {"decimal": "1.5"}},
+        {"after": [1, "a", {"date": "2026-11-24"}]},
+        {"initial": 1700000000000},
+    ):
+        assert jdbc.offset_problem({}, good) is None, good
+    assert jdbc.offset_problem({}, {"timestamp": "yesterday"}) == (
+        "'timestamp' must be an ISO date-time (2026-11-24T10:00:00), got 'yesterday'"
+    )
+    assert jdbc.offset_problem({}, {"incrementing": {"oops": 1}}) == (
+        "'incrementing' holds {'oops': 1}, which is not a cursor value"
+    )
+    assert jdbc.offset_problem({}, {"incrementing": {"decimal": "x"}}) is not None
+    assert jdbc.offset_problem({}, {"after": 5}) == "'after' must be a list of cursor values, got 5"

@@ -966,6 +966,15 @@ class JdbcSourceTask(ReplayableSourceTask):
         pass
 
 
+def _cursor_value(value: Any) -> bool:
+    """Whether `value` is what `encode` writes: a JSON scalar, or a tagged value `decode`
+    reads back (a tag it does not know stays a dict: refused)."""
+    try:
+        return not isinstance(decode(value), (dict, list))
+    except (TypeError, ValueError, ArithmeticError):  # decimal.InvalidOperation is the last
+        return False
+
+
 class JdbcSourceConnector(SourceConnector):
     """Copies MySQL/MariaDB or PostgreSQL tables (or a query) into topics, exactly once."""
 
@@ -987,6 +996,26 @@ class JdbcSourceConnector(SourceConnector):
         super().start(config)
         if self._plan is None or self._plan.config != dict(config):
             self._plan = plan_source(config)
+
+    def offset_problem(self, partition: RecordPartition, offset: RecordOffset) -> str | None:
+        """The cursor values must read back as `_values` reads them: an ISO date-time for
+        `timestamp`, a JSON scalar or a tagged value (`{"decimal": "1.5"}`) for `incrementing`,
+        a list of them for bulk mode's `after`."""
+        stamp = offset.get("timestamp")
+        try:
+            if stamp is not None:
+                datetime.fromisoformat(stamp)
+        except (TypeError, ValueError):
+            return f"'timestamp' must be an ISO date-time (2026-11-24T10:00:00), got {stamp!r}"
+        after = offset.get("after")
+        if after is not None and not isinstance(after, list):
+            return f"'after' must be a list of cursor values, got {after!r}"
+        for key, value in [("incrementing", offset.get("incrementing"))] + [
+            ("after", v) for v in after or []
+        ]:
+            if not _cursor_value(value):
+                return f"{key!r} holds {value!r}, which is not a cursor value"
+        return None
 
     @property
     def plan(self) -> SourcePlan:
