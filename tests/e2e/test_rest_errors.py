@@ -315,6 +315,18 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
         )
     finally:
         assert worker.request("DELETE", f"/v1/connectors/{urllib.parse.quote(longest)}").is_success
+    # A body past rest.request.max.bytes (4 MiB by default) is a 413, declared or chunked; it
+    # was stored and handed to every task (a 50 MB config was accepted).
+    big = json.dumps({"name": "big", "config": {**config, "x": "a" * (5 << 20)}}).encode()
+    for content in (big, iter([big[: 1 << 20], big[1 << 20 :]])):
+        too_large = worker.request("POST", "/v1/connectors", content=content)
+        assert too_large.status_code == 413, too_large.text
+        assert too_large.json()["key"] == "rest.request.max.bytes"
+        assert "larger than rest.request.max.bytes (4,194,304)" in too_large.json()["message"]
+    small = json.dumps(config).encode()
+    chunked = worker.request("POST", "/connectors/chunked", content=iter([small[:9], small[9:]]))
+    assert chunked.status_code == 200, chunked.text  # a chunked body within the limit is read
+    assert worker.request("DELETE", "/v1/connectors/chunked").status_code == 204
     # Kafka Connect's paths typed without /v1 point there
     kafka_path = worker.request("POST", "/connectors", json={"name": "k", "config": config})
     assert kafka_path.status_code == 404
@@ -322,4 +334,5 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
         "Kafka Connect's routes are under /v1 here: POST /v1/connectors"
     )
     listed = worker.request("GET", "/v1/connectors").json()
-    assert not any(n in listed for n in (".", "..", "hostile-topic", "hostile-sink", "hostile-int"))
+    refused_names = (".", "..", "hostile-topic", "hostile-sink", "hostile-int", "big")
+    assert not any(n in listed for n in refused_names)

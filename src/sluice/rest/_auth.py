@@ -256,16 +256,23 @@ async def _error(send: Send, path: str, status: int, message: str, challenge: st
     await send({"type": "http.response.body", "body": data})
 
 
+#: `rest.request.max.bytes` by default, 4 MiB: far above any config or offsets list seen (Kafka's
+#: own config topic takes 1 MB per config).
+DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+
+
 @dataclass(frozen=True)
 class RestSecurity:
     """The worker's REST security keys: `rest.auth`, `rest.auth.file`, `rest.auth.metrics.open`,
-    `rest.tls.cert`, `rest.tls.key`."""
+    `rest.tls.cert`, `rest.tls.key`, `rest.request.max.bytes`."""
 
     mode: str = "none"
     credentials: Credentials | None = None
     metrics_open: bool = False
     tls_cert: str = ""
     tls_key: str = ""
+    #: `rest.request.max.bytes`: the largest request body read (see `sluice.rest._limits`)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
 
     @classmethod
     def from_properties(cls, props: MutableMapping[str, str] | dict[str, str]) -> RestSecurity:
@@ -297,7 +304,14 @@ class RestSecurity:
         for name, path in (("rest.tls.cert", cert), ("rest.tls.key", key)):
             if path and not os.path.isfile(path):
                 raise ConfigException(name, f"no such file: {path}")
-        return cls(mode, credentials, values["rest.auth.metrics.open"], cert, key)
+        return cls(
+            mode,
+            credentials,
+            values["rest.auth.metrics.open"],
+            cert,
+            key,
+            values["rest.request.max.bytes"],
+        )
 
     @property
     def scheme(self) -> str:

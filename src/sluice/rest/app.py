@@ -24,6 +24,7 @@ import sluice
 from sluice.rest import console, metrics, rocketmq, topics, v1
 from sluice.rest._auth import AuthMiddleware, RestSecurity, is_mutation, is_v1_face
 from sluice.rest._common import CONFIG_SCHEMA
+from sluice.rest._limits import DEFAULT_MAX_REQUEST_BYTES, BodyLimit
 from sluice.runtime.herder import Herder, HerderError
 from sluice.runtime.secrets import install_log_scrubber
 
@@ -98,6 +99,7 @@ _WHY = {
     500: "The worker failed unexpectedly",
     401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
     403: "The credentials are read-only and this request changes state",
+    413: "The request body is larger than the worker's rest.request.max.bytes",
 }
 
 
@@ -195,7 +197,10 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            for status in _statuses(path, method) + _auth_statuses(path, method, security):
+            statuses = _statuses(path, method) + _auth_statuses(path, method, security)
+            if "requestBody" in operation:
+                statuses += (413,)
+            for status in statuses:
                 responses[str(status)] = {
                     "description": _WHY[status],
                     "content": {
@@ -339,6 +344,9 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             request, 400, "invalid request: " + "; ".join(problems), code="request.invalid"
         )
 
+    # outermost but for auth: a body is measured only once the caller may send one
+    limit = security.max_request_bytes if security is not None else DEFAULT_MAX_REQUEST_BYTES
+    app.add_middleware(BodyLimit, max_bytes=limit)
     if security is not None and security.credentials is not None:
         app.add_middleware(
             AuthMiddleware,

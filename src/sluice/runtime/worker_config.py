@@ -89,6 +89,13 @@ WORKER_KEYS = ConfigDef(
     ConfigKey("rest.tls.cert", default="", doc="PEM certificate: serve the REST API over HTTPS"),
     ConfigKey("rest.tls.key", default="", doc="PEM private key of rest.tls.cert"),
     ConfigKey(
+        "rest.request.max.bytes",
+        type="int",
+        default=4 << 20,
+        min=1024,
+        doc="the largest REST request body read; a larger one is a 413",
+    ),
+    ConfigKey(
         "status.poll.interval.ms",
         type="int",
         default=500,
