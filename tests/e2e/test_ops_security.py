@@ -334,4 +334,20 @@ def test_tls_and_file_allowed_dirs(ops: Ops) -> None:
         assert r.status_code == 400, r.text
         message = r.json()["message"]
         assert message.startswith("filename:") and "file.allowed.dirs" in message, message
+    # Nor through Spark SQL in a transform: reading a file by path, running a shell command or
+    # calling Java (the /etc/shadow read worked before sluice.engine.sql_guard)
+    for query in (
+        "SELECT topic, key, (SELECT first(value) FROM text.`/etc/shadow`) AS value, "
+        "timestamp, headers FROM records",
+        "SELECT TRANSFORM(value) USING 'cat /etc/shadow' AS (value) FROM records",
+        "SELECT topic, key, reflect('java.lang.System', 'getenv', 'SLUICE_T_PG_USER') AS value, "
+        "timestamp, headers FROM records",
+    ):
+        sql = {"transforms": "s", "transforms.s.type": "sql", "transforms.s.query": query}
+        r = ops.request(
+            "POST", "/v1/connectors", json={"name": "sqlOut", "config": {**inside, **sql}}
+        )
+        assert r.status_code == 400, (query, r.text)
+        assert r.json()["key"].startswith("transforms.s"), r.text
     assert ops.request("DELETE", "/v1/connectors/fileInside").status_code == 204
+    assert ops.request("GET", "/v1/connectors/sqlOut").status_code == 404

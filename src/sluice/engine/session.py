@@ -42,6 +42,9 @@ REQUIRED: dict[str, str] = {
     # `time_from_millis`, `make_time`), `mapInArrow` and the Arrow stream writers of topics and
     # sinks fail with UNSUPPORTED_TIME_TYPE. With it on, all of them work (checked on 4.3.0).
     "spark.sql.timeType.enabled": "true",
+    # No `SELECT … FROM text.`/path``: SQL in a connector config (a REST client's) must not read
+    # files around file.allowed.dirs (see sluice.engine.sql_guard).
+    "spark.sql.runSQLOnFiles": "false",
 }
 
 

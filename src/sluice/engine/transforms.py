@@ -16,6 +16,7 @@ from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
 
+from sluice.engine import sql_guard
 from sluice.engine.frames import RECORD_COLUMNS
 from sluice.sdk import (
     ConfigException,
@@ -141,6 +142,12 @@ def _gated(transform: Transform, step: SqlStep | None, schema: dict) -> SqlStep 
 
 
 def _apply_one(spark: SparkSession, df: DataFrame, transform: Transform) -> DataFrame:
+    out = _planned_step(spark, df, transform)
+    sql_guard.check_frame(out, f"transforms.{transform.name}")
+    return out
+
+
+def _planned_step(spark: SparkSession, df: DataFrame, transform: Transform) -> DataFrame:
     schema = record_schema(df)
     step = _gated(transform, transform.to_sql(schema), schema)
     if step is None:
@@ -149,6 +156,7 @@ def _apply_one(spark: SparkSession, df: DataFrame, transform: Transform) -> Data
     if step.query is not None:
         # `{records}` is PySpark's DataFrame parameter; literal braces in the query are escaped.
         template = _RECORDS.sub("{records}", step.query.replace("{", "{{").replace("}", "}}"))
+        sql_guard.check_statement(spark, step.query, f"transforms.{transform.name}.query")
         out = spark.sql(template, records=df)
         missing = [c for c in RECORD_COLUMNS if c not in out.columns]
         if missing:
