@@ -114,6 +114,16 @@ def test_file_allowed_dirs(tmp_path: Path) -> None:
         with pytest.raises(ConfigException) as caught:
             check_allowed_paths(FileSourceConnector, {"filename": path}, allowed)
         assert caught.value.key == "filename" and "file.allowed.dirs" in str(caught.value)
+    # a SQLite URL names a file the connector creates and writes (the Iceberg sink's catalog)
+    from sluice.connectors.lake.iceberg import IcebergSinkConnector
+
+    inside = {"iceberg.catalog.uri": f"sqlite:///{tmp_path}/in/catalog.db"}
+    check_allowed_paths(IcebergSinkConnector, inside, allowed)
+    check_allowed_paths(IcebergSinkConnector, {"iceberg.catalog.uri": "postgresql://h/db"}, allowed)
+    for uri in ("sqlite:////etc/cron.d/x.db", "sqlite+pysqlite:////root/catalog.db"):
+        with pytest.raises(ConfigException) as caught:
+            check_allowed_paths(IcebergSinkConnector, {"iceberg.catalog.uri": uri}, allowed)
+        assert caught.value.key == "iceberg.catalog.uri", uri
 
 
 def test_credentials_file_and_roles(tmp_path: Path) -> None:

@@ -2,17 +2,22 @@
 
 A REST client that may create connectors could otherwise read `/etc/shadow` through a file
 source. Every key a connector declares `type="path"` is checked against the worker's
-`file.allowed.dirs` (comma-separated folders; empty: no limit) after symlinks are resolved.
+`file.allowed.dirs` (comma-separated folders; empty: no limit) after symlinks are resolved, and
+so is the file a SQLAlchemy SQLite URL in any key names (`sqlite:////data/catalog.db`: the
+Iceberg sink's catalog), which a connector creates and writes.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 
 from sluice.sdk import ConfigException
 
 ALLOWED_DIRS_KEY = "file.allowed.dirs"
+#: SQLAlchemy's SQLite URLs (`sqlite:///relative.db`, `sqlite:////absolute.db`, with a driver).
+_SQLITE_URL = re.compile(r"sqlite(?:\+\w+)?:///([^?]*)")
 
 
 def allowed_dirs(worker_props: Mapping[str, str]) -> list[str]:
@@ -35,7 +40,12 @@ def check_allowed_paths(
     config_def = getattr(connector_class, "config_def", None)
     for name, key in getattr(config_def, "keys", {}).items():
         value = config.get(name, "")
-        if key.type != "path" or not value.strip():
+        sqlite = _SQLITE_URL.match(value.strip())
+        if sqlite is not None:
+            value = sqlite.group(1)
+        elif key.type != "path":
+            continue
+        if not value.strip():
             continue
         real = os.path.realpath(os.path.expanduser(value.strip()))
         if not any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in folders):
