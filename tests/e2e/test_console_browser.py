@@ -16,8 +16,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -278,3 +281,56 @@ def test_console_token_login_list_logout(page, tmp_path: Path) -> None:
     finally:
         code = worker.terminate()
     assert code == 0, worker.log.read_text()[-3000:]
+
+
+def test_a_page_on_another_site_cannot_change_the_worker(
+    worker: WorkerProcess, page, tmp_path: Path
+) -> None:
+    """Cross-site request forgery, from a real browser: a page of another origin (a server on
+    another loopback port, so that Chromium's own Local Network Access rule lets it through, as
+    other browsers do) makes the browser POST a config as a form would (`text/plain`, no
+    preflight) and load RocketMQ Connect's create-by-GET as an image. The worker answers both
+    403 (sluice.rest._cross_site) and nothing is created; the console on the worker's own
+    origin still changes things (the tests above)."""
+    (tmp_path / "in.txt").write_text("secret\n")
+    config = json.dumps(
+        {
+            "connector.class": "FileSourceConnector",
+            "filename": str(tmp_path / "in.txt"),
+            "connect.topicname": "csrfTopic",
+        }
+    )
+    html = f"""<html><body><script>
+      fetch({json.dumps(worker.url + "/connectors/csrfPost")},
+            {{method: "POST", mode: "no-cors", headers: {{"Content-Type": "text/plain"}},
+              body: {json.dumps(config)}}});
+    </script><img src={json.dumps(worker.url + "/connectors/csrfGet?config=" + quote(config))}>
+    </body></html>""".encode()
+
+    class EvilPage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    evil = ThreadingHTTPServer(("127.0.0.1", 0), EvilPage)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        with (
+            page.expect_response(lambda r: "/connectors/csrfPost" in r.url) as post,
+            page.expect_request(lambda r: "/connectors/csrfGet" in r.url) as get,
+        ):
+            page.goto(f"http://localhost:{evil.server_address[1]}/")
+        assert post.value.status == 403  # (an opaque answer: the page may not read its body)
+        # the image's answer is JSON, which Chromium's opaque-response blocking hides from the
+        # page (no status to read here): it was sent, and the worker created nothing
+        get.value.response()  # its outcome, whichever it is
+    finally:
+        evil.shutdown()
+    listed = worker.get("/v1/connectors").json()
+    assert "csrfPost" not in listed and "csrfGet" not in listed

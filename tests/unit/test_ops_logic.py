@@ -166,7 +166,14 @@ def test_token_mode(tmp_path: Path) -> None:
     assert client.get("/openapi.json").status_code == 401
     bad = client.get("/v1/connectors", headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401 and bad.headers["www-authenticate"].startswith("Bearer")
-    assert bad.json() == {"error_code": 401, "message": "authentication required"}
+    assert bad.json() == {
+        "error_code": 401,
+        "message": "authentication required",
+        "code": "auth.required",
+        "key": None,
+        "suggestion": None,
+        "errors": [],
+    }
     ok = client.get("/openapi.json", headers={"Authorization": f"Bearer {reader}"})
     assert ok.status_code == 200
     refused = client.delete("/v1/connectors/x", headers={"Authorization": f"Bearer {reader}"})
@@ -181,7 +188,7 @@ def test_token_mode(tmp_path: Path) -> None:
     assert client.get("/ui/../v1/connectors").status_code == 401
     assert client.get("/uix").status_code == 401
     # the document says what the middleware answers, in the shape of the face called
-    assert client.get("/").json() == {"error_code": 401, "message": "authentication required"}
+    assert client.get("/").json()["error_code"] == 401
     doc = ok.json()
     assert doc["components"]["securitySchemes"] == {"token": {"type": "http", "scheme": "bearer"}}
     assert doc["security"] == [{"token": []}]
@@ -196,3 +203,26 @@ def test_token_mode(tmp_path: Path) -> None:
     doc = create_app(None, open_metrics).openapi()  # type: ignore[arg-type]
     assert doc["paths"]["/metrics"]["get"]["security"] == []
     assert "401" not in doc["paths"]["/metrics"]["get"]["responses"]
+
+
+def test_cross_site_requests_are_told_apart() -> None:
+    from sluice.rest._cross_site import foreign_origin
+
+    def scope(**headers: str) -> dict:
+        return {"headers": [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]}
+
+    assert foreign_origin(scope(host="127.0.0.1:8082")) is None  # curl, the CLI
+    same = scope(host="127.0.0.1:8082", origin="http://127.0.0.1:8082")
+    assert foreign_origin(same) is None  # the console
+    console = scope(host="h", origin="http://h:80", sec_fetch_site="same-origin")
+    assert foreign_origin(console) is None
+    assert foreign_origin(scope(host="h:443", origin="https://h")) is None
+    assert foreign_origin(scope(host="127.0.0.1:8082", origin="http://localhost:8082")) == (
+        "Origin: http://localhost:8082"
+    )
+    assert foreign_origin(scope(host="127.0.0.1:8082", origin="null")) == "Origin: null"
+    assert foreign_origin(scope(host="h", sec_fetch_site="cross-site")) == (
+        "Sec-Fetch-Site: cross-site"
+    )
+    other_port = scope(host="h", sec_fetch_site="same-site")
+    assert foreign_origin(other_port) == "Sec-Fetch-Site: same-site"

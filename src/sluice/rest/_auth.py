@@ -214,12 +214,18 @@ class AuthMiddleware:
         principal = self._principal(scope)
         if principal is None:
             challenge = 'Basic realm="sluice"' if self.mode == "basic" else 'Bearer realm="sluice"'
-            await _error(send, path, 401, "authentication required", challenge)
+            await send_error(
+                send,
+                path,
+                401,
+                "authentication required",
+                code="auth.required",
+                headers=((b"www-authenticate", challenge.encode()),),
+            )
             return
         if principal.role != "admin" and is_mutation(scope["method"], path):
-            await _error(
-                send, path, 403, f"{principal.name} is {principal.role}: this request changes state"
-            )
+            why = f"{principal.name} is {principal.role}: this request changes state"
+            await send_error(send, path, 403, why, code="auth.read_only")
             return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
@@ -243,16 +249,24 @@ class AuthMiddleware:
         return None
 
 
-async def _error(send: Send, path: str, status: int, message: str, challenge: str = "") -> None:
-    if is_v1_face(path):
-        body = {"error_code": status, "message": message}
-    else:
-        body = {"errorCode": status, "message": message}
+async def send_error(
+    send: Send,
+    path: str,
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    key: str | None = None,
+    headers: tuple[tuple[bytes, bytes], ...] = (),
+) -> None:
+    """An error answered by an ASGI middleware, before any route: the body in the shape of the
+    face `path` belongs to (as `sluice.rest.app.error_body` makes it for the routes)."""
+    status_key = "error_code" if is_v1_face(path) else "errorCode"
+    body = {status_key: status, "message": message, "code": code, "key": key}
+    body.update(suggestion=None, errors=[])
     data = json.dumps(body).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
-    if challenge:
-        headers.append((b"www-authenticate", challenge.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    sent = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": [*sent, *headers]})
     await send({"type": "http.response.body", "body": data})
 
 

@@ -8,12 +8,9 @@ it: at once when its `Content-Length` says so, else when the bytes received pass
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from sluice.rest._auth import DEFAULT_MAX_REQUEST_BYTES, is_v1_face
+from sluice.rest._auth import DEFAULT_MAX_REQUEST_BYTES, send_error
 
 
 class BodyLimit:
@@ -67,17 +64,15 @@ class BodyLimit:
             f"request body of {size:,}+ bytes is larger than rest.request.max.bytes "
             f"({self.max_bytes:,})"
         )
-        status_key = "error_code" if is_v1_face(scope.get("path", "")) else "errorCode"
-        body: dict[str, Any] = {status_key: 413, "message": message, "code": "request.too_large"}
-        body.update(key="rest.request.max.bytes", suggestion=None, errors=[])
-        data = json.dumps(body).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(data)).encode()),
-            (b"connection", b"close"),
-        ]
-        await send({"type": "http.response.start", "status": 413, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        await send_error(
+            send,
+            scope.get("path", ""),
+            413,
+            message,
+            code="request.too_large",
+            key="rest.request.max.bytes",
+            headers=((b"connection", b"close"),),
+        )
 
 
 def _content_length(scope: Scope) -> int | None:

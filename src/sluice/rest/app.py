@@ -24,6 +24,7 @@ import sluice
 from sluice.rest import console, metrics, rocketmq, topics, v1
 from sluice.rest._auth import AuthMiddleware, RestSecurity, is_mutation, is_v1_face
 from sluice.rest._common import CONFIG_SCHEMA
+from sluice.rest._cross_site import CrossSiteGuard
 from sluice.rest._limits import DEFAULT_MAX_REQUEST_BYTES, BodyLimit
 from sluice.runtime.herder import Herder, HerderError
 from sluice.runtime.secrets import install_log_scrubber
@@ -98,7 +99,7 @@ _WHY = {
     409: "The request does not fit the connector's state",
     500: "The worker failed unexpectedly",
     401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
-    403: "The credentials are read-only and this request changes state",
+    403: "A change asked by read-only credentials, or by a browser's cross-site request",
     413: "The request body is larger than the worker's rest.request.max.bytes",
 }
 
@@ -200,6 +201,8 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
             statuses = _statuses(path, method) + _auth_statuses(path, method, security)
             if "requestBody" in operation:
                 statuses += (413,)
+            if is_mutation(method, path) and 403 not in statuses:
+                statuses += (403,)  # sluice.rest._cross_site
             for status in statuses:
                 responses[str(status)] = {
                     "description": _WHY[status],
@@ -347,6 +350,7 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     # outermost but for auth: a body is measured only once the caller may send one
     limit = security.max_request_bytes if security is not None else DEFAULT_MAX_REQUEST_BYTES
     app.add_middleware(BodyLimit, max_bytes=limit)
+    app.add_middleware(CrossSiteGuard)
     if security is not None and security.credentials is not None:
         app.add_middleware(
             AuthMiddleware,
