@@ -296,6 +296,55 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
     assert counters.retrying(0) == {}
 
 
+def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request_timeout(
+    tmp_path: Path, kafka_mock: MockKafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consumer-group offsets (for lag tools only) are committed with the batch; a broker
+    gone since the batch was planned holds the reader's commit up for bus.request.timeout.ms
+    (3 s here), not for the outage (librdkafka's synchronous commit waited for it to end). The
+    commit left unanswered keeps the next ones back until librdkafka reports it, so it cannot
+    land after them (asynchronous commits land out of order) and overwrite newer offsets."""
+    import threading
+
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
+    appender = bus.topic_appender(writer_id="w")
+    frame = topic_frame(topic, [b"a", b"b"], route=[0, 0])
+    appender.commit([appender.write(iter([frame]), 0)], 0)
+    reader = bus.topic_reader(
+        name="snk",
+        topics=[topic],
+        max_tasks=1,
+        control_path=str(tmp_path / "control.json"),
+        positions=None,
+    )(options={}).streamReader(schema=None)
+    end = reader.latestOffset(reader.initialOffset(), None)
+    kafka_mock.set_down()
+    try:
+        committing = threading.Thread(target=reader.commit, args=(end,), daemon=True)
+        committing.start()
+        committing.join(20)
+        assert not committing.is_alive(), "the reader's commit waited for the broker"
+        assert "no answer within bus.request.timeout.ms (3 s)" in caplog.text
+        # still unanswered: the next commit is refused at once, not sent
+        with pytest.raises(BusUnavailable, match="an earlier commit is still unanswered"):
+            bus.log.commit_group_offsets("connect-snk", {(topic, 0): 1})
+    finally:
+        kafka_mock.set_up()
+
+    def committed() -> bool:
+        try:
+            bus.log.commit_group_offsets("connect-snk", {(topic, 0): 1})
+        except BusUnavailable:
+            return False
+        return True
+
+    wait_until(committed, 60, "a commit once the broker is back")
+    # the batch's offsets (given up on, then landed) did not overwrite the newer commit
+    assert bus.log.group_offsets("connect-snk", topic) == {0: 1}
+    assert end["q"] != {f"{topic}/0": 1}
+
+
 def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(
     tmp_path: Path, kafka_cluster: RealKafka
 ) -> None:
