@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tests.integration.bus_helpers import (
     MockKafkaCluster,
     RealKafka,
     read_all,
+    sink_reader,
     topic_frame,
     unique,
 )
@@ -103,13 +105,7 @@ def test_reader_commits_consumer_group_offsets(tmp_path: Path, kafka_cluster: Re
     appender = bus.topic_appender(writer_id="w")
     frame = topic_frame(topic, [b"a", b"b", b"c"], route=[0, 0, 1])
     appender.commit([appender.write(iter([frame]), 0)], 0)
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=1,
-        control_path=str(tmp_path / "c.json"),
-        positions=None,
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(bus, topic, tmp_path)
     end = reader.latestOffset(reader.initialOffset(), None)
     assert bus.log.group_offsets("connect-snk", topic) == {0: -1001, 1: -1001}  # nothing yet
     reader.commit(end)
@@ -270,14 +266,9 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
     appender = bus.topic_appender(writer_id="w")
     appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
     counters = SqliteCounters(tmp_path / "counters.sqlite")
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=2,
-        control_path=str(tmp_path / "control.json"),
-        positions=None,
-        notes=ConnectorNotes(counters, "snk", 2),
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(
+        bus, topic, tmp_path, max_tasks=2, notes=ConnectorNotes(counters, "snk", 2)
+    )
     start = reader.initialOffset()
     kafka_mock.set_down()
     try:
@@ -304,20 +295,13 @@ def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request
     (3 s here), not for the outage (librdkafka's synchronous commit waited for it to end). The
     commit left unanswered keeps the next ones back until librdkafka reports it, so it cannot
     land after them (asynchronous commits land out of order) and overwrite newer offsets."""
-    import threading
 
     bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
     topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
     appender = bus.topic_appender(writer_id="w")
     frame = topic_frame(topic, [b"a", b"b"], route=[0, 0])
     appender.commit([appender.write(iter([frame]), 0)], 0)
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=1,
-        control_path=str(tmp_path / "control.json"),
-        positions=None,
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(bus, topic, tmp_path)
     end = reader.latestOffset(reader.initialOffset(), None)
     kafka_mock.set_down()
     try:
