@@ -329,6 +329,33 @@ def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request
     assert end["q"] != {f"{topic}/0": 1}
 
 
+def test_a_group_commit_refused_or_kept_waiting_is_an_error_naming_the_group(
+    tmp_path: Path, kafka_mock: MockKafkaCluster
+) -> None:
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
+    # refused by the broker: the outage's error says which group and why
+    with pytest.raises(BusError, match=r"offsets of group 'g'.*UNKNOWN_TOPIC_OR_PART"):
+        bus.log.commit_group_offsets("g", {(unique("missing"), 0): 1})
+    # another thread of this process commits for the group (its client is busy) past the bound
+    _, lock = bus.log._group("g")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    held.wait(10)
+    try:
+        with pytest.raises(BusUnavailable, match="another thread's commit holds"):
+            bus.log.commit_group_offsets("g", {(unique("t"), 0): 1})
+    finally:
+        release.set()
+        holder.join(10)
+
+
 def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(
     tmp_path: Path, kafka_cluster: RealKafka
 ) -> None:

@@ -730,6 +730,8 @@ class _Commits:
 
 @dataclass(frozen=True)
 class _GroupClient:
+    """A group's consumer and the outcomes of its commits (`KafkaLog._group`)."""
+
     consumer: Any
     commits: _Commits
 
