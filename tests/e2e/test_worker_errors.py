@@ -101,3 +101,48 @@ def test_a_bad_error_setting_is_a_400_naming_the_key(worker: WorkerProcess, scra
     assert response.status_code == 400
     assert "errors.deadletterqueue.topic.name" in response.text
     assert "needs errors.tolerance=all" in response.text
+
+
+def test_a_source_dead_letter_names_the_task_that_read_it(worker: WorkerProcess) -> None:
+    """Two source tasks on the JVM path (JSON, a converter that refuses some keys), each range
+    cut over two Spark partitions: every dead letter and its log line name the task that read
+    the record (0 or 1, as the status shows), not the Spark partition that wrote it (0 to 3)."""
+    _create(
+        worker,
+        "errTasks",
+        {
+            "connector.class": "tests.integration.bad_sources.BadRecordSource",
+            "count": "50",  # per task: task 1 writes ids 50-99
+            "tasks": "2",
+            "max.tasks": "4",
+            "split": "true",
+            "connect.topicname": "errTasks",
+            "key.converter": "tests.integration.bad_sources.PickyConverter",
+            "value.converter": "JsonConverter",
+            "errors.tolerance": "all",
+            "errors.log.enable": "true",
+            "errors.deadletterqueue.topic.name": "errTasks-dlq",
+        },
+    )
+    # per task: 10 records off the schema, 2 keys the converter refuses (multiples of 25)
+    wait_until(
+        lambda: _count(worker, "errTasks") == 76 and _count(worker, "errTasks-dlq") == 24,
+        what="76 records and 24 dead letters",
+    )
+    status = worker.get("/v1/connectors/errTasks/status").json()
+    assert sorted(t["id"] for t in status["tasks"]) == [0, 1], status
+    letters = worker.get("/v1/topics/errTasks-dlq/records?limit=100").json()["records"]
+    named = {}
+    for letter in letters:
+        headers = letter["headers"]
+        record = int(json.loads(letter["key"]))
+        named[record] = (headers["__connect.errors.stage"], headers["__connect.errors.task.id"])
+    assert named == {
+        i: ("KEY_CONVERTER" if i % 25 == 0 else "TASK_POLL", str(i // 50))
+        for i in range(100)
+        if i % 25 == 0 or i % 10 in (3, 7)
+    }
+    log = worker.log.read_text()
+    for i in (0, 25, 50, 75):
+        line = f"Error encountered in task errTasks-{i // 50}. Executing stage 'KEY_CONVERTER'"
+        assert any(line in x and f"key {i} is a multiple of 25" in x for x in log.splitlines())

@@ -1,7 +1,8 @@
 """A test source whose records are sometimes wrong (Spark's Python workers import it from here).
 
 `BadRecordSource` writes `count` records of `PERSON` (key: the INT64 id), from one task (whose
-range the runtime cuts over `max.tasks` Spark partitions with `split=true`). Record i's value does
+range the runtime cuts over `max.tasks` Spark partitions with `split=true`), or from `tasks` tasks
+(task k writes ids k*count to (k+1)*count - 1, from its own partition). Record i's value does
 not match the schema when i % 10 == 3 (`id` is text; kind "off-schema") or i % 10 == 7 (`name`,
 a required field, is null; kind "null"); `kinds` picks which occur. `PickyConverter` refuses
 keys that are multiples of 25.
@@ -36,6 +37,8 @@ _CONFIG = ConfigDef(
     ConfigKey("count", type="int", default=100, min=0, doc="how many records"),
     ConfigKey("kinds", type="list", default=["off-schema", "null"], doc="which bad records"),
     ConfigKey("split", type="bool", default=False, doc="let the runtime cut ranges (max.tasks)"),
+    ConfigKey("tasks", type="int", default=1, min=1, doc="how many tasks"),
+    ConfigKey("task.index", type="int", default=0, min=0, doc="which task this is (internal)"),
 )
 
 
@@ -49,15 +52,19 @@ def value_of(i: int, kinds: tuple[str, ...] = ("off-schema", "null")) -> dict[st
 
 
 class BadRecordTask(ReplayableSourceTask):
-    """Replays records [start, end) of the one partition `{"source": "bad"}`."""
+    """Replays records [start, end) of its one partition: `{"source": "bad"}` (task k of
+    several: `{"source": "bad-k"}`)."""
 
     def start(self, config: Mapping[str, str]) -> None:
         keys = _CONFIG.parse(config)
         self.count, self.kinds = keys["count"], tuple(keys["kinds"])
         self.cuts = keys["split"]
+        index = keys["task.index"]
+        self.first = index * self.count
+        self.partition = {"source": "bad" if keys["tasks"] == 1 else f"bad-{index}"}
 
     def partitions(self) -> list[RecordPartition]:
-        return [{"source": "bad"}]
+        return [self.partition]
 
     def latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
@@ -74,11 +81,12 @@ class BadRecordTask(ReplayableSourceTask):
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterable[ConnectRecord]:
-        for i in range(start["next"] if start else 0, end["next"]):
+        for n in range(start["next"] if start else 0, end["next"]):
+            i = self.first + n
             yield ConnectRecord(
                 value=value_of(i, self.kinds),
                 key=i,
-                offset={"next": i + 1},
+                offset={"next": n + 1},
                 extensions={"origin": "bad-source"},
             )
 
@@ -96,7 +104,8 @@ class BadRecordSource(SourceConnector):
         return PERSON
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        return [dict(self.config)]
+        tasks = min(int(self.config.get("tasks", "1")), max_tasks)
+        return [{**self.config, "task.index": str(k)} for k in range(tasks)]
 
 
 class _PickyEncoder(Encoder):

@@ -372,3 +372,18 @@ def read_all(bus: Any, topic: str, queue: int, start: int, end: int) -> list[dic
 
 
 Committer = Callable[[Any, str, int, list[pa.RecordBatch]], None]
+
+
+def sink_reader(bus: Any, topic: str, folder: Path, **options: Any) -> Any:
+    """The driver side of a sink `snk`'s topic reader of `topic` (one task, no position store,
+    its control file in `folder`), as Spark's streaming engine drives it; `options` add to or
+    replace the reader's keywords (e.g. `notes`, `max_tasks`)."""
+    keywords = {
+        "name": "snk",
+        "topics": [topic],
+        "max_tasks": 1,
+        "control_path": str(folder / "control.json"),
+        "positions": None,
+        **options,
+    }
+    return bus.topic_reader(**keywords)(options={}).streamReader(schema=None)

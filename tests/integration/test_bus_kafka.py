@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from tests.integration.bus_helpers import (
     MockKafkaCluster,
     RealKafka,
     read_all,
+    sink_reader,
     topic_frame,
     unique,
 )
@@ -103,13 +105,7 @@ def test_reader_commits_consumer_group_offsets(tmp_path: Path, kafka_cluster: Re
     appender = bus.topic_appender(writer_id="w")
     frame = topic_frame(topic, [b"a", b"b", b"c"], route=[0, 0, 1])
     appender.commit([appender.write(iter([frame]), 0)], 0)
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=1,
-        control_path=str(tmp_path / "c.json"),
-        positions=None,
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(bus, topic, tmp_path)
     end = reader.latestOffset(reader.initialOffset(), None)
     assert bus.log.group_offsets("connect-snk", topic) == {0: -1001, 1: -1001}  # nothing yet
     reader.commit(end)
@@ -270,14 +266,9 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
     appender = bus.topic_appender(writer_id="w")
     appender.commit([appender.write(iter([topic_frame(topic, [b"a"], route=[0])]), 0)], 0)
     counters = SqliteCounters(tmp_path / "counters.sqlite")
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=2,
-        control_path=str(tmp_path / "control.json"),
-        positions=None,
-        notes=ConnectorNotes(counters, "snk", 2),
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(
+        bus, topic, tmp_path, max_tasks=2, notes=ConnectorNotes(counters, "snk", 2)
+    )
     start = reader.initialOffset()
     kafka_mock.set_down()
     try:
@@ -294,6 +285,75 @@ def test_reader_plans_nothing_during_an_outage_and_says_so(
         "a plan again",
     )
     assert counters.retrying(0) == {}
+
+
+def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request_timeout(
+    tmp_path: Path, kafka_mock: MockKafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The consumer-group offsets (for lag tools only) are committed with the batch; a broker
+    gone since the batch was planned holds the reader's commit up for bus.request.timeout.ms
+    (3 s here), not for the outage (librdkafka's synchronous commit waited for it to end). The
+    commit left unanswered keeps the next ones back until librdkafka reports it, so it cannot
+    land after them (asynchronous commits land out of order) and overwrite newer offsets."""
+
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
+    appender = bus.topic_appender(writer_id="w")
+    frame = topic_frame(topic, [b"a", b"b"], route=[0, 0])
+    appender.commit([appender.write(iter([frame]), 0)], 0)
+    reader = sink_reader(bus, topic, tmp_path)
+    end = reader.latestOffset(reader.initialOffset(), None)
+    kafka_mock.set_down()
+    try:
+        committing = threading.Thread(target=reader.commit, args=(end,), daemon=True)
+        committing.start()
+        committing.join(20)
+        assert not committing.is_alive(), "the reader's commit waited for the broker"
+        assert "no answer within bus.request.timeout.ms (3 s)" in caplog.text
+        # still unanswered: the next commit is refused at once, not sent
+        with pytest.raises(BusUnavailable, match="an earlier commit is still unanswered"):
+            bus.log.commit_group_offsets("connect-snk", {(topic, 0): 1})
+    finally:
+        kafka_mock.set_up()
+
+    def committed() -> bool:
+        try:
+            bus.log.commit_group_offsets("connect-snk", {(topic, 0): 1})
+        except BusUnavailable:
+            return False
+        return True
+
+    wait_until(committed, 60, "a commit once the broker is back")
+    # the batch's offsets (given up on, then landed) did not overwrite the newer commit
+    assert bus.log.group_offsets("connect-snk", topic) == {0: 1}
+    assert end["q"] != {f"{topic}/0": 1}
+
+
+def test_a_group_commit_refused_or_kept_waiting_is_an_error_naming_the_group(
+    tmp_path: Path, kafka_mock: MockKafkaCluster
+) -> None:
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=60)
+    # refused by the broker: the outage's error says which group and why
+    with pytest.raises(BusError, match=r"offsets of group 'g'.*UNKNOWN_TOPIC_OR_PART"):
+        bus.log.commit_group_offsets("g", {(unique("missing"), 0): 1})
+    # another thread of this process commits for the group (its client is busy) past the bound
+    _, lock = bus.log._group("g")
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    held.wait(10)
+    try:
+        with pytest.raises(BusUnavailable, match="another thread's commit holds"):
+            bus.log.commit_group_offsets("g", {(unique("t"), 0): 1})
+    finally:
+        release.set()
+        holder.join(10)
 
 
 def test_a_producer_fenced_by_another_process_of_the_same_writer_takes_its_id_back(

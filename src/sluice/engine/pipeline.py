@@ -31,7 +31,12 @@ from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUM
 from sluice.engine.keys import PIPELINE_KEYS
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
-from sluice.engine.source_errors import ERROR_FRAME, DeadLetterRouting, encode_frame_tolerating
+from sluice.engine.source_errors import (
+    ERROR_FRAME,
+    TASK_COLUMN,
+    DeadLetterRouting,
+    encode_frame_tolerating,
+)
 from sluice.engine.transforms import apply_transforms
 from sluice.sdk import Transform
 
@@ -78,7 +83,8 @@ def source_frame(
         out = encode_frame(df, codecs).select(*RECORD_FRAME, route_column(F.col("key")))
         return out, codecs
     # errors.tolerance=all: see sluice.engine.source_errors
-    keep = () if bypass else (DEAD_LETTER_COLUMN,)
+    # the task that read each record, for its dead letter (see DeadLetterRouting)
+    keep = (TASK_COLUMN,) if bypass else (TASK_COLUMN, DEAD_LETTER_COLUMN)
     encoded = encode_frame_tolerating(df, codecs, keep)
     out = encoded.select(*RECORD_FRAME, route_column(F.col("key")), *ERROR_FRAME, *keep)
     if bypass:

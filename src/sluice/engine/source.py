@@ -63,7 +63,7 @@ from sluice.engine.frames import (
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.engine.retry import RetryPolicy, watched, watching_task
-from sluice.engine.source_errors import encode_array_tolerating
+from sluice.engine.source_errors import TASK_COLUMN, TASK_TYPE, encode_array_tolerating
 from sluice.sdk import (
     ConfigException,
     ConnectException,
@@ -266,7 +266,9 @@ class _SourceDataSource(DataSource):
         if self.plan.direct is not None:
             return RECEIPT_DDL
         ddl = source_frame_ddl(self.plan.key_schema, self.plan.value_schema)
-        return f"{ddl}, {DEAD_LETTER_COLUMN} {DEAD_LETTER_DDL}" if self.plan.tolerant else ddl
+        if not self.plan.tolerant:
+            return ddl
+        return f"{ddl}, {TASK_COLUMN} int, {DEAD_LETTER_COLUMN} {DEAD_LETTER_DDL}"
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         if self.plan.replayable:
@@ -289,7 +291,9 @@ class _Frame:
     """Completes what a task yields into source-frame Arrow batches.
 
     With `errors.tolerance=all`, records that do not fit the schema become dead-letter rows
-    (the `dead_letter` column; see `sluice.engine.errors`) of the same batches.
+    (the `dead_letter` column; see `sluice.engine.errors`) of the same batches, and every row
+    says which source task read it (`TASK_COLUMN`: what the JVM path's topic writer names in
+    the dead letters of the records the converters refuse; the fused path drops it).
     """
 
     def __init__(self, plan: SourcePlan, task_id: int = 0, shape: int = 0) -> None:
@@ -298,7 +302,9 @@ class _Frame:
         self.records = source_frame_schema(plan.key_schema, plan.shapes[shape].value_schema)
         self.logical = self.records
         if plan.tolerant:
-            self.logical = self.records.append(pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE))
+            self.logical = self.records.append(pa.field(TASK_COLUMN, TASK_TYPE)).append(
+                pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE)
+            )
         # What Spark accepts for the DDL it was promised: Times travel as time64[ns].
         self.schema = spark_frame_schema(self.logical)
 
@@ -326,10 +332,15 @@ class _Frame:
                 )
         if self.plan.tolerant:
             batch = batch.append_column(
+                pa.field(TASK_COLUMN, TASK_TYPE), self._task_ids(batch.num_rows)
+            ).append_column(
                 pa.field(DEAD_LETTER_COLUMN, DEAD_LETTER_TYPE),
                 pa.nulls(batch.num_rows, DEAD_LETTER_TYPE),
             )
         return batch
+
+    def _task_ids(self, n: int) -> pa.Array:
+        return pa.repeat(pa.scalar(self.task_id, TASK_TYPE), n)
 
     def _tolerating(self, records: list[ConnectRecord]) -> pa.RecordBatch:
         """The records that fit the schema, then a dead-letter row for each that does not."""
@@ -353,9 +364,9 @@ class _Frame:
             return None
         letter = self.plan.errors.letters(letters, self.task_id)
         n = len(letter)
+        columns = {DEAD_LETTER_COLUMN: letter, TASK_COLUMN: self._task_ids(n)}
         return pa.RecordBatch.from_arrays(
-            [letter if f.name == DEAD_LETTER_COLUMN else pa.nulls(n, f.type) for f in self.logical],
-            schema=self.logical,
+            [columns.get(f.name, pa.nulls(n, f.type)) for f in self.logical], schema=self.logical
         )
 
     def complete(self, batch: pa.RecordBatch, partition: RecordPartition | None) -> pa.RecordBatch:
@@ -394,6 +405,8 @@ class _Frame:
                 columns.append(pa.repeat(pa.scalar(datetime.now(UTC), f.type), n))
             elif f.name == "partition_hash":
                 columns.append(pa.repeat(pa.scalar(partition_hash(partition), pa.int32()), n))
+            elif f.name == TASK_COLUMN:
+                columns.append(self._task_ids(n))
             else:
                 columns.append(pa.nulls(n, f.type))
         return pa.RecordBatch.from_arrays(columns, schema=self.schema)
@@ -457,7 +470,10 @@ def _tolerant_topic_frames(
         if dead.null_count < len(dead):
             yield from _deliver(batch.filter(pc.is_valid(dead)).column(DEAD_LETTER_COLUMN), plan)
             batch = batch.filter(pc.is_null(dead))
-        batch = batch.drop_columns([DEAD_LETTER_COLUMN])
+    # the fused path knows its task (`frame.task_id`): the JVM path's column is not needed
+    batch = batch.drop_columns(
+        [c for c in (TASK_COLUMN, DEAD_LETTER_COLUMN) if c in batch.schema.names]
+    )
     if not batch.num_rows:
         return
     encoded, refused = {}, {}

@@ -5,7 +5,8 @@ a record they refuse gets the columns of `ERROR_FRAME`: why (`error`), where (`e
 `error_class`) and what to keep of it (`letter_key`, `letter_value`: its key and value as JSON
 text; when one side has no SQL form and the other does, the refused record keeps the other
 side's topic bytes, as that side's converter wrote them). Dead letters made before the
-transforms (records off the connector's schema) travel in the `dead_letter` column. The topic
+transforms (records off the connector's schema) travel in the `dead_letter` column, and the
+source task that read each record in `TASK_COLUMN`, so that its dead letter names it. The topic
 writer is wrapped (`DeadLetterRouting`): in the Python process that receives the rows anyway, it
 logs and counts the tolerated records and turns them into dead-letter topic rows of the same
 micro-batch, so they are written exactly once with it.
@@ -38,6 +39,9 @@ from sluice.engine.errors import (
     render,
 )
 
+#: The source task that read a row of a tolerant source frame (null once a transform dropped it).
+TASK_COLUMN = "__sluice_task"
+TASK_TYPE = pa.int32()
 #: The columns a tolerant JVM-path source frame carries beside the topic frame.
 ERROR_FRAME = ("error", "error_stage", "error_class", "letter_key", "letter_value")
 _ERROR_DDL = (
@@ -198,7 +202,8 @@ def route_dead_letters(
     batch: pa.RecordBatch, reporter: ErrorReporter, counters: Any, task_id: int
 ) -> Iterator[pa.RecordBatch]:
     """A tolerant source frame batch as topic-writer batches: its good rows, then the dead-letter
-    topic rows of its dead letters (logged and counted here, once)."""
+    topic rows of its dead letters (logged and counted here, once). A refused record's letter
+    names the task in its `TASK_COLUMN`, or `task_id` where that is null or missing."""
     names = batch.schema.names
     good = pa.array([True] * batch.num_rows, pa.bool_())
     letters: list[pa.Array] = []
@@ -211,13 +216,25 @@ def route_dead_letters(
         error = batch.column("error")
         if error.null_count < len(error):
             refused = pc.is_valid(error)
-            letters.append(reporter.letters(_refused(batch.filter(refused)), task_id))
+            for task, bad in _by_task(batch.filter(refused), task_id):
+                letters.append(reporter.letters(_refused(bad), task))
             good = pc.and_(good, pc.invert(refused))
     yield batch.filter(good).select(TOPIC_FRAME_SCHEMA.names)
     for array in letters:
         rows = reporter.deliver(array, counters)
         if rows is not None:
             yield rows
+
+
+def _by_task(batch: pa.RecordBatch, fallback: int) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """`batch`'s rows grouped by the source task that read them (`TASK_COLUMN`; `fallback`
+    where it is null or missing)."""
+    if TASK_COLUMN not in batch.schema.names:
+        yield fallback, batch
+        return
+    tasks = pc.fill_null(batch.column(TASK_COLUMN), pa.scalar(fallback, TASK_TYPE))
+    for task in sorted(tasks.unique().to_pylist()):
+        yield task, batch.filter(pc.equal(tasks, task))
 
 
 def _refused(bad: pa.RecordBatch) -> list[DeadLetter]:
@@ -246,9 +263,10 @@ def _refused(bad: pa.RecordBatch) -> list[DeadLetter]:
 class DeadLetterRouting:
     """Wraps a topic writer data source: `route_dead_letters` on every batch it is given.
 
-    The dead letters name the source task by `tasks`: a one-task source's are task 0 whatever
-    Spark partition wrote them (its range may be cut over several); with more tasks, the writer
-    cannot tell which task read a row and names its Spark partition."""
+    The dead letters name the source task that read the record (`TASK_COLUMN`). Where a
+    transform dropped that column: a one-task source's are task 0 whatever Spark partition
+    wrote them (its range may be cut over several); with more tasks (`tasks`), the Spark
+    partition, the best the writer can tell."""
 
     reporter: ErrorReporter
     counters: Any = None

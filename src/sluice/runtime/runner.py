@@ -368,10 +368,8 @@ class ConnectorRunner:
             control_path = os.path.join(self._connector_dir(name), "control.json")
             self.counts_itself.add(name)  # SinkRunner.commit counts its records
             policy = ErrorPolicy.from_config(conf, topics)
-            dlq = None
             if policy.dlq_topic:
                 self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
-                dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq", fence=fence)
             # Where push sinks (sluice.push) read live limits and report progress: see push_board.
             conf[PUSH_BOARD_KEY] = self.push_board_path
             conf[CONNECTOR_NAME_KEY] = name
@@ -384,13 +382,22 @@ class ConnectorRunner:
                 counters=self.counters,
                 topics=tuple(topics),
                 registry=registry,
-                dlq=dlq,
             )
+            # a broker outage met by its reads or its own topics' commits shows in the tasks'
+            # status (`retrying`): the appenders are made once the tasks are known
+            notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
+            if policy.dlq_topic:
+                dlq = self.bus.topic_appender(
+                    writer_id=f"{name}/{run}/dlq", fence=fence, notes=notes
+                )
+                plan = replace(plan, dlq=dlq)
             owned = [t for t in connector.owned_topics() if t not in topics]
             if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
                 for topic in owned:
                     self.bus.create_topic(topic)
-                own = self.bus.topic_appender(writer_id=f"{name}/{run}/own", fence=fence)
+                own = self.bus.topic_appender(
+                    writer_id=f"{name}/{run}/own", fence=fence, notes=notes
+                )
                 plan = replace(plan, owned=own)
                 topics = [*topics, *owned]
             fused = plan.codecs is not None and fusable(conf, plan.codecs)
@@ -415,8 +422,7 @@ class ConnectorRunner:
                 downstream_ddl=RECEIPT_DDL if fused else None,
                 group=settings.task_group_id,
                 consume_from=settings.consume_from_where,
-                # a broker outage met by its reads shows in the tasks' status (`retrying`)
-                notes=ConnectorNotes(self.counters, name, len(plan.task_configs)),
+                notes=notes,
             )
             if fused:
                 query = start_fused_query(

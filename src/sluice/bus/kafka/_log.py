@@ -9,7 +9,8 @@
   removed is reported, never silently skipped. Offsets of a topic are not dense (each transaction
   ends with a commit or abort marker, and aborted messages are skipped), so a reader stops at its
   end offset by the consumer's position, not by counting messages.
-* Consumer-group offsets (``commit_group_offsets``) are committed for monitoring only.
+* Consumer-group offsets (``commit_group_offsets``) are committed for monitoring only, waiting at
+  most ``bus.request.timeout.ms`` for the broker.
 
 Why a batch is published exactly once (the journal plus transactions):
 
@@ -54,6 +55,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -643,31 +645,99 @@ class KafkaLog(ExternalLog):
                     producer.poll(0.05)  # the local queue is full: let deliveries drain it
 
     # -- monitoring ------------------------------------------------------------------------------
+    def _group(self, group: str) -> tuple[_GroupClient, threading.RLock]:
+        """This process's consumer of ``group`` (never joined: it only commits and reads the
+        group's offsets) and its lock."""
+        kafka = _kafka()
+        extra = {"group.id": group, "enable.auto.commit": False}
+
+        def make(config: dict) -> _GroupClient:
+            commits = _Commits()
+            return _GroupClient(kafka.Consumer({**config, "on_commit": commits}), commits)
+
+        return self._client(f"group:{group}", extra, make)
+
     def commit_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` under ``group``, waiting at most ``timeout_s``
+        (``bus.request.timeout.ms``) for the broker: they are for lag tools only (a reader's
+        positions are stored elsewhere), so a broker gone since the batch was planned must not
+        hold up the reader's commit for the whole outage. Past the bound, ``BusUnavailable``
+        (the next batch commits again). The commit left waiting may still land later, so no
+        other is sent before librdkafka reported it: asynchronous commits may land out of
+        order, and a late one must not overwrite newer offsets."""
         if not offsets:
             return
         kafka = _kafka()
-        extra = {"group.id": group, "enable.auto.commit": False}
-        consumer, lock = self._client(f"group:{group}", extra, lambda c: kafka.Consumer(c))
+        client, lock = self._group(group)
         parts = [kafka.TopicPartition(t, q, o) for (t, q), o in sorted(offsets.items())]
-        with lock:
+        deadline = time.monotonic() + self.timeout_s
+        if not lock.acquire(timeout=self.timeout_s):
+            raise self._unanswered(group, "another thread's commit holds the group's client")
+        try:
+            client.consumer.poll(0)  # serve the outcome of a commit given up on, if it came
+            if client.commits.waiting:
+                raise self._unanswered(group, "an earlier commit is still unanswered")
+            client.commits.waiting = True
             try:
-                consumer.commit(offsets=parts, asynchronous=False)
+                client.consumer.commit(offsets=parts, asynchronous=True)
             except kafka.KafkaException as exc:
+                client.commits.waiting = False
                 raise self._error(f"cannot commit offsets of group {group!r}", exc) from None
+            # librdkafka reports the outcome from poll(), through the consumer's on_commit
+            while client.commits.waiting:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    why = f"no answer within bus.request.timeout.ms ({self.timeout_s:g} s)"
+                    raise self._unanswered(group, why)
+                client.consumer.poll(min(left, 0.2))
+            failure = client.commits.failure
+        finally:
+            lock.release()
+        if failure is not None:
+            exc = kafka.KafkaException(failure)
+            raise self._error(f"cannot commit offsets of group {group!r}", exc) from None
+
+    def _unanswered(self, group: str, why: str) -> BusUnavailable:
+        return BusUnavailable(
+            f"kafka bootstrap.servers={self.bootstrap_servers}: offsets of group {group!r} not "
+            f"committed: {why}",
+            suggestion="is the Kafka cluster up and reachable?",
+        )
 
     def group_offsets(self, group: str, topic: str) -> dict[int, int]:
         """The offsets committed under ``group`` for each partition of ``topic`` (-1: none)."""
         kafka = _kafka()
-        extra = {"group.id": group, "enable.auto.commit": False}
-        consumer, lock = self._client(f"group:{group}", extra, lambda c: kafka.Consumer(c))
+        client, lock = self._group(group)
         parts = [kafka.TopicPartition(topic, q) for q in range(self.queue_count(topic))]
         with lock:
             try:
-                committed = consumer.committed(parts, timeout=self.timeout_s)
+                committed = client.consumer.committed(parts, timeout=self.timeout_s)
             except kafka.KafkaException as exc:
                 raise self._error(f"cannot read offsets of group {group!r}", exc) from None
         return {tp.partition: tp.offset for tp in committed}
+
+
+class _Commits:
+    """The ``on_commit`` of a group's consumer: whether its one asynchronous commit is still
+    unanswered, and how the last one ended (None: committed; else the ``KafkaError`` of the
+    request or of its first partition)."""
+
+    def __init__(self) -> None:
+        self.waiting = False
+        self.failure: Any = None
+
+    def __call__(self, err: Any, partitions: list[Any]) -> None:
+        failed = [tp.error for tp in partitions or [] if tp.error is not None]
+        self.failure = err if err is not None else (failed[0] if failed else None)
+        self.waiting = False
+
+
+@dataclass(frozen=True)
+class _GroupClient:
+    """A group's consumer and the outcomes of its commits (`KafkaLog._group`)."""
+
+    consumer: Any
+    commits: _Commits
 
 
 def _fenced(err: Any) -> bool:
