@@ -194,7 +194,7 @@ def test_token_mode(tmp_path: Path) -> None:
     assert doc["security"] == [{"token": []}]
     paths = doc["paths"]
     assert {"401", "403"} <= set(paths["/v1/connectors/{name}"]["delete"]["responses"])
-    assert "403" not in paths["/v1/connectors/{name}"]["get"]["responses"]
+    assert "403" in paths["/v1/connectors/{name}"]["get"]["responses"]  # a Host refused
     assert "403" in paths["/connectors/{name}/pause"]["get"]["responses"]  # a GET that mutates
     assert "401" in paths["/metrics"]["get"]["responses"]
     open_metrics = RestSecurity.from_properties(
@@ -226,3 +226,27 @@ def test_cross_site_requests_are_told_apart() -> None:
     )
     other_port = scope(host="h", sec_fetch_site="same-site")
     assert foreign_origin(other_port) == "Sec-Fetch-Site: same-site"
+
+
+def test_a_loopback_worker_answers_only_for_loopback_hosts() -> None:
+    """DNS rebinding: a site whose name resolves to 127.0.0.1 is refused by a worker on
+    loopback (httpHost=127.0.0.1), reads included; one listening elsewhere is not limited."""
+    from sluice.rest._auth import is_loopback
+
+    local = RestSecurity.from_properties({"httpHost": "127.0.0.1"})
+    assert local.loopback_only and not RestSecurity.from_properties({}).loopback_only
+    client = TestClient(create_app(None, local))  # type: ignore[arg-type]  # middleware only
+    for host in ("127.0.0.1:8082", "localhost:8082", "[::1]:8082", "127.0.0.2"):
+        assert client.get("/openapi.json", headers={"Host": host}).status_code == 200, host
+    refused = client.get("/openapi.json", headers={"Host": "rebound.example:8082"})
+    assert refused.status_code == 403
+    assert refused.json()["code"] == "request.host"
+    assert "'rebound.example'" in refused.json()["message"]
+    anywhere = TestClient(create_app(None, RestSecurity.from_properties({})))  # type: ignore[arg-type]
+    assert anywhere.get("/openapi.json", headers={"Host": "rebound.example"}).status_code == 200
+    assert [is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "example.com", "::1")] == [
+        False,
+        False,
+        False,
+        True,
+    ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import ipaddress
 import json
 import os
 import re
@@ -162,6 +163,17 @@ class Credentials:
         return None
 
 
+def is_loopback(host: str) -> bool:
+    """`127.x.x.x`, `::1` or `localhost` (the host part of a Host header or of `httpHost`)."""
+    name = host.strip().lower().removeprefix("[").removesuffix("]")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
 def is_console_file(path: str) -> bool:
     """A static file of the console (`/ui`): no data in it. With `rest.auth=token` these answer
     without credentials, because a browser loading a page cannot send a bearer token: the page
@@ -287,6 +299,8 @@ class RestSecurity:
     tls_key: str = ""
     #: `rest.request.max.bytes`: the largest request body read (see `sluice.rest._limits`)
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    #: `httpHost` is a loopback address: other Hosts are refused (see `sluice.rest._cross_site`)
+    loopback_only: bool = False
 
     @classmethod
     def from_properties(cls, props: MutableMapping[str, str] | dict[str, str]) -> RestSecurity:
@@ -325,6 +339,7 @@ class RestSecurity:
             cert,
             key,
             values["rest.request.max.bytes"],
+            is_loopback(values["httpHost"]),
         )
 
     @property

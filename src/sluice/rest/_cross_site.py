@@ -8,6 +8,11 @@ say where such a request comes from: `Sec-Fetch-Site` (every current browser, on
 and `Origin` (on a cross-origin POST). A request that changes something (`is_mutation`) and is
 marked cross-site, or whose `Origin` is not the worker's own, is answered 403. The console,
 served by the worker, is same-origin; the CLI and other HTTP clients send neither header.
+
+A worker listening on loopback only (`httpHost=127.0.0.1`, the example config) also answers 403
+to any request whose `Host` is not a loopback name or address: a site whose name its own DNS
+server turns into 127.0.0.1 (DNS rebinding) would otherwise be same-origin with the worker, and
+could read its answers as well as change it.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from sluice.rest._auth import is_mutation, send_error
+from sluice.rest._auth import is_loopback, is_mutation, send_error
 
 
 def foreign_origin(scope: Scope) -> str | None:
@@ -37,13 +42,31 @@ def foreign_origin(scope: Scope) -> str | None:
     return None
 
 
-class CrossSiteGuard:
-    """ASGI middleware answering 403 to a browser's cross-site request that changes state."""
+def _host_name(scope: Scope) -> str:
+    for key, value in scope.get("headers", ()):
+        if key.lower() == b"host":
+            return urlsplit("//" + value.decode("latin-1")).hostname or ""
+    return ""
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class CrossSiteGuard:
+    """ASGI middleware answering 403 to a browser's cross-site request that changes state, and,
+    on a worker listening on loopback only (`loopback_only`), to a request for another Host."""
+
+    def __init__(self, app: ASGIApp, loopback_only: bool = False) -> None:
         self.app = app
+        self.loopback_only = loopback_only
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and self.loopback_only:
+            host = _host_name(scope)
+            if host and not is_loopback(host):
+                message = (
+                    f"this worker listens on loopback only and does not answer for Host {host!r} "
+                    "(a name that resolves to it, as in DNS rebinding); use 127.0.0.1 or localhost"
+                )
+                await send_error(send, scope["path"], 403, message, code="request.host")
+                return
         if scope["type"] == "http" and is_mutation(scope["method"], scope["path"]):
             where = foreign_origin(scope)
             if where is not None:

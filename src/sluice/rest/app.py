@@ -99,7 +99,10 @@ _WHY = {
     409: "The request does not fit the connector's state",
     500: "The worker failed unexpectedly",
     401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
-    403: "A change asked by read-only credentials, or by a browser's cross-site request",
+    403: (
+        "A change asked by read-only credentials or by a browser's cross-site request, or a "
+        "Host a worker listening on loopback only does not answer for"
+    ),
     413: "The request body is larger than the worker's rest.request.max.bytes",
 }
 
@@ -201,7 +204,7 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
             statuses = _statuses(path, method) + _auth_statuses(path, method, security)
             if "requestBody" in operation:
                 statuses += (413,)
-            if is_mutation(method, path) and 403 not in statuses:
+            if 403 not in statuses:
                 statuses += (403,)  # sluice.rest._cross_site
             for status in statuses:
                 responses[str(status)] = {
@@ -350,7 +353,9 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     # outermost but for auth: a body is measured only once the caller may send one
     limit = security.max_request_bytes if security is not None else DEFAULT_MAX_REQUEST_BYTES
     app.add_middleware(BodyLimit, max_bytes=limit)
-    app.add_middleware(CrossSiteGuard)
+    app.add_middleware(
+        CrossSiteGuard, loopback_only=security is not None and security.loopback_only
+    )
     if security is not None and security.credentials is not None:
         app.add_middleware(
             AuthMiddleware,
