@@ -157,17 +157,19 @@ def test_kill_9_stream_and_sink_types_exactly_once_list_at_least_once(tmp_path: 
 def _crash_rounds(
     client: Any, root: Path, url: str, stream: str, queue: str, out: Path, writes: Writes
 ) -> list[tuple[dict[str, int], dict[str, int], int]]:
-    kills = []
+    kills, furthest = [], 0
     for round_ in range(ROUNDS):
-        proc = _start(root, url, stream, queue, out)
-        share = (round_ + 1) / (ROUNDS + 1)
+        # every sink past its share, and past where the furthest was killed: this run wrote
+        least = max(ENTRIES * (round_ + 1) / (ROUNDS + 1) * 0.4, furthest + 1)
         target = ("list", "hash", "string")[round_ % 3]  # one round in the suite: the list
-        ready = _kill_moment(client, root, stream, queue, writes, ENTRIES * share * 0.4, target)
+        ready = _kill_moment(client, root, stream, queue, writes, least, target)
+        proc = _start(root, url, stream, queue, out)
         run_then_kill(proc, ready, out, timeout=300, what="every sink and the list mid-way")
         written, committed = _progress(client, stream, writes), _committed(root)
         # written beyond the commit: the restart replays them, and the marks must skip them
         replayed = {k: n - committed[k] for k, n in written.items()}
         kills.append((written, replayed, ELEMENTS - client.llen(queue)))
+        furthest = max(written.values())
     # each sink was killed mid-way, not after it had finished
     assert all(0 < n < ENTRIES for p, _, _ in kills for n in p.values()), kills
     return kills
