@@ -58,8 +58,9 @@ test-rocketmq: $(STAMP)
 crash-kafka: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s
 
-# kill -9 of a Redis stream → topic → stream and list → topic worker three times (the suite kills
-# once), on the Redis of scripts/servers.sh (started if needed).
+# kill -9 of a Redis stream → topic → stream, list, hash and string keys and list → topic worker
+# three times (the suite kills once; the rounds take turns catching the list, hash and string
+# sinks with uncommitted writes), on the Redis of scripts/servers.sh (started if needed).
 crash-redis: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py -s
 

@@ -7,13 +7,17 @@ Redis: N stream entries of ~200 bytes (a key, a value, one header field) copied
             holds N (so it includes starting two streaming queries: `--steady` also times a second
             batch of N added while they run).
 
-RabbitMQ: N messages of ~200 bytes (a routing key, a body, one header) in a stream queue, copied
-to a classic queue bound to a fanout exchange
-  baseline  pika alone: consume the stream (prefetch 2000, acks as credit) → `basic_publish` of
-            each message on a confirming blocking channel (pika's way: each publish waits for its
-            confirm), one process;
-  sluice    RabbitMQStreamSourceConnector → topic → RabbitMQSinkConnector (publisher confirms,
-            pipelined), timed from creating the connectors until the copy queue holds N.
+RabbitMQ: N messages of ~200 bytes (a body, one header) copied to a classic queue bound to a
+fanout exchange, first from a stream queue, then from a classic queue
+  baseline  pika alone, pipelined as the sink is (`AmqpCopy`): consume (prefetch 2000; a stream
+            from its first offset) → `basic_publish` on a confirming channel of pika's
+            asynchronous `SelectConnection`, 2000 confirms outstanding at most, each consumed
+            message acked once its copy is confirmed; one process, one connection. Its copy (a
+            classic queue of N) is the next measurement's input;
+  sluice    RabbitMQStreamSourceConnector, then RabbitMQSourceConnector (acks after commit) →
+            topic → RabbitMQSinkConnector (publisher confirms, 2000 in flight), timed from
+            creating the connectors until the copy queue holds N. Every queue of the run is
+            deleted at its end, whatever happened.
 
 NATS JetStream: N messages of ~200 bytes (a key header, a payload) copied stream → stream
   baseline  nats-py alone: one ephemeral pull consumer fetching pages of 5000 → `publish_async`
@@ -36,10 +40,10 @@ Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--record
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -98,27 +102,71 @@ def amqp_count(url: str, queue: str) -> int:
         connection.close()
 
 
-def amqp_baseline(url: str, stream: str, n: int) -> float:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    reader, writer = connection.channel(), connection.channel()
-    copy = f"{stream}-plain"
-    writer.queue_declare(copy, durable=True)
-    writer.confirm_delivery()
-    reader.basic_qos(prefetch_count=2000)
-    started = time.perf_counter()
-    messages = reader.consume(stream, arguments={"x-stream-offset": "first"})
-    for done, (method, props, body) in enumerate(messages, 1):
-        writer.basic_publish("", copy, body, props, mandatory=True)
-        if done % 1000 == 0 or done == n:
-            reader.basic_ack(method.delivery_tag, multiple=True)
-        if done == n:
-            break
-    elapsed = time.perf_counter() - started
-    reader.cancel()
-    assert writer.queue_declare(copy, passive=True).method.message_count == n
-    writer.queue_delete(copy)
-    connection.close()
-    return n / elapsed
+class AmqpCopy:
+    """pika alone, pipelined as the sink is: consume `queue` (prefetch `in_flight`; a stream queue
+    from its first offset) and publish each message to a copy queue on a confirming channel
+    without waiting (pika's asynchronous `SelectConnection`); a consumed message is acked once
+    its copy is confirmed, so at most `in_flight` publishes await their confirm at any time."""
+
+    def __init__(self, url: str, queue: str, n: int, *, stream: bool, in_flight: int = 2000):
+        self.url, self.queue, self.n, self.in_flight = url, queue, n, in_flight
+        self.copy = f"{queue}-plain"
+        self.arguments = {"x-stream-offset": "first"} if stream else None
+        self.confirmed, self.out_of_order = 0, set[int]()
+        self.started = self.elapsed = 0.0
+        self.failure: str | None = None
+
+    def run(self) -> float:
+        """Records/s from the first consume until the last confirm."""
+        self.conn = pika.SelectConnection(
+            pika.URLParameters(self.url),
+            on_open_callback=lambda c: c.channel(on_open_callback=self._writer),
+            on_open_error_callback=lambda _c, e: self._fail(f"cannot connect: {e}"),
+            on_close_callback=lambda c, _e: c.ioloop.stop(),
+        )
+        self.conn.ioloop.start()
+        if self.failure:
+            raise SystemExit(f"pika baseline: {self.failure}")
+        assert amqp_count(self.url, self.copy) == self.n
+        return self.n / self.elapsed
+
+    def _writer(self, writer: object) -> None:
+        self.writer = writer
+        declared = lambda _f: writer.confirm_delivery(self._confirm, callback=opened)  # noqa: E731
+        opened = lambda _f: self.conn.channel(on_open_callback=self._reader)  # noqa: E731
+        writer.queue_declare(self.copy, durable=True, callback=declared)
+
+    def _reader(self, reader: object) -> None:
+        self.reader = reader
+        self.started = time.perf_counter()
+        consume = lambda _f: reader.basic_consume(  # noqa: E731
+            self.queue, self._message, arguments=self.arguments
+        )
+        reader.basic_qos(prefetch_count=self.in_flight, callback=consume)
+
+    def _message(self, _ch: object, _method: object, props: object, body: bytes) -> None:
+        # published in delivery order: publish sequence number k is consumed delivery tag k
+        self.writer.basic_publish("", self.copy, body, props, mandatory=True)
+
+    def _confirm(self, frame: object) -> None:
+        method = frame.method
+        if isinstance(method, pika.spec.Basic.Nack):
+            return self._fail(f"publish {method.delivery_tag} nacked")
+        if method.multiple:
+            self.confirmed = max(self.confirmed, method.delivery_tag)
+        else:
+            self.out_of_order.add(method.delivery_tag)
+        while self.confirmed + 1 in self.out_of_order:
+            self.out_of_order.discard(self.confirmed + 1)
+            self.confirmed += 1
+        self.reader.basic_ack(self.confirmed, multiple=True)
+        if self.confirmed >= self.n:
+            self.elapsed = time.perf_counter() - self.started
+            self.conn.close()  # the copy stays: the next measurement reads it
+
+    def _fail(self, why: str) -> None:
+        self.failure = why
+        self.conn.ioloop.stop()
 
 
 def wait(done: Callable[[], bool], runner: ConnectorRunner) -> None:
@@ -195,60 +243,87 @@ def bench_redis(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str
 
 
 def bench_rabbitmq(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
+    """A stream queue → exchange, then a classic queue → exchange, each against pika alone doing
+    the same copy pipelined (`AmqpCopy`); each baseline's copy is the next measurement's input."""
     n, url = args.records, args.amqp_url
     tag = uuid.uuid4().hex[:8]
     stream, exchange, copy = f"bench-{tag}", f"bench-{tag}-x", f"bench-{tag}-copy"
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
-    channel.exchange_declare(exchange, "fanout", durable=True)
-    channel.queue_declare(copy, durable=True)
-    channel.queue_bind(copy, exchange)
-    amqp_fill(channel, stream, 0, n)
+    out = {
+        **raw,
+        "rabbitmq.url": url,
+        "connector.class": "RabbitMQSinkConnector",
+        "connect.topicnames": "bench",
+        "rabbitmq.exchange": exchange,
+        "max.tasks": str(args.tasks),
+    }
+    source = {**raw, "rabbitmq.url": url, "connect.topicname": "bench"}
     try:
-        plain = amqp_baseline(url, stream, n)
-        print(f"{'pika stream consume → confirmed publish:':<44} {plain:>10,.0f} records/s")
-        connectors = {
-            "in": {
-                **raw,
-                "rabbitmq.url": url,
-                "connector.class": "RabbitMQStreamSourceConnector",
-                "rabbitmq.queues": stream,
-                "connect.topicname": "bench",
-            },
-            "out": {
-                **raw,
-                "rabbitmq.url": url,
-                "connector.class": "RabbitMQSinkConnector",
-                "connect.topicnames": "bench",
-                "rabbitmq.exchange": exchange,
-                "max.tasks": str(args.tasks),
-            },
-        }
-        if not args.steady:
-            elapsed = timed(runner, connectors, lambda: amqp_count(url, copy) >= n)
-            report("sluice stream → topic → exchange (cold):", plain, n, elapsed)
-            return
-        for name, config in connectors.items():
-            runner.start(name, config)
-        wait(lambda: amqp_count(url, copy) >= n, runner)
-        started = time.perf_counter()
-        amqp_fill(channel, stream, n, n)
-        wait(lambda: amqp_count(url, copy) >= 2 * n, runner)
-        report("sluice, running (steady, incl. the fill):", plain, n, time.perf_counter() - started)
-        for name in connectors:
-            runner.stop(name)
-    finally:
-        # a fresh connection: the first one sat idle through the run and the broker may have
-        # dropped it (a 1M run lost it to missed heartbeats and left its queues behind)
-        with contextlib.suppress(pika.exceptions.AMQPError):
-            connection.close()
         connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
-        for queue in (stream, copy):
-            channel.queue_delete(queue)
-        channel.exchange_delete(exchange)
-        connection.close()
+        channel.queue_declare(stream, durable=True, arguments={"x-queue-type": "stream"})
+        channel.exchange_declare(exchange, "fanout", durable=True)
+        channel.queue_declare(copy, durable=True)
+        channel.queue_bind(copy, exchange)
+        amqp_fill(channel, stream, 0, n)
+        connection.close()  # idle through the run, the broker could drop it (missed heartbeats)
+        plain = AmqpCopy(url, stream, n, stream=True).run()
+        print(f"{'pika stream → pipelined confirmed publish:':<44} {plain:>10,.0f} records/s")
+        stream_in = {**source, "connector.class": "RabbitMQStreamSourceConnector"}
+        connectors = {"in": {**stream_in, "rabbitmq.queues": stream}, "out": out}
+        elapsed = timed(runner, connectors, lambda: amqp_count(url, copy) >= n)
+        report("sluice stream → topic → exchange (cold):", plain, n, elapsed)
+        if args.steady:
+            amqp_steady(runner, connectors, url, stream, copy, plain)
+        queue = f"{stream}-plain"  # the first baseline's copy: n messages in a classic queue
+        plain = AmqpCopy(url, queue, n, stream=False).run()
+        print(f"{'pika queue → pipelined confirmed publish:':<44} {plain:>10,.0f} records/s")
+        amqp_purge(url, copy)
+        queue_in = {**source, "connector.class": "RabbitMQSourceConnector"}
+        connectors = {"in-q": {**queue_in, "rabbitmq.queues": f"{queue}-plain"}, "out-q": out}
+        elapsed = timed(runner, connectors, lambda: amqp_count(url, copy) >= n)
+        report("sluice queue → topic → exchange (cold):", plain, n, elapsed)
+    finally:
+        amqp_clean(url, exchange)
+
+
+def amqp_steady(
+    runner: ConnectorRunner,
+    connectors: dict[str, dict[str, str]],
+    url: str,
+    stream: str,
+    copy: str,
+    plain: float,
+) -> None:
+    """N more messages while the connectors run (the time includes the bench's publishes)."""
+    n = amqp_count(url, copy)
+    for name, config in connectors.items():
+        runner.start(name, config)
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    started = time.perf_counter()
+    amqp_fill(connection.channel(), stream, n, n)
+    connection.close()
+    wait(lambda: amqp_count(url, copy) >= 2 * n, runner)
+    report("sluice, running (steady, incl. the fill):", plain, n, time.perf_counter() - started)
+    for name in connectors:
+        runner.stop(name)
+
+
+def amqp_purge(url: str, queue: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_purge(queue)
+    connection.close()
+
+
+def amqp_clean(url: str, exchange: str) -> None:
+    """Delete every queue of this run and its exchange (on a fresh connection: one idle through
+    the run may have been dropped), whether or not the run got as far as declaring them."""
+    prefix = exchange.removesuffix("-x")
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    for suffix in ("", "-copy", "-plain", "-plain-plain"):
+        channel.queue_delete(prefix + suffix)  # an absent queue is no error
+    channel.exchange_delete(exchange)
+    connection.close()
 
 
 def bench_nats(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str, str]) -> None:
@@ -422,6 +497,8 @@ def main() -> None:
     parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
     parser.add_argument("--mqtt-port", type=int, default=1883)
     args = parser.parse_args()
+    # a SIGTERM (a timeout, a kill) unwinds like Ctrl-C, so every `finally` deletes what it made
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.1f}; {args.records} records of ~200 bytes"

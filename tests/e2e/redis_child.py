@@ -4,7 +4,12 @@ Usage: python redis_child.py STORE_ROOT REDIS_URL STREAM LIST
 
 - stream STREAM → topic `events` (`RedisStreamSourceConnector`, 1000 entries per micro-batch) →
   stream `STREAM-copy` (`RedisSinkConnector`, two tasks): exactly-once end to end;
+- the same topic `events` → list `STREAM-list`, hash `STREAM-hash` (field: the record key) and
+  string keys `STREAM-str:<record key>` (`RedisSinkConnector` with `redis.type` list, hash and
+  string, one task each);
 - list LIST → topic `jobs` (`RedisListSourceConnector`, 500 elements per poll): at-least-once.
+
+Every sink keeps its marks under keys naming STREAM, so the test can remove them.
 """
 
 from __future__ import annotations
@@ -34,17 +39,26 @@ def main() -> None:
             "read.max.rows": "1000",
         },
     )
-    runner.start(
-        "events-out",
-        {
-            **raw,
-            "connector.class": "RedisSinkConnector",
-            "connect.topicnames": "events",
-            "redis.key.format": f"{stream}-copy",
-            "redis.batch.size": "300",  # several transactions per micro-batch and queue
-            "max.tasks": "2",
-        },
-    )
+    sink = {
+        **raw,
+        "connector.class": "RedisSinkConnector",
+        "connect.topicnames": "events",
+        # marks named after the stream: runs beside each other (or left over) never share one
+        "redis.offsets.key.format": "sluice:offsets:${connector}:${topic}:${queue}:" + stream,
+        "redis.batch.size": "300",  # several transactions per micro-batch and queue
+    }
+    runner.start("events-out", {**sink, "redis.key.format": f"{stream}-copy", "max.tasks": "2"})
+    for kind, key in (("list", "-list"), ("hash", "-hash"), ("string", "-str:${key}")):
+        runner.start(
+            f"events-{kind}",
+            # smaller transactions: writing a micro-batch takes longer, so a kill finds it mid-way
+            {
+                **sink,
+                "redis.batch.size": "50",
+                "redis.type": kind,
+                "redis.key.format": stream + key,
+            },
+        )
     runner.start(
         "jobs-in",
         {

@@ -77,12 +77,14 @@ def test_kill_9_during_commits_each_record_once_every_version_readable(tmp_path:
     kills = []
     for round_ in range(ROUNDS):
         proc = _start(root, lake, out)
-        share = (round_ + 1) / (ROUNDS + 1)
+        # past its share and past the last kill: a condition that held already would kill the
+        # child before it wrote anything
+        least = max(
+            RECORDS * (round_ + 1) / (ROUNDS + 1) * 0.3, min(kills[-1].values()) + 1 if kills else 0
+        )
         try:
             wait_until(
-                lambda p=proc, s=share: (
-                    p.poll() is not None or min(_counts(lake).values()) >= RECORDS * s * 0.3
-                ),
+                lambda p=proc, n=least: p.poll() is not None or min(_counts(lake).values()) >= n,
                 900,
                 "every table part-way",
                 every=1.0,  # reading three tables costs: leave the CPU to the child

@@ -71,10 +71,14 @@ def test_kill_9_stream_exactly_once_queue_at_least_once(tmp_path: Path) -> None:
     kills = []
     try:
         for round_ in range(ROUNDS):
-            share = (round_ + 1) / (ROUNDS + 1)
+            # past its share of the copy and past the last kill's count: a condition that held
+            # already would kill the next child before it did anything
+            least = max(
+                ENTRIES * (round_ + 1) / (ROUNDS + 1) * 0.4, kills[-1][0] + 1 if kills else 0
+            )
             run_then_kill(
                 start_child(CHILD, args, out),
-                lambda s=share: count(copy) >= ENTRIES * s * 0.4 and count(queue) < ELEMENTS,
+                lambda n=least: count(copy) >= n and count(queue) < ELEMENTS,
                 out,
                 timeout=300,
                 what="both mid-way",
