@@ -25,8 +25,9 @@ tasks that overlap deliver their common messages twice.
 Record mapping: the payload → value (BYTES); user property ``mqtt.key.property`` (default
 ``Sluice-Key``) → key (BYTES); every other user property → an extension (a name given twice keeps
 its last value); the message's topic → extension ``mqtt.topic``; the time it arrived → timestamp.
-Partition ``{"client": <client id>}``; offset ``{"mid": <packet id>, "qos": <qos>}`` (what the
-acknowledgement needs; not a position to resume from: the session is).
+Partition ``{"client": <client id>}``; offset ``{"mid": <packet id>, "qos": <qos>, "conn": <n>}``
+(what the acknowledgement needs, n counting the client's reconnections; not a position to
+resume from: the session is).
 """
 
 from __future__ import annotations
@@ -80,38 +81,55 @@ class MqttSourceTask(SourceTask):
         self.key_property: str = values["mqtt.key.property"]
         self.max_records: int = values["mqtt.poll.max.records"]
         self.client_id = _client_id(values, self.context.connector_name, self.context.task_id)
-        self._arrived: deque[Any] = deque()
+        self._arrived: deque[tuple[Any, float, int]] = deque()
         self._lock = threading.Lock()
+        # which connection a message came on: a QoS 1 message is acknowledged on that one only
+        self._connection = 0
         self._client = self.settings.connect(
             self.client_id,
             session_expiry_s=values["mqtt.session.expiry.s"],
             receive_maximum=values["mqtt.receive.maximum"],
-            on_connect=self._subscribe,
+            on_connect=self._connected,
             on_message=self._arrive,
         )
+        self._client.on_disconnect = self._disconnected
 
-    def _subscribe(self, client: Any) -> None:
+    def _connected(self, client: Any, session_present: bool) -> None:
+        if session_present:
+            # The broker resends, under the same packet ids, the QoS 1 messages of the session
+            # it saw no PUBACK for (MQTT 5, 4.4): those still buffered would come twice.
+            with self._lock:
+                self._arrived = deque(
+                    a for a in self._arrived if a[0].qos != 1 or a[2] == self._connection
+                )
         # also when the broker kept the session: subscribing again is harmless, and a filter
         # added to the config takes effect
         client.subscribe([(f, self.qos) for f in self.filters])
 
+    def _disconnected(self, *_: Any) -> None:
+        with self._lock:
+            self._connection += 1
+
     def _arrive(self, message: Any) -> None:
         with self._lock:
-            self._arrived.append((message, time.time()))
+            self._arrived.append((message, time.time(), self._connection))
 
     def poll(self) -> list[ConnectRecord]:
-        with self._lock:
-            taken = [
-                self._arrived.popleft() for _ in range(min(self.max_records, len(self._arrived)))
-            ]
-        if not taken and not self._client.is_connected():
+        # Disconnected: nothing more is handed over until paho reconnected (raising lets the
+        # runtime back off and the task's status say so). What is still buffered could not be
+        # acknowledged on this connection anyway; QoS 1 messages will come again.
+        if not self._client.is_connected():
             raise RetriableException(
                 f"mqtt.url={self.settings.where}: client {self.client_id} is not connected "
                 "(paho is reconnecting)"
             )
-        return [self._record(m, at) for m, at in taken]
+        with self._lock:
+            taken = [
+                self._arrived.popleft() for _ in range(min(self.max_records, len(self._arrived)))
+            ]
+        return [self._record(*arrived) for arrived in taken]
 
-    def _record(self, message: Any, at: float) -> ConnectRecord:
+    def _record(self, message: Any, at: float, connection: int) -> ConnectRecord:
         extensions = dict(getattr(message.properties, "UserProperty", None) or [])
         key = extensions.pop(self.key_property, None)
         extensions[TOPIC_EXTENSION] = message.topic
@@ -119,18 +137,25 @@ class MqttSourceTask(SourceTask):
             value=message.payload,
             key=key.encode() if key is not None else None,
             partition={"client": self.client_id},
-            offset={"mid": message.mid, "qos": message.qos},
+            offset={"mid": message.mid, "qos": message.qos, "conn": connection},
             timestamp=datetime.fromtimestamp(at, tz=UTC),
             extensions=extensions,
             topic=self.topic,
         )
 
     def commit(self, records: list[ConnectRecord]) -> None:
-        # in the order they arrived, as MQTT wants acknowledgements
+        # In the order they arrived, as MQTT wants acknowledgements. A QoS 1 message of an
+        # earlier connection is not acknowledged: the broker sent it again on this one (same
+        # packet id), and that copy is acknowledged once its own batch committed; acknowledging
+        # both could acknowledge a later message the broker gave the freed packet id to.
+        # (QoS 2: the broker resends only the PUBREL, which the PUBCOMP answers.)
+        with self._lock:
+            connection = self._connection
         for record in records:
             offset = record.offset or {}
-            if offset.get("qos"):
-                self._client.ack(offset["mid"], offset["qos"])
+            qos = offset.get("qos")
+            if qos == 2 or (qos == 1 and offset.get("conn") == connection):
+                self._client.ack(offset["mid"], qos)
 
     def stop(self) -> None:
         # a plain DISCONNECT keeps the session (and its unacknowledged messages) for the next run
