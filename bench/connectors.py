@@ -29,8 +29,12 @@ MQTT: N messages of ~200 bytes (a key user property, a payload) waiting in a per
 Needs the servers of `scripts/servers.sh up redis rabbitmq nats mosquitto` (or `--redis-url`,
 `--amqp-url`).
 
-Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--records 200000]
-       [--tasks 2] [--steady]
+`--systems mqtt-task` times the MQTT source task alone (no Spark): poll, the Arrow frame the
+driver stages, and the acknowledgements of `commit`, against paho alone taking the same messages
+from its session with a manual acknowledgement each.
+
+Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt | mqtt-task]
+       [--records 200000] [--tasks 2] [--steady]
 """
 
 from __future__ import annotations
@@ -409,9 +413,113 @@ def mqtt_copy(port: int, client_id: str, topic: str, n: int) -> float:
     return elapsed
 
 
+def bench_mqtt_task(args: argparse.Namespace) -> None:
+    """The MQTT source task alone (no Spark): N messages waiting in its session, polled, staged
+    as the engine frames them (Arrow) and acknowledged as after a commit; against paho alone
+    taking them from its session with a manual acknowledgement each."""
+    from tests import mqtt_helpers
+
+    n, tag, port = args.records, uuid.uuid4().hex[:8], args.mqtt_port
+    ids = {side: f"bench-{side}-{tag}" for side in ("paho", "task")}
+    for client_id in ids.values():
+        mqtt_helpers.session(port, client_id, [f"bench-{tag}/in"])
+    try:
+        messages = [
+            (f"bench-{tag}/in", VALUE + b"%08d" % i, {"Sluice-Key": f"key-{i % 997}"})
+            for i in range(n)
+        ]
+        mqtt_helpers.publish(port, messages)
+        plain = n / paho_take(port, ids["paho"], n)
+        print(f"{'paho alone: take, ack each:':<44} {plain:>10,.0f} msgs/s")
+        report("MqttSourceTask: poll → frame → commit:", plain, n, task_take(port, ids["task"], n))
+    finally:
+        for client_id in ids.values():
+            mqtt_helpers.session(port, client_id, [], end=True)
+
+
+def paho_take(port: int, client_id: str, n: int) -> float:
+    """Seconds paho alone takes to receive `n` messages waiting in its session, acking each."""
+    import threading
+
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    taken, done = [0], threading.Event()
+
+    def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
+        c.ack(m.mid, m.qos)
+        taken[0] += 1
+        if taken[0] >= n:
+            done.set()
+
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5, manual_ack=True
+    )
+    c.on_message = on_message
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
+    started = time.perf_counter()
+    c.connect("127.0.0.1", port, clean_start=False, properties=props)
+    c.loop_start()
+    done.wait(3600)
+    elapsed = time.perf_counter() - started
+    c.disconnect()
+    c.loop_stop()
+    return elapsed
+
+
+def task_take(port: int, client_id: str, n: int) -> float:
+    """Seconds the source task takes to hand over `n` messages waiting in its session, as the
+    driver does: poll, frame (what is staged), commit (the acknowledgements)."""
+    from sluice.connectors.mqtt import MqttSourceTask
+    from sluice.engine.source import Shape, SourcePlan, _Frame
+    from sluice.sdk import ReadLimit, Schema, SourceTaskContext
+
+    plan = SourcePlan(
+        name="bench",
+        run="bench",
+        task_class=MqttSourceTask,
+        task_configs=({},),
+        key_schema=Schema.bytes_(),
+        shapes=(Shape(Schema.bytes_()),),
+        topic="mbench",
+        limit=ReadLimit(),
+        staging_dir="",
+    )
+    frame = _Frame(plan)
+    task = MqttSourceTask()
+    task.context = SourceTaskContext(connector_name="bench", task_id=0, offset_storage_reader=None)
+    started = time.perf_counter()
+    task.start(
+        {
+            "mqtt.url": f"tcp://127.0.0.1:{port}",
+            "mqtt.topics": "#",
+            "mqtt.client.id": client_id,
+            "connect.topicname": "mbench",
+        }
+    )
+    taken = 0
+    while taken < n:
+        polled = task.poll()
+        if not len(polled):
+            time.sleep(0.01)  # what arrives meanwhile is the next poll's
+            continue
+        is_batch = not isinstance(polled, list)
+        taken += (
+            frame.complete(polled, {"task": 0}) if is_batch else frame.from_records(polled)
+        ).num_rows
+        task.commit(polled)
+    elapsed = time.perf_counter() - started
+    task.stop()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--systems", default="redis,nats,mqtt", help="of redis,rabbitmq,nats,mqtt")
+    parser.add_argument(
+        "--systems", default="redis,nats,mqtt", help="of redis,rabbitmq,nats,mqtt,mqtt-task"
+    )
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument(
@@ -426,6 +534,9 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.1f}; {args.records} records of ~200 bytes"
     )
+    if args.systems == "mqtt-task":  # no Spark
+        bench_mqtt_task(args)
+        return
     root = tempfile.mkdtemp(prefix="sluice-bench-")
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"
