@@ -22,7 +22,7 @@ NATS JetStream: N messages of ~200 bytes (a key header, a payload) copied stream
 
 MQTT: N messages of ~200 bytes (a key user property, a payload) waiting in a persistent session
   baseline  paho alone: a client takes them from its session (QoS 1) and publishes each at QoS 1
-            to a copy topic, until every PUBACK came back;
+            to a copy topic, acknowledging each once its copy's PUBACK came back;
   sluice    MqttSourceConnector (manual acks after commit) → topic → MqttSinkConnector (QoS 1),
             timed until a subscriber of the copy topic received N.
 
@@ -49,6 +49,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -380,33 +381,29 @@ def bench_mqtt(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str,
 
 def mqtt_copy(port: int, client_id: str, topic: str, n: int) -> float:
     """Seconds paho alone takes to take `n` queued messages from its session and publish each
-    (QoS 1) to `topic`, until every PUBACK came back."""
+    (QoS 1) to `topic`, acknowledging each message once its copy's PUBACK came back (sluice's
+    guarantee). The receive maximum of 20,000 bounds the copies in flight: past 65,535 paho runs
+    out of packet ids (`ERR_QUEUE_SIZE`)."""
     import threading
 
     import paho.mqtt.client as mqtt
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
 
-    infos: list = []
-    received = threading.Event()
+    copied, done = [0], threading.Event()
+    incoming: dict[int, int] = {}  # a copy's packet id → its original's
 
     def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
-        infos.append(c.publish(topic, m.payload, 1, properties=m.properties))
-        if len(infos) >= n:
-            received.set()
+        incoming[c.publish(topic, m.payload, 1, properties=m.properties).mid] = m.mid
 
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-    c.max_inflight_messages_set(1000)
-    c.max_queued_messages_set(0)
-    c.on_message = on_message
-    props = Properties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
-    started = time.perf_counter()
-    c.connect("127.0.0.1", port, clean_start=False, properties=props)
-    c.loop_start()
-    received.wait(3600)
-    for info in infos:
-        info.wait_for_publish(60)
+    def on_publish(c: mqtt.Client, _u: object, mid: int, _reason: object, _p: object) -> None:
+        c.ack(incoming.pop(mid), 1)
+        copied[0] += 1
+        if copied[0] >= n:
+            done.set()
+
+    c, started = paho_resume(
+        port, client_id, on_message, manual_ack=True, receive_maximum=20_000, on_publish=on_publish
+    )
+    done.wait(3600)
     elapsed = time.perf_counter() - started
     c.disconnect()
     c.loop_stop()
@@ -437,13 +434,44 @@ def bench_mqtt_task(args: argparse.Namespace) -> None:
             mqtt_helpers.session(port, client_id, [], end=True)
 
 
+def paho_resume(
+    port: int,
+    client_id: str,
+    on_message: Callable[..., None],
+    *,
+    manual_ack: bool = False,
+    receive_maximum: int = 65535,
+    on_publish: Callable[..., None] | None = None,
+) -> tuple[Any, float]:
+    """A paho client resuming the persistent session of `client_id` (its messages start to
+    flow to `on_message`), and when it began connecting."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        protocol=mqtt.MQTTv5,
+        manual_ack=manual_ack,
+    )
+    c.max_inflight_messages_set(1000)
+    c.max_queued_messages_set(0)
+    c.on_message = on_message
+    c.on_publish = on_publish
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, receive_maximum
+    started = time.perf_counter()
+    c.connect("127.0.0.1", port, clean_start=False, properties=props)
+    c.loop_start()
+    return c, started
+
+
 def paho_take(port: int, client_id: str, n: int) -> float:
     """Seconds paho alone takes to receive `n` messages waiting in its session, acking each."""
     import threading
 
     import paho.mqtt.client as mqtt
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
 
     taken, done = [0], threading.Event()
 
@@ -453,15 +481,7 @@ def paho_take(port: int, client_id: str, n: int) -> float:
         if taken[0] >= n:
             done.set()
 
-    c = mqtt.Client(
-        mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5, manual_ack=True
-    )
-    c.on_message = on_message
-    props = Properties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
-    started = time.perf_counter()
-    c.connect("127.0.0.1", port, clean_start=False, properties=props)
-    c.loop_start()
+    c, started = paho_resume(port, client_id, on_message, manual_ack=True)
     done.wait(3600)
     elapsed = time.perf_counter() - started
     c.disconnect()
