@@ -382,27 +382,35 @@ def bench_mqtt(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str,
 def mqtt_copy(port: int, client_id: str, topic: str, n: int) -> float:
     """Seconds paho alone takes to take `n` queued messages from its session and publish each
     (QoS 1) to `topic`, acknowledging each message once its copy's PUBACK came back (sluice's
-    guarantee). The receive maximum of 20,000 bounds the copies in flight: past 65,535 paho runs
-    out of packet ids (`ERR_QUEUE_SIZE`)."""
+    guarantee). At most 20,000 copies are in flight, the rest wait their turn: past 65,535 paho
+    runs out of packet ids (`ERR_QUEUE_SIZE`), and Mosquitto sends the whole session at once."""
+    import collections
     import threading
 
     import paho.mqtt.client as mqtt
 
     copied, done = [0], threading.Event()
     incoming: dict[int, int] = {}  # a copy's packet id → its original's
+    waiting: collections.deque = collections.deque()
+
+    def copy(c: mqtt.Client, m: mqtt.MQTTMessage) -> None:
+        incoming[c.publish(topic, m.payload, 1, properties=m.properties).mid] = m.mid
 
     def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
-        incoming[c.publish(topic, m.payload, 1, properties=m.properties).mid] = m.mid
+        if len(incoming) < 20_000:
+            copy(c, m)
+        else:
+            waiting.append(m)
 
     def on_publish(c: mqtt.Client, _u: object, mid: int, _reason: object, _p: object) -> None:
         c.ack(incoming.pop(mid), 1)
         copied[0] += 1
+        if waiting:
+            copy(c, waiting.popleft())
         if copied[0] >= n:
             done.set()
 
-    c, started = paho_resume(
-        port, client_id, on_message, manual_ack=True, receive_maximum=20_000, on_publish=on_publish
-    )
+    c, started = paho_resume(port, client_id, on_message, manual_ack=True, on_publish=on_publish)
     done.wait(3600)
     elapsed = time.perf_counter() - started
     c.disconnect()
@@ -440,7 +448,6 @@ def paho_resume(
     on_message: Callable[..., None],
     *,
     manual_ack: bool = False,
-    receive_maximum: int = 65535,
     on_publish: Callable[..., None] | None = None,
 ) -> tuple[Any, float]:
     """A paho client resuming the persistent session of `client_id` (its messages start to
@@ -460,7 +467,7 @@ def paho_resume(
     c.on_message = on_message
     c.on_publish = on_publish
     props = Properties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, receive_maximum
+    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
     started = time.perf_counter()
     c.connect("127.0.0.1", port, clean_start=False, properties=props)
     c.loop_start()
