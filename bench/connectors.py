@@ -26,15 +26,19 @@ NATS JetStream: N messages of ~200 bytes (a key header, a payload) copied stream
 
 MQTT: N messages of ~200 bytes (a key user property, a payload) waiting in a persistent session
   baseline  paho alone: a client takes them from its session (QoS 1) and publishes each at QoS 1
-            to a copy topic, until every PUBACK came back;
+            to a copy topic, acknowledging each once its copy's PUBACK came back;
   sluice    MqttSourceConnector (manual acks after commit) → topic → MqttSinkConnector (QoS 1),
             timed until a subscriber of the copy topic received N.
 
 Needs the servers of `scripts/servers.sh up redis rabbitmq nats mosquitto` (or `--redis-url`,
 `--amqp-url`).
 
-Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt] [--records 200000]
-       [--tasks 2] [--steady]
+`--systems mqtt-task` times the MQTT source task alone (no Spark): poll, the Arrow frame the
+driver stages, and the acknowledgements of `commit`, against paho alone taking the same messages
+from its session with a manual acknowledgement each.
+
+Usage: python bench/connectors.py [--systems redis,rabbitmq,nats,mqtt | mqtt-task]
+       [--records 200000] [--tasks 2] [--steady]
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -451,42 +456,172 @@ def bench_mqtt(args: argparse.Namespace, runner: ConnectorRunner, raw: dict[str,
 
 def mqtt_copy(port: int, client_id: str, topic: str, n: int) -> float:
     """Seconds paho alone takes to take `n` queued messages from its session and publish each
-    (QoS 1) to `topic`, until every PUBACK came back."""
+    (QoS 1) to `topic`, acknowledging each message once its copy's PUBACK came back (sluice's
+    guarantee). At most 20,000 copies are in flight, the rest wait their turn: past 65,535 paho
+    runs out of packet ids (`ERR_QUEUE_SIZE`), and Mosquitto sends the whole session at once."""
+    import collections
     import threading
 
     import paho.mqtt.client as mqtt
-    from paho.mqtt.packettypes import PacketTypes
-    from paho.mqtt.properties import Properties
 
-    infos: list = []
-    received = threading.Event()
+    copied, done = [0], threading.Event()
+    incoming: dict[int, int] = {}  # a copy's packet id → its original's
+    waiting: collections.deque = collections.deque()
+
+    def copy(c: mqtt.Client, m: mqtt.MQTTMessage) -> None:
+        incoming[c.publish(topic, m.payload, 1, properties=m.properties).mid] = m.mid
 
     def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
-        infos.append(c.publish(topic, m.payload, 1, properties=m.properties))
-        if len(infos) >= n:
-            received.set()
+        if len(incoming) < 20_000:
+            copy(c, m)
+        else:
+            waiting.append(m)
 
-    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5)
-    c.max_inflight_messages_set(1000)
-    c.max_queued_messages_set(0)
-    c.on_message = on_message
-    props = Properties(PacketTypes.CONNECT)
-    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
-    started = time.perf_counter()
-    c.connect("127.0.0.1", port, clean_start=False, properties=props)
-    c.loop_start()
-    received.wait(3600)
-    for info in infos:
-        info.wait_for_publish(60)
+    def on_publish(c: mqtt.Client, _u: object, mid: int, _reason: object, _p: object) -> None:
+        c.ack(incoming.pop(mid), 1)
+        copied[0] += 1
+        if waiting:
+            copy(c, waiting.popleft())
+        if copied[0] >= n:
+            done.set()
+
+    c, started = paho_resume(port, client_id, on_message, manual_ack=True, on_publish=on_publish)
+    done.wait(3600)
     elapsed = time.perf_counter() - started
     c.disconnect()
     c.loop_stop()
     return elapsed
 
 
+def bench_mqtt_task(args: argparse.Namespace) -> None:
+    """The MQTT source task alone (no Spark): N messages waiting in its session, polled, staged
+    as the engine frames them (Arrow) and acknowledged as after a commit; against paho alone
+    taking them from its session with a manual acknowledgement each."""
+    from tests import mqtt_helpers
+
+    n, tag, port = args.records, uuid.uuid4().hex[:8], args.mqtt_port
+    ids = {side: f"bench-{side}-{tag}" for side in ("paho", "task")}
+    for client_id in ids.values():
+        mqtt_helpers.session(port, client_id, [f"bench-{tag}/in"])
+    try:
+        messages = [
+            (f"bench-{tag}/in", VALUE + b"%08d" % i, {"Sluice-Key": f"key-{i % 997}"})
+            for i in range(n)
+        ]
+        mqtt_helpers.publish(port, messages)
+        plain = n / paho_take(port, ids["paho"], n)
+        print(f"{'paho alone: take, ack each:':<44} {plain:>10,.0f} msgs/s")
+        report("MqttSourceTask: poll → frame → commit:", plain, n, task_take(port, ids["task"], n))
+    finally:
+        for client_id in ids.values():
+            mqtt_helpers.session(port, client_id, [], end=True)
+
+
+def paho_resume(
+    port: int,
+    client_id: str,
+    on_message: Callable[..., None],
+    *,
+    manual_ack: bool = False,
+    on_publish: Callable[..., None] | None = None,
+) -> tuple[Any, float]:
+    """A paho client resuming the persistent session of `client_id` (its messages start to
+    flow to `on_message`), and when it began connecting."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    c = mqtt.Client(
+        mqtt.CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        protocol=mqtt.MQTTv5,
+        manual_ack=manual_ack,
+    )
+    c.max_inflight_messages_set(1000)
+    c.max_queued_messages_set(0)
+    c.on_message = on_message
+    c.on_publish = on_publish
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval, props.ReceiveMaximum = 3600, 65535
+    started = time.perf_counter()
+    c.connect("127.0.0.1", port, clean_start=False, properties=props)
+    c.loop_start()
+    return c, started
+
+
+def paho_take(port: int, client_id: str, n: int) -> float:
+    """Seconds paho alone takes to receive `n` messages waiting in its session, acking each."""
+    import threading
+
+    import paho.mqtt.client as mqtt
+
+    taken, done = [0], threading.Event()
+
+    def on_message(c: mqtt.Client, _u: object, m: mqtt.MQTTMessage) -> None:
+        c.ack(m.mid, m.qos)
+        taken[0] += 1
+        if taken[0] >= n:
+            done.set()
+
+    c, started = paho_resume(port, client_id, on_message, manual_ack=True)
+    done.wait(3600)
+    elapsed = time.perf_counter() - started
+    c.disconnect()
+    c.loop_stop()
+    return elapsed
+
+
+def task_take(port: int, client_id: str, n: int) -> float:
+    """Seconds the source task takes to hand over `n` messages waiting in its session, as the
+    driver does: poll, frame (what is staged), commit (the acknowledgements)."""
+    from sluice.connectors.mqtt import MqttSourceTask
+    from sluice.engine.source import Shape, SourcePlan, _Frame
+    from sluice.sdk import ReadLimit, Schema, SourceTaskContext
+
+    plan = SourcePlan(
+        name="bench",
+        run="bench",
+        task_class=MqttSourceTask,
+        task_configs=({},),
+        key_schema=Schema.bytes_(),
+        shapes=(Shape(Schema.bytes_()),),
+        topic="mbench",
+        limit=ReadLimit(),
+        staging_dir="",
+    )
+    frame = _Frame(plan)
+    task = MqttSourceTask()
+    task.context = SourceTaskContext(connector_name="bench", task_id=0, offset_storage_reader=None)
+    started = time.perf_counter()
+    task.start(
+        {
+            "mqtt.url": f"tcp://127.0.0.1:{port}",
+            "mqtt.topics": "#",
+            "mqtt.client.id": client_id,
+            "connect.topicname": "mbench",
+        }
+    )
+    taken = 0
+    while taken < n:
+        polled = task.poll()
+        if not len(polled):
+            time.sleep(0.01)  # what arrives meanwhile is the next poll's
+            continue
+        is_batch = not isinstance(polled, list)
+        taken += (
+            frame.complete(polled, {"task": 0}) if is_batch else frame.from_records(polled)
+        ).num_rows
+        task.commit(polled)
+    elapsed = time.perf_counter() - started
+    task.stop()
+    return elapsed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--systems", default="redis,nats,mqtt", help="of redis,rabbitmq,nats,mqtt")
+    parser.add_argument(
+        "--systems", default="redis,nats,mqtt", help="of redis,rabbitmq,nats,mqtt,mqtt-task"
+    )
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--tasks", type=int, default=2)
     parser.add_argument(
@@ -503,6 +638,9 @@ def main() -> None:
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load {os.getloadavg()[0]:.1f}; {args.records} records of ~200 bytes"
     )
+    if args.systems == "mqtt-task":  # no Spark
+        bench_mqtt_task(args)
+        return
     root = tempfile.mkdtemp(prefix="sluice-bench-")
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "2g"}, log_level="ERROR"

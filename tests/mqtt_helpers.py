@@ -4,6 +4,7 @@ end a persistent session."""
 
 from __future__ import annotations
 
+import collections
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -58,6 +59,8 @@ class Collector:
         """With a `client_id`, in a persistent session: paho reconnects after a broker restart
         and the broker sends what arrived meanwhile."""
         self.received: list[tuple[str, bytes, dict[str, str], bool]] = []
+        #: how many messages came at each QoS (the lower of the publish's and the subscription's)
+        self.qos: collections.Counter[int] = collections.Counter()
         self._lock = threading.Lock()
         self.client = mqtt.Client(
             mqtt.CallbackAPIVersion.VERSION2, client_id=client_id, protocol=mqtt.MQTTv5
@@ -80,6 +83,7 @@ class Collector:
         props = dict(getattr(m.properties, "UserProperty", None) or [])
         with self._lock:
             self.received.append((m.topic, m.payload, props, bool(m.retain)))
+            self.qos[m.qos] += 1
 
     def count(self) -> int:
         with self._lock:

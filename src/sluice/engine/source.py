@@ -642,7 +642,7 @@ class _PollingReader(DataSourceStreamReader):
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
         self._tasks: list[SourceTask] | None = None
-        self._unacked: dict[tuple[int, int], list[ConnectRecord]] = {}
+        self._unacked: dict[tuple[int, int], list[ConnectRecord] | pa.RecordBatch] = {}
         self._initial: dict | None = None
         self._frame = _Frame(plan)
 
@@ -673,11 +673,14 @@ class _PollingReader(DataSourceStreamReader):
             records = _retried(
                 self.plan, index, task.poll, f"poll of task {index} of {self.plan.name}"
             )
-            if not records:
+            if not len(records):
                 continue
             seq = self._next[index] + 1
             self._frame.task_id = index
-            batch = self._frame.from_records(records)
+            if isinstance(records, pa.RecordBatch):  # one partition: the task's
+                batch = self._frame.complete(records, {"task": index})
+            else:
+                batch = self._frame.from_records(records)
             path = os.path.join(self._dir(index), f"{seq:012d}.arrow")
             tmp = path + ".tmp"
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:

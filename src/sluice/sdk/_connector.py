@@ -430,11 +430,17 @@ class SourceTask(ABC):
         """Called once with the task config before the first poll."""
 
     @abstractmethod
-    def poll(self) -> list[ConnectRecord]:
-        """Return the records available now (possibly none). Must not block for long."""
+    def poll(self) -> list[ConnectRecord] | pa.RecordBatch:
+        """Return the records available now (possibly none). Must not block for long.
 
-    def commit(self, records: list[ConnectRecord]) -> None:
-        """Acknowledge records whose micro-batch has committed. Optional."""
+        Either `ConnectRecord`s, or — for speed — one `pyarrow.RecordBatch` with a `value` column
+        (and optionally `key`, `timestamp`, `headers`, `topic`) typed as the connector's schemas,
+        all from one source partition (the task's); other columns (what `commit` needs to
+        acknowledge) are not staged.
+        """
+
+    def commit(self, records: list[ConnectRecord] | pa.RecordBatch) -> None:
+        """Acknowledge records whose micro-batch has committed (what `poll` returned). Optional."""
 
     def stop(self) -> None:
         """Release what `start` opened. Optional."""

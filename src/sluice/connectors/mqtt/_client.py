@@ -130,13 +130,16 @@ class Settings:
         session_expiry_s: int = 0,
         receive_maximum: int = 65535,
         max_inflight: int = 20,
-        on_connect: Callable[[Any], None] | None = None,
+        on_connect: Callable[[Any, bool], None] | None = None,
         on_message: Callable[[Any], None] | None = None,
     ) -> Any:
         """A connected client whose network loop runs (a thread of paho's); a persistent session
-        when `session_expiry_s` > 0 (MQTT 5 ``clean_start=false``). `on_connect(client)` runs
-        after every (re)connection. Refused credentials → ConfigException; unreachable →
-        RetriableException."""
+        when `session_expiry_s` > 0 (MQTT 5 ``clean_start=false``). Refused credentials →
+        ConfigException; unreachable → RetriableException.
+
+        `on_connect(client, session_present)` runs after every (re)connection; session_present:
+        the broker kept the session (and resends what it had sent but saw no acknowledgement
+        of)."""
         mqtt = paho()
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
@@ -154,17 +157,18 @@ class Settings:
         # is lost though paho reports it published. So `max_inflight` must stay within it.
         client.max_inflight_messages_set(max_inflight)
         client.max_queued_messages_set(0)
-        client.reconnect_delay_set(1, 30)
+        # a broker back from an outage is met within 10 s (paho doubles the wait from 1 s)
+        client.reconnect_delay_set(1, 10)
         answered = threading.Event()
         result: list[Any] = []
         allowed: list[int] = []
 
-        def connected(c: Any, _u: Any, _flags: Any, reason: Any, props: Any) -> None:
+        def connected(c: Any, _u: Any, flags: Any, reason: Any, props: Any) -> None:
+            if not reason.is_failure and on_connect is not None:
+                on_connect(c, bool(flags.session_present))
             result.append(reason)
             allowed.append(getattr(props, "ReceiveMaximum", 65535))
             answered.set()
-            if not reason.is_failure and on_connect is not None:
-                on_connect(c)
 
         client.on_connect = connected
         if on_message is not None:

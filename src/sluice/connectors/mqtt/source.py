@@ -25,8 +25,9 @@ tasks that overlap deliver their common messages twice.
 Record mapping: the payload → value (BYTES); user property ``mqtt.key.property`` (default
 ``Sluice-Key``) → key (BYTES); every other user property → an extension (a name given twice keeps
 its last value); the message's topic → extension ``mqtt.topic``; the time it arrived → timestamp.
-Partition ``{"client": <client id>}``; offset ``{"mid": <packet id>, "qos": <qos>}`` (what the
-acknowledgement needs; not a position to resume from: the session is).
+Partition ``{"client": <client id>}``; offset ``{"mid": <packet id>, "qos": <qos>, "conn": <n>}``
+(what the acknowledgement needs, n counting the client's reconnections; not a position to
+resume from: the session is).
 """
 
 from __future__ import annotations
@@ -35,20 +36,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
+
+import numpy as np
+import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector
 from sluice.connectors.mqtt._client import ALIASES, CONNECTION_KEYS, Settings, check_filter
 from sluice.sdk import (
+    HEADERS_TYPE,
+    TIMESTAMP_TYPE,
     ConfigDef,
     ConfigKey,
-    ConnectRecord,
     RetriableException,
     SourceTask,
 )
 
 TOPIC_EXTENSION = "mqtt.topic"
+# the columns of a polled batch that `commit` reads (the engine stages the frame's columns only)
+MID, QOS, CONNECTION = "mqtt_mid", "mqtt_qos", "mqtt_connection"
 CONFIG = ConfigDef(
     *CONNECTION_KEYS,
     ConfigKey("mqtt.topics", type="list", doc="topic filters (wildcards + and #), , or ; apart"),
@@ -80,57 +86,99 @@ class MqttSourceTask(SourceTask):
         self.key_property: str = values["mqtt.key.property"]
         self.max_records: int = values["mqtt.poll.max.records"]
         self.client_id = _client_id(values, self.context.connector_name, self.context.task_id)
-        self._arrived: deque[Any] = deque()
+        self._arrived: deque[tuple[Any, float, int]] = deque()
         self._lock = threading.Lock()
+        # which connection a message came on: a QoS 1 message is acknowledged on that one only
+        self._connection = 0
         self._client = self.settings.connect(
             self.client_id,
             session_expiry_s=values["mqtt.session.expiry.s"],
             receive_maximum=values["mqtt.receive.maximum"],
-            on_connect=self._subscribe,
+            on_connect=self._connected,
             on_message=self._arrive,
         )
+        self._client.on_disconnect = self._disconnected
 
-    def _subscribe(self, client: Any) -> None:
+    def _connected(self, client: Any, session_present: bool) -> None:
+        if session_present:
+            # The broker resends, under the same packet ids, the QoS 1 messages of the session
+            # it saw no PUBACK for (MQTT 5, 4.4): those still buffered would come twice.
+            with self._lock:
+                self._arrived = deque(
+                    a for a in self._arrived if a[0].qos != 1 or a[2] == self._connection
+                )
         # also when the broker kept the session: subscribing again is harmless, and a filter
         # added to the config takes effect
         client.subscribe([(f, self.qos) for f in self.filters])
 
+    def _disconnected(self, *_: Any) -> None:
+        with self._lock:
+            self._connection += 1
+
     def _arrive(self, message: Any) -> None:
         with self._lock:
-            self._arrived.append((message, time.time()))
+            self._arrived.append((message, time.time(), self._connection))
 
-    def poll(self) -> list[ConnectRecord]:
-        with self._lock:
-            taken = [
-                self._arrived.popleft() for _ in range(min(self.max_records, len(self._arrived)))
-            ]
-        if not taken and not self._client.is_connected():
+    def poll(self) -> pa.RecordBatch:
+        # Disconnected: nothing more is handed over until paho reconnected (raising lets the
+        # runtime back off and the task's status say so). What is still buffered could not be
+        # acknowledged on this connection anyway; QoS 1 messages will come again.
+        if not self._client.is_connected():
             raise RetriableException(
                 f"mqtt.url={self.settings.where}: client {self.client_id} is not connected "
                 "(paho is reconnecting)"
             )
-        return [self._record(m, at) for m, at in taken]
+        with self._lock:
+            taken = [
+                self._arrived.popleft() for _ in range(min(self.max_records, len(self._arrived)))
+            ]
+        return self._batch(taken)
 
-    def _record(self, message: Any, at: float) -> ConnectRecord:
-        extensions = dict(getattr(message.properties, "UserProperty", None) or [])
-        key = extensions.pop(self.key_property, None)
-        extensions[TOPIC_EXTENSION] = message.topic
-        return ConnectRecord(
-            value=message.payload,
-            key=key.encode() if key is not None else None,
-            partition={"client": self.client_id},
-            offset={"mid": message.mid, "qos": message.qos},
-            timestamp=datetime.fromtimestamp(at, tz=UTC),
-            extensions=extensions,
-            topic=self.topic,
-        )
+    def _batch(self, taken: list[tuple[Any, float, int]]) -> pa.RecordBatch:
+        """The messages as one Arrow batch: the frame's columns, built column by column (a
+        `ConnectRecord` per message cost more than paho's own decoding), and what `commit`
+        needs to acknowledge them (packet id, QoS, connection: not staged)."""
+        keys: list[bytes | None] = []
+        names: list[str] = []
+        texts: list[str] = []
+        ends = [0]
+        for message, _, _ in taken:
+            properties = dict(getattr(message.properties, "UserProperty", None) or ())
+            key = properties.pop(self.key_property, None)
+            keys.append(key.encode() if key is not None else None)
+            properties[TOPIC_EXTENSION] = message.topic
+            names += properties
+            texts += properties.values()
+            ends.append(len(names))
+        n = len(taken)
+        ends_array = pa.array(ends, pa.int32())
+        names_array, texts_array = pa.array(names, pa.string()), pa.array(texts, pa.string())
+        stamps = np.fromiter((at for _, at, _ in taken), np.float64, n) * 1e6
+        columns = {
+            "key": pa.array(keys, pa.binary()),
+            "value": pa.array([m.payload for m, _, _ in taken], pa.binary()),
+            "timestamp": pa.array(stamps.astype(np.int64), TIMESTAMP_TYPE),
+            "headers": pa.MapArray.from_arrays(ends_array, names_array, texts_array, HEADERS_TYPE),
+            MID: pa.array([m.mid for m, _, _ in taken], pa.int32()),
+            QOS: pa.array([m.qos for m, _, _ in taken], pa.int8()),
+            CONNECTION: pa.array([c for _, _, c in taken], pa.int64()),
+        }
+        return pa.RecordBatch.from_pydict(columns)
 
-    def commit(self, records: list[ConnectRecord]) -> None:
-        # in the order they arrived, as MQTT wants acknowledgements
-        for record in records:
-            offset = record.offset or {}
-            if offset.get("qos"):
-                self._client.ack(offset["mid"], offset["qos"])
+    def commit(self, records: pa.RecordBatch) -> None:
+        # In the order they arrived, as MQTT wants acknowledgements. A QoS 1 message of an
+        # earlier connection is not acknowledged: the broker sent it again on this one (same
+        # packet id), and that copy is acknowledged once its own batch committed; acknowledging
+        # both could acknowledge a later message the broker gave the freed packet id to.
+        # (QoS 2: the broker resends only the PUBREL, which the PUBCOMP answers.)
+        with self._lock:
+            connection = self._connection
+        mids = records.column(MID).to_pylist()
+        levels = records.column(QOS).to_pylist()
+        connections = records.column(CONNECTION).to_pylist()
+        for mid, qos, conn in zip(mids, levels, connections, strict=True):
+            if qos == 2 or (qos == 1 and conn == connection):
+                self._client.ack(mid, qos)
 
     def stop(self) -> None:
         # a plain DISCONNECT keeps the session (and its unacknowledged messages) for the next run
