@@ -210,6 +210,7 @@ def test_configuration_errors_name_the_key(port: int) -> None:
             r"mqtt.topics: 'a/b\+' is not a valid MQTT topic filter: '\+' must be a whole level",
         ),
         (MqttSourceConnector, {**good, "mqtt.qos": "3"}, r"mqtt.qos: must be one of 0, 1, 2"),
+        (MqttSourceConnector, {**good, "mqtt.qos": "2"}, r"mqtt.qos: a QoS 2 subscription is not"),
         (MqttSourceConnector, {"mqtt.topics": "a"}, r"connect.topicname: required"),
         (
             MqttSinkConnector,
