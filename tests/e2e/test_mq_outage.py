@@ -243,3 +243,52 @@ def _publish(nats: Nats, port: int, login: dict[str, str], first: int, n: int) -
     nats.publish([(f"events.{i % 3}", _value(i), {"seq": str(i)}) for i in range(first, first + n)])
     messages = [(f"in/{i % 3}", _value(i), None) for i in range(first, first + n)]
     mqtt_helpers.publish(port, messages, **login)
+
+
+class _Notes:
+    """A retry store that keeps the notes it is given (the counters store's part)."""
+
+    def __init__(self) -> None:
+        self.notes: dict[tuple[str, int], dict] = {}
+
+    def note_retrying(self, connector: str, task: int, note: dict, retries: int = 0) -> None:
+        self.notes[(connector, task)] = dict(note)
+
+    def clear_retrying(self, connector: str, task: int | None = None, retries: int = 0) -> None:
+        self.notes.pop((connector, task or 0), None)
+
+
+def test_mqtt_source_notes_an_outage_without_being_polled(tmp_path: Path) -> None:
+    """The MQTT source's status says `retrying` from paho's own reconnection loop: in CI, two
+    sinks retrying their writes held both cores through the outage, the driver never reached
+    the source's next `poll`, and no note showed. Here nothing polls during the outage."""
+    from sluice.connectors.mqtt import MqttSourceTask
+    from sluice.engine.retry import watching_task
+    from sluice.sdk import RetriableException, SourceTaskContext
+
+    broker = _mosquitto(tmp_path)
+    broker.start()
+    store = _Notes()
+    task = MqttSourceTask()
+    task.context = SourceTaskContext(connector_name="mqtt-notes", task_id=0)
+    url = f"tcp://127.0.0.1:{broker.port}"
+    try:
+        task.start(
+            {"mqtt.url": url, "mqtt.topics": "n/#", "connect.topicname": "t"}
+            | {"mqtt.username": USER, "mqtt.password": PASSWORD, "mqtt.client.id": "notes"}
+        )
+        with watching_task(store, "mqtt-notes", 0):
+            task.poll()  # the first poll, under the task's watcher, as the engine calls it
+        assert store.notes == {}
+        broker.stop()
+        wait_until(lambda: ("mqtt-notes", 0) in store.notes, 30, "the note, with no poll")
+        note = store.notes[("mqtt-notes", 0)]
+        assert f"mqtt.url={url}" in note["error"] and note["attempts"] >= 1, note
+        with pytest.raises(RetriableException, match="is not connected"):
+            task.poll()
+        broker.start()
+        wait_until(lambda: store.notes == {}, 30, "the note cleared on reconnection")
+        assert len(task.poll()) == 0
+    finally:
+        task.stop()
+        broker.stop()

@@ -48,6 +48,10 @@ ALIASES = {
 # CONNACK reason codes that mean "these credentials will never do" (MQTT 5, 3.2.2.2)
 _REFUSED_CREDENTIALS = {134, 135}
 
+#: The longest wait between paho's reconnection attempts (it doubles from 1 s): a broker back
+#: from an outage is met within it.
+RECONNECT_MAX_S = 10
+
 
 def paho() -> Any:
     """paho-mqtt's client module, or an install hint."""
@@ -157,8 +161,7 @@ class Settings:
         # is lost though paho reports it published. So `max_inflight` must stay within it.
         client.max_inflight_messages_set(max_inflight)
         client.max_queued_messages_set(0)
-        # a broker back from an outage is met within 10 s (paho doubles the wait from 1 s)
-        client.reconnect_delay_set(1, 10)
+        client.reconnect_delay_set(1, RECONNECT_MAX_S)
         answered = threading.Event()
         result: list[Any] = []
         allowed: list[int] = []

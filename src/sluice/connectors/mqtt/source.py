@@ -42,7 +42,13 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector
-from sluice.connectors.mqtt._client import ALIASES, CONNECTION_KEYS, Settings, check_filter
+from sluice.connectors.mqtt._client import (
+    ALIASES,
+    CONNECTION_KEYS,
+    RECONNECT_MAX_S,
+    Settings,
+    check_filter,
+)
 from sluice.sdk import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
@@ -51,6 +57,7 @@ from sluice.sdk import (
     RetriableException,
     SourceTask,
 )
+from sluice.sdk._retry import LoopReport, current_watcher
 
 TOPIC_EXTENSION = "mqtt.topic"
 # the columns of a polled batch that `commit` reads (the engine stages the frame's columns only)
@@ -103,6 +110,11 @@ class MqttSourceTask(SourceTask):
         self._lock = threading.Lock()
         # which connection a message came on: a QoS 1 message is acknowledged on that one only
         self._connection = 0
+        # paho's own reconnection loop (in its thread) is this task's retry loop while the
+        # broker is away: it reports to the task's status as it goes, even when the driver does
+        # not call `poll` (every core busy with sinks that retry their writes). Set before
+        # `connect`: paho calls `_connected` from its thread during it.
+        self._outage: LoopReport | None = None
         self._client = self.settings.connect(
             self.client_id,
             session_expiry_s=values["mqtt.session.expiry.s"],
@@ -111,6 +123,7 @@ class MqttSourceTask(SourceTask):
             on_message=self._arrive,
         )
         self._client.on_disconnect = self._disconnected
+        self._client.on_connect_fail = self._reconnect_failed
 
     def _connected(self, client: Any, session_present: bool) -> None:
         if session_present:
@@ -123,10 +136,23 @@ class MqttSourceTask(SourceTask):
         # also when the broker kept the session: subscribing again is harmless, and a filter
         # added to the config takes effect
         client.subscribe([(f, self.qos) for f in self.filters])
+        if self._outage is not None:
+            self._outage.settled()
 
     def _disconnected(self, *_: Any) -> None:
         with self._lock:
             self._connection += 1
+        self._reconnect_failed()
+
+    def _reconnect_failed(self, *_: Any) -> None:
+        if self._outage is not None:
+            self._outage.retrying(self._not_connected(), RECONNECT_MAX_S)
+
+    def _not_connected(self) -> RetriableException:
+        return RetriableException(
+            f"mqtt.url={self.settings.where}: client {self.client_id} is not connected "
+            "(paho is reconnecting)"
+        )
 
     def _arrive(self, message: Any) -> None:
         with self._lock:
@@ -136,11 +162,10 @@ class MqttSourceTask(SourceTask):
         # Disconnected: nothing more is handed over until paho reconnected (raising lets the
         # runtime back off and the task's status say so). What is still buffered could not be
         # acknowledged on this connection anyway; QoS 1 messages will come again.
+        if self._outage is None:  # the first poll runs where the task's status watcher is set
+            self._outage = LoopReport(current_watcher())
         if not self._client.is_connected():
-            raise RetriableException(
-                f"mqtt.url={self.settings.where}: client {self.client_id} is not connected "
-                "(paho is reconnecting)"
-            )
+            raise self._not_connected()
         with self._lock:
             taken = [
                 self._arrived.popleft() for _ in range(min(self.max_records, len(self._arrived)))
