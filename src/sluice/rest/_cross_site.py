@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluice.rest._auth import is_loopback, is_mutation, send_error
@@ -26,27 +27,20 @@ from sluice.rest._auth import is_loopback, is_mutation, send_error
 
 def foreign_origin(scope: Scope) -> str | None:
     """Where a browser says a request came from when that is not this worker, else None."""
-    headers = {k.lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
-    site = headers.get(b"sec-fetch-site", "")
+    headers = Headers(scope=scope)
+    site = headers.get("sec-fetch-site", "")
     if site in ("cross-site", "same-site"):
         return f"Sec-Fetch-Site: {site}"
-    origin = headers.get(b"origin")
+    origin = headers.get("origin")
     if origin is None:
         return None
-    host = headers.get(b"host", "")
+    host = headers.get("host", "")
     parts = urlsplit(origin)
     default = {"http": 80, "https": 443}.get(parts.scheme)
     netloc = parts.netloc if parts.port not in (None, default) else (parts.hostname or "")
     if origin == "null" or netloc.lower() != host.lower().removesuffix(f":{default}"):
         return f"Origin: {origin}"
     return None
-
-
-def _host_name(scope: Scope) -> str:
-    for key, value in scope.get("headers", ()):
-        if key.lower() == b"host":
-            return urlsplit("//" + value.decode("latin-1")).hostname or ""
-    return ""
 
 
 class CrossSiteGuard:
@@ -59,7 +53,7 @@ class CrossSiteGuard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self.loopback_only:
-            host = _host_name(scope)
+            host = urlsplit("//" + Headers(scope=scope).get("host", "")).hostname or ""
             if host and not is_loopback(host):
                 message = (
                     f"this worker listens on loopback only and does not answer for Host {host!r} "

@@ -8,6 +8,7 @@ it: at once when its `Content-Length` says so, else when the bytes received pass
 
 from __future__ import annotations
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from sluice.rest._auth import DEFAULT_MAX_REQUEST_BYTES, send_error
@@ -28,7 +29,8 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        length = Headers(scope=scope).get("content-length", "")
+        declared = int(length) if length.isdigit() else None
         if declared is not None:
             if declared > self.max_bytes:
                 await self._refuse(scope, send, declared)
@@ -73,13 +75,3 @@ class BodyLimit:
             key="rest.request.max.bytes",
             headers=((b"connection", b"close"),),
         )
-
-
-def _content_length(scope: Scope) -> int | None:
-    for key, value in scope.get("headers", ()):
-        if key == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
