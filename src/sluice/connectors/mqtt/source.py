@@ -234,7 +234,7 @@ class MqttSourceConnector(NamedSourceConnector):
     key_aliases = {**ALIASES, "sourceTopic": "mqtt.topics"}
 
     def validate(self, config: Mapping[str, str]) -> None:
-        super().validate(config)  # every key's own check too (mqtt.qos)
+        super().validate(config)  # the keys' own checks (mqtt.qos), for direct callers too
         values = CONFIG.parse(config)
         if not values["mqtt.topics"]:
             check_filter("mqtt.topics", "")
