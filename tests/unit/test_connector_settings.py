@@ -231,3 +231,38 @@ def test_the_log_line_hides_the_record_unless_asked() -> None:
     assert "JSON: {x." not in short
     shown = ErrorReporter(ErrorPolicy(tolerate=True, log=True, log_messages=True), "c")
     assert "4111" in shown.describe(_letter(secret), 0)
+
+
+_PLUGIN = '''
+from sluice.sdk import ConfigDef, ConfigKey, SourceConnector, SourceTask
+
+
+class OwnValidateSource(SourceConnector):
+    """A plugin whose validate forgets the SDK's."""
+
+    config_def = ConfigDef(
+        ConfigKey("mode", "string", "a", check=lambda v: None if v in ("a", "b") else "a or b"),
+    )
+
+    def validate(self, config):
+        pass
+
+    def task_class(self):
+        return SourceTask
+
+    def task_configs(self, max_tasks):
+        return [{}]
+'''
+
+
+def test_every_keys_check_runs_when_validate_skips_the_sdks(tmp_path) -> None:
+    (tmp_path / "own_validate_plugin.py").write_text(_PLUGIN)
+    registry = PluginRegistry([str(tmp_path)])
+    config = {"connector.class": "OwnValidateSource", "connect.topicname": "t", "mode": "c"}
+    report, _ = validation.check(registry, config)
+    assert [(p.key, p.message) for p in report.errors] == [("mode", "a or b")]
+    # the check sees the config as prepared (references resolved), not as stored
+    report, _ = validation.check(
+        registry, {**config, "mode": "${x}"}, prepare=lambda c, cls: {**c, "mode": "b"}
+    )
+    assert report.errors == []

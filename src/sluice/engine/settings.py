@@ -28,7 +28,7 @@ from sluice.converters import converter_from_config
 from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.transforms import TransformResolver, parse_transforms
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException, InvalidConfig
+from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
 
 #: Keys every connector config may carry besides `RUNTIME_KEYS`.
 COMMON_KEYS = ConfigDef(
@@ -205,8 +205,6 @@ def check_config(
     if "transforms" not in bad and "predicates" not in bad:
         attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
     if validate is not None:
-        # every key's own `check` too, whether or not the connector's `validate` calls the SDK's
-        attempt(lambda: _raise_first(connector_keys.problems(conf)))
         attempt(lambda: validate(dict(conf)))
     if topic_problem is not None:
         errors += [p for p in _topic_problems(conf, topics, topic_problem) if p.key not in bad]
@@ -216,11 +214,6 @@ def check_config(
     if all(k in values for k in common):
         settings = _settings(kind, values, topics)
     return ConfigReport(conf, settings, errors, warnings)
-
-
-def _raise_first(problems: list[ConfigException]) -> None:
-    if problems:
-        raise InvalidConfig(problems) if len(problems) > 1 else problems[0]
 
 
 #: The keys naming topics on the bus (a source's own, a sink's, the dead-letter topic).

@@ -22,6 +22,7 @@ from sluice.sdk import (
     ConfigException,
     ConfigKey,
     Connector,
+    InvalidConfig,
     SinkConnector,
     SourceConnector,
     count_problem,
@@ -68,11 +69,21 @@ def check(
         kind=kind_of(cls),
         connector_keys=cls.config_def,
         resolve_transform=registry.transform,
-        validate=lambda c: cls().validate(prepare(c, cls) if prepare is not None else c),
+        validate=lambda c: _validate(cls, prepare(c, cls) if prepare is not None else c),
         aliases=getattr(cls, "key_aliases", None),
         topic_problem=topic_problem,
     )
     return report, cls
+
+
+def _validate(cls: type[Connector], config: dict[str, str]) -> None:
+    """The connector's own `validate`, after every key's own `check` (many connectors override
+    `validate` without calling the SDK's). Runs on the prepared config: the paths are already
+    inside `file.allowed.dirs` and `${…}` references resolved."""
+    problems = cls.config_def.problems(config)
+    if problems:
+        raise InvalidConfig(problems) if len(problems) > 1 else problems[0]
+    cls().validate(config)
 
 
 def as_bad_request(errors: list[Problem]) -> BadRequest:
