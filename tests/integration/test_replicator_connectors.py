@@ -62,7 +62,17 @@ def _copied(
             assert running.query.exception() is None, running.failure()
         return _count(target, topic) >= N
 
-    wait_until(done, 600, f"{N} messages in {topic}", every=1.0)
+    try:
+        wait_until(done, 600, f"{N} messages in {topic}", every=1.0)
+    except AssertionError as exc:  # say where it stalled: the copy count, the queries, the retries
+        queries = {
+            name: (r.query.status, (r.query.lastProgress or {}).get("batchId"))
+            for name, r in runner.running.items()
+        }
+        retrying = runner.counters.retrying(int(time.time() * 1000))
+        raise AssertionError(
+            f"{exc}; copied {_count(target, topic)}; queries {queries}; retrying {retrying}"
+        ) from None
     elapsed = time.monotonic() - started
     print(f"replicated {N} messages in {elapsed:.1f}s: {N / elapsed:,.0f} msg/s")
     messages = _pull_all(target, topic)
