@@ -9,9 +9,18 @@ schema and is dead-lettered) reading at most the read limit's rows per micro-bat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 
-from sluice.sdk import ConfigDef, ConfigKey, ConnectRecord, ReadLimit, RecordOffset, RecordPartition
+from sluice.sdk import (
+    ConfigDef,
+    ConfigKey,
+    ConnectRecord,
+    ReadLimit,
+    RecordOffset,
+    RecordPartition,
+    RetriableException,
+)
 from sluice.testing import DirectoryQueueSource, DirectoryQueueTask
 from tests.integration.bad_sources import BadRecordSource, BadRecordTask
 
@@ -57,3 +66,19 @@ class PacedBadRecordSource(BadRecordSource):
     """`BadRecordSource` read in micro-batches of at most `read.max.rows` records."""
 
     task_class = PacedBadRecordTask
+
+
+class DownableQueueTask(DirectoryQueueTask):
+    """`DirectoryQueueTask` whose queue is down while a file `DOWN` is in its folder: `poll`
+    raises `RetriableException` then, as a client that lost its server does."""
+
+    def poll(self) -> list[ConnectRecord]:
+        if os.path.exists(os.path.join(self.folder, "DOWN")):
+            raise RetriableException(f"queue.dir={self.folder}: the queue is down")
+        return super().poll()
+
+
+class DownableQueueSource(DirectoryQueueSource):
+    """Poll-only queue of message files that can be taken down (a `DOWN` file)."""
+
+    task_class = DownableQueueTask

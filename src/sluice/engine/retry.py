@@ -188,10 +188,12 @@ class RetryPolicy:
         """Run `operation`, retrying it as configured; return how many retries it took."""
         return self.run(operation, what)[1]
 
-    def run(self, operation: Callable[[], T], what: str) -> tuple[T, int]:
+    def run(
+        self, operation: Callable[[], T], what: str, sleep: Callable[[float], object] = time.sleep
+    ) -> tuple[T, int]:
         """Run `operation`, retrying it as configured; return its result and how many retries
         it took. Backoff happens inside the executor task: the micro-batch waits, nothing is
-        skipped."""
+        skipped. `sleep` waits between attempts (an `Event.wait` cuts the waits short)."""
         retries = 0
 
         def counted(exc: BaseException, number: int, wait: float) -> None:
@@ -211,5 +213,6 @@ class RetryPolicy:
             timeout_s=None if self.timeout_ms == -1 else self.timeout_ms / 1000,
             give_up=give_up,
             on_retry=counted,
+            sleep=sleep,
         )
         return result, retries

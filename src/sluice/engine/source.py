@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -636,8 +638,27 @@ class _ReplayableReader(DataSourceStreamReader):
                 task.stop()
 
 
+#: A poll-only source's reader polls on its own when Spark has not asked for this long (its next
+#: micro-batch waits for a core held by sinks retrying, or a sink is slow): the tasks' `poll`
+#: still runs, so an outage shows in their status, and what it returns is staged for the next
+#: micro-batch.
+POLL_AHEAD_AFTER_S = 2.0
+#: At most this many polls are staged ahead of what Spark was last offered, per task.
+POLL_AHEAD_FILES = 4
+#: How long stopping waits for a poll under way.
+POLL_STOP_WAIT_S = 10.0
+
+
+class _Closed(Exception):
+    """The reader stopped while its poll-ahead thread was retrying."""
+
+
 class _PollingReader(DataSourceStreamReader):
-    """Poll-only sources: poll on the driver, stage durably, replay from the staged files."""
+    """Poll-only sources: poll on the driver, stage durably, replay from the staged files.
+
+    Spark polls through `latestOffset`; between its calls a thread polls too when Spark has not
+    asked for `POLL_AHEAD_AFTER_S` (see there). One lock keeps a task's `poll`, `commit` and
+    `stop` on one thread at a time: a client such as pika's is not thread-safe."""
 
     def __init__(self, plan: SourcePlan) -> None:
         self.plan = plan
@@ -645,6 +666,24 @@ class _PollingReader(DataSourceStreamReader):
         self._unacked: dict[tuple[int, int], list[ConnectRecord] | pa.RecordBatch] = {}
         self._initial: dict | None = None
         self._frame = _Frame(plan)
+        self._driver_state()
+
+    def _driver_state(self) -> None:
+        self._lock = threading.RLock()
+        self._closed = threading.Event()
+        self._asked = time.monotonic()
+        self._offered: dict[int, int] = {}
+        self._failure: BaseException | None = None
+        self._ahead: threading.Thread | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # what `read` needs on an executor: the plan; the tasks and the thread stay on the driver
+        return {"plan": self.plan, "_frame": self._frame}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._tasks, self._unacked, self._initial = None, {}, None
+        self._driver_state()
 
     def _dir(self, index: int) -> str:
         path = os.path.join(self.plan.staging_dir, str(index))
@@ -655,10 +694,12 @@ class _PollingReader(DataSourceStreamReader):
         return sorted(int(n[:-6]) for n in os.listdir(self._dir(index)) if n.endswith(".arrow"))
 
     def _all_tasks(self) -> list[SourceTask]:
-        if self._tasks is None:
-            self._tasks = [_new_task(self.plan, i) for i in range(len(self.plan.task_configs))]
-            self._next = {i: (self._seqs(i) or [0])[-1] for i in range(len(self._tasks))}
-        return self._tasks
+        with self._lock:
+            if self._tasks is None:
+                tasks = [_new_task(self.plan, i) for i in range(len(self.plan.task_configs))]
+                self._next = {i: (self._seqs(i) or [0])[-1] for i in range(len(tasks))}
+                self._tasks = tasks
+            return self._tasks
 
     def initialOffset(self) -> dict:
         # Spark asks again when it plans batch 0, after polls have advanced `_next`: fix it once.
@@ -669,32 +710,75 @@ class _PollingReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         end = dict(start.get("s", {}))
-        for index, task in enumerate(self._all_tasks()):
-            records = _retried(
-                self.plan, index, task.poll, f"poll of task {index} of {self.plan.name}"
+        with self._lock:
+            failure, self._failure = self._failure, None
+            if failure is not None:  # the poll-ahead thread's: as if this call had met it
+                raise failure
+            for index, task in enumerate(self._all_tasks()):
+                self._poll_and_stage(index, task)
+            for index, seq in self._next.items():
+                # everything staged so far, whether or not this call polled anything: idempotent
+                if seq > int(end.get(str(index), 0)):
+                    end[str(index)] = seq
+            self._offered = {int(i): int(seq) for i, seq in end.items()}
+            self._asked = time.monotonic()
+        if self._ahead is None:
+            self._ahead = threading.Thread(
+                target=self._poll_ahead, daemon=True, name=f"sluice-poll-ahead-{self.plan.name}"
             )
-            if not len(records):
-                continue
-            seq = self._next[index] + 1
-            self._frame.task_id = index
-            if isinstance(records, pa.RecordBatch):  # one partition: the task's
-                batch = self._frame.complete(records, {"task": index})
-            else:
-                batch = self._frame.from_records(records)
-            path = os.path.join(self._dir(index), f"{seq:012d}.arrow")
-            tmp = path + ".tmp"
-            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-                writer.write_batch(batch)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            self._next[index] = seq
-            self._unacked[(index, seq)] = records
-        for index, seq in self._next.items():
-            # everything staged so far, whether or not this call polled anything: idempotent
-            if seq > int(end.get(str(index), 0)):
-                end[str(index)] = seq
+            self._ahead.start()
         return {"s": end}
+
+    def _poll_and_stage(self, index: int, task: SourceTask, ahead: bool = False) -> None:
+        """Poll task `index` (retried as `errors.retry.*` says, its retries in its status) and
+        stage what it returns as the task's next file."""
+        what = f"poll of task {index} of {self.plan.name}"
+        if ahead:
+
+            def poll() -> Any:
+                if self._closed.is_set():
+                    raise _Closed(what)
+                return task.poll()
+
+            with watching_task(self.plan.counters, self.plan.name, index):
+                records = self.plan.retry.run(poll, what, sleep=self._closed.wait)[0]
+        else:
+            records = _retried(self.plan, index, task.poll, what)
+        if not len(records):
+            return
+        seq = self._next[index] + 1
+        self._frame.task_id = index
+        if isinstance(records, pa.RecordBatch):  # one partition: the task's
+            batch = self._frame.complete(records, {"task": index})
+        else:
+            batch = self._frame.from_records(records)
+        path = os.path.join(self._dir(index), f"{seq:012d}.arrow")
+        tmp = path + ".tmp"
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        self._next[index] = seq
+        self._unacked[(index, seq)] = records
+
+    def _poll_ahead(self) -> None:
+        while not self._closed.wait(POLL_AHEAD_AFTER_S / 4):
+            with self._lock:
+                if self._failure is not None or self._closed.is_set():
+                    continue
+                if time.monotonic() - self._asked < POLL_AHEAD_AFTER_S:
+                    continue
+                for index, task in enumerate(self._all_tasks()):
+                    if self._next[index] - self._offered.get(index, 0) >= POLL_AHEAD_FILES:
+                        continue
+                    try:
+                        self._poll_and_stage(index, task, ahead=True)
+                    except _Closed:
+                        return
+                    except Exception as exc:
+                        self._failure = exc  # for Spark's next call, where it fails the query
+                        break
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop = start.get("s", {}), end.get("s", {})
@@ -722,8 +806,9 @@ class _PollingReader(DataSourceStreamReader):
         tasks = self._all_tasks()
         for i, seq in end.get("s", {}).items():
             index, last = int(i), int(seq)
-            for key in sorted(k for k in self._unacked if k[0] == index and k[1] <= last):
-                tasks[index].commit(self._unacked.pop(key))
+            with self._lock:
+                for key in sorted(k for k in self._unacked if k[0] == index and k[1] <= last):
+                    tasks[index].commit(self._unacked.pop(key))
             for old in self._seqs(index):
                 if old <= last:
                     with contextlib.suppress(FileNotFoundError):
@@ -733,6 +818,14 @@ class _PollingReader(DataSourceStreamReader):
             self.plan.positions.save(self.plan.name, staged)
 
     def stop(self) -> None:
-        for task in self._tasks or []:
-            with contextlib.suppress(Exception):
-                task.stop()
+        self._closed.set()  # the poll-ahead thread ends at its next wait or attempt
+        # a poll under way ends first (a client may not be thread-safe); one stuck past this
+        # bound does not keep the query from stopping
+        locked = self._lock.acquire(timeout=POLL_STOP_WAIT_S)
+        try:
+            for task in self._tasks or []:
+                with contextlib.suppress(Exception):
+                    task.stop()
+        finally:
+            if locked:
+                self._lock.release()

@@ -128,7 +128,7 @@ def retry(
     retriable: Callable[[BaseException], bool] = _is_retriable,
     give_up: Callable[[BaseException, int, float], NoReturn] = _reraise,
     on_retry: Callable[[BaseException, int, float], None] | None = None,
-    sleep: Callable[[float], None] = time.sleep,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> T:
     """``call()``, called again after each failure that ``retriable`` accepts (by default a
     `RetriableException`) with the waits of ``backoff``; anything else propagates at once.

@@ -1,0 +1,92 @@
+"""A poll-only source still polls while its micro-batch waits for a core (the poll-ahead thread of
+`sluice.engine.source`): an outage shows in its status although Spark plans nothing, and what
+it polls meanwhile is delivered once the cores are free."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.e2e.topics import topic_count
+
+pytestmark = pytest.mark.spark
+
+
+def _hold_every_core(spark, release: Path) -> threading.Thread:
+    """Run a job whose two tasks (local[2]: every core) wait until `release` exists, as sinks
+    retrying a write hold them; returns once both tasks run."""
+    flag = str(release)
+
+    def hold(_: object) -> None:
+        import os
+        import time
+
+        deadline = time.monotonic() + 300  # never hold the shared session forever
+        while not os.path.exists(flag) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    sc = spark.sparkContext
+    job = threading.Thread(target=lambda: sc.parallelize(range(2), 2).foreach(hold), daemon=True)
+    job.start()
+
+    def both_running() -> bool:
+        infos = [sc.statusTracker().getStageInfo(s) for s in sc.statusTracker().getActiveStageIds()]
+        return sum(i.numActiveTasks for i in infos if i is not None) >= 2
+
+    wait_until(both_running, 60, "both cores held")
+    return job
+
+
+def test_a_poll_only_source_notes_an_outage_while_its_batch_waits_for_a_core(
+    runner, spark, tmp_path: Path
+) -> None:
+    queue, release = tmp_path / "queue", tmp_path / "release"
+    queue.mkdir()
+    root = Path(runner.root)
+    runner.start(
+        "q",
+        {
+            "connector.class": "tests.e2e.replay_sources.DownableQueueSource",
+            "queue.dir": str(queue),
+            "connect.topicname": "held",
+            "errors.retry.timeout": "-1",
+            "errors.retry.delay.max.ms": "500",
+        },
+    )
+    query = runner.running["q"].query
+
+    def held(n: int) -> bool:
+        assert query.exception() is None, query.exception()
+        return topic_count(root, "held") == n
+
+    (queue / "000.msg").write_text("first")
+    wait_until(lambda: held(1), 120, "the first message")
+
+    job = _hold_every_core(spark, release)
+    try:
+        (queue / "001.msg").write_text("second")
+        # the first message is acknowledged when Spark plans the micro-batch after it: the
+        # second is polled and planned, its micro-batch waits for a core, Spark asks no more
+        wait_until(lambda: not (queue / "000.msg").exists(), 60, "the second micro-batch planned")
+        (queue / "DOWN").touch()
+        now = lambda: int(time.time() * 1000)  # noqa: E731
+        wait_until(lambda: "q" in runner.counters.retrying(now()), 60, "the source's note")
+        [note] = runner.counters.retrying(now())["q"].values()
+        assert "the queue is down" in note["error"], note
+        assert topic_count(root, "held") == 1  # the cores were held all along
+        (queue / "002.msg").write_text("third")
+        (queue / "DOWN").unlink()
+        # polled while the batch still waits: staged ahead, offered to the next micro-batch
+        wait_until(lambda: "q" not in runner.counters.retrying(now()), 60, "the note cleared")
+    finally:
+        release.touch()
+        job.join(60)
+    wait_until(lambda: held(3), 120, "every message")
+    # acknowledged once the micro-batch after theirs is planned: all but the last
+    acked = lambda: [p.name for p in queue.glob("*.msg")] == ["002.msg"]  # noqa: E731
+    wait_until(acked, 60, "the first two acknowledged")
+    assert topic_count(root, "held") == 3  # nothing twice
