@@ -90,3 +90,41 @@ def test_a_poll_only_source_notes_an_outage_while_its_batch_waits_for_a_core(
     acked = lambda: [p.name for p in queue.glob("*.msg")] == ["002.msg"]  # noqa: E731
     wait_until(acked, 60, "the first two acknowledged")
     assert topic_count(root, "held") == 3  # nothing twice
+
+
+def test_a_poll_ahead_that_gives_up_fails_the_query_at_sparks_next_call(
+    runner, spark, tmp_path: Path
+) -> None:
+    queue, release = tmp_path / "queue", tmp_path / "release"
+    queue.mkdir()
+    root = Path(runner.root)
+    runner.start(
+        "q",
+        {
+            "connector.class": "tests.e2e.replay_sources.DownableQueueSource",
+            "queue.dir": str(queue),
+            "connect.topicname": "gives-up",
+            "errors.retry.timeout": "1500",
+            "errors.retry.delay.max.ms": "300",
+        },
+    )
+    query = runner.running["q"].query
+    (queue / "000.msg").write_text("first")
+    wait_until(lambda: topic_count(root, "gives-up") == 1, 120, "the first message")
+    now = lambda: int(time.time() * 1000)  # noqa: E731
+    job = _hold_every_core(spark, release)
+    try:
+        (queue / "001.msg").write_text("second")
+        wait_until(lambda: not (queue / "000.msg").exists(), 60, "the second micro-batch planned")
+        (queue / "DOWN").touch()
+        wait_until(lambda: "q" in runner.counters.retrying(now()), 60, "the poll-ahead retrying")
+        wait_until(lambda: "q" not in runner.counters.retrying(now()), 60, "the poll-ahead gave up")
+        # the queue is back, but the poll that gave up fails the query at Spark's next call
+        (queue / "DOWN").unlink()
+    finally:
+        release.touch()
+        job.join(60)
+    wait_until(lambda: query.exception() is not None, 120, "the query to fail")
+    message = str(query.exception())
+    assert "poll of task 0 of q failed after" in message and "the queue is down" in message
+    assert topic_count(root, "gives-up") == 2  # what was polled before is delivered

@@ -640,11 +640,11 @@ class _ReplayableReader(DataSourceStreamReader):
 
 #: A poll-only source's reader polls on its own when Spark has not asked for this long (its next
 #: micro-batch waits for a core held by sinks retrying, or a sink is slow): the tasks' `poll`
-#: still runs, so an outage shows in their status, and what it returns is staged for the next
-#: micro-batch.
-POLL_AHEAD_AFTER_S = 2.0
-#: At most this many polls are staged ahead of what Spark was last offered, per task.
-POLL_AHEAD_FILES = 4
+#: still runs, so an outage shows in their status. What such a poll returns is kept in memory
+#: and staged at Spark's next call: a crash loses nothing unacknowledged, and replays no more.
+POLL_AHEAD_AFTER_S = 10.0
+#: At most this many polls are kept ahead of Spark's next call, per task.
+POLL_AHEAD_MAX = 2
 #: How long stopping waits for a poll under way.
 POLL_STOP_WAIT_S = 10.0
 
@@ -672,7 +672,7 @@ class _PollingReader(DataSourceStreamReader):
         self._lock = threading.RLock()
         self._closed = threading.Event()
         self._asked = time.monotonic()
-        self._offered: dict[int, int] = {}
+        self._polled: dict[int, list[list[ConnectRecord] | pa.RecordBatch]] = {}
         self._failure: BaseException | None = None
         self._ahead: threading.Thread | None = None
 
@@ -715,12 +715,13 @@ class _PollingReader(DataSourceStreamReader):
             if failure is not None:  # the poll-ahead thread's: as if this call had met it
                 raise failure
             for index, task in enumerate(self._all_tasks()):
-                self._poll_and_stage(index, task)
+                for records in self._polled.pop(index, []):  # polled ahead, in their order
+                    self._stage(index, records)
+                self._stage(index, self._poll(index, task))
             for index, seq in self._next.items():
                 # everything staged so far, whether or not this call polled anything: idempotent
                 if seq > int(end.get(str(index), 0)):
                     end[str(index)] = seq
-            self._offered = {int(i): int(seq) for i, seq in end.items()}
             self._asked = time.monotonic()
         if self._ahead is None:
             self._ahead = threading.Thread(
@@ -729,21 +730,23 @@ class _PollingReader(DataSourceStreamReader):
             self._ahead.start()
         return {"s": end}
 
-    def _poll_and_stage(self, index: int, task: SourceTask, ahead: bool = False) -> None:
-        """Poll task `index` (retried as `errors.retry.*` says, its retries in its status) and
-        stage what it returns as the task's next file."""
+    def _poll(self, index: int, task: SourceTask, ahead: bool = False) -> Any:
+        """Task `index`'s `poll`, retried as `errors.retry.*` says, its retries in its status;
+        `ahead` (the poll-ahead thread): its waits end when the reader stops."""
         what = f"poll of task {index} of {self.plan.name}"
-        if ahead:
+        if not ahead:
+            return _retried(self.plan, index, task.poll, what)
 
-            def poll() -> Any:
-                if self._closed.is_set():
-                    raise _Closed(what)
-                return task.poll()
+        def poll() -> Any:
+            if self._closed.is_set():
+                raise _Closed(what)
+            return task.poll()
 
-            with watching_task(self.plan.counters, self.plan.name, index):
-                records = self.plan.retry.run(poll, what, sleep=self._closed.wait)[0]
-        else:
-            records = _retried(self.plan, index, task.poll, what)
+        with watching_task(self.plan.counters, self.plan.name, index):
+            return self.plan.retry.run(poll, what, sleep=self._closed.wait)[0]
+
+    def _stage(self, index: int, records: list[ConnectRecord] | pa.RecordBatch) -> None:
+        """Stage what task `index` polled as its next file (durably), unacknowledged."""
         if not len(records):
             return
         seq = self._next[index] + 1
@@ -770,10 +773,13 @@ class _PollingReader(DataSourceStreamReader):
                 if time.monotonic() - self._asked < POLL_AHEAD_AFTER_S:
                     continue
                 for index, task in enumerate(self._all_tasks()):
-                    if self._next[index] - self._offered.get(index, 0) >= POLL_AHEAD_FILES:
+                    kept = self._polled.setdefault(index, [])
+                    if len(kept) >= POLL_AHEAD_MAX:
                         continue
                     try:
-                        self._poll_and_stage(index, task, ahead=True)
+                        records = self._poll(index, task, ahead=True)
+                        if len(records):
+                            kept.append(records)
                     except _Closed:
                         return
                     except Exception as exc:

@@ -419,7 +419,7 @@ class SourceTask(ABC):
     """A source that can only be polled (webhooks, pop-style queues): at-least-once.
 
     `poll()` runs on the driver between micro-batches, and also while a micro-batch has run or
-    waited for a core for over 2 s (a few polls ahead, so that `poll` raising
+    waited for a core for over 10 s (a few polls ahead, so that `poll` raising
     `RetriableException` in an outage shows in the task's status); what it returns is staged
     durably before processing. `poll`, `commit` and `stop` are never called at the same time.
     `commit(records)` runs after the micro-batch that carried those records committed;
