@@ -19,7 +19,10 @@ from sluice.runtime.validation import kind_of
 from sluice.runtime.worker_config import WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = ["README.md", *(f"docs/{p}.md" for p in ("jdbc", "cdc", "http", "redis", "replicators"))]
+PAGES = [
+    "README.md",
+    *(f"docs/{p}.md" for p in ("jdbc", "cdc", "http", "redis", "replicators", "lake")),
+]
 _FORMS = re.compile(
     r"```properties\n# (?P<name>[\w-]+)\.properties\n(?P<props>.*?)\n```\n\n```bash\n"
     r"sluice connectors create (?P=name) -f (?P=name)\.properties[^\n]*\n"
