@@ -16,7 +16,7 @@ import pytest
 from sluice.engine.settings import check_config
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.validation import kind_of
-from sluice.runtime.worker_config import WorkerConfig
+from sluice.runtime.worker_config import WorkerConfig, parse_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -121,3 +121,13 @@ def test_the_docs_show_configs_of_every_kind() -> None:
     assert any("json block" in w for w in where)
     assert any("curl -d" in w for w in where)
     assert sum("connectors create" in w for w in where) >= 8
+
+
+@pytest.mark.parametrize("page", ALL_PAGES)
+def test_no_properties_block_has_a_comment_after_a_value(page: str) -> None:
+    """java.util.Properties has no end-of-line comments: `bus=kafka   # or rocketmq` is the value
+    `kafka   # or rocketmq`, which the worker refuses (the README's broker quickstart did that)."""
+    for block in _BLOCK.finditer((ROOT / page).read_text()):
+        if block["lang"] == "properties":
+            entries = parse_properties(block["body"])
+            assert [k for k, v in entries.items() if re.search(r"\s#", v)] == [], page
