@@ -252,3 +252,33 @@ def test_dead_letters_read_through_rest_and_cli_then_the_topic_deleted(run: Run)
     assert worker.request("DELETE", "/v1/topics/metTopic-dlq").status_code == 204
     assert worker.get("/v1/topics/metTopic-dlq").status_code == 404
     assert worker.request("DELETE", "/v1/topics/metTopic-dlq").status_code == 404
+
+
+def test_a_deleted_topic_takes_the_positions_on_it_along(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """Positions outlive a connector, so a sink deleted before its topic kept those on it. They
+    go with the topic: the sink re-created on a topic re-created under that name gets the new
+    topic's first records (it skipped as many as it had read of the old one before)."""
+    src = tmp_path / "in.txt"
+    src.write_text("a\nb\nc\n")
+    source = {"connector.class": "FileSourceConnector", "filename": str(src)}
+    source["connect.topicname"] = "delTopic"
+    sink = {"connector.class": "FileSinkConnector", "connect.topicnames": "delTopic"}
+    _create(worker, "delSource", source)
+    _create(worker, "delSink", {**sink, "filename": str(tmp_path / "out1.txt")})
+    wait_until(lambda: _lines(tmp_path / "out1.txt") == ["a", "b", "c"], what="the first copy")
+    for name in ("delSource", "delSink"):
+        assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+    assert worker.request("DELETE", "/v1/topics/delTopic").status_code == 204
+    with src.open("a") as f:
+        f.write("d\ne\n")
+    _create(worker, "delSource", source)  # resumes after c: d, e are the new topic's first records
+    _create(worker, "delSink", {**sink, "filename": str(tmp_path / "out2.txt")})
+    wait_until(lambda: _lines(tmp_path / "out2.txt") == ["d", "e"], 60, "the re-created topic")
+    for name in ("delSource", "delSink"):
+        worker.request("DELETE", f"/v1/connectors/{name}")
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []

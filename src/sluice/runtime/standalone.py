@@ -751,14 +751,31 @@ class StandaloneHerder(Herder):
                     f"topic {topic!r} is used by connector(s) {', '.join(sorted(users))}; "
                     "delete them (or change their topics) first"
                 )
-            delete = getattr(self.runner.bus.log, "delete_topic", None)
+            log_ = self.runner.bus.log
+            delete = getattr(log_, "delete_topic", None)
             if delete is None:
                 raise BadRequest(f"the {self.config.bus} bus cannot delete topics")
             try:
+                queues = [
+                    partition_key(log_.queue_partition(topic, q))
+                    for q in range(log_.queue_count(topic))
+                ]
                 delete(topic)
             except UnknownTopic:
                 raise NotFound(f"topic {topic!r} not found") from None
+            self._forget_positions(set(queues))
             log.info("topic %s deleted", topic)
+
+    def _forget_positions(self, partitions: set[str]) -> None:
+        """Drop every stored position on these (deleted) queues. Positions outlive a connector,
+        so a sink deleted before its topic kept them; re-created under its name, it would skip
+        the first records of a topic re-created under the same name (Kafka drops a deleted
+        topic's committed offsets too)."""
+        positions = self.runner.positions
+        for connector, stored in positions.load_all().items():
+            stale = [p for p in stored if p in partitions]
+            if stale:
+                positions.remove(connector, stale)
 
     # -- metrics (sluice.runtime.metrics_snapshot) ------------------------------------------------
     def metrics(self) -> dict[str, Any]:
