@@ -81,9 +81,16 @@ def _validate(cls: type[Connector], config: dict[str, str]) -> None:
     `validate` without calling the SDK's). Runs on the prepared config: the paths are already
     inside `file.allowed.dirs` and `${…}` references resolved."""
     problems = cls.config_def.problems(config)
+    try:
+        cls().validate(config)
+    except ConfigException as exc:
+        seen = {p.key for p in problems}
+        problems += [p for p in getattr(exc, "problems", [exc]) if p.key not in seen]
+    except Exception:
+        if not problems:  # else a bad key is the likelier cause, and what to report
+            raise
     if problems:
         raise InvalidConfig(problems) if len(problems) > 1 else problems[0]
-    cls().validate(config)
 
 
 def as_bad_request(errors: list[Problem]) -> BadRequest:
