@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
+from typing import Any
 
 from sluice.sdk import (
     ConfigDef,
@@ -58,6 +60,17 @@ class FlakySink(SinkConnector):
 
     def task_configs(self, max_tasks):
         return [dict(self.config) for _ in range(max_tasks)]
+
+
+def lines_in_topic(runner: Any, src: Path, lines: int, topic: str = "t") -> None:
+    """Write `r0`…`r<lines-1>` to `src` and copy them into `topic` with a file source `src`
+    on `runner` (a ConnectorRunner), waiting until the topic holds them all."""
+    from tests.conftest import wait_until  # not at import: Spark's workers load this module
+
+    src.write_text("".join(f"r{i}\n" for i in range(lines)))
+    conf = {"connector.class": "FileSourceConnector", "filename": str(src)}
+    runner.start("src", {**conf, "connect.topicname": topic})
+    wait_until(lambda: runner.bus.count(topic) == lines, 60, f"{lines} in the topic")
 
 
 GATED = ConfigDef(ConfigKey("path"), ConfigKey("connect.topicnames", type="list"))

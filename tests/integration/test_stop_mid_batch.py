@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.integration.flaky_sinks import lines_in_topic
 
 pytestmark = pytest.mark.spark
 
@@ -20,12 +21,7 @@ def test_stop_waits_for_the_batch_in_its_commit_then_a_fresh_run_goes_on(
     runner, tmp_path: Path
 ) -> None:
     src, out = tmp_path / "in.txt", tmp_path / "out.txt"
-    src.write_text("".join(f"r{i}\n" for i in range(50)))
-    runner.start(
-        "src",
-        {"connector.class": "FileSourceConnector", "filename": str(src), "connect.topicname": "t"},
-    )
-    wait_until(lambda: runner.bus.count("t") == 50, 60, "50 in the topic")
+    lines_in_topic(runner, src, 50)
     conf = {
         "connector.class": "tests.integration.flaky_sinks.GatedSink",
         "path": str(out),
