@@ -26,7 +26,11 @@ At the end the feeder stops, the worker runs until the sink holds the whole sour
 is in topic `lines` exactly once (counted in the topic), the sink file is byte-identical to the
 source (`FileSinkConnector` is exactly-once), every boot succeeded.
 
-    .venv/bin/python bench/chaos_worker.py [--rounds 20] [--seed N] [--root DIR]
+    .venv/bin/python bench/chaos_worker.py [--rounds 20] [--seed N] [--root DIR] [--jdbc]
+
+`--jdbc` adds `jdbc-main`, a JDBC sink (upsert by `id`, exactly as if once) of topic `lines` into a
+table of PostgreSQL (`scripts/servers.sh up postgres`, started if needed, stopped at the end if this
+run started it): at the end it must hold each line once (the feeder writes JSON lines).
 
 The worker's log is `<root>/w/worker.log`; the exit status is 1 if any check failed.
 """
@@ -52,9 +56,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
+import psycopg  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.e2e.topics import topic_count, topic_rows  # noqa: E402
 from tests.e2e.worker_process import WorkerProcess  # noqa: E402
+from tests.servers import ensure, stop_started  # noqa: E402
 
 SCRATCH_LINES = 100
 IDLE = {"STARTED": "RUNNING", "PAUSED": "PAUSED", "STOPPED": "STOPPED"}
@@ -85,15 +91,20 @@ class Feeder(threading.Thread):
         while not self.halt.wait(0.25):
             with open(self.path, "a", encoding="utf-8") as f:
                 for _ in range(500):
-                    f.write(f"{self.lines:08d} chaos ünïcode line {'x' * (self.lines % 40)}\n")
+                    n = self.lines
+                    f.write(f'{{"id": {n}, "line": "chaos ünïcode {"x" * (n % 40)}"}}\n')
                     self.lines += 1
 
 
 class Chaos:
     """The rounds, the model of what each connector may be, and the failures seen."""
 
-    def __init__(self, root: Path, rng: random.Random, running_timeout: float) -> None:
+    def __init__(
+        self, root: Path, rng: random.Random, running_timeout: float, pg: str | None = None
+    ) -> None:
         self.root, self.rng, self.running_timeout = root, rng, running_timeout
+        #: PostgreSQL schema the JDBC sink `jdbc-main` upserts topic `lines` into (None: no sink)
+        self.pg, self.schema = pg, f"chaos_{os.getpid()}"
         self.data = root / "data"
         self.data.mkdir(parents=True, exist_ok=True)
         self.worker = WorkerProcess(root / "w")
@@ -123,11 +134,49 @@ class Chaos:
 
     def create_pipeline(self) -> None:
         self.worker.file_pipeline(self.data, "main", topic="lines")
+        if self.pg is None:
+            return
+        with psycopg.connect(self.pg, autocommit=True) as db:
+            db.execute(f"CREATE SCHEMA {self.schema}")
+            db.execute(f"CREATE TABLE {self.schema}.lines (id BIGINT PRIMARY KEY, line TEXT)")
+        host = self.pg.split("@", 1)[1]
+        self.worker.post_connector(
+            "jdbc-main",
+            {
+                "connector.class": "JdbcSinkConnector",
+                "connection.url": f"jdbc:postgresql://{host}?currentSchema={self.schema}",
+                "connection.user": "postgres",
+                "connect.topicnames": "lines",
+                "insert.mode": "upsert",
+                "pk.mode": "record_value",
+                "pk.fields": "id",
+            },
+        )
+
+    def table_rows(self) -> tuple[int, int, int]:
+        """(rows, smallest id, largest id) of the JDBC sink's table."""
+        with psycopg.connect(self.pg, autocommit=True) as db:
+            row = db.execute(f"SELECT count(*), min(id), max(id) FROM {self.schema}.lines")
+            return row.fetchone()
+
+    def check_table(self, fed: int) -> None:
+        """The JDBC sink (upsert: exactly as if once) holds every line once, no other."""
+        try:
+            wait_until(lambda: self.table_rows()[0] >= fed, 900, "the table to hold every line", 1)
+        except AssertionError as exc:
+            self.fail(f"{exc}: {self.table_rows()}")
+            return
+        rows = self.table_rows()
+        print(f"table {self.schema}.lines: {rows[0]} rows, ids {rows[1]}..{rows[2]}")
+        if rows != (fed, 0, fed - 1):
+            self.fail(f"table holds {rows} (rows, min id, max id), want ({fed}, 0, {fed - 1})")
 
     # -- checks after a boot ------------------------------------------------------------------
     def check_back(self, round_no: int) -> None:
         started = time.monotonic()
         expected = {"src-main": "RUNNING", "sink-main": "RUNNING"}
+        if self.pg is not None:
+            expected["jdbc-main"] = "RUNNING"
         listed = self.call("GET", "/connectors?expand=status").json()
         for s in list(self.scratch.values()):
             self.check_scratch(s, listed, expected)
@@ -369,6 +418,8 @@ class Chaos:
                 self.fail(
                     f"topic holds {len(rows)} records ({len(counts)} distinct) of {feeder.lines}"
                 )
+            if self.pg is not None:
+                self.check_table(feeder.lines)
             if dst.read_bytes() != src.read_bytes():
                 self.fail(
                     f"sink ({dst.stat().st_size} B) differs from source ({src.stat().st_size} B)"
@@ -383,11 +434,15 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--root", type=Path)
     parser.add_argument("--running-timeout", type=float, default=120)
+    parser.add_argument(
+        "--jdbc", action="store_true", help="also a JDBC sink into scripts/servers.sh's PostgreSQL"
+    )
     args = parser.parse_args()
+    pg = f"postgresql://postgres@{ensure('postgres').split()[-1]}/postgres" if args.jdbc else None
     root = args.root or Path(tempfile.mkdtemp(prefix="sluice-chaos-"))
     rng = random.Random(args.seed)
     print(f"seed {args.seed}, root {root}, {platform.machine()} {os.cpu_count()} cores")
-    chaos = Chaos(root, rng, args.running_timeout)
+    chaos = Chaos(root, rng, args.running_timeout, pg)
     feeder = Feeder(chaos.data / "in-main.txt")
     (chaos.data / "in-main.txt").touch()
     # round 0 creates the connectors; then startup, running and REST kills in a shuffled mix
@@ -401,6 +456,7 @@ def main() -> None:
     finally:
         if chaos.worker.proc is not None and chaos.worker.proc.poll() is None:
             chaos.worker.kill9()
+        stop_started()  # the PostgreSQL of --jdbc, if this run started it
     took = time.monotonic() - started
     back = sorted(chaos.back_s)
     print(
@@ -412,6 +468,9 @@ def main() -> None:
         print("  -", failure.splitlines()[0])
     if not chaos.failures and not args.root:
         shutil.rmtree(root, ignore_errors=True)
+    if not chaos.failures and pg is not None:
+        with psycopg.connect(pg, autocommit=True) as db:
+            db.execute(f"DROP SCHEMA IF EXISTS {chaos.schema} CASCADE")
     sys.exit(1 if chaos.failures else 0)
 
 
