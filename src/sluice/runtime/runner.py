@@ -76,17 +76,27 @@ TRIGGER_GRACE_S = 5.0
 
 
 def _await_trigger_end(query: StreamingQuery, timeout_s: float) -> None:
-    """Wait until `query` is between micro-batches (or `timeout_s` passed).
+    """Wait until `query` is between micro-batches, or one just ended (or `timeout_s` passed).
 
     `StreamingQuery.stop` interrupts a micro-batch wherever it is, also after its writer's commit
     published and before Spark logged the batch as committed. The stop then saves the positions
     of the batch before, and a fresh run (a changed config, an offsets change) reads the batch
     again under a new writer id: its records were in the topic twice (or in a sink twice).
-    Between batches nothing is half done; a batch that starts after the check is cut before
-    its commit, which is harmless."""
+    Records flowing without pause, the next batch starts at once, so the moment to stop is just
+    after a batch reported its progress: the next one is then still planning or reading, and
+    cutting it there is harmless."""
     deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
-        time.sleep(0.05)
+    last = _progress_mark(query)
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive") or _progress_mark(query) != last:
+            return
+        time.sleep(0.02)
+
+
+def _progress_mark(query: StreamingQuery) -> tuple[int, str] | None:
+    """What changes each time a trigger of `query` ends (its last progress's batch and time)."""
+    progress = query.lastProgress
+    return None if progress is None else (progress.batchId, progress.timestamp)
 
 
 def failure_cause(trace: str) -> str:
