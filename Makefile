@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq chaos lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,12 @@ bench-cdc-snapshot: $(STAMP)
 # kills once), on the NATS and Mosquitto of scripts/servers.sh (started if needed).
 crash-mq: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_mq_crash.py -s
+
+# kill -9 of a real `sluice worker` (file → topic → file, embedded defaults) at random moments and
+# during REST mutations, CHAOS_ROUNDS times (bench/chaos_worker.py; results in bench/README.md).
+CHAOS_ROUNDS ?= 20
+chaos: $(STAMP)
+	$(VENV)/bin/python bench/chaos_worker.py --rounds $(CHAOS_ROUNDS)
 
 bench: $(STAMP)
 	$(VENV)/bin/python bench/file_pipeline.py

@@ -73,6 +73,11 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         """Start the process and wait for the boot message in its log."""
+        return self.wait_boot(self.launch())
+
+    def launch(self) -> int:
+        """Start the process without waiting for it to boot; returns how many boot messages the
+        log held before, for `wait_boot` (a chaos round may kill it while it starts)."""
         self.tmp.mkdir(parents=True, exist_ok=True)
         if not self.conf.exists():
             self.write_conf()
@@ -88,9 +93,14 @@ class WorkerProcess:
             cwd=self.tmp,
             start_new_session=True,
         )
+        return boots
+
+    def wait_boot(self, boots: int, timeout: float = 180) -> WorkerProcess:
+        """Wait for boot message number `boots + 1` in the log (the process must stay up)."""
+        assert self.proc is not None
         wait_until(
             lambda: self.proc.poll() is not None or self.log.read_text().count(self.boot) > boots,
-            timeout=180,
+            timeout=timeout,
             what="the worker to boot",
         )
         assert self.proc.poll() is None, f"worker exited:\n{self.log.read_text()[-3000:]}"

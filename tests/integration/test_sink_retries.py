@@ -7,18 +7,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import wait_until
+from tests.integration.flaky_sinks import lines_in_topic
 
 pytestmark = pytest.mark.spark
 
 
 def _start(runner, tmp_path: Path, **extra: str) -> Path:
-    src, out = tmp_path / "in.txt", tmp_path / "out.txt"
-    src.write_text("".join(f"r{i}\n" for i in range(50)))
-    runner.start(
-        "src",
-        {"connector.class": "FileSourceConnector", "filename": str(src), "connect.topicname": "t"},
-    )
-    wait_until(lambda: runner.bus.count("t") == 50, 60, "50 in the topic")
+    out = tmp_path / "out.txt"
+    lines_in_topic(runner, tmp_path / "in.txt", 50)
     runner.start(
         "dst",
         {

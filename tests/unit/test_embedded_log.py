@@ -217,6 +217,18 @@ def test_commit_is_idempotent_per_writer_and_batch(log: EmbeddedLog) -> None:
     assert log.is_committed("w", 7, "t") and not log.is_committed("w", 7, "other")
 
 
+def test_discard_after_the_commit_published_keeps_the_data(log: EmbeddedLog) -> None:
+    """Spark aborts a micro-batch whose commit published but whose answer a query stop cut off
+    (PUT …/config while records flow): the abort must not delete the published files (it did:
+    the sink then failed for good with OffsetOutOfRange inside the retained range)."""
+    log.create_topic("t", queues=1)
+    published, staged = log.stage("t", 0, _rows(0, 0, 3)), log.stage("t", 0, _rows(0, 3, 2))
+    assert log.commit("w", 0, [published]) is True
+    log.discard([published, staged])
+    assert _seqs(log, "t", 0, 0, 100) == [0, 1, 2]
+    assert not (log.root / "t" / staged.path).exists()  # the unpublished one is gone
+
+
 def test_segments_of_one_commit_get_consecutive_offsets_in_list_order(log: EmbeddedLog) -> None:
     log.create_topic("t", queues=2)
     log.append("t", 0, _rows(9, 0, 2))

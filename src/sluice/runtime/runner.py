@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import threading
+import time
 import uuid
 from dataclasses import dataclass, replace
 
@@ -67,6 +68,35 @@ from sluice.store.positions import Fenced, FencedPositions
 log = logging.getLogger(__name__)
 
 _CAUSE = re.compile(r"^\s*(?:\w+\.)*(\w*(?:Exception|Error)): (.+)$", re.MULTILINE)
+
+
+#: how long a stop waits for the micro-batch in progress to end before it interrupts it (Kafka
+#: Connect's task.shutdown.graceful.timeout.ms is 5 s too)
+TRIGGER_GRACE_S = 5.0
+
+
+def _await_trigger_end(query: StreamingQuery, timeout_s: float) -> None:
+    """Wait until `query` is between micro-batches, or one just ended (or `timeout_s` passed).
+
+    `StreamingQuery.stop` interrupts a micro-batch wherever it is, also after its writer's commit
+    published and before Spark logged the batch as committed. The stop then saves the positions
+    of the batch before, and a fresh run (a changed config, an offsets change) reads the batch
+    again under a new writer id: its records were in the topic twice (or in a sink twice).
+    Records flowing without pause, the next batch starts at once, so the moment to stop is just
+    after a batch reported its progress: the next one is then still planning or reading, and
+    cutting it there is harmless."""
+    deadline = time.monotonic() + timeout_s
+    last = _progress_mark(query)
+    while query.isActive and time.monotonic() < deadline:
+        if not query.status.get("isTriggerActive") or _progress_mark(query) != last:
+            return
+        time.sleep(0.02)
+
+
+def _progress_mark(query: StreamingQuery) -> tuple[int, str] | None:
+    """What changes each time a trigger of `query` ends (its last progress's batch and time)."""
+    progress = query.lastProgress
+    return None if progress is None else (progress.batchId, progress.timestamp)
 
 
 def failure_cause(trace: str) -> str:
@@ -456,6 +486,7 @@ class ConnectorRunner:
         running = self.running.pop(name, None)
         if running is None:
             return
+        _await_trigger_end(running.query, min(timeout_s, TRIGGER_GRACE_S))
         running.query.stop()
         if running.query.exception() is None:
             running.query.awaitTermination(timeout_s)

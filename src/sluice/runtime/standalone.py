@@ -641,17 +641,21 @@ class StandaloneHerder(Herder):
             validation.check_offsets(self._class_of(stored.config), offsets)
             for entry in offsets:
                 changes[partition_key(entry["partition"])] = entry["offset"]
+            # the fresh run first: a kill -9 between the two steps then leaves a new run that
+            # starts from the positions as they are, not the old checkpoint beside new positions
+            self.runner.reset_run(name)
             positions = self.runner.positions
             positions.save(name, {k: v for k, v in changes.items() if v is not None})
             positions.remove(name, [k for k, v in changes.items() if v is None])
-            self.runner.reset_run(name)
 
     def reset_offsets(self, name: str) -> None:
         with self._lock:
             stored = self._stored(name)
             self._require_stopped(stored, "reset")
-            self.runner.positions.delete(name)
+            # the fresh run first (see alter_offsets): killed after it, the connector still
+            # resumes from the positions the offsets API shows
             self.runner.reset_run(name)
+            self.runner.positions.delete(name)
 
     # -- plugins ----------------------------------------------------------------------------------
     def validate(self, config: dict[str, Any], class_name: str | None = None) -> dict[str, Any]:

@@ -645,9 +645,22 @@ class EmbeddedLog(TopicLog):
         return result
 
     def discard(self, segments: Sequence[StagedSegment]) -> None:
-        """Delete staged, never-to-be-committed segment files (an aborted micro-batch)."""
+        """Delete the staged segment files of an aborted micro-batch, except those a commit
+        published: Spark aborts a batch also when a query stop (a config change, a pause, a
+        delete) cut off the answer of a commit that had published, and those files are the
+        topic's data. Under the write lock, as in `_publish`, so the two cannot interleave."""
+        by_topic: dict[str, list[StagedSegment]] = {}
         for seg in segments:
-            _unlink_quiet(self._topic_dir(seg.topic) / seg.path)
+            by_topic.setdefault(seg.topic, []).append(seg)
+        for topic, segs in by_topic.items():
+            handle = self._handle(topic)
+            with handle.lock, _transaction(handle.conn):
+                for seg in segs:
+                    live = handle.conn.execute(
+                        "SELECT 1 FROM segments WHERE path = ?", (seg.path,)
+                    ).fetchone()
+                    if live is None:
+                        _unlink_quiet(handle.dir / seg.path)
 
     def is_committed(self, writer_id: str, batch_id: int, topic: str) -> bool:
         """Whether ``(writer_id, batch_id)`` has been committed to ``topic``."""
