@@ -41,47 +41,70 @@ def _hold_every_core(spark, release: Path) -> threading.Thread:
     return job
 
 
-def test_a_poll_only_source_notes_an_outage_while_its_batch_waits_for_a_core(
-    runner, spark, tmp_path: Path
-) -> None:
-    queue, release = tmp_path / "queue", tmp_path / "release"
+def _start_queue(runner, queue: Path, topic: str, timeout_ms: str, delay_ms: str) -> None:
+    """The poll-only queue source on `queue`, its first message delivered to `topic`."""
     queue.mkdir()
-    root = Path(runner.root)
     runner.start(
         "q",
         {
             "connector.class": "tests.e2e.replay_sources.DownableQueueSource",
             "queue.dir": str(queue),
-            "connect.topicname": "held",
-            "errors.retry.timeout": "-1",
-            "errors.retry.delay.max.ms": "500",
+            "connect.topicname": topic,
+            "errors.retry.timeout": timeout_ms,
+            "errors.retry.delay.max.ms": delay_ms,
         },
     )
+    query = runner.running["q"].query
+    (queue / "000.msg").write_text("first")
+
+    def delivered() -> bool:
+        assert query.exception() is None, query.exception()
+        return topic_count(Path(runner.root), topic) == 1
+
+    wait_until(delivered, 120, "the first message")
+
+
+def _noted(runner) -> bool:
+    """Whether the source's task has a retry note now."""
+    return "q" in runner.counters.retrying(int(time.time() * 1000))
+
+
+def _down_while_a_batch_waits(runner, spark, queue: Path, release: Path) -> threading.Thread:
+    """Hold every core, let a second message be polled and planned (its micro-batch then waits
+    for a core and Spark asks no more), take the queue down, and wait for the task's note."""
+    job = _hold_every_core(spark, release)
+    try:
+        (queue / "001.msg").write_text("second")
+        # the first message is acknowledged when Spark plans the micro-batch after it
+        wait_until(lambda: not (queue / "000.msg").exists(), 60, "the second batch planned")
+        (queue / "DOWN").touch()
+        wait_until(lambda: _noted(runner), 60, "the source's note")
+    except BaseException:
+        release.touch()  # never leave the shared session's cores held
+        raise
+    return job
+
+
+def test_a_poll_only_source_notes_an_outage_while_its_batch_waits_for_a_core(
+    runner, spark, tmp_path: Path
+) -> None:
+    queue, release, root = tmp_path / "queue", tmp_path / "release", Path(runner.root)
+    _start_queue(runner, queue, "held", "-1", "500")
     query = runner.running["q"].query
 
     def held(n: int) -> bool:
         assert query.exception() is None, query.exception()
         return topic_count(root, "held") == n
 
-    (queue / "000.msg").write_text("first")
-    wait_until(lambda: held(1), 120, "the first message")
-
-    job = _hold_every_core(spark, release)
+    job = _down_while_a_batch_waits(runner, spark, queue, release)
     try:
-        (queue / "001.msg").write_text("second")
-        # the first message is acknowledged when Spark plans the micro-batch after it: the
-        # second is polled and planned, its micro-batch waits for a core, Spark asks no more
-        wait_until(lambda: not (queue / "000.msg").exists(), 60, "the second micro-batch planned")
-        (queue / "DOWN").touch()
-        now = lambda: int(time.time() * 1000)  # noqa: E731
-        wait_until(lambda: "q" in runner.counters.retrying(now()), 60, "the source's note")
-        [note] = runner.counters.retrying(now())["q"].values()
+        [note] = runner.counters.retrying(int(time.time() * 1000))["q"].values()
         assert "the queue is down" in note["error"], note
         assert topic_count(root, "held") == 1  # the cores were held all along
         (queue / "002.msg").write_text("third")
         (queue / "DOWN").unlink()
         # polled while the batch still waits: staged ahead, offered to the next micro-batch
-        wait_until(lambda: "q" not in runner.counters.retrying(now()), 60, "the note cleared")
+        wait_until(lambda: not _noted(runner), 60, "the note cleared")
     finally:
         release.touch()
         job.join(60)
@@ -95,30 +118,12 @@ def test_a_poll_only_source_notes_an_outage_while_its_batch_waits_for_a_core(
 def test_a_poll_ahead_that_gives_up_fails_the_query_at_sparks_next_call(
     runner, spark, tmp_path: Path
 ) -> None:
-    queue, release = tmp_path / "queue", tmp_path / "release"
-    queue.mkdir()
-    root = Path(runner.root)
-    runner.start(
-        "q",
-        {
-            "connector.class": "tests.e2e.replay_sources.DownableQueueSource",
-            "queue.dir": str(queue),
-            "connect.topicname": "gives-up",
-            "errors.retry.timeout": "1500",
-            "errors.retry.delay.max.ms": "300",
-        },
-    )
+    queue, release, root = tmp_path / "queue", tmp_path / "release", Path(runner.root)
+    _start_queue(runner, queue, "gives-up", "1500", "300")
     query = runner.running["q"].query
-    (queue / "000.msg").write_text("first")
-    wait_until(lambda: topic_count(root, "gives-up") == 1, 120, "the first message")
-    now = lambda: int(time.time() * 1000)  # noqa: E731
-    job = _hold_every_core(spark, release)
+    job = _down_while_a_batch_waits(runner, spark, queue, release)
     try:
-        (queue / "001.msg").write_text("second")
-        wait_until(lambda: not (queue / "000.msg").exists(), 60, "the second micro-batch planned")
-        (queue / "DOWN").touch()
-        wait_until(lambda: "q" in runner.counters.retrying(now()), 60, "the poll-ahead retrying")
-        wait_until(lambda: "q" not in runner.counters.retrying(now()), 60, "the poll-ahead gave up")
+        wait_until(lambda: not _noted(runner), 60, "the poll-ahead gave up")
         # the queue is back, but the poll that gave up fails the query at Spark's next call
         (queue / "DOWN").unlink()
     finally:
