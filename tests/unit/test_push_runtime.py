@@ -133,7 +133,9 @@ def test_concurrency_limits_hold() -> None:
         rt.submit("a" if i % 2 else "b", i)
     rt.drain(time.time() + 10)
     rt.close()
-    assert (fake.peak["a"] == 4 and fake.peak["b"] == 4) or sum(fake.peak.values()) <= 6
+    # the per-target peaks come at different moments: the worker-wide limit is on the total
+    # in flight at one moment (summing the peaks failed in CI: 3 + 4 > 6)
+    assert fake.peak_total <= 6
     assert max(fake.peak.values()) <= 4
 
 
