@@ -254,7 +254,9 @@ class Round:
         column, my_type, pg_type, value = ddl
         kind = my_type if self.source.dialect == "mysql" else pg_type
         with writer.lock:
-            self.source.execute(f"ALTER TABLE {self.source.table('items')} ADD COLUMN {column} {kind}")
+            self.source.execute(
+                f"ALTER TABLE {self.source.table('items')} ADD COLUMN {column} {kind}"
+            )
             writer.columns[column] = value
         self.log.append(f"ADD COLUMN {column} {kind} at {writer.done} transactions")
 
