@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sluice.converters._avro import avro_schema
+from sluice.sdk import Schema
 from sluice.store.schemas import SqliteSchemaRegistry
 from tests.conftest import wait_until
 from tests.e2e.topics import topic_rows
@@ -127,9 +129,11 @@ class Round:
     target: Db
     down: frozenset[str] = frozenset({"tag", "flag"})
     seed: int = 0
-    prefill: int = 1500
-    transactions: int = 160
+    prefill: int = 800
+    transactions: int = 150
     kills: int = 1
+    #: the kills anywhere among the changes made while the worker runs (else after them)
+    shuffle: bool = False
     worker: WorkerProcess | None = None
     prefix: str = field(default_factory=lambda: f"m{uuid.uuid4().hex[:6]}")
     log: list[str] = field(default_factory=list)
@@ -149,7 +153,7 @@ class Round:
             "table.include.list": f"{self.source.namespace}.items",
             "value.converter": "AvroConverter",
             "snapshot.mode": "initial",
-            "read.max.rows": "150",  # many micro-batches: kills land inside the (re-)snapshot
+            "read.max.rows": "100",  # many micro-batches: kills land inside the (re-)snapshot
         }
         if self.source.dialect == "postgresql":
             return {
@@ -210,7 +214,7 @@ class Round:
             self._post("src", self._source_config())
             self._post("sink", self._sink_config())
             # the snapshot under way: the writer's changes land before, inside and after chunks
-            wait_until(lambda: self._count() >= 150, 180, "the first snapshot rows mirrored")
+            wait_until(lambda: self._count() >= 100, 300, "the first snapshot rows mirrored")
             writer.start()
             self._round(writer, rng)
             writer.join(600)
@@ -226,13 +230,17 @@ class Round:
                 drop_slot(src, self.slot)
 
     def _round(self, writer: MirrorWriter, rng: random.Random) -> None:
-        """The schema changes and the kills, spread over the writer's transactions."""
+        """The schema changes and the kills over the first two thirds of the writer's
+        transactions (the rest come after the last restart, while any re-read runs): the
+        changes made while the worker runs in `DDL`'s order, each kill at a random point after
+        them (`shuffle`: anywhere among them), the others while the worker is down after the
+        first kill."""
         running = [d for d in DDL if d[0] not in self.down]
         down = [d for d in DDL if d[0] in self.down]
-        steps = len(running) + self.kills
-        at = sorted(rng.sample(range(10, self.transactions - 20), steps))
         plan = [("ddl", d) for d in running] + [("kill", None)] * self.kills
-        rng.shuffle(plan)
+        if self.shuffle:
+            rng.shuffle(plan)
+        at = sorted(rng.sample(range(5, self.transactions * 2 // 3), len(plan)))
         for (kind, ddl), when in zip(plan, at, strict=True):
             wait_until(lambda w=when: writer.done >= w or writer.error, 300, f"{when} transactions")
             assert writer.error is None, writer.error
@@ -243,11 +251,11 @@ class Round:
             self.worker.kill9()
             self.log.append(f"kill at {writer.done} transactions, {self._count()} rows mirrored")
             for ddl in down:  # the changes in the stopped worker's backlog
-                wait_until(lambda w=writer.done: writer.done >= w + 3, 120, "writes meanwhile")
+                wait_until(lambda w=writer.done: writer.done >= w + 2, 120, "writes meanwhile")
                 self._alter(writer, ddl)
             down = []
             self.worker.start()
-        for ddl in down:  # no kill left (a round without kills)
+        for ddl in down:  # no kill (a round without kills)
             self._alter(writer, ddl)
 
     def _alter(self, writer: MirrorWriter, ddl: tuple[str, str, str, Any]) -> None:
@@ -328,7 +336,8 @@ def topic_ops(store: Path, topic: str) -> dict[str, int]:
         value = row["value"]
         schema_id = int.from_bytes(value[1:5], "big")
         if schema_id not in parsed:
-            parsed[schema_id] = fastavro.parse_schema(json.loads(registry.by_id(schema_id)))
+            schema = Schema.from_json(json.loads(registry.by_id(schema_id)))
+            parsed[schema_id] = fastavro.parse_schema(avro_schema(schema))
         record = fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed[schema_id])
         ops[record["op"]] = ops.get(record["op"], 0) + 1
     return ops

@@ -155,18 +155,15 @@ class _Db:
     dialect = _Dialect()
 
 
-def test_snapshot_progress_decides_which_rows_stream() -> None:
-    from sluice.connectors.cdc._snapshot import chunk_column, covers, progress
+def test_snapshot_progress_and_the_chunk_column() -> None:
+    from sluice.connectors.cdc._snapshot import chunk_column, progress, started
 
-    assert progress(None, False) is None  # snapshot.mode=never: every event streams
+    assert progress(None, False) is None  # snapshot.mode=never: nothing to read
     assert progress(None, True) == {"upto": None, "done": False}
     assert progress({"lsn": 5}, True) is None  # a connector that finished (or never began)
-    assert covers(None, "id")({"id": 1})
-    assert not covers({"upto": None, "done": False}, "id")({"id": 1})  # no chunk read yet
-    within = covers({"upto": 10, "done": False}, "id")
-    assert within({"id": 10}) and not within({"id": 11}) and not within({"id": None})
-    assert covers({"upto": 10, "done": True}, "id")({"id": 99})
-    assert not covers({"upto": None, "done": False}, None)({"k": "a"})  # one chunk, unread
+    assert not started({"upto": None, "done": False})  # fresh: no chunk read yet
+    assert not started({"upto": None, "done": False, "since": {"lsn": 9}})  # waiting for 9
+    assert started({"upto": 10, "done": False}) and started({"upto": None, "done": True})
     ints = [("id", Schema.of(FieldType.INT64)), ("k", Schema.string())]
     assert chunk_column(["id", "k"], ints) == "id"
     assert chunk_column(["k", "id"], ints) is None  # not an integer: the table is one chunk
@@ -197,6 +194,14 @@ def test_snapshot_chunk_queries_cover_each_key_once() -> None:
     )
     assert query({"upto": 900, "done": True}, None) is None  # done: nothing more to read
     assert query({"upto": 5, "done": False}, {"upto": 5, "done": False}) is None
+    # a range that (re)starts a snapshot, or one whose re-read waits for the log, reads no chunk
+    assert query({"upto": 5, "done": False}, {"upto": None, "done": False}) is None
+    waiting = {"upto": None, "done": False, "since": {"lsn": 9}}
+    assert query(None, waiting) is None and query(waiting, waiting) is None
+    assert query(waiting, {"upto": 400, "done": False}) == (
+        'SELECT * FROM "t" WHERE "id" <= %s',
+        (400,),
+    )
     assert query(None, {"upto": None, "done": True}, column=None) == ('SELECT * FROM "t"', ())
     with pytest.raises(ConfigException, match=r"snapshot\.mode.*'full' is not one of"):
         check_mode("full")

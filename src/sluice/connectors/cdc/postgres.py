@@ -84,6 +84,7 @@ log = logging.getLogger(__name__)
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
 _FLUSH_WAIT_S = 60.0
+_INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 
 CONFIG = config_def(
     "jdbc:postgresql://host:port/database",
@@ -358,6 +359,8 @@ class PostgresCdcSourceTask(CdcTask):
                 if _sqlstate(exc) == _OBJECT_IN_USE and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
+                if self.lost_connection(exc):
+                    raise self.unreachable(exc, f"reading replication slot {self.slot!r}") from None
                 raise ConnectException(
                     f"reading replication slot {self.slot!r} on {self.db.describe()}: "
                     f"{sql_error(exc)}"
@@ -396,9 +399,12 @@ class PostgresCdcSourceTask(CdcTask):
             return start
         return {"lsn": self._end}
 
-    def stream_origin(self) -> RecordOffset:
+    def _confirmed(self) -> int:
         with self.db.connect() as conn:
-            return {"lsn": self._check_slot(conn)}
+            return self._check_slot(conn)
+
+    def stream_origin(self) -> RecordOffset:
+        return {"lsn": self._confirmed()}
 
     log_end = stream_origin  # a new slot's position: where its changes start
 
@@ -418,6 +424,32 @@ class PostgresCdcSourceTask(CdcTask):
 
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         return start is None or end["lsn"] > start["lsn"]
+
+    def log_before(self, a: RecordOffset, b: RecordOffset) -> bool:
+        return int(a["lsn"]) < int(b["lsn"])
+
+    def log_now(self) -> RecordOffset:
+        with self.db.connect() as conn:
+            return {"lsn": lsn_int(conn.exec_driver_sql(_INSERT_LSN).scalar())}
+
+    def jump(self, here: RecordOffset, since: RecordOffset) -> RecordOffset | None:
+        # Decoding reads flushed WAL only: first the flush, then a peek that sees every commit
+        # up to `since`.
+        with self.db.connect() as conn:
+            flushed = conn.exec_driver_sql(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (lsn_text(since["lsn"]),)
+            ).scalar()
+        if not flushed:
+            return None
+        rows = self._peek_select(
+            "SELECT substr(data, 1, 26) FROM pg_logical_slot_peek_binary_changes(%s, "
+            "%s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s) "
+            "WHERE get_byte(data, 0) = 67",
+            (self.slot, lsn_text(since["lsn"]), self.publication),
+        )
+        if any(here["lsn"] < commit_end(bytes(data)) <= since["lsn"] for (data,) in rows):
+            return None
+        return {"lsn": since["lsn"]}
 
     def _next_end(self, begin: int, budget: int | None) -> int | None:
         """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
@@ -465,10 +497,8 @@ class PostgresCdcSourceTask(CdcTask):
     def _follow(self, table: _Table, change: str) -> None:
         """At a schema change: restart (after checking the added columns can be carried)."""
         with self.db.connect() as conn:
-            known = list(table.schemas)
-            _, filled = check_added(self.db, conn, TableName.parse(table.name), known, change)
-        log.info("table %s changed (%s): restarting the connector to follow", table.name, change)
-        raise SchemaChanged(table.name, change, resnapshot=filled)
+            check_added(self.db, conn, TableName.parse(table.name), list(table.schemas), change)
+        raise SchemaChanged(table.name, change)
 
     def _peek_types(self, window: int | None) -> list[Any]:
         return self._peek_select(
@@ -495,8 +525,7 @@ class PostgresCdcSourceTask(CdcTask):
     ) -> Iterator[ConnectRecord]:
         table = self.tables[partition["table"]]
         begin, stop = (start or {}).get("lsn", 0), end["lsn"]
-        with self.db.connect() as conn:
-            confirmed = self._check_slot(conn)
+        confirmed = self.riding_out(self._confirmed, f"reading replication slot {self.slot!r}")
         # No start: the first range, from wherever the slot is (it was created for this).
         if start is not None and begin < confirmed:
             raise ConnectException(
@@ -504,10 +533,21 @@ class PostgresCdcSourceTask(CdcTask):
                 f"micro-batch's start {lsn_text(begin)}: the changes in between were consumed "
                 "elsewhere (another reader of the slot?)",
             )
+        yield from self.resuming(
+            lambda at: self._transactions(table, at, stop),
+            begin,
+            f"reading replication slot {self.slot!r} for table {table.name}",
+        )
+
+    def _transactions(
+        self, table: _Table, begin: int, stop: int
+    ) -> Iterator[tuple[int, list[ConnectRecord]]]:
+        """The slot's transactions ending in `(begin, stop]`: each one's records of `table`,
+        with its end LSN."""
         rows = self._peek(stop)
         for tx in transactions((data for (data,) in rows), after=begin):
             if begin < tx.end_lsn <= stop:
-                yield from self._events(tx, table)
+                yield tx.end_lsn, list(self._events(tx, table))
 
     # -- the snapshot's chunks (executor) --------------------------------------------------------
     def chunk_select(self, table: _Table) -> str:
@@ -520,7 +560,7 @@ class PostgresCdcSourceTask(CdcTask):
             conn.exec_driver_sql("SET TIME ZONE 'UTC'")
             rows = conn.exec_driver_sql(*sql_params).fetchall()
             # the log's position after the SELECT: every change it saw committed before it
-            high = conn.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar()
+            high = conn.exec_driver_sql(_INSERT_LSN).scalar()
             self._high = lsn_int(high)
             # Decoding reads flushed WAL only, and a commit is visible before it is flushed
             # under synchronous_commit=off: wait for the flush (the WAL writer's next round).
