@@ -209,7 +209,7 @@ class Round:
         rng = random.Random(self.seed)
         writer = MirrorWriter(src, set(range(1, self.prefill + 1)), self.transactions, self.seed)
         self.worker = WorkerProcess(self.tmp)
-        self.worker.start()
+        self._boot()
         try:
             self._post("src", self._source_config())
             self._post("sink", self._sink_config())
@@ -254,7 +254,7 @@ class Round:
                 wait_until(lambda w=writer.done: writer.done >= w + 2, 120, "writes meanwhile")
                 self._alter(writer, ddl)
             down = []
-            self.worker.start()
+            self._boot()
         for ddl in down:  # no kill (a round without kills)
             self._alter(writer, ddl)
 
@@ -267,6 +267,10 @@ class Round:
             )
             writer.columns[column] = value
         self.log.append(f"ADD COLUMN {column} {kind} at {writer.done} transactions")
+
+    def _boot(self) -> None:
+        # A loaded machine boots a worker (a JVM, a Spark session, its connectors) slowly.
+        self.worker.wait_boot(self.worker.launch(), timeout=600)
 
     # -- checks ------------------------------------------------------------------------------
     def _post(self, name: str, config: dict[str, str]) -> None:

@@ -63,11 +63,11 @@ def config_def(url: str, port: int, unit: str, *specific: ConfigKey) -> ConfigDe
     return ConfigDef(
         ConfigKey("connection.url", default=None, doc=url),
         ConfigKey("connection.user", default="", doc="user"),
-        ConfigKey("connection.password", default="", doc="password"),
+        ConfigKey("connection.password", type="password", default="", doc="password"),
         ConfigKey("database.hostname", default=None, doc="host (instead of connection.url)"),
         ConfigKey("database.port", type="int", default=port, doc="port"),
         ConfigKey("database.user", default=None, doc="user"),
-        ConfigKey("database.password", default=None, doc="password"),
+        ConfigKey("database.password", type="password", default=None, doc="password"),
         ConfigKey(
             "topic.prefix",
             pattern=r"[a-zA-Z0-9_.-]{1,80}",
