@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.converters._avro import avro_schema
-from sluice.sdk import Schema
+from sluice.converters._schemas import from_connect
 from sluice.store.schemas import SqliteSchemaRegistry
 from tests.conftest import wait_until
 from tests.e2e.topics import topic_rows
@@ -340,7 +340,7 @@ def topic_ops(store: Path, topic: str) -> dict[str, int]:
         value = row["value"]
         schema_id = int.from_bytes(value[1:5], "big")
         if schema_id not in parsed:
-            schema = Schema.from_json(json.loads(registry.by_id(schema_id)))
+            schema = from_connect(json.loads(registry.by_id(schema_id)))
             parsed[schema_id] = fastavro.parse_schema(avro_schema(schema))
         record = fastavro.schemaless_reader(io.BytesIO(value[5:]), parsed[schema_id])
         ops[record["op"]] = ops.get(record["op"], 0) + 1
