@@ -85,7 +85,14 @@ def _resumed(task: Any, partition: Any, marked: Any) -> Any:
     """After the restart: the changes after the ALTERs stream (every event always flows), then
     the table is read again under the new columns (the existing rows got the new default
     without an event); the position after."""
-    second = task.latest(partition, marked, LIMIT)
+    planned: list[Any] = []
+
+    def reached() -> bool:  # the chunk waits until the log reaches `since` (and it is flushed)
+        planned.append(task.latest(partition, marked, LIMIT))
+        return "since" not in planned[-1]["snapshot"]
+
+    wait_until(reached, 30, "the re-read's chunk")
+    second = planned[-1]
     assert second.get("snapshot") == {"upto": 3, "done": True}, second
     records = [(r.value["op"], r.value["after"]) for r in task.read(partition, marked, second)]
     assert records[:2] == [  # the events first, in log order, then the chunk in any order

@@ -240,18 +240,38 @@ class _Server:
 
 
 def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
-    # Turning these off needs a server restart, so their checks are tested on the answers.
+    # Turning these off needs a server restart, so their checks are tested on the answers: a
+    # ConfigException (a 400 at create) naming the key that names the server.
     from sluice.connectors.cdc import mysql, postgres
+    from sluice.connectors.cdc._base import TypedKeys
 
     values = {"table.include.list": [], "table.exclude.list": []}
-    with pytest.raises(ConnectException, match=r"wal_level is 'replica'.*wal_level=logical"):
-        postgres._setup(_Server(), _Conn({"SHOW wal_level": [("replica",)]}), values)
+    debezium = TypedKeys.of({"database.hostname": "db"})
+    with pytest.raises(ConfigException, match=r"^database\.hostname: .*wal_level is 'replica'"):
+        postgres._check(_Server(), _Conn({"SHOW wal_level": [("replica",)]}), values, debezium)
     settings = [("log_bin", "OFF"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL")]
-    with pytest.raises(ConnectException, match=r"log_bin \(the binary log\) is off"):
-        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values)
+    with pytest.raises(ConfigException, match=r"^connection\.url: .*log_bin \(the binary log"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values, TypedKeys())
     statement = [("log_bin", "ON"), ("binlog_format", "STATEMENT"), ("binlog_row_image", "FULL")]
-    with pytest.raises(ConnectException, match=r"binlog_format is STATEMENT.*binlog_format=ROW"):
-        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": statement}), values)
+    with pytest.raises(ConfigException, match=r"binlog_format is STATEMENT.*binlog_format=ROW"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": statement}), values, debezium)
+
+
+def test_connection_errors_name_the_keys_that_were_typed() -> None:
+    from sluice.connectors.cdc._base import TypedKeys
+
+    refused = ConfigException(
+        "connection.password",
+        "mysql://db:3306/shop refused the credentials: Access denied",
+        suggestion="check connection.user and connection.password",
+    )
+    typed = TypedKeys.of({"database.hostname": "db", "database.password": "x"}).retyped(refused)
+    assert typed.key == "database.password"
+    assert str(typed) == (
+        "database.password: mysql://db:3306/shop refused the credentials: Access denied "
+        "(check database.user and database.password)"
+    )
+    assert TypedKeys.of({"connection.url": "jdbc:mysql://db/shop"}).retyped(refused) is refused
 
 
 def test_ddl_statements_are_classified() -> None:
@@ -282,9 +302,9 @@ def test_a_logged_row_shape_is_decoded_followed_or_refused() -> None:
     types = {"id": (23, -1), "n": (25, -1)}
     assert verdict("t", cols, ["id"], ["id", "n"], types, types) is None
     assert verdict("t", cols, ["id"], ["id"]) is None  # an older row: n is optional (null)
-    assert verdict("t", cols, ["id"], ["id", "n", "x"]) == "new column(s) ['x']"
+    assert verdict("t", cols, ["id"], ["id", "n", "x"]) == "ADD COLUMN x"
     required = [("id", cols[0][1]), ("n", Schema.string(optional=False))]
-    assert verdict("t", required, ["id"], ["id"]) == "column(s) ['n'] gone"
+    assert verdict("t", required, ["id"], ["id"]) == "DROP COLUMN n"
     with pytest.raises(ConnectException, match=r"table t: key column\(s\) \['id'\] were dropped"):
         verdict("t", cols, ["id"], ["n", "id2"])
     with pytest.raises(ConnectException, match=r"table t: the type of column\(s\) \['n'\]"):

@@ -45,7 +45,7 @@ from sluice.runtime.herder import (
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.restarts import TransientRestarts
+from sluice.runtime.restarts import TransientRestarts, requested_reason
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -278,10 +278,11 @@ class StandaloneHerder(Herder):
             return False
         first_line = cause.splitlines()[0][:300]
         if restart.requested:
-            log.warning(
-                "connector %s asked to be planned again (%s): restarting it now "
-                "(requested restart %d in a row, at most %d)",
-                *(name, first_line, restart.attempt, restart.of),
+            # the task's own words (a schema change it follows), not Spark's wrapping of them
+            reason = requested_reason(f"{cause}\n{trace}") or first_line
+            log.info(
+                "connector %s: %s (requested restart %d in a row, at most %d)",
+                *(name, reason[:500], restart.attempt, restart.of),
             )
         else:
             log.warning(

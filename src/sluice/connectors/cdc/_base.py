@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -113,11 +114,52 @@ def sql_error(exc: BaseException) -> str:
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
 
 
+@dataclass(frozen=True)
+class TypedKeys:
+    """The keys a config names the server, the user and the password with (`connection.*` or
+    Debezium's `database.*`): a problem with one is reported under the key that was typed."""
+
+    server: str = "connection.url"
+    user: str = "connection.user"
+    password: str = "connection.password"
+
+    @staticmethod
+    def of(config: Mapping[str, str]) -> TypedKeys:
+        if str(config.get("connection.url") or "").strip():
+            return TypedKeys()
+        return TypedKeys("database.hostname", "database.user", "database.password")
+
+    def retyped(self, exc: ConfigException) -> ConfigException:
+        """`exc` (the JDBC connection's, naming `connection.*`) naming the keys typed."""
+        names = {
+            "connection.url": self.server,
+            "connection.user": self.user,
+            "connection.password": self.password,
+        }
+        if all(k == v for k, v in names.items()):
+            return exc
+
+        def swap(text: str) -> str:
+            return re.sub(
+                r"\bconnection\.(url|user|password)\b",
+                lambda m: names[m.group(0)],
+                text,
+            )
+
+        message = exc.message.removeprefix(f"{exc.key}: ")
+        suggestion = swap(exc.suggestion) if exc.suggestion else None
+        return ConfigException(names.get(exc.key, exc.key), message, suggestion=suggestion)
+
+
 class CdcSourceConnector(SourceConnector):
     """A change-data-capture connector: one task reads the log of the tables `start` described
     (`self.tables`, see `describe_table`); records are Debezium envelopes keyed by the primary
-    key as JSON text. A database's connector sets `config_def` and fills in `jdbc_url` and
-    `setup`."""
+    key as JSON text. A database's connector sets `config_def` and fills in `jdbc_url`, `check`
+    and (if it prepares anything on the server) `prepare`.
+
+    `validate` (create time, one connection attempt) connects and runs `check` — the server's
+    log settings, the user's rights, the tables and their keys — so a create that cannot run is
+    a 400 naming the key that was typed; `start` runs it again, then `prepare`."""
 
     config_def: ConfigDef
 
@@ -127,9 +169,15 @@ class CdcSourceConnector(SourceConnector):
         a `ConfigException` naming a key the database needs beside it."""
 
     @abstractmethod
-    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
-        """Check the server and the user's rights, prepare the log (a slot, a publication) and
-        describe the captured tables (`describe_table`), on a connection to the database."""
+    def check(
+        self, db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys
+    ) -> list[dict[str, Any]]:
+        """Check the server's log settings and the user's rights, without changing anything,
+        and describe the captured tables (`describe_table`); a `ConfigException` naming the key
+        (`keys`: the ones typed) for what is wrong."""
+
+    def prepare(self, db: Any, conn: Any, values: Mapping[str, Any]) -> None:
+        """Prepare the log for capture (a slot, a publication), at start (driver)."""
 
     def check_values(self, values: Mapping[str, Any]) -> None:
         """Checks of the parsed keys beyond the connection (`validate`)."""
@@ -140,19 +188,39 @@ class CdcSourceConnector(SourceConnector):
         return values, connection_config(values, config, self.jdbc_url(values))
 
     def validate(self, config: Mapping[str, str]) -> None:
+        from sluice.connectors.jdbc._db import Database
+
+        keys = TypedKeys.of(config)
         values, connection = self._connection(config)
-        parse_connection(connection)
+        try:
+            settings = parse_connection(connection)
+        except ConfigException as exc:
+            raise keys.retyped(exc) from None
         self.check_values(values)
+        # One connection attempt: validation answers a REST call; `start` retries.
+        db = Database(replace(settings, attempts=1))
+        try:
+            with db.connect(attempts=1) as conn:
+                self.check(db, conn, values, keys)
+        except ConfigException as exc:
+            raise keys.retyped(exc) from None
+        except ConnectException as exc:  # the server is unreachable
+            raise ConfigException(keys.server, exc.message, suggestion=exc.suggestion) from None
 
     def start(self, config: Mapping[str, str]) -> None:
         from sluice.connectors.jdbc._db import Database
 
         super().start(config)
+        keys = TypedKeys.of(config)
         self.values, self.connection = self._connection(config)
         db = Database(parse_connection(self.connection))
-        with db.connect() as conn:
-            self.tables = self.setup(db, conn)
-            conn.commit()
+        try:
+            with db.connect() as conn:
+                self.tables = self.check(db, conn, self.values, keys)
+                self.prepare(db, conn, self.values)
+                conn.commit()
+        except ConfigException as exc:
+            raise keys.retyped(exc) from None
 
     def key_schema(self) -> Schema:
         return Schema.string()

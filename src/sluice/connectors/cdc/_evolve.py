@@ -137,10 +137,10 @@ def verdict(
         return None
     parts = []
     if unknown:
-        parts.append(f"new column(s) {unknown}")
+        parts.append(f"ADD COLUMN {', '.join(unknown)}")
     if missing:
-        parts.append(f"column(s) {missing} gone")
-    return ", ".join(parts)
+        parts.append(f"DROP COLUMN {', '.join(missing)}")
+    return "; ".join(parts)
 
 
 # -- MySQL/MariaDB DDL statements -------------------------------------------------------------

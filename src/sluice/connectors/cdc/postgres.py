@@ -51,7 +51,14 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, config_def, sql_error
+from sluice.connectors.cdc._base import (
+    CdcSourceConnector,
+    CdcTable,
+    CdcTask,
+    TypedKeys,
+    config_def,
+    sql_error,
+)
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
@@ -204,22 +211,29 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
             raise ConfigException("database.dbname", "required with database.hostname")
         return f"jdbc:postgresql://{host}:{values['database.port']}/{values['database.dbname']}"
 
-    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
-        return _setup(db, conn, self.values)
+    def check(
+        self, db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys
+    ) -> list[dict[str, Any]]:
+        return _check(db, conn, values, keys)
+
+    def prepare(self, db: Any, conn: Any, values: Mapping[str, Any]) -> None:
+        _prepare(db, conn, values, [TableName.parse(t["table"]) for t in self.tables])
 
     def task_plan(self) -> dict[str, Any]:
         return {"slot": self.values["slot.name"], "publication": self.values["publication.name"]}
 
 
-def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Check the server, create the publication and slot if missing, describe the tables."""
+def _check(db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys) -> list[dict[str, Any]]:
+    """Check the server, the user's rights, the publication and slot if they exist, and describe
+    the tables (nothing is changed on the server)."""
 
     def one(sql: str, *params: Any) -> Any:
         return conn.exec_driver_sql(sql, params).scalar()
 
     wal_level = one("SHOW wal_level")
     if wal_level != "logical":
-        raise ConnectException(
+        raise ConfigException(
+            keys.server,
             f"{db.describe()}: wal_level is {wal_level!r}; change data capture needs "
             "wal_level=logical",
             suggestion="set wal_level = logical in postgresql.conf and restart PostgreSQL",
@@ -229,7 +243,8 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
     )
     if not can_replicate:
         user = one("SELECT current_user")
-        raise ConnectException(
+        raise ConfigException(
+            keys.user,
             f"{db.describe()}: user {user!r} has no REPLICATION privilege, which a logical "
             "replication slot needs",
             suggestion=f'ALTER ROLE "{user}" REPLICATION',
@@ -257,21 +272,52 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
                 "types": _column_types(conn, db.dialect.table(table)),
             }
         )
-    names = ", ".join(db.dialect.table(t) for t in tables)
-    if not exists:
-        conn.exec_driver_sql(
-            f"CREATE PUBLICATION {db.dialect.quote(publication)} FOR TABLE {names}"
-        )
-    else:
+    if exists:
         have = {f"{s}.{t}" for s, t in published}
         all_tables = one("SELECT puballtables FROM pg_publication WHERE pubname = %s", publication)
         missing = [str(t) for t in tables if str(t) not in have]
         if missing and not all_tables:
-            raise ConnectException(
+            raise ConfigException(
+                "publication.name",
                 f"publication {publication!r} does not publish {', '.join(missing)}",
                 suggestion=f"ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)}, "
                 "or name another publication.name",
             )
+    plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
+    if plugin is not None and plugin != "pgoutput":
+        raise ConfigException(
+            "slot.name",
+            f"replication slot {slot!r} exists with plugin {plugin!r}; this connector needs "
+            "'pgoutput'",
+            suggestion="name another slot.name, or drop that slot",
+        )
+    if plugin is None:
+        used = one("SELECT count(*) FROM pg_replication_slots")
+        most = one("SELECT setting::int FROM pg_settings WHERE name = 'max_replication_slots'")
+        if most is not None and used >= most:
+            raise ConfigException(
+                "slot.name",
+                f"{db.describe()} has no free replication slot for {slot!r} ({used} of "
+                f"max_replication_slots={most} in use)",
+                suggestion="drop a slot nobody reads (pg_drop_replication_slot), or raise "
+                "max_replication_slots and restart PostgreSQL",
+            )
+    return described
+
+
+def _prepare(db: Any, conn: Any, values: Mapping[str, Any], tables: list[TableName]) -> None:
+    """Create the publication and the slot if missing (an invalidated slot is created again
+    under `snapshot.mode=when_needed`)."""
+
+    def one(sql: str, *params: Any) -> Any:
+        return conn.exec_driver_sql(sql, params).scalar()
+
+    publication, slot = values["publication.name"], values["slot.name"]
+    if not one("SELECT count(*) FROM pg_publication WHERE pubname = %s", publication):
+        names = ", ".join(db.dialect.table(t) for t in tables)
+        conn.exec_driver_sql(
+            f"CREATE PUBLICATION {db.dialect.quote(publication)} FOR TABLE {names}"
+        )
     conn.commit()  # a slot cannot be created in a transaction that wrote (the publication)
     plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
     status = one("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", slot)
@@ -292,13 +338,6 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             raise ConnectException(
                 f"cannot create replication slot {slot!r} on {db.describe()}: {sql_error(exc)}"
             ) from None
-    elif plugin != "pgoutput":
-        raise ConnectException(
-            f"replication slot {slot!r} exists with plugin {plugin!r}; this connector needs "
-            "'pgoutput'",
-            suggestion="name another slot.name, or drop that slot",
-        )
-    return described
 
 
 def _column_types(conn: Any, quoted: str) -> dict[str, list[int]]:
@@ -430,7 +469,7 @@ class PostgresCdcSourceTask(CdcTask):
 
     def log_now(self) -> RecordOffset:
         with self.db.connect() as conn:
-            return {"lsn": lsn_int(conn.exec_driver_sql(_INSERT_LSN).scalar())}
+            return {"lsn": self._high_watermark(conn)}
 
     def jump(self, here: RecordOffset, since: RecordOffset) -> RecordOffset | None:
         # Decoding reads flushed WAL only: first the flush, then a peek that sees every commit
@@ -559,24 +598,43 @@ class PostgresCdcSourceTask(CdcTask):
         with self.db.connect() as conn:
             conn.exec_driver_sql("SET TIME ZONE 'UTC'")
             rows = conn.exec_driver_sql(*sql_params).fetchall()
-            # the log's position after the SELECT: every change it saw committed before it
-            high = conn.exec_driver_sql(_INSERT_LSN).scalar()
-            self._high = lsn_int(high)
-            # Decoding reads flushed WAL only, and a commit is visible before it is flushed
-            # under synchronous_commit=off: wait for the flush (the WAL writer's next round).
-            deadline = time.monotonic() + _FLUSH_WAIT_S
-            while not conn.exec_driver_sql(
-                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
-            ).scalar():
-                if time.monotonic() > deadline:
-                    raise ConnectException(
-                        f"{self.db.describe()}: WAL up to {high} was not flushed within "
-                        f"{_FLUSH_WAIT_S:.0f} s, so the snapshot of {table.name} cannot be "
-                        "reconciled with the log",
-                    )
-                time.sleep(0.01)
+            conn.commit()
+            self._high = self._high_watermark(conn)
         where = f"table {table.name}, snapshot"
         return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
+
+    def _high_watermark(self, conn: Any) -> int:
+        """The log's position after the chunk's SELECT, flushed: every commit the SELECT saw
+        lies before it, and decoding (which reads flushed WAL only) reaches it. Written as
+        DBLog does, a watermark in the log: a logical decoding message (which no pgoutput
+        subscriber without `messages` receives) in a transaction committed with
+        `synchronous_commit=on`, so its commit returns once the WAL up to it is flushed. Waiting
+        for the WAL writer instead (`synchronous_commit=off`) can take seconds when nothing else
+        commits: it hibernates."""
+        try:
+            conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
+            high = conn.exec_driver_sql(
+                "SELECT pg_logical_emit_message(true, 'sluice.watermark', '')::text"
+            ).scalar()
+            conn.commit()
+            return lsn_int(high)
+        except Exception as exc:
+            if self.lost_connection(exc):
+                raise
+            conn.rollback()  # no right to write a message: wait for the WAL writer's flush
+        high = conn.exec_driver_sql(_INSERT_LSN).scalar()
+        deadline = time.monotonic() + _FLUSH_WAIT_S
+        while not conn.exec_driver_sql(
+            "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
+        ).scalar():
+            if time.monotonic() > deadline:
+                raise ConnectException(
+                    f"{self.db.describe()}: WAL up to {high} was not flushed within "
+                    f"{_FLUSH_WAIT_S:.0f} s, so a snapshot chunk cannot be reconciled with "
+                    "the log",
+                )
+            time.sleep(0.01)
+        return lsn_int(high)
 
     def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
         keys: set[str] = set()
