@@ -11,6 +11,11 @@ seconds, as a restarting server does. A writer commits transactions of inserts, 
 changes and deletes on the source directly throughout (its commits land in the log while the
 source cannot read it); the JDBC sink mirrors the topic into the other database directly. At the
 end the mirror equals the source and the topic holds each change event once.
+
+Not in the suite yet (its file name is not `test_*.py`): on the loaded machine it was written
+on, its one run did not see the retry note within 60 s (the queries were restarting after Spark's
+"Python worker failed to connect back"), so it is unproven; `make crash-cdc` runs it. The
+task-level behaviour is in the suite: `tests/integration/test_cdc_outage_task.py`.
 """
 
 from __future__ import annotations
