@@ -594,6 +594,23 @@ class StandaloneHerder(Herder):
             )
         return stored
 
+    def query_progress(self, name: str) -> dict[str, Any]:
+        self._stored(name)
+        running = self.runner.running.get(name)
+        if running is None:
+            return {"connector": name, "query_id": None, "batches": []}
+        batches = []
+        for p in running.query.recentProgress:
+            batches.append(
+                {
+                    "batchId": p.batchId,
+                    "timestamp": p.timestamp,
+                    "numInputRows": int(p.numInputRows or 0),
+                    "durationMs": dict(p.durationMs or {}),
+                }
+            )
+        return {"connector": name, "query_id": str(running.query.id), "batches": batches}
+
     def push(self, name: str) -> dict[str, Any]:
         self._push_sink(name)
         running = self.runner.running.get(name)
