@@ -397,6 +397,14 @@ class ReplayableSourceTask(ABC):
         when more arrives. Default: nothing.
         """
 
+    def watch_paths(self) -> list[str]:
+        """Optional (driver): files whose change means this task may have new data (a file
+        source's input). While a micro-batch finds nothing new, the runtime waits on them (see
+        `sluice.sdk.wakeup`) and asks `latest` again at the first write, instead of at the next
+        trigger: a trickled record starts its micro-batch at once. Default: none (asked once
+        per trigger interval)."""
+        return []
+
     #: what `lag` counts: "bytes" (a file, a change log) or "records" (rows, stream entries)
     lag_unit: ClassVar[str] = "records"
 
