@@ -34,6 +34,8 @@ from sluice.connectors.redis.source import RedisListSourceConnector, RedisStream
 from sluice.connectors.rocketmq.sink import RocketMQSinkConnector
 from sluice.connectors.rocketmq.source import RocketMQSourceConnector
 from sluice.runtime.file_access import check_client_options
+from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.validation import check
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     KAFKA_CLIENT,
@@ -345,3 +347,26 @@ def test_connectors_without_pass_through_declare_none() -> None:
     config = {"source.namesrv": "h:9876", "source.rocketmq.plugin.library.paths": "/x.so"}
     assert RocketMQSourceConnector.client_options(config) == []
     assert RocketMQSinkConnector.client_options(config) == []
+
+
+def test_prefixed_client_options_are_no_unknown_keys() -> None:
+    config = {
+        "connector.class": "KafkaSourceConnector",
+        "source.bootstrap.servers": "127.0.0.1:9",
+        "source.topics": "t",
+        "source.kafka.security.protocol": "ssl",
+        "source.kafak.typo": "1",
+    }
+    policy = ClientPolicy()
+    report, _cls = check(PluginRegistry(), config, lambda c, cls: _checked(cls, c, policy))
+    assert [w.key for w in report.warnings] == ["source.kafak.typo"]
+    # the worker's policy ran before the connector's validate (which cannot reach 127.0.0.1:9)
+    assert [p.key for p in report.errors] == ["source.bootstrap.servers"]
+    denied = {**config, "source.kafka.plugin.library.paths": "/x.so"}
+    report, _cls = check(PluginRegistry(), denied, lambda c, cls: _checked(cls, c, policy))
+    assert [p.key for p in report.errors] == ["source.kafka.plugin.library.paths"]
+
+
+def _checked(cls: type, config: dict[str, str], policy: ClientPolicy) -> dict[str, str]:
+    check_client_options(cls, config, policy)
+    return config

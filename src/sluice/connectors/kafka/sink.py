@@ -15,7 +15,8 @@ Unit of parallelism: one task per group of sluice queues (`max.tasks`).
 
 Mapping: the record's topic → target topic by ``topic.rename.format``; sluice queue *q* → target
 partition *q mod n*, so one key (one source partition) stays in order; key, value, extensions
-(→ headers) and timestamp are kept. Client options pass through as ``target.kafka.<option>``.
+(→ headers) and timestamp are kept. Client options pass through as ``target.kafka.<option>``,
+under the worker's client policy (see `sluice.connectors.kafka._client`).
 """
 
 from __future__ import annotations
