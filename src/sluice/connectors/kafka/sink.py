@@ -75,16 +75,18 @@ FAMILY = KAFKA_CLIENT.reserving(
         "group.id": _TRANSACTIONS,
         "group.instance.id": _TRANSACTIONS,
         "enable.auto.commit": _TRANSACTIONS,
+        "linger.ms": "the sink sets 5 ms",
+        "queue.buffering.max.ms": "the sink sets linger.ms=5",
     }
 )
 
 
 def _options(config: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        "linger.ms": 5,  # a default: target.kafka.linger.ms tunes it
         **pass_through(config, PREFIX, FAMILY),
         "bootstrap.servers": values[KEY],
         "enable.idempotence": True,
+        "linger.ms": 5,
     }
 
 
