@@ -321,6 +321,12 @@ def test_iceberg_catalog_url_follows_the_sql_families() -> None:
     with pytest.raises(ConfigException, match="TLS session keys"):
         check_client_options(IcebergSinkConnector, {"iceberg.catalog.uri": uri}, ClientPolicy())
     assert catalog_client_options("sqlite:////lake/catalog.db") == []
+    # a file: URI would name a file past the check of the URL's path
+    uri = "sqlite:///file:/etc/passwd?uri=true&mode=ro"
+    with pytest.raises(ConfigException, match="'uri': sqlite3"):
+        check_client_options(IcebergSinkConnector, {"iceberg.catalog.uri": uri}, ClientPolicy())
+    timeout = "sqlite:////lake/catalog.db?timeout=30"
+    check_client_options(IcebergSinkConnector, {"iceberg.catalog.uri": timeout}, ClientPolicy())
     with pytest.raises(ConfigException, match="unsupported catalog database"):
         catalog_client_options("oracle+oracledb://u@h/x?config_dir=/x")
     assert IcebergSinkConnector.client_options({}) == []

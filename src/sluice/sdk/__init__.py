@@ -18,6 +18,7 @@ from sluice.sdk._client_families import (
     POSTGRESQL_CLIENT,
     RABBITMQ_CLIENT,
     REDIS_CLIENT,
+    SQLITE_CLIENT,
 )
 from sluice.sdk._client_options import (
     ClientFamily,
@@ -81,6 +82,7 @@ __all__ = [
     "POSTGRESQL_CLIENT",
     "RABBITMQ_CLIENT",
     "REDIS_CLIENT",
+    "SQLITE_CLIENT",
     "TIMESTAMP_TYPE",
     "AppendSinkConnector",
     "AppendSinkTask",

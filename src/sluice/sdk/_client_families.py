@@ -2,9 +2,10 @@
 
 Sources: librdkafka's CONFIGURATION.md (confluent-kafka 2.x), PostgreSQL's libpq connection
 parameters (psycopg 3), PyMySQL's `Connection` arguments (as SQLAlchemy's ``mysql+pymysql``
-dialect hands a URL's query to it), redis-py's `parse_url` and connection classes, pika's
-`URLParameters`. An option missing from a table is refused under the default ``allowlist``
-policy; an operator widens it with `connector.client.config.override.allowlist`.
+dialect hands a URL's query to it), SQLAlchemy's pysqlite URL arguments, redis-py's `parse_url`
+and connection classes, pika's `URLParameters`. An option missing from a table is refused
+under the default ``allowlist`` policy; an operator widens it with
+`connector.client.config.override.allowlist`.
 """
 
 from __future__ import annotations
@@ -199,6 +200,18 @@ MYSQL_CLIENT = ClientFamily(
     },
 )
 
+SQLITE_CLIENT = ClientFamily(
+    name="sqlite",
+    library="sqlite3 (SQLAlchemy)",
+    allowed=_names("timeout check_same_thread cached_statements detect_types"),
+    never={
+        "uri": "it makes the path a SQLite file: URI, whose target and parameters "
+        "file.allowed.dirs cannot judge",
+        "plugin": "it makes SQLAlchemy load a plugin",
+    },
+    reserved={"isolation_level": "the catalog manages its transactions itself"},
+)
+
 REDIS_CLIENT = ClientFamily(
     name="redis",
     library="redis-py",
@@ -265,4 +278,5 @@ __all__ = [
     "POSTGRESQL_CLIENT",
     "RABBITMQ_CLIENT",
     "REDIS_CLIENT",
+    "SQLITE_CLIENT",
 ]

@@ -46,6 +46,7 @@ from sluice.connectors.lake._staging import (
 from sluice.sdk import (
     MYSQL_CLIENT,
     POSTGRESQL_CLIENT,
+    SQLITE_CLIENT,
     BatchId,
     ClientOption,
     ConfigDef,
@@ -85,9 +86,9 @@ def _catalog_uri(values: Mapping[str, Any]) -> str:
 
 
 def catalog_client_options(uri: str) -> list[ClientOption]:
-    """The query parameters of catalog URL `uri` that reach its driver (libpq or PyMySQL; a
-    SQLite URL's file is checked against `file.allowed.dirs` by the worker). A database sluice
-    ships no driver for is a ConfigException: its driver's options are not known here."""
+    """The query parameters of catalog URL `uri` that reach its driver (libpq, PyMySQL or
+    sqlite3; a SQLite URL's file is checked against `file.allowed.dirs` by the worker). A
+    database sluice ships no driver for is a ConfigException: its options are not known here."""
     key = "iceberg.catalog.uri"
     try:
         parts = urlsplit(uri)
@@ -95,10 +96,12 @@ def catalog_client_options(uri: str) -> list[ClientOption]:
     except ValueError as exc:
         raise ConfigException(key, f"cannot parse {redact_url(uri)!r}: {exc}") from None
     database = parts.scheme.split("+", 1)[0].lower()
-    if database == "sqlite":
-        return []
-    families = {"postgresql": POSTGRESQL_CLIENT, "postgres": POSTGRESQL_CLIENT}
-    family = families.get(database, MYSQL_CLIENT if database == "mysql" else None)
+    family = {
+        "sqlite": SQLITE_CLIENT,
+        "postgresql": POSTGRESQL_CLIENT,
+        "postgres": POSTGRESQL_CLIENT,
+        "mysql": MYSQL_CLIENT,
+    }.get(database)
     if family is None:
         raise ConfigException(
             key,
