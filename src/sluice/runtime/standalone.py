@@ -23,7 +23,7 @@ from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
-from sluice.runtime.file_access import check_allowed_paths
+from sluice.runtime.file_access import check_allowed_paths, check_client_options
 from sluice.runtime.herder import (
     AllocatedTask,
     BadRequest,
@@ -416,9 +416,11 @@ class StandaloneHerder(Herder):
 
     def _prepare(self, config: dict[str, str], cls: type) -> dict[str, str]:
         """The config as the connector will see it (references resolved), after the file paths
-        it names are checked against `file.allowed.dirs`; what is stored keeps the references."""
+        it names are checked against `file.allowed.dirs` and the options it hands to client
+        libraries against the worker's client policy; what is stored keeps the references."""
         resolved = self.providers.resolve(config, password_keys(cls))
         check_allowed_paths(cls, resolved, self.config.raw)
+        check_client_options(cls, resolved, self.config.client_policy)
         return resolved
 
     def _accepted(
