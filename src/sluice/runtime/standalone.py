@@ -405,6 +405,7 @@ class StandaloneHerder(Herder):
             config,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
@@ -671,6 +672,7 @@ class StandaloneHerder(Herder):
             conf,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def plugins(self) -> list[PluginInfo]:
