@@ -385,3 +385,12 @@ def test_the_shipped_worker_configs_allow_the_references_the_docs_show() -> None
             providers.check({"k": ref})  # raises naming the reference if the conf refuses it
         with pytest.raises(ConfigException):
             providers.check({"k": "${env:HOME}"})
+
+
+def test_scrub_data_masks_secrets_in_keys_and_values() -> None:
+    secrets._SECRETS.add("hooks-path-secret-1")
+    progress = {"targets": {"https://h/services/hooks-path-secret-1": {"queued": 1}}, "n": [2]}
+    assert secrets.scrub_data(progress) == {
+        "targets": {f"https://h/services/{PASSWORD_MASK}": {"queued": 1}},
+        "n": [2],
+    }

@@ -36,7 +36,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from sluice.sdk import PASSWORD_MASK, ConfigException
@@ -438,6 +438,18 @@ _SECRETS = _SecretSet()
 def scrub(text: str) -> str:
     """`text` with every secret this process knows replaced by `PASSWORD_MASK`."""
     return _SECRETS.scrub(text)
+
+
+def scrub_data(data: Any) -> Any:
+    """`data` (JSON-like: dicts, lists, strings) with `scrub` applied to every string in it,
+    keys included: a push sink's target names are URLs, secrets in their paths too."""
+    if isinstance(data, str):
+        return scrub(data)
+    if isinstance(data, dict):
+        return {scrub_data(k): scrub_data(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [scrub_data(v) for v in data]
+    return data
 
 
 class ScrubFilter(logging.Filter):

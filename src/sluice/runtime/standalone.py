@@ -53,6 +53,7 @@ from sluice.runtime.secrets import (
     password_keys,
     redact,
     scrub,
+    scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
@@ -602,7 +603,8 @@ class StandaloneHerder(Herder):
             "connector": name,
             # the Spark query's id: live tuning keeps it (no restart)
             "query_id": str(running.query.id) if running is not None else None,
-            **PushBoard(self.runner.push_board_path).progress(name),
+            # target names are the resolved URLs: a secret in one is masked
+            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
