@@ -246,3 +246,22 @@ def test_store_files_are_private_to_the_worker_user(tmp_path: Path) -> None:
         assert stat.S_IMODE(users.stat().st_mode) == 0o600
     finally:
         os.umask(old)
+
+
+def test_a_reader_past_the_end_of_its_queue_fails_naming_topic_and_queue(tmp_path: Path) -> None:
+    """The topic reader's planning (what Spark asks every trigger), on a real log: a position
+    past a queue's end is not waited at (that skipped what was written below it)."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from sluice.bus.base import PositionBeyondEnd
+    from sluice.bus.spark import TopicReaderPlan, _TopicReader
+
+    root = tmp_path / "bus"
+    _topic(root)  # queue 0 ends at 6, queue 1 at 3
+    reader = _TopicReader(TopicReaderPlan("sink-x", EmbeddedLog(root), ("t",)))
+    at_end = {"q": {"t/0": 6, "t/1": 3}}
+    assert reader.latestOffset(at_end, ReadAllAvailable())["q"] == at_end["q"]
+    with pytest.raises(PositionBeyondEnd) as caught:
+        reader.latestOffset({"q": {"t/0": 6, "t/1": 17}}, ReadAllAvailable())
+    text = str(caught.value)
+    assert "topic 't' queue 1" in text and "sink-x" in text and "(3)" in text, text
