@@ -141,6 +141,7 @@ def test_parked_requests_keep_no_resolved_secret_and_render_the_url_again() -> N
     for secret in ("pw-in-url", "tok-in-path", "tok-in-query", "tok-in-header", "dG9rLWJhc2lj"):
         assert secret not in stored, (secret, stored)
     assert "tok-basic" not in stored and "Basic" not in stored
+    assert "cannot connect to https://h/…" in headers["sluice.push.error"]
     assert rq.target_of(url, "url") == "https://h/api/tok-in-path/t/a%2Fb"  # no user, password
     parked = ConnectRecord(value=b"", topic="hook-push-retry", extensions=headers)
     again, attempts, _, _ = rq.unpark(config, parked)

@@ -249,8 +249,14 @@ def park_headers(
         f"{PARKED}first": repr(first),
         f"{PARKED}due": repr(due),
         f"{PARKED}status": "" if status is None else str(status),
-        f"{PARKED}error": error.replace(request.url, target_of(request.url, "host") + "/…")[:500],
+        f"{PARKED}error": without_url(error, request.url)[:500],
     }
+
+
+def without_url(text: str, url: str) -> str:
+    """`text` (an error) with `url` shortened to its scheme and host: the rest may hold a
+    resolved secret, and the text is stored in the retry or dead-letter topic."""
+    return text.replace(url, target_of(url, "host") + "/…") if url else text
 
 
 def is_parked(record: ConnectRecord) -> bool:

@@ -215,7 +215,7 @@ class HttpSinkTask(SinkTask):
             for record in request.records:
                 self.context.dead_letter(
                     record,
-                    item.reason,
+                    rq.without_url(item.reason, request.url),
                     exception_class=_class(DeliveryFailed),
                     headers={
                         "__connect.errors.attempts": str(item.attempts),
