@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
@@ -797,16 +797,18 @@ class StandaloneHerder(Herder):
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
-        return [
-            TopicSummary(
-                topic,
-                tuple(
-                    QueueOffsets(q, r.min_offset, r.max_offset)
-                    for q, r in sorted(log_.offsets(topic).items())
-                ),
+        found = []
+        for topic in sorted(log_.topics()):
+            try:
+                ranges = sorted(log_.offsets(topic).items())
+            except TopicDamaged:  # listed without queues: its connectors' status says why
+                ranges = []
+            found.append(
+                TopicSummary(
+                    topic, tuple(QueueOffsets(q, r.min_offset, r.max_offset) for q, r in ranges)
+                )
             )
-            for topic in sorted(log_.topics())
-        ]
+        return found
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}
