@@ -70,7 +70,7 @@ def test_damage_done_while_the_worker_was_down_fails_loudly(tmp_path: Path) -> N
         (data / f"in-{i}.txt").write_text("".join(f"old-{i}-{n}\n" for n in range(3)))
     # one micro-batch a second: three queries on a shared, loaded machine
     worker = WorkerProcess(tmp_path / "worker", extra_conf={"offsetCommitIntervalMsConfig": "1000"})
-    worker.start()
+    worker.wait_boot(worker.launch(), timeout=420)  # a loaded machine boots slowly
     try:
         worker.file_pipeline(data, 2)
         worker.post_connector(
@@ -107,7 +107,7 @@ def test_damage_done_while_the_worker_was_down_fails_loudly(tmp_path: Path) -> N
         with (data / f"in-{i}.txt").open("a") as f:
             f.write("".join(f"new-{i}-{n}\n" for n in range(2)))
 
-    worker.start()
+    worker.wait_boot(worker.launch(), timeout=420)  # a loaded machine boots slowly
     try:
         _failed_with(worker, "src-1", str(index), "is damaged")
         trace = _failed_with(worker, "sink-2", "topic 'topic-2' queue", "beyond the queue's end")
