@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
@@ -53,6 +53,7 @@ from sluice.runtime.secrets import (
     password_keys,
     redact,
     scrub,
+    scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
@@ -406,6 +407,7 @@ class StandaloneHerder(Herder):
             config,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
@@ -621,7 +623,8 @@ class StandaloneHerder(Herder):
             "connector": name,
             # the Spark query's id: live tuning keeps it (no restart)
             "query_id": str(running.query.id) if running is not None else None,
-            **PushBoard(self.runner.push_board_path).progress(name),
+            # target names are the resolved URLs: a secret in one is masked
+            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -691,6 +694,7 @@ class StandaloneHerder(Herder):
             conf,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def plugins(self) -> list[PluginInfo]:
@@ -813,16 +817,18 @@ class StandaloneHerder(Herder):
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
-        return [
-            TopicSummary(
-                topic,
-                tuple(
-                    QueueOffsets(q, r.min_offset, r.max_offset)
-                    for q, r in sorted(log_.offsets(topic).items())
-                ),
+        found = []
+        for topic in sorted(log_.topics()):
+            try:
+                ranges = sorted(log_.offsets(topic).items())
+            except TopicDamaged:  # listed without queues: its connectors' status says why
+                ranges = []
+            found.append(
+                TopicSummary(
+                    topic, tuple(QueueOffsets(q, r.min_offset, r.max_offset) for q, r in ranges)
+                )
             )
-            for topic in sorted(log_.topics())
-        ]
+        return found
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}
