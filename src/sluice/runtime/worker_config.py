@@ -96,6 +96,29 @@ WORKER_KEYS = ConfigDef(
         doc="the largest REST request body read; a larger one is a 413",
     ),
     ConfigKey(
+        "rest.request.body.timeout.ms",
+        type="int",
+        default=30_000,
+        min=100,
+        doc="the longest a REST request body may take to arrive; a slower one is a 408",
+    ),
+    ConfigKey(
+        "rest.auth.failures.per.minute",
+        type="int",
+        default=10,
+        min=0,
+        doc="failed credential checks a client address may make in any minute; more are "
+        "answered 429 (0: no limit)",
+    ),
+    ConfigKey(
+        "max.connectors",
+        type="int",
+        default=100,
+        min=1,
+        doc="the most connectors the worker (in distributed mode, the cluster) holds; a create "
+        "past it is a 429",
+    ),
+    ConfigKey(
         "status.poll.interval.ms",
         type="int",
         default=500,
@@ -202,6 +225,8 @@ class WorkerConfig:
     session_timeout_ms: int = 6000
     source_lag_interval_ms: int = 10_000
     schema_compatibility: str = DEFAULT_LEVEL
+    #: `max.connectors`: creates past it are refused (see `StandaloneHerder.put_connector`)
+    max_connectors: int = 100
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -265,6 +290,7 @@ class WorkerConfig:
             session_timeout_ms=timeout,
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
             schema_compatibility=values["schema.compatibility"],
+            max_connectors=values["max.connectors"],
         )
 
     def create_bus(self) -> Bus:
