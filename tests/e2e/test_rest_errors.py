@@ -404,9 +404,10 @@ def test_a_plugin_lookup_imports_no_module(worker: WorkerProcess) -> None:
     prints the Zen of Python when imported. Only registered plugins are looked up."""
     zen = "Beautiful is better than ugly."
     assert zen not in worker.log.read_text(errors="replace")
-    message = _rocketmq_error(worker, "GET", "/plugin/config?plugin=this.Zen", 404)
-    assert "'this.Zen' is not a registered connector" in message, message
+    answer = worker.get("/plugin/config?plugin=this.Zen")
     assert zen not in worker.log.read_text(errors="replace")
+    assert answer.status_code == 404, answer.text
+    assert "'this.Zen' is not a registered connector" in answer.json()["message"], answer.text
     # registered plugins by any of their names
     assert worker.body(
         "/plugin/config?plugin=org.apache.kafka.connect.file.FileStreamSinkConnector"

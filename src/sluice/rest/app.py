@@ -361,6 +361,17 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
         app.add_exception_handler(store_error, _failed)
     app.add_exception_handler(Exception, _failed)
 
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        # Python's JSON parser recurses once per level: a body nested deeper than the
+        # interpreter's limit fails in the parser (FastAPI's, for /v1 bodies), not as bad JSON
+        return error_response(
+            request,
+            400,
+            "invalid request: the JSON document is nested too deeply",
+            code="request.invalid",
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = []
