@@ -345,7 +345,7 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
                 503,
                 scrub(outage),
                 code="store.unavailable",
-                suggestion="retry when the store answers again; the worker keeps trying",
+                suggestion="retry when the store answers again (Retry-After)",
                 headers={"Retry-After": "5", **dict(_frame_headers())},
             )
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
