@@ -377,6 +377,77 @@ def test_routes_that_do_not_write_change_nothing(ops: Ops) -> None:
         assert ops.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
+def test_client_file_options_stay_inside_file_allowed_dirs(ops: Ops) -> None:
+    """A client library's certificate, key or CA file (Kafka's `*.location`, a JDBC or CDC URL's
+    `sslrootcert`, Redis's `ssl_ca_certs`, RabbitMQ's `ssl_options`) is a file the worker reads:
+    outside `file.allowed.dirs` it is refused at create, naming the key the user typed."""
+    outside = "/etc/ssl/certs/ca-certificates.crt"
+    kafka_source = {
+        "connector.class": "KafkaSourceConnector",
+        "source.bootstrap.servers": "127.0.0.1:9",
+        "source.topics": "t",
+        "source.kafka.security.protocol": "ssl",
+    }
+    cases = [
+        ("source.kafka.ssl.ca.location", {**kafka_source, "source.kafka.ssl.ca.location": outside}),
+        (
+            "target.kafka.ssl.key.location",
+            {
+                "connector.class": "KafkaSinkConnector",
+                "target.bootstrap.servers": "127.0.0.1:9",
+                "connect.topicnames": "t",
+                "target.kafka.ssl.key.location": "/etc/ssl/private/key.pem",
+            },
+        ),
+        (
+            "connection.url",
+            _jdbc(
+                ops, "t", **{"connection.url": f"postgresql://{PG_HOST}/test?sslrootcert={outside}"}
+            ),
+        ),
+        (
+            "connection.url",
+            {
+                "connector.class": "PostgresCdcSourceConnector",
+                "connection.url": f"postgresql://{PG_HOST}/test?sslcert=/root/client.crt",
+                "topic.prefix": "p",
+            },
+        ),
+        (
+            "redis.url",
+            {
+                "connector.class": "RedisSinkConnector",
+                "redis.url": f"rediss://127.0.0.1:6380/0?ssl_ca_certs={outside}",
+                "connect.topicnames": "t",
+            },
+        ),
+        (
+            "rabbitmq.url",
+            {
+                "connector.class": "RabbitMQSinkConnector",
+                "rabbitmq.url": "amqps://127.0.0.1/%2F?ssl_options={'keyfile': '/etc/shadow'}",
+                "connect.topicnames": "t",
+            },
+        ),
+    ]
+    for i, (key, config) in enumerate(cases):
+        r = ops.request("POST", "/v1/connectors", json={"name": f"clientFile{i}", "config": config})
+        assert r.status_code == 400, r.text
+        [error] = [e for e in r.json()["errors"] if e["key"] == key]
+        assert "is outside the folders this worker allows (file.allowed.dirs=" in error["message"]
+    # inside the folder the option reaches librdkafka (which then cannot reach the cluster)
+    ca = ops.files / "ca.pem"
+    ca.write_bytes(ops.cert.read_bytes())
+    inside = {**kafka_source, "source.kafka.ssl.ca.location": str(ca)}
+    r = ops.request(
+        "PUT", "/v1/connector-plugins/KafkaSourceConnector/config/validate", json=inside
+    )
+    assert r.status_code == 200, r.text
+    errors = {c["value"]["name"]: c["value"]["errors"] for c in r.json()["configs"]}
+    assert errors["source.bootstrap.servers"], "the cluster at 127.0.0.1:9 cannot be reached"
+    assert not [e for found in errors.values() for e in found if "ssl.ca.location" in e], errors
+
+
 def test_tls_and_file_allowed_dirs(ops: Ops) -> None:
     # plain HTTP to the HTTPS port gets no answer a client accepts
     with pytest.raises(httpx.HTTPError):

@@ -254,6 +254,12 @@ class TopicLog(ABC):
             )
         return None
 
+    def doorbells(self, topics: Sequence[str]) -> list[str]:
+        """Files that change whenever one of `topics` gets new records (a reader waits on them
+        when it found nothing new: see `sluice.sdk.wakeup`). Default: none, the reader asks
+        again at the next trigger."""
+        return []
+
     # -- admin ---------------------------------------------------------------------------------
     @abstractmethod
     def topics(self) -> list[str]:
@@ -446,6 +452,7 @@ class Bus(ABC):
         group: str | None = None,
         consume_from: str = "first",
         notes: Any = None,
+        idle_wait_s: float | None = None,
     ) -> type[DataSource]:
         """A Spark data source class that reads ``topics`` in exact, replayable queue ranges.
 
@@ -455,6 +462,8 @@ class Bus(ABC):
         ``CONSUME_FROM_LAST_OFFSET`` are accepted too). ``group`` (default ``connect-<name>``)
         is the consumer group the committed offsets are shown under. ``notes``
         (`sluice.bus.spark.TaskNotes`) is whose status shows the reader's broker failures.
+        ``idle_wait_s`` bounds how long an idle reader waits for the topics to grow within one
+        trigger (default: `sluice.sdk.wakeup.IDLE_WAIT_S`).
         """
         from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
         from sluice.sdk import ConfigException
@@ -486,6 +495,7 @@ class Bus(ABC):
             group=group or f"connect-{name}",
             consume_from=where,
             notes=notes,
+            **({} if idle_wait_s is None else {"idle_wait_s": idle_wait_s}),
         )
         return topic_reader(plan)
 

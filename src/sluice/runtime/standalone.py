@@ -23,7 +23,7 @@ from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
-from sluice.runtime.file_access import check_allowed_paths
+from sluice.runtime.file_access import check_allowed_paths, check_client_options
 from sluice.runtime.herder import (
     AllocatedTask,
     BadRequest,
@@ -417,9 +417,11 @@ class StandaloneHerder(Herder):
 
     def _prepare(self, config: dict[str, str], cls: type) -> dict[str, str]:
         """The config as the connector will see it (references resolved), after the file paths
-        it names are checked against `file.allowed.dirs`; what is stored keeps the references."""
+        it names are checked against `file.allowed.dirs` and the options it hands to client
+        libraries against the worker's client policy; what is stored keeps the references."""
         resolved = self.providers.resolve(config, password_keys(cls))
         check_allowed_paths(cls, resolved, self.config.raw)
+        check_client_options(cls, resolved, self.config.client_policy)
         return resolved
 
     def _accepted(
@@ -609,6 +611,23 @@ class StandaloneHerder(Herder):
                 f"{stored.config.get('connector.class')!r}): it has no push settings"
             )
         return stored
+
+    def query_progress(self, name: str) -> dict[str, Any]:
+        self._stored(name)
+        running = self.runner.running.get(name)
+        if running is None:
+            return {"connector": name, "query_id": None, "batches": []}
+        batches = []
+        for p in running.query.recentProgress:
+            batches.append(
+                {
+                    "batchId": p.batchId,
+                    "timestamp": p.timestamp,
+                    "numInputRows": int(p.numInputRows or 0),
+                    "durationMs": dict(p.durationMs or {}),
+                }
+            )
+        return {"connector": name, "query_id": str(running.query.id), "batches": batches}
 
     def push(self, name: str) -> dict[str, Any]:
         self._push_sink(name)

@@ -179,6 +179,22 @@ def _unlink_quiet(path: Path) -> None:
         path.unlink()
 
 
+#: A topic's doorbell: its times change after every commit that published records, so readers
+#: waiting for new records wake at once (`doorbells`, `sluice.sdk.wakeup`).
+DOORBELL = "doorbell"
+
+
+def _ring(topic_dir: Path) -> None:
+    bell = topic_dir / DOORBELL
+    try:
+        os.utime(bell)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            bell.touch()
+    except OSError:  # a reader then finds the records at its next trigger
+        pass
+
+
 def _connect(index: Path, *, create: bool) -> sqlite3.Connection:
     # URI mode so that a plain lookup (mode=rw) never creates an index file for a missing
     # topic; quote() matters because '%' is legal in topic names.
@@ -380,6 +396,9 @@ class EmbeddedLog(TopicLog):
         if not created and not exist_ok:
             raise FileExistsError(f"topic {topic!r} already exists")
         return self.describe(topic)
+
+    def doorbells(self, topics: Sequence[str]) -> list[str]:
+        return [str(self._topic_dir(t) / DOORBELL) for t in topics]
 
     def topic_exists(self, topic: str) -> bool:
         """Whether ``topic`` exists (fully created and not deleted)."""
@@ -639,6 +658,8 @@ class EmbeddedLog(TopicLog):
                     "INSERT INTO commits (writer_id, batch_id, committed_at) VALUES (?, ?, ?)",
                     (writer_id, batch_id, now),
                 )
+        if result:
+            _ring(handle.dir)
         # Unreferenced files can be deleted at leisure; a crash here only leaves orphans.
         for path in to_delete:
             _unlink_quiet(path)

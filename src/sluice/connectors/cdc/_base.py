@@ -13,8 +13,13 @@ from typing import Any
 
 from sluice.connectors.cdc._envelope import envelope_schema, key_text, source_block
 from sluice.connectors.cdc._snapshot import SnapshotTask, check_mode
-from sluice.connectors.jdbc._config import Connection, parse_connection
+from sluice.connectors.jdbc._config import (
+    Connection,
+    connection_client_options,
+    parse_connection,
+)
 from sluice.sdk import (
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -104,6 +109,13 @@ class CdcSourceConnector(SourceConnector):
     def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
         """Check the server and the user's rights, prepare the log (a slot, a publication) and
         describe the captured tables (`describe_table`), on a connection to the database."""
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """`connection.url`'s parameters that reach the driver (the worker's client policy
+        applies to them as to the JDBC connectors'; the `database.*` keys make a URL without)."""
+        values = cls.config_def.parse(config)
+        return connection_client_options(connection_config(values, config, cls().jdbc_url(values)))
 
     def check_values(self, values: Mapping[str, Any]) -> None:
         """Checks of the parsed keys beyond the connection (`validate`)."""
