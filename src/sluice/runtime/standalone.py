@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
@@ -46,7 +46,7 @@ from sluice.runtime.herder import (
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.restarts import TransientRestarts
+from sluice.runtime.restarts import TransientRestarts, requested_reason
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -54,6 +54,7 @@ from sluice.runtime.secrets import (
     password_keys,
     redact,
     scrub,
+    scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
@@ -279,10 +280,11 @@ class StandaloneHerder(Herder):
             return False
         first_line = cause.splitlines()[0][:300]
         if restart.requested:
-            log.warning(
-                "connector %s asked to be planned again (%s): restarting it now "
-                "(requested restart %d in a row, at most %d)",
-                *(name, first_line, restart.attempt, restart.of),
+            # the task's own words (a schema change it follows), not Spark's wrapping of them
+            reason = requested_reason(f"{cause}\n{trace}") or first_line
+            log.info(
+                "connector %s: %s (requested restart %d in a row, at most %d)",
+                *(name, reason[:500], restart.attempt, restart.of),
             )
         else:
             log.warning(
@@ -406,6 +408,7 @@ class StandaloneHerder(Herder):
             config,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
@@ -636,7 +639,8 @@ class StandaloneHerder(Herder):
             "connector": name,
             # the Spark query's id: live tuning keeps it (no restart)
             "query_id": str(running.query.id) if running is not None else None,
-            **PushBoard(self.runner.push_board_path).progress(name),
+            # target names are the resolved URLs: a secret in one is masked
+            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -706,6 +710,7 @@ class StandaloneHerder(Herder):
             conf,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def plugins(self) -> list[PluginInfo]:
@@ -837,16 +842,18 @@ class StandaloneHerder(Herder):
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
-        return [
-            TopicSummary(
-                topic,
-                tuple(
-                    QueueOffsets(q, r.min_offset, r.max_offset)
-                    for q, r in sorted(log_.offsets(topic).items())
-                ),
+        found = []
+        for topic in sorted(log_.topics()):
+            try:
+                ranges = sorted(log_.offsets(topic).items())
+            except TopicDamaged:  # listed without queues: its connectors' status says why
+                ranges = []
+            found.append(
+                TopicSummary(
+                    topic, tuple(QueueOffsets(q, r.min_offset, r.max_offset) for q, r in ranges)
+                )
             )
-            for topic in sorted(log_.topics())
-        ]
+        return found
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}
