@@ -334,3 +334,40 @@ def test_a_page_on_another_site_cannot_change_the_worker(
         evil.shutdown()
     listed = worker.get("/v1/connectors").json()
     assert "csrfPost" not in listed and "csrfGet" not in listed
+
+
+def test_a_page_on_another_site_cannot_frame_the_console(worker: WorkerProcess, page) -> None:
+    """Clickjacking: a page of another origin showed the console in a frame under its own
+    content, and a click plus a confirm deleted a connector. Every answer now says
+    `frame-ancestors 'none'` and `X-Frame-Options: DENY`: Chromium loads the console's answer
+    and shows an error page in the frame instead of it."""
+    html = f"""<html><body><iframe id="console" src={json.dumps(worker.url + "/ui/")}>
+    </iframe></body></html>""".encode()
+
+    class FramingPage(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(html)))
+            self.end_headers()
+            self.wfile.write(html)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    framing = ThreadingHTTPServer(("127.0.0.1", 0), FramingPage)
+    threading.Thread(target=framing.serve_forever, daemon=True).start()
+    try:
+        with page.expect_response(lambda r: r.url == worker.url + "/ui/") as answer:
+            page.goto(f"http://localhost:{framing.server_address[1]}/")
+        headers = answer.value.all_headers()
+        assert headers["content-security-policy"] == "frame-ancestors 'none'"
+        assert headers["x-frame-options"] == "DENY"
+        [frame] = [f for f in page.frames if f is not page.main_frame]
+        wait_until(lambda: frame.url != "about:blank", 60, "the frame to navigate")
+        # blocked: Chromium's error page, none of the console's own markup
+        assert not frame.url.startswith(worker.url), frame.url
+        assert frame.locator("header, nav, #main").count() == 0
+        page.screenshot(path=str(ARTIFACTS / "framed-refused.png"))
+    finally:
+        framing.shutdown()

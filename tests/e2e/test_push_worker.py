@@ -136,8 +136,16 @@ def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> N
         "POST", "/v1/connectors/tune/task/adjust?consumerCurrentQueueSizeLimit=17&maxThreadSize=12"
     )
     assert r.status_code == 200 and r.json()["settings"]["queue_limit"] == 17, r.text
-    r = push_worker.request("GET", "/v1/connectors/src-tune/push")
-    assert r.status_code == 400 and "not a push sink" in r.json()["message"], r.text
+    # a valid request to a connector that is not a push sink: a conflict, not a bad request
+    for method, path in (
+        ("GET", "/v1/connectors/src-tune/push"),
+        ("PATCH", "/v1/connectors/src-tune/push"),
+        ("POST", "/v1/connectors/src-tune/task/adjust?maxThreadSize=4"),
+    ):
+        kwargs = {"json": {"concurrency": 2}} if method == "PATCH" else {}
+        r = push_worker.request(method, path, **kwargs)
+        assert r.status_code == 409 and "not a push sink" in r.json()["message"], r.text
+    assert push_worker.request("GET", "/v1/connectors/ghost/push").status_code == 404
     r = push_worker.request(
         "POST",
         "/v1/connectors",

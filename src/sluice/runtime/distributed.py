@@ -472,7 +472,7 @@ class DistributedHerder(StandaloneHerder):
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         # a connector deleted through another worker runs here until the next round
         stored = {name: self.configs.get(name) for name in sorted(self.runner.running)}
-        return {name: c.config for name, c in stored.items() if c is not None}
+        return {name: self.shown_config(c.config) for name, c in stored.items() if c is not None}
 
     def allocated_tasks(self) -> dict[str, list[AllocatedTask]]:
         groups = super().allocated_tasks()

@@ -204,6 +204,13 @@ class Conflict(HerderError):
     code = "state.conflict"
 
 
+class TooMany(HerderError):
+    """A limit of the worker is reached (`max.connectors`); the key names the limit."""
+
+    status = 429
+    code = "limit.reached"
+
+
 class Herder(ABC):
     """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
 

@@ -39,6 +39,7 @@ from sluice.runtime.herder import (
     TaskConfig,
     TaskId,
     TaskStatus,
+    TooMany,
     TopicSummary,
     check_connector_name,
 )
@@ -456,7 +457,22 @@ class StandaloneHerder(Herder):
             return existing, True
         if existing is not None:
             self._check_change(existing, conf)
+        else:
+            self._check_room()
         return existing, False
+
+    def _check_room(self) -> None:
+        """TooMany when the store holds `max.connectors` already (each running connector is a
+        Spark query: ~45 MB of the machine, so the count must be bounded)."""
+        limit = self.config.max_connectors
+        count = len(self.configs.names())
+        if count >= limit:
+            raise TooMany(
+                f"cannot create another connector: {count} exist and max.connectors is {limit}",
+                key="max.connectors",
+                suggestion="delete a connector, or raise max.connectors in the worker config "
+                "if the machine has the memory (docs/config.md)",
+            )
 
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
@@ -593,7 +609,7 @@ class StandaloneHerder(Herder):
         stored = self._stored(name)
         cls = self._class_of(stored.config)
         if cls is None or not getattr(cls, "push_runtime", False):
-            raise BadRequest(
+            raise Conflict(
                 f"connector {name!r} is not a push sink (connector.class="
                 f"{stored.config.get('connector.class')!r}): it has no push settings"
             )
@@ -705,11 +721,20 @@ class StandaloneHerder(Herder):
             return self.plugins_registry.reload()
 
     def plugin_config(self, class_name: str) -> list[dict[str, Any]]:
+        # a registered plugin only: a read must not import whatever module a request names
         try:
-            cls = self.plugins_registry.connector(class_name)
+            cls = self.plugins_registry.connector(class_name, load=False)
         except ConfigException as exc:
             raise NotFound(str(exc)) from None
         return validation.plugin_keys(cls)
+
+    def password_keys(self, class_name: str) -> list[str]:
+        # the classes of stored configs, found as when they run (plugin_config finds only
+        # registered ones): a secret is masked whatever its connector's class
+        cls = self._class_of({"connector.class": class_name})
+        if cls is None:
+            return []
+        return [d["name"] for d in validation.plugin_keys(cls) if d.get("type") == "password"]
 
     # -- topic data -------------------------------------------------------------------------------
     def _topic_users(self, topic: str) -> list[str]:

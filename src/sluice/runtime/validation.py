@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,6 +32,10 @@ from sluice.sdk import (
 from sluice.sdk._config import normalize_config
 
 log = logging.getLogger(__name__)
+
+#: control characters (C0 but tab, DEL, C1, line and paragraph separators): never in a key
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_KEY = "a config key may not hold control characters (newlines, escapes…)"
 
 
 def kind_of(cls: type[Connector]) -> str:
@@ -65,6 +70,13 @@ def check(
             screen(conf)
     except ConfigException as exc:
         raise as_bad_request([Problem.of(exc)]) from None
+    controls = [
+        Problem(k.encode("unicode_escape").decode("ascii"), _CONTROL_KEY)
+        for k in conf
+        if _CONTROL.search(k)
+    ]
+    if controls:  # a newline in a key forged lines of the worker's log
+        raise as_bad_request(controls)
     name = conf.get("connector.class", "").strip()
     if not name:
         raise as_bad_request([Problem("connector.class", "required key is missing")])
