@@ -55,6 +55,13 @@ RUNTIME_KEYS = ConfigDef(
         min=1000,
         doc="the restarts' backoff doubles from 1 s up to this",
     ),
+    ConfigKey(
+        "restart.retriable.timeout.ms",
+        type="int",
+        default=600_000,
+        min=-1,
+        doc="how long a query failed by a server being away is restarted; -1 = forever, 0 = never",
+    ),
     # sluice.converters._compatibility: the level of the subjects this connector registers
     ConfigKey(
         "schema.compatibility",
