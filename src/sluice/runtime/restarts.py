@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sluice.engine.keys import RUNTIME_KEYS
+from sluice.engine.retry import GAVE_UP_MARKER
 from sluice.sdk import ConfigException, RestartRequested, RetriableException
 
 #: Text of Spark failures that say the machine, not the connector, failed the micro-batch.
@@ -56,8 +57,10 @@ TRANSIENT_MARKERS = (
 #: Text of failures that say a server the query talks to (or the disk it writes) is away: worth a
 #: restart once it is back.
 RETRIABLE_MARKERS = (
-    # sluice.sdk's transient error; also in the trace of the error `errors.retry.*` gave up with
+    # sluice.sdk's transient error, and the error `errors.retry.*` raises when it gave up on one
+    # (Spark reports only the last error of a task, not what it was raised from)
     "RetriableException",
+    GAVE_UP_MARKER,
     # DB-API drivers (psycopg, SQLAlchemy, sqlite3, PyMySQL): the database is away or refused
     "OperationalError",
     "ConnectionRefusedError",
