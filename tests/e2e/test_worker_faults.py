@@ -10,6 +10,7 @@ its JVM):
 * a JDBC sink whose PostgreSQL is away (a tcp_proxy cut) longer than its
   `errors.retry.timeout` shows RESTARTING (never FAILED) and comes back by itself when the
   server does, every row once;
+* a transform chain longer than `MAX_TRANSFORMS` is refused at create, naming `transforms`;
 * kill -9 of the worker's JVM: the worker exits non-zero, saying why.
 """
 
@@ -27,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.engine.transforms import MAX_TRANSFORMS
 from tests.conftest import wait_until
 from tests.e2e.tcp_proxy import TcpProxy
 from tests.e2e.topics import topic_count, topic_rows
@@ -222,6 +224,26 @@ def test_a_jdbc_sink_comes_back_by_itself_after_an_outage_longer_than_its_retrie
     for name in ("ordersSrc", "ordersOut"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code < 300
     proxy.cut()
+
+
+def test_a_chain_longer_than_the_limit_is_refused_at_create(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """200 steps overflowed Spark's stack and ended the worker's JVM: refused, naming the key."""
+    steps = MAX_TRANSFORMS + 1
+    config = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(tmp_path / "in.txt"),
+        "connect.topicname": "chainTopic",
+        "transforms": ",".join(f"s{i}" for i in range(steps)),
+    }
+    for i in range(steps):
+        config |= {f"transforms.s{i}.type": "InsertHeader", f"transforms.s{i}.header": f"h{i}"}
+        config[f"transforms.s{i}.value.literal"] = "v"
+    response = worker.request("POST", "/connectors/longChain", content=json.dumps(config))
+    assert response.status_code == 400, response.text
+    assert f"transforms: names {steps} transforms; a chain may have at most" in response.text
+    assert "longChain" not in worker.body("/connectors/list")
 
 
 def test_a_worker_whose_jvm_dies_exits_non_zero_saying_why(worker: WorkerProcess) -> None:

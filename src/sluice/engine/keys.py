@@ -46,7 +46,7 @@ RUNTIME_KEYS = ConfigDef(
         type="int",
         default=5,
         min=0,
-        doc="automatic restarts after a transient Spark failure; 0 = never (Kafka Connect)",
+        doc="automatic restarts after a transient Spark failure; 0 = none of any kind",
     ),
     ConfigKey(
         "restart.transient.backoff.max.ms",

@@ -1,4 +1,5 @@
-"""Automatic restarts of a connector whose query failed for a transient Spark reason.
+"""Automatic restarts of a connector whose query failed for a passing reason: the machine (a
+transient Spark failure), the data (a task asking to be planned again) or a server that was away.
 
 Spark gives a Python worker a hardcoded 10 s to connect back to its JVM; on a loaded machine it
 misses that and the micro-batch fails ("Python worker failed to connect back"), as it does when
@@ -20,15 +21,17 @@ version. The restart plans them again with the new columns. These restarts are t
 not the machine's, so they neither use up nor wait out the transient attempts (a migration that
 runs six `ALTER TABLE`s in a minute must not leave the connector FAILED); they have their own
 limit, `REQUESTED_LIMIT` in a row, which only a task asking again and again without getting
-anywhere reaches. `restart.transient.max.attempts=0` turns both kinds off.
+anywhere reaches. `restart.transient.max.attempts=0` turns every kind off (also the retriable
+restarts below).
 
 A query that failed for a *retriable* reason, a server it talks to being away
 (`RETRIABLE_MARKERS`: a `RetriableException`, also the one `errors.retry.*` gave up on; a
-database driver's `OperationalError`; a refused or reset connection), is restarted too, with the
-same backoff, for as long as `restart.retriable.timeout.ms` (default 600000, 10 min; -1 =
-forever) from its first failure of the series: a sink whose database was down longer than its
-`errors.retry.timeout` comes back by itself when the database does, and a query that died while
-the worker's own store was away is started again when it answers.
+database driver's `OperationalError`; a refused or reset connection; a full disk), is restarted
+too, with the same backoff, for as long as `restart.retriable.timeout.ms` (default 600000, 10
+min; -1 = forever) from its first failure of the series: a sink whose database was down longer
+than its `errors.retry.timeout` comes back by itself when the database does, and a query that
+died while the worker's own store was away is started again when it answers (`hasten`). A config
+error (a `ConfigException` naming a key) never is, whatever driver error it quotes.
 
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
