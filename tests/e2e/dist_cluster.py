@@ -120,6 +120,7 @@ def running_cluster(
     extra: dict[str, str] | None = None,
     topic_prefix: str = "topic-",
     store_port: int = 5432,
+    boot_timeout: float = 180,
 ) -> Iterator[Cluster]:
     """`workers` distributed workers on a fresh PostgreSQL database (consistent hash, 500 ms
     rounds, 3 s session timeout, plus `extra` keys), started together (their Spark sessions boot
@@ -148,6 +149,7 @@ def running_cluster(
     )
     for i in range(1, workers + 1):
         c.workers[f"w{i}"] = c.new_worker(f"w{i}")
+        c.workers[f"w{i}"].boot_timeout = boot_timeout
     try:
         threads = [threading.Thread(target=w.start) for w in c.workers.values()]
         for t in threads:

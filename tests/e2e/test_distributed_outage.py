@@ -1,7 +1,7 @@
 """Distributed mode with its cluster store away for 20 s: two worker processes reach PostgreSQL
 through a tcp_proxy, which the test cuts and restores (the shared server stays up).
 
-Two file pipelines run plus one whose sink's query dies inside the outage (a trip wire). While
+A file pipeline runs, plus one whose sink's query dies inside the outage (a trip wire). While
 the store is away no worker says RUNNING for that sink; once it answers, nothing has moved (every
 heartbeat went stale with the outage: the workers live before it still count for one session),
 the sink is running again under the lease it held, its status says so, and every copy is exact,
@@ -48,10 +48,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, proxy: TcpProxy) -> Iterat
         root,
         name="outage",
         workers=2,
-        pipelines=2,
+        pipelines=1,
         virtual_nodes=8,
         extra={"pluginPaths": str(plugins)},
         store_port=proxy.port,
+        boot_timeout=600,  # two JVMs booting at once
     ) as c:
         yield c
 

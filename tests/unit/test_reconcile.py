@@ -217,3 +217,11 @@ def test_a_released_duty_is_not_started_and_forgets_its_restarts(world) -> None:
     clock.now += 10
     reconciler.round()
     assert launched == ["c"] and not reconciler.restarts.waiting("c")
+
+
+def test_a_round_starts_nothing_once_the_worker_is_stopping(world) -> None:
+    _store, _runner, _board, reconciler, launched, _clock = world
+    for name in ("a", "b"):
+        reconciler.assign(name, {})
+    reconciler.round(stopping=lambda: bool(launched))  # stopping after the first start
+    assert launched == ["a"]

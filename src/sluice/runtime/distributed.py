@@ -347,7 +347,11 @@ class DistributedHerder(StandaloneHerder):
             self.reconciler.start(to_start[0])
         elif to_start:
             with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
-                list(pool.map(self.reconciler.start, to_start))
+                list(pool.map(self._start_unless_closing, to_start))
+
+    def _start_unless_closing(self, name: str) -> None:
+        if not self._closed.is_set():  # the worker is shutting down: a start takes seconds
+            self.reconciler.start(name)
 
     def _launch(self, name: str, duty: Duty) -> RunningConnector:
         """Start the query of a connector this worker holds, under its lease (checked first: a

@@ -113,12 +113,15 @@ class Reconciler:
         return self.duties.pop(name, None)
 
     # -- one round --------------------------------------------------------------------------------
-    def round(self) -> None:
-        """Collect the queries that ended, then start the duties that have none."""
+    def round(self, *, stopping: Callable[[], bool] = lambda: False) -> None:
+        """Collect the queries that ended, then start the duties that have none (until
+        `stopping()` says the worker is shutting down: a start takes seconds)."""
         for name, running in list(self.runner.running.items()):
             if not running.query.isActive:
                 self.collect(name, running)
         for name, duty in list(self.duties.items()):
+            if stopping():
+                return
             if name in self.runner.running or duty.failed or self.restarts.waiting(name):
                 continue
             self.start(name)

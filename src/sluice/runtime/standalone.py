@@ -286,7 +286,7 @@ class StandaloneHerder(Herder):
             if self._closed.is_set():
                 return
             self._flush_statuses()
-            self.reconciler.round()
+            self.reconciler.round(stopping=self._closed.is_set)
 
     def _flush_statuses(self) -> None:
         """Write the statuses the store refused (standalone: this worker is their only writer);
