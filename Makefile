@@ -75,7 +75,8 @@ crash-rabbitmq: $(STAMP)
 	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_rabbitmq_crash.py -s
 
 # CDC: five kill -9s of one worker while it streams one table and snapshots another
-# (PostgreSQL → MariaDB), and five of a MariaDB → PostgreSQL worker streaming from the binlog
+# (PostgreSQL → MariaDB), five of a MariaDB → PostgreSQL worker streaming from the binlog, and
+# four mirror rounds per direction with ADD COLUMNs while running and while killed
 crash-cdc: $(STAMP)
 	SLUICE_CDC_KILLS=5 $(VENV)/bin/pytest tests/e2e/test_cdc_crash.py tests/e2e/crash_cdc_mariadb.py -s
 

@@ -36,7 +36,8 @@ ADMIN = ("ops", "admin-Pw-1")
 READER = ("viewer", "read-Pw-2")
 SECRET_FILE_PW = f"fromfile-{uuid.uuid4().hex[:12]}"
 SECRET_LITERAL_PW = f"literal-{uuid.uuid4().hex[:12]}"
-SECRETS = (SECRET_FILE_PW, SECRET_LITERAL_PW, ADMIN[1], READER[1])
+SECRET_URL_PW = f"inurl-{uuid.uuid4().hex[:12]}"
+SECRETS = (SECRET_FILE_PW, SECRET_LITERAL_PW, SECRET_URL_PW, ADMIN[1], READER[1])
 JDBC = "org.apache.rocketmq.connect.jdbc.source.JdbcSourceConnector"
 
 #: every answer the module received, checked for secrets at the end
@@ -111,6 +112,8 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
         tmp / "worker",
         extra_conf={
             "config.providers": "env,file",
+            "config.providers.file.param.allowed.paths": str(tmp / "secrets"),
+            "config.providers.env.param.allowlist.pattern": "SLUICE_T_.*",
             "file.allowed.dirs": str(files),
             "rest.auth": "basic",
             "rest.auth.file": str(users),
@@ -173,8 +176,17 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     r = ops.request("POST", "/connectors/jdbcLit", content=json.dumps(literal))
     assert r.status_code == 200, r.text
     assert r.json()["body"]["connection.password"] == "********"
+    # a password inside connection.url (PostgreSQL trusts loopback: any password logs in)
+    in_url = _jdbc(ops, "opsSecretUrl", **{"table.whitelist": "items"})
+    in_url["connection.url"] = in_url["connection.url"].replace(
+        "://", f"://{ops.role}:{SECRET_URL_PW}@"
+    )
+    r = ops.request("POST", "/connectors/jdbcUrl", content=json.dumps(in_url))
+    assert r.status_code == 200, r.text
+    assert ":********@" in r.json()["body"]["connection.url"], r.text
     wait_until(lambda: ops.topic_count("opsSecretRef") == 3, 120, "3 rows through the refs")
     wait_until(lambda: ops.topic_count("opsSecretLit") == 3, 120, "3 rows, literal password")
+    wait_until(lambda: ops.topic_count("opsSecretUrl") == 3, 120, "3 rows, password in the URL")
 
     # references shown as written, literal passwords masked, on both faces
     shown = ops.request("GET", "/v1/connectors/jdbcRef/config").json()
@@ -192,6 +204,10 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
         "/connectors/jdbcLit/tasks",
         "/connectors/jdbcRef/tasks",
         "/allocated/connectors",
+        "/v1/connectors/jdbcUrl",
+        "/v1/connectors/jdbcUrl/config",
+        "/v1/connectors/jdbcUrl/tasks",
+        "/connectors/jdbcUrl/config",
     ):
         r = ops.request("GET", path)
         assert r.status_code == 200, (path, r.text)
@@ -206,15 +222,15 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     assert values["connection.password"] == "********", r.text
 
     # a config PUT back as it was shown keeps its secret: nothing changes, it still runs
-    current = ops.request("GET", "/v1/connectors/jdbcLit/config").json()
-    r = ops.request("PUT", "/v1/connectors/jdbcLit/config", json=current)
-    assert r.status_code == 200, r.text
-    assert ops.request("GET", "/v1/connectors/jdbcLit/status").json()["connector"]["state"] == (
-        "RUNNING"
-    )
+    for name in ("jdbcLit", "jdbcUrl"):
+        current = ops.request("GET", f"/v1/connectors/{name}/config").json()
+        r = ops.request("PUT", f"/v1/connectors/{name}/config", json=current)
+        assert r.status_code == 200, r.text
+        state = ops.request("GET", f"/v1/connectors/{name}/status").json()["connector"]["state"]
+        assert state == "RUNNING", name
 
     # a reference that cannot be resolved: 400 naming the key, nothing stored
-    broken = {**by_ref, "connection.password": "${file:/nonexistent/db.properties:password}"}
+    broken = {**by_ref, "connection.password": f"${{file:{props.parent}/nope.properties:pw}}"}
     r = ops.request("PUT", "/v1/connectors/jdbcBroken/config", json=broken)
     assert r.status_code == 400 and "connection.password" in r.json()["message"], r.text
     r = ops.request("PUT", "/v1/connectors/jdbcBroken/config", json={
@@ -226,7 +242,7 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     # the CLI, over HTTPS with the user's credentials, shows what REST shows
     cli = subprocess.run(
         [sys.executable, "-m", "sluice.cli", "--url", ops.url, "--user", ADMIN[0],
-         "--cacert", str(ops.cert), "connectors", "config", "jdbcLit"],
+         "--cacert", str(ops.cert), "connectors", "config", "jdbcUrl"],
         env=dict(os.environ, PYTHONPATH=str(REPO), SLUICE_PASSWORD=ADMIN[1]),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -235,10 +251,53 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     ANSWERS.append(cli.stdout + cli.stderr)
 
     for answer in ANSWERS:
-        for secret in SECRETS[:2]:
+        for secret in SECRETS[:3]:
             assert secret not in answer, answer[:500]
     log = ops.worker.log.read_text()
-    assert SECRET_FILE_PW not in log and SECRET_LITERAL_PW not in log
+    for secret in SECRETS[:3]:
+        assert secret not in log
+    for name in ("jdbcRef", "jdbcLit", "jdbcUrl"):
+        assert ops.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def test_references_outside_what_the_worker_allows_are_refused(ops: Ops) -> None:
+    """`${file:…}` outside `allowed.paths` and `${env:…}` outside `allowlist.pattern`: a 400
+    naming the key at create and at validation, on both faces, in the same words whether the
+    file or variable exists or not; nothing stored, nothing read."""
+    (ops.files / "in.txt").write_text("x\n")
+    base = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(ops.files / "in.txt"),
+        "connect.topicname": "opsRefs",
+        "transforms": "q",
+        "transforms.q.type": "sql",
+    }
+    query = "SELECT topic, key, '{ref}' AS value, timestamp, headers FROM records"
+    words = []
+    for ref, target in (
+        ("${file:/etc/shadow:root}", "/etc/shadow"),
+        ("${file:/etc/no-such-file-sluice:root}", "/etc/no-such-file-sluice"),
+        (f"${{file:{ops.worker.tmp.parent}/secrets/{'../' * 12}etc/passwd:root}}", "-"),
+        ("${env:PATH}", "PATH"),
+        ("${env:OTHER_NOT_SET_ANYWHERE_X}", "OTHER_NOT_SET_ANYWHERE_X"),
+    ):
+        config = {**base, "transforms.q.query": query.format(ref=ref)}
+        answers = [
+            ops.request("POST", "/v1/connectors", json={"name": "refOut", "config": config}),
+            ops.request("POST", "/connectors/refOut", content=json.dumps(config)),
+            ops.request(
+                "PUT", "/v1/connector-plugins/FileSourceConnector/config/validate", json=config
+            ),
+            ops.request("GET", "/plugin/config/validate", params={"config": json.dumps(config)}),
+        ]
+        for r in answers:
+            assert r.status_code == 400, (ref, r.request.url, r.text)
+            assert "transforms.q.query" in r.text and "is refused" in r.text, r.text
+            assert "root:" not in r.text and "No such file" not in r.text, r.text
+        words.append(answers[0].json()["message"].replace(ref, "REF").replace(target, "T"))
+    # no oracle: a file or variable that exists and one that does not get the same words
+    assert words[0] == words[1] and words[3] == words[4], words
+    assert ops.request("GET", "/v1/connectors/refOut").status_code == 404
 
 
 def _route_samples() -> list[tuple[str, str]]:
@@ -290,6 +349,77 @@ def test_no_credentials_401_read_only_403_on_mutations(ops: Ops) -> None:
             assert r.status_code not in (401, 403), (method, path, r.status_code)
     assert ops.request("GET", "/v1/connectors", auth=READER).status_code == 200
     assert ops.request("GET", "/openapi.json", auth=None).status_code == 401
+
+
+def test_client_file_options_stay_inside_file_allowed_dirs(ops: Ops) -> None:
+    """A client library's certificate, key or CA file (Kafka's `*.location`, a JDBC or CDC URL's
+    `sslrootcert`, Redis's `ssl_ca_certs`, RabbitMQ's `ssl_options`) is a file the worker reads:
+    outside `file.allowed.dirs` it is refused at create, naming the key the user typed."""
+    outside = "/etc/ssl/certs/ca-certificates.crt"
+    kafka_source = {
+        "connector.class": "KafkaSourceConnector",
+        "source.bootstrap.servers": "127.0.0.1:9",
+        "source.topics": "t",
+        "source.kafka.security.protocol": "ssl",
+    }
+    cases = [
+        ("source.kafka.ssl.ca.location", {**kafka_source, "source.kafka.ssl.ca.location": outside}),
+        (
+            "target.kafka.ssl.key.location",
+            {
+                "connector.class": "KafkaSinkConnector",
+                "target.bootstrap.servers": "127.0.0.1:9",
+                "connect.topicnames": "t",
+                "target.kafka.ssl.key.location": "/etc/ssl/private/key.pem",
+            },
+        ),
+        (
+            "connection.url",
+            _jdbc(
+                ops, "t", **{"connection.url": f"postgresql://{PG_HOST}/test?sslrootcert={outside}"}
+            ),
+        ),
+        (
+            "connection.url",
+            {
+                "connector.class": "PostgresCdcSourceConnector",
+                "connection.url": f"postgresql://{PG_HOST}/test?sslcert=/root/client.crt",
+                "topic.prefix": "p",
+            },
+        ),
+        (
+            "redis.url",
+            {
+                "connector.class": "RedisSinkConnector",
+                "redis.url": f"rediss://127.0.0.1:6380/0?ssl_ca_certs={outside}",
+                "connect.topicnames": "t",
+            },
+        ),
+        (
+            "rabbitmq.url",
+            {
+                "connector.class": "RabbitMQSinkConnector",
+                "rabbitmq.url": "amqps://127.0.0.1/%2F?ssl_options={'keyfile': '/etc/shadow'}",
+                "connect.topicnames": "t",
+            },
+        ),
+    ]
+    for i, (key, config) in enumerate(cases):
+        r = ops.request("POST", "/v1/connectors", json={"name": f"clientFile{i}", "config": config})
+        assert r.status_code == 400, r.text
+        [error] = [e for e in r.json()["errors"] if e["key"] == key]
+        assert "is outside the folders this worker allows (file.allowed.dirs=" in error["message"]
+    # inside the folder the option reaches librdkafka (which then cannot reach the cluster)
+    ca = ops.files / "ca.pem"
+    ca.write_bytes(ops.cert.read_bytes())
+    inside = {**kafka_source, "source.kafka.ssl.ca.location": str(ca)}
+    r = ops.request(
+        "PUT", "/v1/connector-plugins/KafkaSourceConnector/config/validate", json=inside
+    )
+    assert r.status_code == 200, r.text
+    errors = {c["value"]["name"]: c["value"]["errors"] for c in r.json()["configs"]}
+    assert errors["source.bootstrap.servers"], "the cluster at 127.0.0.1:9 cannot be reached"
+    assert not [e for found in errors.values() for e in found if "ssl.ca.location" in e], errors
 
 
 def test_tls_and_file_allowed_dirs(ops: Ops) -> None:

@@ -3,7 +3,7 @@ failures qualify, the backoff, the attempt limit and when the count starts again
 
 from __future__ import annotations
 
-from sluice.runtime.restarts import TransientRestarts, is_transient
+from sluice.runtime.restarts import TransientRestarts, is_transient, requested_reason
 
 CONNECT_BACK = (
     "PythonException: org.apache.spark.SparkException: Python worker failed to connect back."
@@ -37,6 +37,23 @@ def test_a_task_that_asks_for_a_restart_gets_one() -> None:
     assert is_transient(f"StreamingQueryException: ...\nConnectException: {asked}")
     assert is_transient(str(SchemaChanged("s.t", "added: x")))
     assert not is_transient(str(ConnectException("table t changed its columns while running")))
+
+
+def test_the_reason_of_a_requested_restart_is_found_in_sparks_failure_text() -> None:
+    from sluice.connectors.cdc._evolve import SchemaChanged
+
+    asked = SchemaChanged("shop.orders", "ADD COLUMN qty")
+    failure = (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        'perform latestOffset: Traceback (most recent call last):\n  File "x.py", line 3\n'
+        f"sluice.connectors.cdc._evolve.SchemaChanged: {asked}\n"
+    )
+    reason = requested_reason(failure)
+    assert reason is not None and reason.startswith(
+        "schema of shop.orders changed: ADD COLUMN qty; restarting the source"
+    ), reason
+    assert "Traceback" not in reason and "(restart requested)" not in reason
+    assert requested_reason("ValueError: line 3 is not JSON") is None
 
 
 def test_restarts_back_off_and_stop_after_the_limit() -> None:

@@ -116,6 +116,7 @@ def add_credential(path: str, name: str, role: str, secret: str) -> None:
             lines = [ln.rstrip("\n") for ln in f if not ln.startswith(f"{name}:")]
     lines.append(f"{name}:{role}:{hash_secret(secret)}")
     fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover .tmp keeps its mode through O_CREAT: never more open
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)

@@ -182,6 +182,13 @@ def reset_offsets(name: ConnectorName, request: Request) -> dict[str, Any]:
     return {"message": f"The offsets of connector {name!r} have been reset"}
 
 
+@router.get("/connectors/{name}/progress")
+def get_progress(name: ConnectorName, request: Request) -> dict[str, Any]:
+    """The connector's recent micro-batches as Spark reports them (`durationMs` per phase:
+    latestOffset, queryPlanning, walCommit, addBatch, commitOffsets, triggerExecution)."""
+    return herder_of(request).query_progress(name)
+
+
 @router.get("/connectors/{name}/push")
 def get_push(name: ConnectorName, request: Request) -> dict[str, Any]:
     """A push sink's live limits and progress (totals, and each task's current micro-batch)."""

@@ -515,6 +515,14 @@ class DistributedHerder(StandaloneHerder):
         others would ask the same system again for the same figure)."""
         return self.last_assignment.get(name) == self.worker_id
 
+    def query_progress(self, name: str) -> dict[str, Any]:
+        if name not in self.runner.running and name in self.configs.names():
+            raise NotFound(
+                f"connector {name!r} runs on worker {self._owner(name)!r}: ask that worker for "
+                "its query's progress"
+            )
+        return super().query_progress(name)
+
     def push(self, name: str) -> dict[str, Any]:
         if name not in self.runner.running and name in self.configs.names():
             raise NotFound(

@@ -337,6 +337,12 @@ class Herder(ABC):
         """Forget every position of `name` (it must be STOPPED; `Conflict` otherwise)."""
 
     @abstractmethod
+    def query_progress(self, name: str) -> dict[str, Any]:
+        """The recent micro-batches of connector `name`'s Spark query as Spark reports them:
+        `{"connector", "query_id", "batches": [{"batchId", "timestamp", "numInputRows",
+        "durationMs": {phase: ms}}]}` (newest last; empty while it does not run here)."""
+
+    @abstractmethod
     def push(self, name: str) -> dict[str, Any]:
         """A push sink's live limits and progress: `{"connector", "settings", "totals",
         "tasks": [...]}` (each task: the EventBridge proposal's `ProcessResult` fields and more)."""

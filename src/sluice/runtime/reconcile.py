@@ -28,7 +28,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.runtime.restarts import Restart, TransientRestarts, retriable_start_error
+from sluice.runtime.restarts import (
+    Restart,
+    TransientRestarts,
+    requested_reason,
+    retriable_start_error,
+)
 from sluice.runtime.runner import RunningConnector
 from sluice.runtime.status_board import StatusBoard
 
@@ -207,7 +212,7 @@ class Reconciler:
         failure = f"{cause}\n{trace}"
         restart = self.restarts.schedule(name, failure, duty.config, retriable=retriable)
         if restart is not None:
-            _log_restart(name, what, cause, restart)
+            _log_restart(name, what, cause, failure, restart)
             self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)
             return
         duty.failed = True
@@ -215,13 +220,14 @@ class Reconciler:
         self.statuses.put(name, "FAILED", self.worker_id, trace=text, tasks=tasks)
 
 
-def _log_restart(name: str, what: str, cause: str, restart: Restart) -> None:
+def _log_restart(name: str, what: str, cause: str, failure: str, restart: Restart) -> None:
     first_line = cause.splitlines()[0][:300] if cause else ""
     if restart.kind == "requested":
-        log.warning(
-            "connector %s asked to be planned again (%s): restarting it now "
-            "(requested restart %d in a row, at most %d)",
-            *(name, first_line, restart.attempt, restart.of),
+        # the task's own words (a schema change it follows), not Spark's wrapping of them
+        reason = requested_reason(failure) or first_line
+        log.info(
+            "connector %s: %s (requested restart %d in a row, at most %d)",
+            *(name, reason[:500], restart.attempt, restart.of),
         )
     elif restart.kind == "retriable":
         log.warning(

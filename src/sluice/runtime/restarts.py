@@ -84,6 +84,20 @@ _FIRST_DELAY_S = 1.0
 REQUESTED_LIMIT = 50
 
 
+def requested_reason(failure: str) -> str | None:
+    """The reason a task gave when it asked to be planned again (`RestartRequested`'s message,
+    without the exception's class and the marker), found in a query's failure text (Spark wraps
+    it in its own error and a Python traceback); None if the failure is no such request."""
+    for line in reversed(failure.splitlines()):
+        if RestartRequested.MARKER in line:
+            text = line.strip()
+            head, sep, rest = text.partition(": ")
+            if sep and "." in head and " " not in head:  # `module.ExceptionClass: message`
+                text = rest
+            return text.replace(RestartRequested.MARKER, "").strip()
+    return None
+
+
 def is_transient(failure: str) -> bool:
     """Whether a query's failure text names a transient Spark failure."""
     return any(marker in failure for marker in TRANSIENT_MARKERS)

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
-from sluice.runtime.file_access import check_allowed_paths
+from sluice.runtime.file_access import check_allowed_paths, check_client_options
 from sluice.runtime.herder import (
     AllocatedTask,
     BadRequest,
@@ -52,6 +52,7 @@ from sluice.runtime.secrets import (
     password_keys,
     redact,
     scrub,
+    scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.status_board import StatusBoard
@@ -368,6 +369,7 @@ class StandaloneHerder(Herder):
             config,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
@@ -379,9 +381,11 @@ class StandaloneHerder(Herder):
 
     def _prepare(self, config: dict[str, str], cls: type) -> dict[str, str]:
         """The config as the connector will see it (references resolved), after the file paths
-        it names are checked against `file.allowed.dirs`; what is stored keeps the references."""
+        it names are checked against `file.allowed.dirs` and the options it hands to client
+        libraries against the worker's client policy; what is stored keeps the references."""
         resolved = self.providers.resolve(config, password_keys(cls))
         check_allowed_paths(cls, resolved, self.config.raw)
+        check_client_options(cls, resolved, self.config.client_policy)
         return resolved
 
     def _accepted(
@@ -561,6 +565,23 @@ class StandaloneHerder(Herder):
             )
         return stored
 
+    def query_progress(self, name: str) -> dict[str, Any]:
+        self._stored(name)
+        running = self.runner.running.get(name)
+        if running is None:
+            return {"connector": name, "query_id": None, "batches": []}
+        batches = []
+        for p in running.query.recentProgress:
+            batches.append(
+                {
+                    "batchId": p.batchId,
+                    "timestamp": p.timestamp,
+                    "numInputRows": int(p.numInputRows or 0),
+                    "durationMs": dict(p.durationMs or {}),
+                }
+            )
+        return {"connector": name, "query_id": str(running.query.id), "batches": batches}
+
     def push(self, name: str) -> dict[str, Any]:
         self._push_sink(name)
         running = self.runner.running.get(name)
@@ -568,7 +589,8 @@ class StandaloneHerder(Herder):
             "connector": name,
             # the Spark query's id: live tuning keeps it (no restart)
             "query_id": str(running.query.id) if running is not None else None,
-            **PushBoard(self.runner.push_board_path).progress(name),
+            # target names are the resolved URLs: a secret in one is masked
+            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -638,6 +660,7 @@ class StandaloneHerder(Herder):
             conf,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def plugins(self) -> list[PluginInfo]:
@@ -760,16 +783,18 @@ class StandaloneHerder(Herder):
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
-        return [
-            TopicSummary(
-                topic,
-                tuple(
-                    QueueOffsets(q, r.min_offset, r.max_offset)
-                    for q, r in sorted(log_.offsets(topic).items())
-                ),
+        found = []
+        for topic in sorted(log_.topics()):
+            try:
+                ranges = sorted(log_.offsets(topic).items())
+            except TopicDamaged:  # listed without queues: its connectors' status says why
+                ranges = []
+            found.append(
+                TopicSummary(
+                    topic, tuple(QueueOffsets(q, r.min_offset, r.max_offset) for q, r in ranges)
+                )
             )
-            for topic in sorted(log_.topics())
-        ]
+        return found
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}

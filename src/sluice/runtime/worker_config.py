@@ -11,7 +11,8 @@ from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
 from sluice.converters._compatibility import DEFAULT_LEVEL, LEVELS
 from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+from sluice.sdk import ClientPolicy, ConfigDef, ConfigException, ConfigKey
+from sluice.sdk._client_options import ALLOWLIST_KEY, POLICY_KEY, POLICY_MODES
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,21 @@ WORKER_KEYS = ConfigDef(
         type="list",
         default=(),
         doc="folders that connectors' file paths must be in (comma-separated; empty: any)",
+    ),
+    ConfigKey(
+        POLICY_KEY,
+        default="allowlist",
+        choices=POLICY_MODES,
+        doc="client options connectors pass to their client libraries (source.kafka.*, URL "
+        "parameters): allowlist (those known to be safe), all, or none; options that load "
+        "code or run commands never pass (see docs/operations.md)",
+    ),
+    ConfigKey(
+        ALLOWLIST_KEY,
+        type="list",
+        default=(),
+        doc="more client options to allow under the allowlist policy: family:option "
+        "(kafka:debug, postgresql:client_encoding…) or option",
     ),
     ConfigKey(
         "rest.auth",
@@ -202,6 +218,7 @@ class WorkerConfig:
     session_timeout_ms: int = 6000
     source_lag_interval_ms: int = 10_000
     schema_compatibility: str = DEFAULT_LEVEL
+    client_policy: ClientPolicy = field(default_factory=ClientPolicy)
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -265,6 +282,7 @@ class WorkerConfig:
             session_timeout_ms=timeout,
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
             schema_compatibility=values["schema.compatibility"],
+            client_policy=ClientPolicy.of(props),
         )
 
     def create_bus(self) -> Bus:
