@@ -6,6 +6,10 @@ starts the connectors in the background (their statuses go UNASSIGNED -> RUNNING
 up); the boot message is logged when both are done. SIGTERM or SIGINT stops the HTTP server,
 then every query gracefully (positions synced), then Spark.
 
+If the Spark JVM dies under the worker (`sluice.runtime.jvm_watch`), the worker logs why and
+exits with `JVM_GONE_EXIT` (70) within seconds, so that its supervisor starts it again: no
+query can run without the JVM, and a worker answering REST over dead queries misleads everyone.
+
 This module lives outside `sluice.runtime` because it wires `rest` to `runtime` (DESIGN §7:
 `rest` depends on `runtime`, not the reverse).
 """
@@ -23,6 +27,7 @@ import uvicorn
 from sluice.rest import create_app
 from sluice.rest._auth import RestSecurity
 from sluice.runtime.assembly import Runtime, assemble
+from sluice.runtime.jvm_watch import JvmWatch
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 
@@ -30,6 +35,10 @@ log = logging.getLogger("sluice.worker")
 
 BOOT_MESSAGE = "The standalone worker boot success."
 DISTRIBUTED_BOOT_MESSAGE = "The distributed worker boot success."
+#: The exit code of a worker whose Spark JVM died (EX_SOFTWARE): its supervisor restarts it.
+JVM_GONE_EXIT = 70
+#: How long the shutdown after the JVM's death may take before the process exits regardless.
+JVM_GONE_GRACE_S = 60.0
 
 
 def _configure_logging() -> None:
@@ -78,10 +87,28 @@ def run_worker(config_path: str) -> int:
         log.info("received %s: shutting down", signal.Signals(signum).name)
         server.should_exit = True
 
+    exit_code = 0
+
+    def _jvm_gone(reason: str) -> None:
+        nonlocal exit_code
+        log.error(
+            "%s: no connector can run without it; exiting with code %d so that the worker's "
+            "supervisor starts it again (connectors resume from their checkpoints)",
+            *(reason, JVM_GONE_EXIT),
+        )
+        exit_code = JVM_GONE_EXIT
+        server.should_exit = True
+        # the shutdown below calls into the dead JVM (and its stores) and should be quick; if
+        # anything hangs there, the exit must happen all the same
+        deadline = threading.Timer(JVM_GONE_GRACE_S, os._exit, args=(JVM_GONE_EXIT,))
+        deadline.daemon = True
+        deadline.start()
+
     # uvicorn handles these signals while it serves, then restores the handlers it found and
     # raises the signal again: with ours in place that ends in the clean shutdown below.
     signal.signal(signal.SIGTERM, _shutdown)
     signal.signal(signal.SIGINT, _shutdown)
+    watch = JvmWatch(runtime.spark, _jvm_gone).start()
     threading.Thread(
         target=_boot, args=(server, runtime, security.scheme), daemon=True, name="sluice-boot"
     ).start()
@@ -91,10 +118,11 @@ def run_worker(config_path: str) -> int:
         log.error("REST API could not start on %s:%s", config.http_host, config.http_port)
         return int(exc.code or 1)
     finally:
+        watch.stop()  # Spark is stopped on purpose below
         log.info("stopping connectors")
         runtime.close()
         log.info("worker stopped")
-    return 0
+    return exit_code
 
 
 def _boot(server: uvicorn.Server, runtime: Runtime, scheme: str = "http") -> None:

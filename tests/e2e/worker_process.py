@@ -42,6 +42,8 @@ class WorkerProcess:
     proc: subprocess.Popen | None = None
     #: the log line that says the worker is up (a distributed worker logs its own)
     boot: str = BOOT
+    #: how long `start` waits for it (several JVMs booting at once on a loaded machine: longer)
+    boot_timeout: float = 180
 
     @property
     def url(self) -> str:
@@ -95,12 +97,12 @@ class WorkerProcess:
         )
         return boots
 
-    def wait_boot(self, boots: int, timeout: float = 180) -> WorkerProcess:
+    def wait_boot(self, boots: int, timeout: float | None = None) -> WorkerProcess:
         """Wait for boot message number `boots + 1` in the log (the process must stay up)."""
         assert self.proc is not None
         wait_until(
             lambda: self.proc.poll() is not None or self.log.read_text().count(self.boot) > boots,
-            timeout=timeout,
+            timeout=self.boot_timeout if timeout is None else timeout,
             what="the worker to boot",
         )
         assert self.proc.poll() is None, f"worker exited:\n{self.log.read_text()[-3000:]}"

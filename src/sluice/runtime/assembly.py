@@ -49,11 +49,15 @@ class Runtime:
         self.herder.start()
 
     def close(self) -> None:
-        """Stop every connector gracefully, leave the cluster, stop Spark."""
+        """Stop every connector gracefully, leave the cluster, stop Spark (a JVM that is gone
+        already is logged, not raised: the worker exits all the same)."""
         try:
             self.herder.close()
         finally:
-            self.spark.stop()
+            try:
+                self.spark.stop()
+            except Exception as exc:
+                log.warning("Spark not stopped cleanly: %s: %s", type(exc).__name__, exc)
 
 
 def assemble(config: WorkerConfig) -> Runtime:

@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
@@ -46,7 +45,7 @@ from sluice.runtime.herder import (
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.restarts import TransientRestarts, requested_reason
+from sluice.runtime.reconcile import Duty, Reconciler
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -57,6 +56,7 @@ from sluice.runtime.secrets import (
     scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
+from sluice.runtime.status_board import StatusBoard
 from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
@@ -92,11 +92,6 @@ def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) ->
     note = notes.get(task) if stored.state == "RUNNING" else None
     retrying = Retrying(note["since_ms"], note["attempts"], scrub(note["error"])) if note else None
     return TaskStatus(task, state, retrying)
-
-
-def _trace(exc: BaseException) -> str:
-    """The cause on the first line (what status tables show), the full traceback after it."""
-    return f"{type(exc).__name__}: {exc}\n\n" + "".join(traceback.format_exception(exc))
 
 
 class QueryRunner(Protocol):
@@ -195,16 +190,26 @@ class StandaloneHerder(Herder):
             self.runner.counters, self.runner.counts_own_records
         ).attach(spark)
         self.configs = configs
-        self.statuses = statuses
+        # a status the store refuses is kept, shown by this worker and written again each round
+        self.statuses = StatusBoard(statuses)
         self._lock = threading.RLock()
         self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
-        self._restarts = TransientRestarts()
+        # what should run here against what runs here, every round (sluice.runtime.reconcile)
+        self.reconciler = Reconciler(
+            self.worker_id,
+            runner,
+            self.statuses,
+            self._launch,
+            on_started=self._started,
+            disowned=self._disowned,
+            last_error=self._last_error,
+        )
         self._metrics = MetricsSnapshot(
             self.worker_id,
             configs,
-            statuses,
+            self.statuses,
             self.runner,
             self.progress,
             SourceLag(
@@ -220,7 +225,7 @@ class StandaloneHerder(Herder):
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
-        """Bring every stored connector to its target state, then watch the queries.
+        """Bring every stored connector to its target state, then reconcile every round.
 
         Called once the REST API is up: every connector to start shows UNASSIGNED first, then
         RUNNING (or FAILED) as its query comes up; the lock is taken per connector so that REST
@@ -230,6 +235,7 @@ class StandaloneHerder(Herder):
         with self._lock:
             for stored in stored_all:
                 if stored.target_state == "STARTED":
+                    self.reconciler.assign(stored.name, stored.config)
                     tasks = len(stored.task_configs)
                     self.statuses.put(stored.name, "UNASSIGNED", self.worker_id, tasks=tasks)
                 else:
@@ -238,13 +244,8 @@ class StandaloneHerder(Herder):
             with self._lock:
                 if self._closed.is_set():
                     return
-                current = self.configs.get(stored.name)
-                if (
-                    current is not None
-                    and current.target_state == "STARTED"
-                    and current.name not in self.runner.running
-                ):
-                    self._start(current)
+                if stored.name in self.reconciler.duties and stored.name not in self.runner.running:
+                    self.reconciler.start(stored.name)
         self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
         self._monitor.start()
 
@@ -253,115 +254,80 @@ class StandaloneHerder(Herder):
         self._closed.set()
         with self._lock:
             for name in list(self.runner.running):
-                n = len(self.runner.running[name].task_configs)
-                self.runner.stop(name)
-                self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=n)
-            self.runner.close()
+                self.reconciler.release(name)
+                self._stop_query(name, "UNASSIGNED")
+            with contextlib.suppress(Exception):  # logged by _stop_query; the JVM may be gone
+                self.runner.close()
         self._metrics.source_lag.close()
+
+    def _stop_query(self, name: str, state: str | None) -> None:
+        """Stop the query of `name` (if it runs) and show `state`; a query that cannot be
+        stopped cleanly (its store or the JVM gone) is logged, not raised: shutting down
+        goes on."""
+        running = self.runner.running.get(name)
+        tasks = len(running.task_configs) if running else 0
+        try:
+            self.runner.stop(name)
+        except Exception as exc:
+            log.warning("connector %s: not stopped cleanly: %s: %s", name, type(exc).__name__, exc)
+        if state is not None:
+            self.statuses.put(name, state, self.worker_id, tasks=tasks)
 
     def _watch(self) -> None:
         interval = self.config.status_poll_ms / 1000
         while not self._closed.wait(interval):
             try:
-                self._check_queries()
-                self._restart_due()
-            except Exception:  # keep watching; one bad check must not blind the worker
-                log.exception("status check failed")
+                self._reconcile()
+            except Exception:  # keep watching; one bad round must not blind the worker
+                log.exception("reconciliation round failed")
 
-    def _restart_transient(self, name: str, cause: str, trace: str, tasks: int) -> bool:
-        """Schedule the automatic restart of a query failed by a transient Spark error
-        (`sluice.runtime.restarts`) and show it RESTARTING; False if it is not one, or its
-        attempts are used up."""
-        stored = self.configs.get(name)
-        restart = self._restarts.schedule(
-            name, f"{cause}\n{trace}", stored.config if stored else {}
-        )
-        if restart is None:
-            return False
-        first_line = cause.splitlines()[0][:300]
-        if restart.requested:
-            # the task's own words (a schema change it follows), not Spark's wrapping of them
-            reason = requested_reason(f"{cause}\n{trace}") or first_line
-            log.info(
-                "connector %s: %s (requested restart %d in a row, at most %d)",
-                *(name, reason[:500], restart.attempt, restart.of),
-            )
-        else:
-            log.warning(
-                "connector %s failed for a transient Spark reason (%s): restarting it in %.0f s "
-                "(automatic restart %d of %d, restart.transient.max.attempts)",
-                *(name, first_line, restart.delay_s, restart.attempt, restart.of),
-            )
-        self._last_error[name] = time.time()
-        text = f"{cause}\n\n{trace}"
-        self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)
-        return True
-
-    def _restart_due(self) -> None:
-        for name in self._restarts.due():
-            with self._lock:
-                stored = self.configs.get(name)
-                if stored is None or stored.target_state != "STARTED":
-                    continue  # deleted, paused or stopped meanwhile
-                if name not in self.runner.running:
-                    self._relaunch(stored)
-
-    def _relaunch(self, stored: StoredConnector) -> None:
-        """Start a connector whose automatic restart is due."""
-        self._start(stored)
-
-    def _check_queries(self) -> None:
+    def _reconcile(self) -> None:
+        """One round (`sluice.runtime.reconcile`): refused statuses written again, ended
+        queries collected, duties without a query started."""
         with self._lock:
-            for name, running in list(self.runner.running.items()):
-                if running.query.isActive:
-                    continue
-                failure = running.failure()
-                tasks = len(running.task_configs)
-                self.runner.stop(name)
-                if failure is None:
-                    self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
-                    continue
-                cause, trace = failure
-                if self._restart_transient(name, cause, trace, tasks):
-                    continue
-                self._last_error[name] = time.time()
-                log.error("connector %s failed: %s", name, cause)
-                self.statuses.put(
-                    name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
-                )
+            if self._closed.is_set():
+                return
+            self._flush_statuses()
+            self.reconciler.round(stopping=self._closed.is_set)
+
+    def _flush_statuses(self) -> None:
+        """Write the statuses the store refused (standalone: this worker is their only writer);
+        when that succeeds, the store is back: queries waiting to restart after a retriable
+        failure (perhaps the store's) start now."""
+        if self.statuses.pending and self.statuses.flush():
+            self.reconciler.restarts.hasten()
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def _start(self, stored: StoredConnector) -> None:
-        name = stored.name
-        try:
-            running = self.runner.start(name, stored.config)
-        except Exception as exc:  # a connector that cannot start fails alone, the worker goes on
-            self._failed(name, exc)
-            return
-        self._running(name, running)
+    def _launch(self, name: str, duty: Duty) -> RunningConnector:
+        """Start the query of a duty (the reconciler judges what it raises)."""
+        return self.runner.start(name, duty.config)
 
-    def _failed(self, name: str, exc: BaseException) -> None:
-        log.error("connector %s failed to start: %s", name, exc)
-        self._last_error[name] = time.time()
-        self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
-
-    def _running(self, name: str, running: RunningConnector) -> None:
-        self._restarts.started(name)
+    def _started(self, name: str, running: RunningConnector) -> None:
         self.configs.set_task_configs(name, list(running.task_configs))
-        self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
-        log.info("connector %s started (%s, run %s)", name, running.kind, running.run)
+
+    def _disowned(self, name: str, duty: Duty, failure: tuple[str, str] | None) -> bool:
+        """Whether an ended query's connector is no longer this worker's (never, standalone)."""
+        return False
+
+    def _start(self, stored: StoredConnector) -> None:
+        """Make a stored connector a duty of this worker and start it now."""
+        self.reconciler.assign(stored.name, stored.config)
+        self.reconciler.start(stored.name)
 
     def _start_checked(self, stored: StoredConnector, previous: StoredConnector | None) -> None:
         """Start a created or changed connector. A transform whose SQL does not analyse against
         the record schema (or drops record columns) shows only when Spark plans the query: such
         a config is refused like any bad key (BadRequest), and the previous one comes back."""
         name = stored.name
+        self.reconciler.assign(name, stored.config)
+
+        def plan_error(exc: Exception) -> bool:
+            return isinstance(exc, ConfigException) and validation.is_plan_error(exc)
+
         try:
-            running = self.runner.start(name, stored.config)
+            self.reconciler.start(name, refuse=plan_error)
         except ConfigException as exc:
-            if not validation.is_plan_error(exc):
-                self._failed(name, exc)
-                return
+            self.reconciler.release(name)
             if previous is None:
                 self.configs.delete(name)
                 self.statuses.delete(name)
@@ -369,10 +335,6 @@ class StandaloneHerder(Herder):
                 self.configs.put(name, previous.config, previous.target_state)
                 self._start(previous)
             raise validation.as_bad_request([Problem.of(exc)]) from None
-        except Exception as exc:  # a connector that cannot start fails alone
-            self._failed(name, exc)
-            return
-        self._running(name, running)
 
     def _set_idle(self, stored: StoredConnector) -> None:
         state = _STATE_OF_TARGET[stored.target_state]
@@ -483,6 +445,7 @@ class StandaloneHerder(Herder):
             if identical:
                 return _warned(self.connector_info(name), warnings), False
             if existing is not None:
+                self.reconciler.release(name)
                 self.runner.stop(name)  # positions now say exactly where it ended
             # a new or changed config starts a fresh checkpoint from the stored positions
             self.runner.reset_run(name)
@@ -499,6 +462,7 @@ class StandaloneHerder(Herder):
     def delete_connector(self, name: str) -> None:
         with self._lock:
             self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.delete(name)
             self.statuses.delete(name)
@@ -507,6 +471,7 @@ class StandaloneHerder(Herder):
     def pause(self, name: str) -> None:
         with self._lock:
             stored = self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.set_target_state(name, "PAUSED")
             stored.target_state = "PAUSED"
@@ -523,6 +488,7 @@ class StandaloneHerder(Herder):
     def stop(self, name: str) -> None:
         with self._lock:
             stored = self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.set_target_state(name, "STOPPED")
             stored.target_state = "STOPPED"
@@ -539,8 +505,8 @@ class StandaloneHerder(Herder):
                 return  # Kafka Connect restarts only what should be running
             tasks = len(stored.task_configs)
             self.statuses.put(name, "RESTARTING", self.worker_id, tasks=tasks)
-            self.runner.stop(name)
-            self._start(stored)
+            self.reconciler.assign(name, stored.config)
+            self.reconciler.restart(name)
 
     # -- reads ------------------------------------------------------------------------------------
     def workers(self) -> list[str]:
