@@ -180,7 +180,11 @@ def _cluster_up() -> str:
     """Start what of the cluster is not running (the worker this test killed); the script's line."""
     env = {**os.environ, "SLUICE_SERVERS_CALLER": "pytest"}  # keeps the started-by-pytest mark
     done = subprocess.run(
-        ["bash", str(SCRIPT), "up", "spark-cluster"], capture_output=True, text=True, env=env
+        ["bash", str(SCRIPT), "up", "spark-cluster"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()
