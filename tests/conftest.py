@@ -108,11 +108,12 @@ SERIAL = (
     "e2e/test_worker_bus_quickstart.py",
     "e2e/test_kafka_sink_exactly_once.py",
 )
-#: modules that share workers of their own (tests/e2e/conftest.py: the secured workers): one group
+#: modules that share workers of their own (tests/e2e/conftest.py: the secured workers): one
+#: group, in this order (the OpenAPI run's `/connectors/stop/all` last)
 SHARED_GROUPS = {
-    "e2e/test_openapi_conformance.py": "secured",
-    "e2e/test_ops_security.py": "secured",
     "e2e/test_console_browser.py": "secured",
+    "e2e/test_ops_security.py": "secured",
+    "e2e/test_openapi_conformance.py": "secured",
 }
 #: the other modules that take longest (measured), started first: the worker that is free
 #: takes the next module in collection order, so the long ones must not come last
@@ -128,8 +129,12 @@ HEAVY_FIRST = (
 _TESTS = os.path.dirname(os.path.abspath(__file__))
 
 
+def _module(item: pytest.Item) -> str:
+    return os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/")
+
+
 def _group(item: pytest.Item) -> str:
-    module = os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/")
+    module = _module(item)
     if module in SERIAL:
         return "serial"
     return SHARED_GROUPS.get(module, module)
@@ -143,15 +148,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
 
-    def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int, int]:
+    shared = list(SHARED_GROUPS)
+
+    def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int, int, int]:
         index, item = indexed
-        group = _group(item)
+        group, module = _group(item), _module(item)
+        within = shared.index(module) if module in SHARED_GROUPS else 0
         if group == "serial":
-            module = os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/")
-            return (0, SERIAL.index(module), index)
+            return (0, SERIAL.index(module), 0, index)
         if group in HEAVY_FIRST:
-            return (1, HEAVY_FIRST.index(group), index)
-        return (2, 0, index)
+            return (1, HEAVY_FIRST.index(group), within, index)
+        return (2, 0, within, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 

@@ -1,12 +1,13 @@
 """Secrets, authentication, roles, TLS and `file.allowed.dirs` on one real worker process.
 
-The worker serves HTTPS with a certificate made here (openssl), asks for basic credentials (an
-admin and a read-only user), enables the `env` and `file` config providers and confines file
-connectors to one folder. A JDBC source on the real PostgreSQL reads its user from `${env:…}` and
-its password and table from `${file:…}`; a second one has a literal password. No REST answer of
-this module, no CLI output and no line of the worker's log may contain either password.
-PostgreSQL trusts loopback logins here (scripts/servers/postgres.sh), so the references are
-proved resolved by the user (a role that exists only under its resolved name) and the table.
+The worker is the shared `basic_worker` (tests/e2e/secured.py): it serves HTTPS with a certificate
+made for the run, asks for basic credentials (an admin and a read-only user), enables the `env` and
+`file` config providers and confines file connectors to one folder. A JDBC source on the real
+PostgreSQL reads its user from `${env:…}` and its password and table from `${file:…}`; a second one
+has a literal password. No REST answer of this module, no CLI output and no line of the worker's
+log may contain either password. PostgreSQL trusts loopback logins here
+(scripts/servers/postgres.sh), so the references are proved resolved by the user (a role that
+exists only under its resolved name) and the table.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import base64
 import json
 import os
 import re
+import ssl
 import subprocess
 import sys
 import uuid
@@ -25,15 +27,14 @@ from typing import Any
 import httpx
 import pytest
 
-from sluice.rest._auth import add_credential, is_v1_face
+from sluice.rest._auth import is_v1_face
 from tests.conftest import wait_until
+from tests.e2e.secured import ADMIN, PG_ROLE, PG_USER_ENV, READER, SecuredWorker
 from tests.e2e.worker_process import REPO, WorkerProcess
 from tests.integration.jdbc_db import PG_HOST, require
 
 pytestmark = pytest.mark.slow
 
-ADMIN = ("ops", "admin-Pw-1")
-READER = ("viewer", "read-Pw-2")
 SECRET_FILE_PW = f"fromfile-{uuid.uuid4().hex[:12]}"
 SECRET_LITERAL_PW = f"literal-{uuid.uuid4().hex[:12]}"
 SECRETS = (SECRET_FILE_PW, SECRET_LITERAL_PW, ADMIN[1], READER[1])
@@ -46,19 +47,21 @@ ANSWERS: list[str] = []
 class Ops:
     """The worker of this module, its HTTPS client and the database namespace."""
 
-    def __init__(self, worker: WorkerProcess, cert: Path, files: Path, schema: str, role: str):
-        self.worker = worker
-        self.cert = cert
-        self.files = files
+    def __init__(self, secured: SecuredWorker, schema: str, role: str):
+        assert secured.cert is not None
+        self.worker: WorkerProcess = secured.worker
+        self.cert: Path = secured.cert
+        self.files = secured.home / "files"
+        self.secrets = secured.home / "secrets"
         self.schema = schema
         self.role = role
-        self.url = f"https://127.0.0.1:{worker.port}"
+        self.url = secured.url
 
     def request(
         self, method: str, path: str, *, auth: tuple[str, str] | None = ADMIN, **kw: Any
     ) -> httpx.Response:
         response = httpx.request(
-            method, self.url + path, auth=auth, verify=str(self.cert), timeout=120, **kw
+            method, self.url + path, auth=auth, verify=_trusting(self.cert), timeout=120, **kw
         )
         ANSWERS.append(f"{method} {path} -> {response.status_code} {response.text}")
         return response
@@ -70,26 +73,15 @@ class Ops:
         return sum(q["max_offset"] - q["min_offset"] for q in response.json()["queues"])
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
+def _trusting(cert: Path) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=str(cert))
 
 
 @pytest.fixture(scope="module")
-def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
-    tmp = tmp_path_factory.mktemp("ops")
+def ops(basic_worker: SecuredWorker) -> Iterator[Ops]:
     engine = require("postgresql")
     schema = f"sluice_t_{uuid.uuid4().hex[:10]}"
-    role = f"sluice_u_{uuid.uuid4().hex[:10]}"
+    role = PG_ROLE  # the shared worker runs with ${env:SLUICE_T_PG_USER} naming it
     with engine.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
         conn.exec_driver_sql(
@@ -99,38 +91,23 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
         conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN PASSWORD '{SECRET_FILE_PW}'")
         conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
         conn.exec_driver_sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {role}')
-    cert, key = _certificate(tmp)
-    users = tmp / "users"
-    add_credential(str(users), *ADMIN[:1], "admin", ADMIN[1])
-    add_credential(str(users), READER[0], "read-only", READER[1])
-    (tmp / "secrets").mkdir()
-    (tmp / "secrets" / "db.properties").write_text(f"password={SECRET_FILE_PW}\ntable=items\n")
-    files = tmp / "files"
-    files.mkdir()
-    worker = WorkerProcess(
-        tmp / "worker",
-        extra_conf={
-            "config.providers": "env,file",
-            "file.allowed.dirs": str(files),
-            "rest.auth": "basic",
-            "rest.auth.file": str(users),
-            "rest.auth.metrics.open": "true",
-            "rest.tls.cert": str(cert),
-            "rest.tls.key": str(key),
-        },
-    )
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SLUICE_T_PG_USER", role)  # the worker inherits it
-        worker.start()
+    props = basic_worker.home / "secrets" / "db.properties"
+    props.write_text(f"password={SECRET_FILE_PW}\ntable=items\n")
     try:
-        yield Ops(worker, cert, files, schema, role)
+        yield Ops(basic_worker, schema, role)
     finally:
-        code = worker.terminate()
-        log = worker.log.read_text()
+        for name in ("jdbcRef", "jdbcLit"):  # the shared worker goes on: stop reading the schema
+            httpx.request(
+                "DELETE",
+                f"{basic_worker.url}/v1/connectors/{name}",
+                auth=ADMIN,
+                verify=_trusting(basic_worker.worker.tls_cert),  # type: ignore[arg-type]
+                timeout=120,
+            )
         with engine.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
             conn.exec_driver_sql(f"DROP ROLE IF EXISTS {role}")
-        assert code == 0, log[-3000:]
+        log = basic_worker.worker.log.read_text(errors="replace")
         for secret in SECRETS:
             assert secret not in log, f"the worker's log shows the secret {secret}"
 
@@ -148,12 +125,12 @@ def _jdbc(ops: Ops, topic: str, **extra: str) -> dict[str, str]:
 
 
 def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) -> None:
-    props = ops.worker.tmp.parent / "secrets" / "db.properties"
+    props = ops.secrets / "db.properties"
     by_ref = _jdbc(
         ops,
         "opsSecretRef",
         **{
-            "connection.user": "${env:SLUICE_T_PG_USER}",
+            "connection.user": f"${{env:{PG_USER_ENV}}}",
             "connection.password": f"${{file:{props}:password}}",
             "table.whitelist": f"${{file:{props}:table}}",
         },
@@ -179,7 +156,7 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     # references shown as written, literal passwords masked, on both faces
     shown = ops.request("GET", "/v1/connectors/jdbcRef/config").json()
     assert shown["connection.password"] == by_ref["connection.password"]
-    assert shown["connection.user"] == "${env:SLUICE_T_PG_USER}"
+    assert shown["connection.user"] == f"${{env:{PG_USER_ENV}}}"
     assert ops.request("GET", "/v1/connectors/jdbcLit").json()["config"]["connection.password"] == (
         "********"
     )
@@ -305,7 +282,7 @@ def test_tls_and_file_allowed_dirs(ops: Ops) -> None:
     r = httpx.get(
         ops.url + "/v1/connectors",
         headers={"Authorization": f"Basic {basic}"},
-        verify=str(ops.cert),
+        verify=_trusting(ops.cert),
         timeout=30,
     )
     assert r.status_code == 200
