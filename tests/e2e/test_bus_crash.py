@@ -27,7 +27,9 @@ from tests.e2e.orphans import spawn
 from tests.integration import bus_helpers
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, RealKafka, unique
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and restarts of a Spark process
+# on a broker bus
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
 

@@ -20,7 +20,9 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.orphans import spawn
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and restarts of a Spark process
+# copying 200,000 lines
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHILD = Path(__file__).with_name("pipeline_child.py")
 LINES = int(os.environ.get("SLUICE_FILE_LINES", "200000"))

@@ -33,7 +33,9 @@ from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.e2e.test_ops_metrics import scrape, value
 from tests.e2e.worker_process import REPO, DistWorker
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a cluster of 3-4 worker processes booted
+# by the module's first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 PIPELINES = 6
 VNODES = 8

@@ -22,7 +22,9 @@ from tests.conftest import wait_until
 from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.servers import ensure
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a cluster of worker processes booted by
+# the module's first test
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,9 @@ from tests.e2e.orphans import spawn
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and a restart of a Spark process
+# copying 200,000 rows
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
 
 CHILD = Path(__file__).with_name("jdbc_child.py")

@@ -21,7 +21,9 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.jdbc_servers import PrivateMariaDB, PrivatePostgres
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# more than the default 300 s on a loaded 2-core machine: two private database servers, two 20 s
+# outages, a paced copy
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 OUTAGE_S = 20.0
 FIRST, MORE = 20_000, 10_000

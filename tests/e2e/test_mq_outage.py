@@ -45,7 +45,9 @@ from tests.e2e.topics import topic_count, topic_rows
 from tests.nats_helpers import Nats
 from tests.servers import ensure
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+# more than the default 300 s on a loaded 2-core machine: two private servers, a 20 s outage, paced
+# copies
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(600)]
 
 OUTAGE_S = 20.0
 FIRST, MORE = 4000, 1000

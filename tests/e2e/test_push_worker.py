@@ -16,7 +16,9 @@ from tests.e2e.push_stall import run_stall
 from tests.e2e.worker_process import WorkerProcess
 from tests.integration.push_target import Target, serve
 
-pytestmark = pytest.mark.slow  # a real worker process, killed with -9
+# more than the default 300 s on a loaded 2-core machine: a worker process killed and booted again,
+# a stalled target
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

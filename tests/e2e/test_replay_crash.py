@@ -37,7 +37,9 @@ from sluice.engine.source import POLL_AHEAD_MAX
 from tests.conftest import wait_until
 from tests.e2e.orphans import spawn
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and a restart of a Spark process
+# with four connectors
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHILD = Path(__file__).with_name("replay_child.py")
 MESSAGES, MAX_POLL = 300, 20  # 15 polls of the queue

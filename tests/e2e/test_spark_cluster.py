@@ -35,7 +35,9 @@ from tests.e2e.worker_process import REPO, WorkerProcess, free_port
 from tests.integration.bus_helpers import RealKafka, rocketmq_namesrv, unique
 from tests.servers import SCRIPT, SERVERS_DIR, ensure
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a worker on the Spark standalone cluster,
+# one of its workers killed and restarted
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
