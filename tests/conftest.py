@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import pytest
 from hypothesis import settings
@@ -72,13 +72,15 @@ def _timeout_of(item: pytest.Item) -> float | None:
     return seconds if seconds > 0 else None
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
     # pytest-timeout times setup, call and teardown together, from here
     seconds = _timeout_of(item)
     _TEST_DEADLINE[0] = None if seconds is None else time.monotonic() + seconds - _MARGIN_S
     try:
-        yield
+        return (yield)
     finally:
         _TEST_DEADLINE[0] = None
 
