@@ -56,8 +56,10 @@ DEEP := -s --timeout 3600
 
 # The unit tests first (no server needed: .ci/run starts the servers meanwhile), then the rest; a
 # failure in the first does not keep the second from running. The exit code is non-zero if either
-# failed.
-test: $(STAMP) lint servers-prepare
+# failed. `.ci/run` has prepared the servers already and is starting them (PREPARE= : a prepare
+# now would wait for each server's start to end).
+PREPARE ?= servers-prepare
+test: $(STAMP) lint $(PREPARE)
 	@mkdir -p $(REPORTS)
 	@rc=0; \
 	$(VENV)/bin/pytest tests/unit $(PYTEST_CI) --junitxml=$(REPORTS)/unit.xml || rc=$$?; \
