@@ -110,7 +110,9 @@ def _mosquitto(folder: Path) -> PrivateServer:
     port = _free_port()
     (folder / "mqtt").mkdir()
     passwords = folder / "mqtt" / "passwords"
-    subprocess.run(["mosquitto_passwd", "-b", "-c", str(passwords), USER, PASSWORD], check=True)
+    subprocess.run(
+        ["mosquitto_passwd", "-b", "-c", str(passwords), USER, PASSWORD], check=True, timeout=60
+    )
     conf = folder / "mqtt" / "mosquitto.conf"
     conf.write_text(
         f"user root\nlistener {port} 127.0.0.1\nallow_anonymous false\n"

@@ -107,7 +107,9 @@ def test_executors_without_sluice_are_refused(tmp_path: Path, spark_master: str)
     # A Python that exists on the executors but has no sluice (nor pyspark): the first thing a
     # user gets wrong on a cluster. build_session leaves a PYSPARK_PYTHON of another interpreter.
     bare = tmp_path / "bare"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=300
+    )
     done = _run_bad_worker(
         tmp_path,
         {

@@ -86,14 +86,18 @@ def test_a_killed_run_does_not_keep_the_server_in_use(env: dict[str, str]) -> No
 
 
 def test_a_server_started_by_hand_is_left_up(env: dict[str, str]) -> None:
-    subprocess.run(["bash", str(SCRIPT), "up", "nats"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(SCRIPT), "up", "nats"], env=env, check=True, capture_output=True, timeout=300
+    )
     _finish(_start_run(env))
     assert _up(env)
 
 
 def test_up_by_hand_keeps_a_server_a_run_started(env: dict[str, str]) -> None:
     run = _start_run(env)  # starts it
-    subprocess.run(["bash", str(SCRIPT), "up", "nats"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        ["bash", str(SCRIPT), "up", "nats"], env=env, check=True, capture_output=True, timeout=300
+    )
     _finish(run)
     assert _up(env)
 
