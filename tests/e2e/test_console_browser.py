@@ -227,19 +227,12 @@ def _retrying_marker(worker: WorkerProcess, page, tmp_path: Path, shot) -> None:
     shot("9-connector-retries-spent")
 
 
-def test_console_token_login_list_logout(page, tmp_path: Path) -> None:
+def test_console_token_login_list_logout(page, token_worker, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
-    from sluice.rest._auth import add_credential, new_token
-
     shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # noqa: E731
-    token = new_token()
-    add_credential(str(tmp_path / "tokens"), "ops", "admin", token)
-    worker = WorkerProcess(
-        tmp_path / "worker",
-        extra_conf={"rest.auth": "token", "rest.auth.file": str(tmp_path / "tokens")},
-    )
-    worker.start()
+    token = token_worker.token
+    worker = token_worker.worker
     bearer = {"Authorization": f"Bearer {token}"}
     try:
         (tmp_path / "in.txt").write_text("one\n")
@@ -278,9 +271,8 @@ def test_console_token_login_list_logout(page, tmp_path: Path) -> None:
         expect(page.locator("#worker")).to_have_text("")
         shot("9-token-logged-out")
         assert worker.request("DELETE", "/v1/connectors/tokenSource", headers=bearer).is_success
-    finally:
-        code = worker.terminate()
-    assert code == 0, worker.log.read_text()[-3000:]
+    finally:  # the shared worker goes on
+        worker.request("DELETE", "/v1/connectors/tokenSource", headers=bearer)
 
 
 def test_a_page_on_another_site_cannot_change_the_worker(
