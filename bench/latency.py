@@ -37,6 +37,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -215,11 +216,17 @@ class Bench:
                     return f"{name}: {connector.get('trace', '')[:2000]}"
         return None
 
+    def v1(self, path: str) -> Any:
+        """The JSON of a successful GET on the Kafka Connect face (no envelope there)."""
+        response = self.worker.get(f"/v1{path}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
     def progress(self, name: str) -> list[dict]:
-        return self.worker.body(f"/v1/connectors/{name}/progress")["batches"]
+        return self.v1(f"/connectors/{name}/progress")["batches"]
 
     def states(self) -> list[str]:
-        body = self.worker.body("/v1/connectors?expand=status")
+        body = self.v1("/connectors?expand=status")
         return [c["status"]["connector"]["state"] for c in body.values()]
 
 
