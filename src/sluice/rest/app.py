@@ -108,7 +108,8 @@ _WHY = {
         "credential checks from this address (`Retry-After` says when to try again)"
     ),
     500: "The worker failed unexpectedly",
-    503: "A store the worker needs does not answer (the message names it); retry later",
+    503: "The worker is still starting, or a store it needs does not answer (the message says "
+    "which); retry after Retry-After",
     401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
     403: (
         "A change asked by read-only credentials or by a browser's cross-site request, or a "
@@ -302,6 +303,8 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             key=exc.key,
             suggestion=exc.suggestion,
             errors=exc.errors,
+            # a worker still booting (503): worth asking again soon
+            headers={"Retry-After": "2"} if exc.status == 503 else None,
         )
 
     @app.exception_handler(HTTPException)

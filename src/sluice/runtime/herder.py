@@ -211,6 +211,14 @@ class TooMany(HerderError):
     code = "limit.reached"
 
 
+class Starting(HerderError):
+    """The worker answers REST while its Spark session and stores are still being built; the
+    request can be sent again in a few seconds (`Retry-After`)."""
+
+    status = 503
+    code = "worker.starting"
+
+
 class Herder(ABC):
     """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
 
