@@ -18,10 +18,9 @@ of the runtime reads one name per setting.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.converters import converter_from_config
@@ -29,6 +28,7 @@ from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.transforms import TransformResolver, parse_transforms
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
+from sluice.sdk._config import closest
 
 #: Keys every connector config may carry besides `RUNTIME_KEYS`.
 COMMON_KEYS = ConfigDef(
@@ -209,11 +209,47 @@ def check_config(
     if topic_problem is not None:
         errors += [p for p in _topic_problems(conf, topics, topic_problem) if p.key not in bad]
     warnings = _unknown_keys(conf, definitions, chain, resolve_transform)
+    every_alias = {**ALIASES, **(aliases or {})}
+    errors = [_as_typed(p, config, every_alias) for p in errors]
+    errors = _typos_named(errors, warnings, every_alias)
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common):
         settings = _settings(kind, values, topics)
     return ConfigReport(conf, settings, errors, warnings)
+
+
+def _as_typed(problem: Problem, typed: Mapping[str, str], aliases: Mapping[str, str]) -> Problem:
+    """`problem` under the key the user typed: aliases are renamed before any check runs, so a
+    bad `tasks.max` is found as `max.tasks`; the user must read the name they wrote."""
+    for alias, name in aliases.items():
+        if problem.key == name and alias in typed and name not in typed:
+            return replace(problem, key=alias)
+    return problem
+
+
+def _typos_named(
+    errors: list[Problem], warnings: list[Problem], aliases: Mapping[str, str]
+) -> list[Problem]:
+    """Each missing required key that an unknown key of the config looks like a typo of
+    (`connect.topicnmae` for `connect.topicname`) says so: the unknown key is only a warning,
+    and the error alone would send the user looking for a key they believe they set."""
+    unknown = [w.key for w in warnings if w.code == "connect.config.unknown"]
+    out = []
+    for problem in errors:
+        if unknown and problem.message.startswith("required key is missing"):
+            names = [problem.key, *(a for a, n in aliases.items() if n == problem.key)]
+            for name in names:
+                if (typo := closest(name, unknown)) is not None:
+                    why = f"{typo} is set, and looks like a typo of {name}"
+                    problem = replace(
+                        problem,
+                        message=f"{problem.message}; {why}",
+                        suggestion=f"rename {typo} to {name}",
+                    )
+                    break
+        out.append(problem)
+    return out
 
 
 #: The keys naming topics on the bus (a source's own, a sink's, the dead-letter topic).
@@ -291,11 +327,12 @@ def _unknown_keys(
         if key in known or key.startswith(_PREFIXES):
             continue
         match = _OPTION.match(key)
-        near = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        near = closest(key, known)
         if match and match.group(2) not in _names(conf.get(match.group(1), "")):
             group, name = match.group(1), match.group(2)
             message = f"{group}.{name} is not in {group}= ({conf.get(group) or 'empty'})"
-            near = [n for n in near if n.startswith(group + ".")]
+            if near and not near.startswith(group + "."):
+                near = None
         else:
             message = "unknown key: no part of this connector reads it"
         warnings.append(
@@ -303,7 +340,7 @@ def _unknown_keys(
                 key,
                 message,
                 code="connect.config.unknown",
-                suggestion=f"did you mean {near[0]}?" if near else None,
+                suggestion=f"did you mean {near}?" if near else None,
             )
         )
     return warnings

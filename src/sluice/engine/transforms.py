@@ -96,7 +96,12 @@ def _configured(conf: dict[str, str], prefix: str, resolve: TransformResolver) -
     options = {
         k[len(prefix) :]: v for k, v in conf.items() if k.startswith(prefix) and k not in reserved
     }
-    transform = resolve(conf[class_key])()
+    try:
+        cls = resolve(conf[class_key])
+    except ConfigException as exc:  # the resolver names `transforms`: name the key typed
+        message = exc.message.removeprefix(f"{exc.key}: ")
+        raise ConfigException(class_key, message, suggestion=exc.suggestion) from None
+    transform = cls()
     try:
         transform.configure(options, name=prefix.rstrip(".").split(".", 1)[1])
     except ConfigException as exc:

@@ -46,6 +46,7 @@ from sluice.sdk import (
     SourceConnector,
     Transform,
 )
+from sluice.sdk._config import closest
 from sluice.transforms import BUILTIN_TRANSFORMS
 from sluice.transforms.filters import PREDICATE_NAMES
 
@@ -341,6 +342,8 @@ def _resolve(
         return known[name]
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
     if not sep or "$" in name:
+        if (unknown := _misspelt(name, known, key, kind)) is not None:
+            raise unknown
         short = ", ".join(sorted(k for k in known if "." not in k and "$" not in k))
         raise ConfigException(key, f"unknown {kind} class {name!r}; known: {short}")
     if not module_name or not attr or module_name.startswith(".") or module_name.endswith("."):
@@ -359,10 +362,37 @@ def _resolve(
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except Exception as exc:  # ImportError, or whatever the module raised while importing
+        # no such module or class, and a known name is close: a typo, not a broken plugin
+        absent = isinstance(exc, AttributeError) or (
+            isinstance(exc, ModuleNotFoundError)
+            and bool(exc.name)
+            and f"{module_name}.".startswith(f"{exc.name}.")
+        )
+        if absent and (unknown := _misspelt(name, known, key, kind)) is not None:
+            raise unknown from None
         raise ConfigException(key, f"cannot load {name!r}: {type(exc).__name__}: {exc}") from None
     if not (isinstance(cls, type) and issubclass(cls, base)):
         raise ConfigException(key, f"{name!r} is not {expected}")
     return cls
+
+
+def _misspelt(name: str, known: Mapping[str, type], key: str, kind: str) -> ConfigException | None:
+    """`unknown class …; did you mean …?` when a known name is close to `name`, else None. A
+    name without dots is compared with the last part of each known name (Kafka's
+    `FileStreamSourceConnecter` with `org.apache.kafka.connect.file.FileStreamSourceConnector`),
+    and the shortest known name ending so is suggested."""
+    names = {*known, *(_full_name(cls) for cls in known.values())}
+    if "." in name:
+        near = closest(name, names)
+    else:
+        tails: dict[str, str] = {}
+        for full in sorted(names, key=lambda k: (k.count("."), k)):
+            tails.setdefault(full.rsplit(".", 1)[-1], full)
+        tail = closest(name, tails)
+        near = tails[tail] if tail is not None else None
+    if near is None:
+        return None
+    return ConfigException(key, f"unknown {kind} class {name!r}; did you mean {near}?")
 
 
 _DEFAULT: PluginRegistry | None = None

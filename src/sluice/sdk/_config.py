@@ -7,8 +7,9 @@ A connector declares its keys once with `ConfigDef` and gets back typed values; 
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -19,6 +20,13 @@ _REQUIRED = object()
 
 #: What REST, CLI and logs show instead of a secret (Kafka Connect's mask).
 PASSWORD_MASK = "********"
+
+
+def closest(word: str, choices: Iterable[str], *, cutoff: float = 0.75) -> str | None:
+    """The one of `choices` that `word` most likely misspells, or None when none is close: the
+    one "did you mean" of sluice (unknown config keys, worker keys, plugin class names)."""
+    near = difflib.get_close_matches(word, sorted(set(choices)), n=1, cutoff=cutoff)
+    return near[0] if near else None
 
 
 def redact_url(url: str) -> str:

@@ -1,0 +1,145 @@
+"""Errors that name what the user typed (docs/config.md, *Errors*): a misspelt class or key is
+answered with the name it is close to, and an error names the key as written (an alias, not
+the sluice name it is renamed to)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from sluice.runtime import validation
+from sluice.runtime.herder import BadRequest
+from sluice.runtime.plugins import PluginRegistry
+from sluice.sdk import ConfigException
+from sluice.sdk._config import closest
+
+KAFKA_FILE_SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
+KAFKA_ROUTER = "org.apache.kafka.connect.transforms.RegexRouter"
+
+
+@pytest.fixture(scope="module")
+def registry() -> PluginRegistry:
+    return PluginRegistry()
+
+
+def _source(tmp_path: Path, **extra: str) -> dict[str, str]:
+    src = tmp_path / "in.txt"
+    src.write_text("")
+    return {"connector.class": "FileSourceConnector", "filename": str(src), **extra}
+
+
+def _refused(registry: PluginRegistry, config: dict[str, str]) -> BadRequest:
+    with pytest.raises(BadRequest) as raised:
+        validation.accepted(registry, "c", config)
+    return raised.value
+
+
+def test_closest_is_the_one_did_you_mean() -> None:
+    assert closest("erors.tolerance", ["errors.tolerance", "errors.log.enable"]) == (
+        "errors.tolerance"
+    )
+    assert closest("completely.different", ["errors.tolerance"]) is None
+
+
+@pytest.mark.parametrize("typed", [KAFKA_ROUTER + "r", "RegexRoutr"])
+def test_a_misspelt_transform_class_is_named_under_its_key(
+    registry: PluginRegistry, tmp_path: Path, typed: str
+) -> None:
+    config = _source(
+        tmp_path,
+        **{"connect.topicname": "t", "transforms": "r", "transforms.r.type": typed},
+    )
+    refused = _refused(registry, config)
+    near = KAFKA_ROUTER if "." in typed else "RegexRouter"
+    assert refused.key == "transforms.r.type"
+    assert str(refused) == (
+        f"transforms.r.type: unknown transform class {typed!r}; did you mean {near}?"
+    )
+    assert "ModuleNotFoundError" not in str(refused)
+    # Kafka's `type` or sluice's `class`: the key named is the one in the config
+    del config["transforms.r.type"]
+    config["transforms.r.class"] = typed
+    assert _refused(registry, config).key == "transforms.r.class"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    ["FileStreamSourceConnecter", "org.apache.kafka.connect.file.FileStreamSourceConnecter"],
+)
+def test_a_misspelt_connector_class_gets_did_you_mean_not_a_list(
+    registry: PluginRegistry, typed: str
+) -> None:
+    refused = _refused(registry, {"connector.class": typed})
+    assert str(refused) == (
+        f"connector.class: unknown connector class {typed!r}; did you mean {KAFKA_FILE_SOURCE}?"
+    )
+
+
+def test_far_from_any_name_the_known_classes_are_listed(registry: PluginRegistry) -> None:
+    with pytest.raises(ConfigException) as raised:
+        registry.connector("Nope")
+    assert "known: " in str(raised.value) and "did you mean" not in str(raised.value)
+    with pytest.raises(ConfigException, match=r"cannot load 'no\.such\.module\.Thing'"):
+        registry.connector("no.such.module.Thing")  # a plugin of the user's, not a typo
+
+
+def test_a_plugin_that_fails_to_import_is_not_taken_for_a_typo(
+    registry: PluginRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a module that exists under a name close to a built-in alias, missing a dependency: the
+    # user must read why it does not load, not a suggestion
+    package = tmp_path / "org" / "apache" / "kafka" / "connect"
+    package.mkdir(parents=True)
+    for folder in (package, *package.parents[:3]):
+        (folder / "__init__.py").write_text("")
+    (package / "file.py").write_text("import sluice_missing_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in [m for m in sys.modules if m == "org" or m.startswith("org.")]:
+        monkeypatch.delitem(sys.modules, name)
+    try:
+        with pytest.raises(ConfigException) as raised:
+            registry.connector(KAFKA_FILE_SOURCE + "r")
+    finally:
+        for name in [m for m in sys.modules if m == "org" or m.startswith("org.")]:
+            del sys.modules[name]
+    assert str(raised.value) == (
+        f"connector.class: cannot load {KAFKA_FILE_SOURCE + 'r'!r}: ModuleNotFoundError: "
+        "No module named 'sluice_missing_dependency'"
+    )
+
+
+def test_an_error_names_the_alias_typed(registry: PluginRegistry, tmp_path: Path) -> None:
+    refused = _refused(registry, _source(tmp_path, **{"connect.topicname": "t", "tasks.max": "x"}))
+    assert (refused.key, str(refused)) == ("tasks.max", "tasks.max: expected an integer, got 'x'")
+    # sluice's own name typed: named as typed too
+    refused = _refused(registry, _source(tmp_path, **{"connect.topicname": "t", "max.tasks": "x"}))
+    assert refused.key == "max.tasks"
+    # a connector's own alias (Kafka's `topic` of the file source), judged by the bus's rule
+    report, _ = validation.check(
+        registry,
+        {
+            "connector.class": KAFKA_FILE_SOURCE,
+            "file": str(tmp_path / "in.txt"),
+            "topic": "no good",
+        },
+        topic_problem=lambda topic: "no spaces" if " " in topic else None,
+    )
+    assert [(p.key, p.message) for p in report.errors] == [("topic", "no spaces")]
+
+
+def test_a_missing_required_key_names_its_typo(registry: PluginRegistry, tmp_path: Path) -> None:
+    refused = _refused(registry, _source(tmp_path, **{"connect.topicnmae": "t"}))
+    assert refused.key == "connect.topicname"
+    assert str(refused) == (
+        "connect.topicname: required key is missing; connect.topicnmae is set, and looks like "
+        "a typo of connect.topicname"
+    )
+    assert refused.suggestion == "rename connect.topicnmae to connect.topicname"
+    # Kafka's name of the key is compared too
+    kafka = {"connector.class": KAFKA_FILE_SOURCE, "file": str(tmp_path / "in.txt"), "topik": "t"}
+    assert "topik is set, and looks like a typo of topic" in str(_refused(registry, kafka))
+    # nothing close: the error alone
+    far = _refused(registry, _source(tmp_path, **{"destination": "t"}))
+    assert str(far) == "connect.topicname: required key is missing"
