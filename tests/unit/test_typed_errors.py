@@ -4,6 +4,8 @@ the sluice name it is renamed to)."""
 
 from __future__ import annotations
 
+import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +14,7 @@ import pytest
 from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.worker_config import CLUSTER_ONLY_KEYS, WORKER_KEYS, WorkerConfig
 from sluice.sdk import ConfigException
 from sluice.sdk._config import closest
 
@@ -143,3 +146,54 @@ def test_a_missing_required_key_names_its_typo(registry: PluginRegistry, tmp_pat
     # nothing close: the error alone
     far = _refused(registry, _source(tmp_path, **{"destination": "t"}))
     assert str(far) == "connect.topicname: required key is missing"
+
+
+# -- the worker's config ---------------------------------------------------------------------
+
+
+def test_a_misspelt_worker_key_gets_did_you_mean(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="sluice.runtime.worker_config"):
+        WorkerConfig.from_properties({"storePathRootDir": str(tmp_path), "httpPrt": "8083"})
+    assert caplog.messages == [
+        "worker config: unknown key 'httpPrt' ignored (did you mean httpPort?)"
+    ]
+
+
+@pytest.mark.parametrize("key", CLUSTER_ONLY_KEYS)
+def test_each_cluster_key_without_a_store_url_is_refused(tmp_path: Path, key: str) -> None:
+    value = WORKER_KEYS.keys[key].default
+    with pytest.raises(ConfigException) as raised:
+        WorkerConfig.from_properties({"storePathRootDir": str(tmp_path), key: str(value)})
+    assert raised.value.key == "cluster.store.url"
+    assert str(raised.value) == (
+        f"cluster.store.url: required key is missing: {key} is set, which only a distributed "
+        "worker reads (set cluster.store.url as docs/distributed.md shows, or remove it to run "
+        "a standalone worker)"
+    )
+
+
+def test_sluice_worker_refuses_cluster_keys_with_a_misspelt_store_url(tmp_path: Path) -> None:
+    # the issue's config: a typo in the store URL, cluster keys set; it booted standalone
+    conf = tmp_path / "worker.conf"
+    conf.write_text(
+        f"storePathRootDir={tmp_path / 'store'}\n"
+        "cluster.store.ulr=postgresql://sluice@127.0.0.1:5432/sluice\n"
+        "cluster.name=prod\nallocTaskStrategy=consistent-hash\nvirtualNode=8\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.cli", "worker", "-c", str(conf)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert (
+        "cluster.store.url: required key is missing: cluster.name, allocTaskStrategy, virtualNode "
+        "are set, which only a distributed worker reads; cluster.store.ulr is set, and looks "
+        "like a typo of cluster.store.url (rename cluster.store.ulr to cluster.store.url)"
+    ) in done.stderr
+    assert "did you mean cluster.store.url?" in done.stderr  # the unknown key's warning
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "store").exists()  # refused before anything was created

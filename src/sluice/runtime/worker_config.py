@@ -13,6 +13,7 @@ from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ClientPolicy, ConfigDef, ConfigException, ConfigKey
 from sluice.sdk._client_options import ALLOWLIST_KEY, POLICY_KEY, POLICY_MODES
+from sluice.sdk._config import closest
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,17 @@ WORKER_KEYS = ConfigDef(
     ),
 )
 
+#: The keys only a distributed worker reads (docs/distributed.md): set without
+#: `cluster.store.url`, the worker refuses to start rather than run standalone.
+CLUSTER_ONLY_KEYS = (
+    "cluster.name",
+    "allocTaskStrategy",
+    "virtualNode",
+    "consistentHashFunc",
+    "rocketmq.runtime.cluster.rebalance.waitInterval",
+    "cluster.session.timeout.ms",
+)
+
 # RocketMQ Connect keys that only matter for its other buses or modes: accepted, not used here.
 _KNOWN_UNUSED = {
     "namesrvAddr",
@@ -248,15 +260,20 @@ class WorkerConfig:
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
         values = WORKER_KEYS.parse(props)
-        for key in props:
-            if (
-                key not in WORKER_KEYS.keys
-                and key not in _KNOWN_UNUSED
-                and not key.startswith("spark.")
-                and not is_bus_key(key)
-                and not is_provider_key(key)
-            ):
-                log.warning("worker config: unknown key %r ignored", key)
+        unknown = [
+            key
+            for key in props
+            if key not in WORKER_KEYS.keys
+            and key not in _KNOWN_UNUSED
+            and not key.startswith("spark.")
+            and not is_bus_key(key)
+            and not is_provider_key(key)
+        ]
+        for key in unknown:
+            near = closest(key, [*WORKER_KEYS.keys, *_KNOWN_UNUSED])
+            hint = f" (did you mean {near}?)" if near else ""
+            log.warning("worker config: unknown key %r ignored%s", key, hint)
+        _refuse_cluster_keys_alone(props, values["cluster.store.url"], unknown)
 
         def path(value: str) -> str:
             return os.path.abspath(os.path.join(base_dir, os.path.expanduser(value)))
@@ -331,6 +348,26 @@ class WorkerConfig:
         except OSError as exc:
             raise ConfigException("-c", f"cannot read worker config {path!r}: {exc}") from None
         return cls.from_properties(parse_properties(text, path))
+
+
+def _refuse_cluster_keys_alone(props: dict[str, str], store_url: str, unknown: list[str]) -> None:
+    """Keys only distributed mode reads, set without `cluster.store.url`: the user meant a
+    cluster (a misspelt or forgotten store URL), and a worker that ran standalone instead would
+    run every connector on its own beside the cluster's workers. Raises naming them."""
+    given = [key for key in CLUSTER_ONLY_KEYS if key in props]
+    if store_url or not given:
+        return
+    typo = closest("cluster.store.url", unknown)
+    verb = "is" if len(given) == 1 else "are"
+    message = f"required key is missing: {', '.join(given)} {verb} set, which only a distributed "
+    message += "worker reads"
+    if typo is None:
+        suggestion = "set cluster.store.url as docs/distributed.md shows, or remove "
+        suggestion += f"{'it' if len(given) == 1 else 'them'} to run a standalone worker"
+    else:
+        message += f"; {typo} is set, and looks like a typo of cluster.store.url"
+        suggestion = f"rename {typo} to cluster.store.url"
+    raise ConfigException("cluster.store.url", message, suggestion=suggestion)
 
 
 def parse_properties(text: str, source: str = "config") -> dict[str, str]:
