@@ -5,18 +5,28 @@ the sluice name it is renamed to)."""
 from __future__ import annotations
 
 import logging
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+import uvicorn
 
+from sluice.cli import main
+from sluice.cli._errors import ServerError
+from sluice.rest._auth import RestSecurity, add_credential
+from sluice.rest.app import create_app
 from sluice.runtime import validation
 from sluice.runtime.herder import BadRequest
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.worker_config import CLUSTER_ONLY_KEYS, WORKER_KEYS, WorkerConfig
 from sluice.sdk import ConfigException
 from sluice.sdk._config import closest
+from tests.conftest import wait_until
 
 KAFKA_FILE_SOURCE = "org.apache.kafka.connect.file.FileStreamSourceConnector"
 KAFKA_ROUTER = "org.apache.kafka.connect.transforms.RegexRouter"
@@ -197,3 +207,69 @@ def test_sluice_worker_refuses_cluster_keys_with_a_misspelt_store_url(tmp_path: 
     assert "did you mean cluster.store.url?" in done.stderr  # the unknown key's warning
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "store").exists()  # refused before anything was created
+
+
+# -- the CLI against an authenticated worker -----------------------------------------------------
+
+BASIC_HOW = "log in: --user NAME and --password, or SLUICE_USER and SLUICE_PASSWORD"
+TOKEN_HOW = "give a token: --token or SLUICE_TOKEN"
+
+
+@pytest.mark.parametrize(
+    ("challenge", "credentials", "hint"),
+    [
+        ('Basic realm="sluice"', False, BASIC_HOW),
+        ('Bearer realm="sluice"', False, TOKEN_HOW),
+        (None, False, f"{BASIC_HOW}; or {TOKEN_HOW}"),
+        ('Bearer realm="sluice"', True, f"the credentials given were refused; {TOKEN_HOW}"),
+    ],
+)
+def test_a_401_says_how_to_authenticate(
+    challenge: str | None, credentials: bool, hint: str
+) -> None:
+    headers = {"www-authenticate": challenge} if challenge else {}
+    body = {"error_code": 401, "message": "authentication required", "suggestion": None}
+    response = httpx.Response(401, json=body, headers=headers)
+    error = ServerError.from_response(response, credentials=credentials)
+    assert error.message == f"401 authentication required ({hint})"
+    assert ServerError.from_response(httpx.Response(403, json=body)).message == (
+        "403 authentication required"  # only a 401 asks for credentials
+    )
+
+
+@pytest.fixture(scope="module")
+def basic_app_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The REST app's authentication (rest.auth=basic) served over HTTP on a free port: what
+    the CLI meets at a worker with credentials on (the herder is never reached)."""
+    path = str(tmp_path_factory.mktemp("auth") / "users")
+    add_credential(path, "ops", "admin", "s3cret-pass")
+    security = RestSecurity.from_properties({"rest.auth": "basic", "rest.auth.file": path})
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(None, security), host="127.0.0.1", port=port, log_level="error")  # type: ignore[arg-type]
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, timeout=30, what="the REST app to listen")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def test_the_cli_without_credentials_says_how_to_give_them(
+    basic_app_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SLUICE_USER", "SLUICE_PASSWORD", "SLUICE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert main(["--url", basic_app_url, "connectors", "list"]) == 1
+    assert capsys.readouterr().err == f"error: 401 authentication required ({BASIC_HOW})\n"
+    wrong = ["--url", basic_app_url, "--user", "ops", "--password", "nope", "connectors", "list"]
+    assert main(wrong) == 1
+    refused = (
+        f"error: 401 authentication required (the credentials given were refused; {BASIC_HOW})"
+    )
+    assert capsys.readouterr().err == refused + "\n"

@@ -74,6 +74,7 @@ class Client:
             raise UsageProblem(f"invalid --url {url!r}: it must start with http:// or https://")
         self.url = url
         self.timeout = timeout
+        self._credentials = bool(user or token)  # a 401 then means "refused", not "missing"
         try:
             # credentials for a worker with rest.auth=basic (user) or rest.auth=token (token)
             auth = httpx.BasicAuth(user, password or "") if user else None
@@ -129,7 +130,7 @@ class Client:
         except httpx.InvalidURL as exc:
             raise UsageProblem(f"invalid request URL: {exc}") from exc
         if response.is_error:
-            raise ServerError.from_response(response)
+            raise ServerError.from_response(response, credentials=self._credentials)
         return response
 
     def _parse(self, response: httpx.Response) -> Json:

@@ -25,6 +25,7 @@ __all__ = [
     "ServerError",
     "UsageProblem",
     "WorkerUnreachable",
+    "auth_hint",
     "one_line",
 ]
 
@@ -62,12 +63,13 @@ class ServerError(CliError):
         self.error_code = error_code
 
     @classmethod
-    def from_response(cls, response: httpx.Response) -> ServerError:
+    def from_response(cls, response: httpx.Response, *, credentials: bool = False) -> ServerError:
         """Build the error from a 4xx/5xx response of either API face.
 
         ``/v1`` errors carry ``{"error_code", "message"}``, the RocketMQ Connect face
         ``{"errorCode", "message"}``; anything else (a proxy's HTML page, an empty body) falls back
         to the first line of the body or the reason phrase, so the user still sees one line.
+        A 401 also says how to authenticate (``credentials``: whether the request carried any).
         """
         message: str | None = None
         error_code: object = None
@@ -88,7 +90,20 @@ class ServerError(CliError):
         if message is None:
             text = response.text.strip()
             message = text.splitlines()[0] if text else (response.reason_phrase or "error")
+        if response.status_code == 401:
+            message = f"{message} ({auth_hint(response, credentials=credentials)})"
         return cls(response.status_code, message, error_code=error_code)
+
+
+def auth_hint(response: httpx.Response, *, credentials: bool) -> str:
+    """How to authenticate, for a 401: the worker's challenge says which scheme it takes
+    (`WWW-Authenticate`), the command's own options how to give it (the worker cannot know
+    them)."""
+    scheme = response.headers.get("www-authenticate", "").split(" ", 1)[0].lower()
+    basic = "log in: --user NAME and --password, or SLUICE_USER and SLUICE_PASSWORD"
+    token = "give a token: --token or SLUICE_TOKEN"
+    how = {"basic": basic, "bearer": token}.get(scheme, f"{basic}; or {token}")
+    return f"the credentials given were refused; {how}" if credentials else how
 
 
 class BadResponse(CliError):
