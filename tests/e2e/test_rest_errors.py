@@ -98,6 +98,44 @@ def test_create_errors_name_the_problem(worker: WorkerProcess, tmp_path: Path) -
     assert worker.get("/connectors/broken/status").status_code == 404  # nothing was created
 
 
+def test_a_400_names_what_was_typed(worker: WorkerProcess, tmp_path: Path) -> None:
+    src = tmp_path / "in.txt"
+    src.write_text("")
+    base = {"connector.class": "FileSourceConnector", "filename": str(src)}
+
+    def refused(config: dict[str, str]) -> dict:
+        body = {"name": "typed", "config": config}
+        response = worker.request("POST", "/v1/connectors", json=body)
+        assert response.status_code == 400, response.text
+        return response.json()
+
+    router = "org.apache.kafka.connect.transforms.RegexRouter"
+    body = refused(
+        {**base, "connect.topicname": "t", "transforms": "r", "transforms.r.type": router + "r"}
+    )
+    assert body["key"] == "transforms.r.type"
+    assert body["message"] == (
+        f"transforms.r.type: unknown transform class '{router}r'; did you mean {router}?"
+    )
+    body = refused({"connector.class": "FileStreamSourceConnecter"})
+    assert body["message"] == (
+        "connector.class: unknown connector class 'FileStreamSourceConnecter'; did you mean "
+        "org.apache.kafka.connect.file.FileStreamSourceConnector?"
+    )
+    body = refused({**base, "connect.topicname": "t", "tasks.max": "many"})
+    assert (body["key"], body["message"]) == (
+        "tasks.max",
+        "tasks.max: expected an integer, got 'many'",
+    )
+    body = refused({**base, "connect.topicnmae": "t"})
+    assert body["message"] == (
+        "connect.topicname: required key is missing; connect.topicnmae is set, and looks like "
+        "a typo of connect.topicname"
+    )
+    assert body["suggestion"] == "rename connect.topicnmae to connect.topicname"
+    assert worker.get("/v1/connectors/typed").status_code == 404  # nothing was created
+
+
 def test_v1_errors(worker: WorkerProcess, tmp_path: Path) -> None:
     src = tmp_path / "in.txt"
     src.write_text("x\n")

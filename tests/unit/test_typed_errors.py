@@ -273,3 +273,17 @@ def test_the_cli_without_credentials_says_how_to_give_them(
         f"error: 401 authentication required (the credentials given were refused; {BASIC_HOW})"
     )
     assert capsys.readouterr().err == refused + "\n"
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "NoSuchConnector",  # shares `S…Connector` with NatsSourceConnector, nothing more
+        "MySourceConnector",
+        "io.confluent.connect.hdfs.HdfsSinkConnector",  # not the JDBC sink, though 0.86 close
+    ],
+)
+def test_a_class_sharing_only_common_parts_is_no_typo(registry: PluginRegistry, typed: str) -> None:
+    with pytest.raises(ConfigException) as raised:
+        registry.connector(typed)
+    assert "did you mean" not in str(raised.value)

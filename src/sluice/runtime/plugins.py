@@ -376,6 +376,13 @@ def _resolve(
     return cls
 
 
+#: How close a class name must be to be taken for a typo of a known one: closer than for keys,
+#: since class names share long parts (`…SourceConnector`, `io.confluent.connect.`), which
+#: made `NoSuchConnector` "close" to `NatsSourceConnector` and Confluent's HDFS sink to its JDBC
+#: sink at the keys' 0.75. A letter wrong, missing or doubled stays above it.
+_CLASS_CUTOFF = 0.9
+
+
 def _misspelt(name: str, known: Mapping[str, type], key: str, kind: str) -> ConfigException | None:
     """`unknown class …; did you mean …?` when a known name is close to `name`, else None. A
     name without dots is compared with the last part of each known name (Kafka's
@@ -383,12 +390,12 @@ def _misspelt(name: str, known: Mapping[str, type], key: str, kind: str) -> Conf
     and the shortest known name ending so is suggested."""
     names = {*known, *(_full_name(cls) for cls in known.values())}
     if "." in name:
-        near = closest(name, names)
+        near = closest(name, names, cutoff=_CLASS_CUTOFF)
     else:
         tails: dict[str, str] = {}
         for full in sorted(names, key=lambda k: (k.count("."), k)):
             tails.setdefault(full.rsplit(".", 1)[-1], full)
-        tail = closest(name, tails)
+        tail = closest(name, tails, cutoff=_CLASS_CUTOFF)
         near = tails[tail] if tail is not None else None
     if near is None:
         return None
