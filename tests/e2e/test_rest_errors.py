@@ -340,9 +340,10 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
     assert bad_topic.startswith("connect.topicname: 't\\x00x' is not a valid topic name")
     sink = {"connector.class": "FileSinkConnector", "filename": str(tmp_path / "out.txt")}
     bad_topics = refused("hostile-sink", {**sink, "topics": "ok,has space"})
-    assert bad_topics.startswith("connect.topicnames: 'has space' is not a valid topic name")
+    # named as typed: Kafka's `topics` and `tasks.max`, not sluice's names they are renamed to
+    assert bad_topics.startswith("topics: 'has space' is not a valid topic name")
     huge = refused("hostile-int", {**config, "tasks.max": "9" * 20})
-    assert huge == f"max.tasks: expected a 64-bit integer, got {'9' * 20}"
+    assert huge == f"tasks.max: expected a 64-bit integer, got {'9' * 20}"
     # The longest name allowed, in four-byte characters, is far past a file name's 255 bytes.
     longest = "😀" * 249
     created = worker.request("POST", "/v1/connectors", json={"name": longest, "config": config})
