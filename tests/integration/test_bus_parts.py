@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.integration import bus_helpers
 from tests.integration.bus_helpers import (
     ROCKETMQ_NAMESRV,
@@ -134,19 +135,25 @@ def test_an_empty_part_and_a_mismatched_commit(broker: Broker) -> None:
 
 
 def test_a_task_that_follows_its_predecessor_sends_after_it(broker: Broker) -> None:
-    """Task 1 continues task 0's source range: it starts first, holds its rows, and sends them
-    once task 0 finished, so the queue holds task 0's rows, then task 1's."""
+    """Task 1 continues task 0's source range: it starts first and holds its rows while task 0
+    writes; its rows arriving after task 0 finished are sent after the held ones, so the queue
+    holds task 0's rows, then task 1's, each once."""
     topic = broker.topic(1)
     plan = broker.bus.topic_appender(writer_id="c/run-1")
     first = [f"a{i:04d}".encode() for i in range(500)]
-    second = [f"b{i:04d}".encode() for i in range(500)]
+    second = [f"b{i:04d}".encode() for i in range(600)]
     receipts: dict[int, Any] = {}
     started = threading.Event()
 
     def follower() -> None:
         def frames() -> Any:
             started.set()
-            yield frame_of(topic, second, [0] * 500, follows=True)
+            yield frame_of(topic, second[:200], [0] * 200, follows=True)
+            yield frame_of(topic, second[200:400], [0] * 200, follows=True)
+            # the rest comes once task 0 finished: the task is released in mid-stream
+            wait_until(lambda: broker.bus.log.task_finished("c/run-1", 0, 0), 60)
+            time.sleep(0.05)
+            yield frame_of(topic, second[400:], [0] * 200, follows=True)
 
         receipts[1] = plan.write(frames(), 1, batch_id=0)
 
@@ -158,6 +165,7 @@ def test_a_task_that_follows_its_predecessor_sends_after_it(broker: Broker) -> N
     receipts[0] = plan.write(iter([frame_of(topic, first, [0] * 500)]), 0, batch_id=0)
     thread.join(60)
     plan.commit([receipts[0], receipts[1]], 0)
+    assert receipts[1].rows == 600
     assert broker.values(topic, 0) == first + second
 
 

@@ -333,9 +333,9 @@ class _PartSender:
                 if self.waiting:
                     self.held.append(piece)
                     self.held_bytes += piece[2].nbytes
-                    if not self._released(block=self.held_bytes >= self.HOLD_BYTES):
-                        continue
-                self._flush_held()
+                    if self._released(block=self.held_bytes >= self.HOLD_BYTES):
+                        self._flush_held()
+                    continue
                 writer.add(*piece)
             self._released(block=True)
             self._flush_held()
