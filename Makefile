@@ -4,7 +4,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq chaos lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-rocketmq crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq chaos lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,15 @@ test-rocketmq: $(STAMP)
 	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then bash scripts/servers.sh up rocketmq; fi
 	$(VENV)/bin/pytest -m rocketmq
 
-# kill -9 of a file → Kafka topic → file worker three times (the suite kills once), on the real
-# broker of scripts/servers.sh (started if needed): sink byte-identical, each line once in the topic.
+# kill -9 of a file → Kafka topic → file worker three times on 1M lines (the suite kills once, on
+# 40k), on the real broker of scripts/servers.sh (started if needed): sink byte-identical, each
+# line once in the topic as a read_committed consumer counts them.
 crash-kafka: $(STAMP)
-	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s
+	SLUICE_CRASH_ROUNDS=3 SLUICE_CRASH_LINES=1000000 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s --timeout 3600
+
+# The same on the RocketMQ 5 broker of scripts/servers.sh (the suite kills once, on 100k lines).
+crash-rocketmq: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 SLUICE_CRASH_LINES=1000000 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k rocketmq -s --timeout 3600
 
 # kill -9 of a Redis stream → topic → stream, list, hash and string keys and list → topic worker
 # three times (the suite kills once; the rounds take turns catching the list, hash and string
