@@ -105,6 +105,7 @@ so a task usually finds its consumer already connected), and are never pickled.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import logging
@@ -116,6 +117,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -520,6 +522,9 @@ class KafkaLog(ExternalLog):
         "enable.partition.eof": False,
         "fetch.wait.max.ms": 50,
         "isolation.level": "read_committed",
+        # big fetches: a range read takes whole MBs of one partition per round trip
+        "max.partition.fetch.bytes": 8 << 20,
+        "fetch.max.bytes": 64 << 20,
     }
 
     def _consumer(self) -> tuple[Any, threading.RLock]:
@@ -851,14 +856,13 @@ class KafkaLog(ExternalLog):
                 idle_since = time.monotonic()
                 while pos < stop:
                     msgs = consumer.consume(num_messages=min(stop - pos, _CHUNK), timeout=0.2)
-                    rows = []
-                    for m in msgs:
-                        err = m.error()
-                        if err is not None:
-                            self._raise_read_error(topic, queue, pos, err)
-                        if m.offset() >= stop:
-                            break
-                        rows.append(m)
+                    failed = [m.error() for m in msgs if m.error() is not None]
+                    if failed:
+                        self._raise_read_error(topic, queue, pos, failed[0])
+                    rows = msgs
+                    if msgs and msgs[-1].offset() >= stop:  # in offset order: cut at `stop`
+                        offsets = [m.offset() for m in msgs]
+                        rows = msgs[: bisect.bisect_left(offsets, stop)]
                     if rows:
                         idle_since = time.monotonic()
                         first = rows[0].offset()
@@ -1126,29 +1130,33 @@ def _fenced(err: Any) -> bool:
 
 
 def _to_batch(rows: list[Any]) -> pa.RecordBatch:
-    """Consumed messages as a STORED_SCHEMA batch plus their real offsets."""
-    keys, values, stamps, headers, offsets = [], [], [], [], []
-    for m in rows:
-        keys.append(m.key())
-        values.append(m.value())
-        kind, millis = m.timestamp()
-        stamps.append(millis * 1000 if kind else None)
-        pairs = m.headers()
-        headers.append(
-            headers_without_tag(
-                [(k, v.decode("utf-8", "replace") if v is not None else None) for k, v in pairs]
-            )
-            if pairs
-            else None
+    """Consumed messages as a STORED_SCHEMA batch plus their real offsets: one pass over the
+    messages per column (headers only for the messages that have some)."""
+    # (type, ms) per message; a message without a timestamp has type 0 and ms -1
+    millis = np.array([m.timestamp()[1] for m in rows], dtype=np.int64)
+    pairs = [m.headers() for m in rows]
+    headers: pa.Array = pa.nulls(len(rows), pa.string())
+    if any(pairs):
+        headers = pa.array(
+            [
+                headers_without_tag(
+                    [(k, v.decode("utf-8", "replace") if v is not None else None) for k, v in p]
+                )
+                if p
+                else None
+                for p in pairs
+            ],
+            pa.string(),
         )
-        offsets.append(m.offset())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(stamps, pa.int64()).cast(STORED_SCHEMA.field("timestamp").type),
-            pa.array(headers, pa.string()),
-            pa.array(offsets, pa.int64()),
+            pa.array([m.key() for m in rows], pa.binary()),
+            pa.array([m.value() for m in rows], pa.binary()),
+            pa.array(millis * 1000, pa.int64(), mask=millis < 0).cast(
+                STORED_SCHEMA.field("timestamp").type
+            ),
+            headers,
+            pa.array([m.offset() for m in rows], pa.int64()),
         ],
         names=[*STORED_SCHEMA.names, "offset"],
     )
