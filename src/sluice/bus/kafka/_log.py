@@ -106,8 +106,6 @@ so a task usually finds its consumer already connected), and are never pickled.
 from __future__ import annotations
 
 import bisect
-import itertools
-import json
 import logging
 import os
 import socket
@@ -119,7 +117,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from sluice.bus._external import (
     WRITER_TAG,
@@ -139,6 +136,7 @@ from sluice.bus.base import (
     UnknownTopic,
     WrittenPart,
 )
+from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger("sluice.bus.kafka.librdkafka")
@@ -156,8 +154,6 @@ _WRITERS: dict[str, str] = {}  # writer tag -> writer id, for the producer of a 
 _REINITS = 3
 
 
-#: Records per `produce` run of a part (the local queue is given room for one run first).
-_PRODUCE_RUN = 5_000
 _QUEUE_MESSAGES = 1_000_000  # the part producer's local queue (queue.buffering.max.messages)
 
 
@@ -406,51 +402,18 @@ def _new_consumer(config: dict[str, Any]) -> Any:
 
 
 def _produce_rows(producer: Any, topic: str, queue: int, rows: pa.RecordBatch) -> None:
-    """Queue ``rows`` (STORED_SCHEMA) for ``topic`` partition ``queue``, in order, with the fewest
-    Python objects per record: ``produce`` called by `map` with positional arguments (topic,
-    value, key, partition, on_delivery, callback, timestamp, headers), in runs for which the
-    local queue has room."""
-    n = rows.num_rows
-    values = rows.column("value").to_pylist()
-    key_col = rows.column("key")
-    keys = None if key_col.null_count == n else key_col.to_pylist()
-    stamps = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000).fill_null(0).to_pylist()
-    text = rows.column("headers")
-    headers = None
-    if text.null_count != n:
-        headers = [
-            None
-            if t is None
-            else [(k, None if v is None else str(v).encode()) for k, v in json.loads(t).items()]
-            for t in text.to_pylist()
-        ]
-    produce, repeat = producer.produce, itertools.repeat
-    start = 0
-    while start < n:
-        stop = min(start + _PRODUCE_RUN, n)
-        while len(producer) > _QUEUE_MESSAGES - _PRODUCE_RUN:
-            producer.poll(0.01)  # the local queue is full: let deliveries drain it
-        run = iter(stamps[start:stop])
-        try:
-            for _ in map(
-                produce,
-                repeat(topic),
-                values[start:stop],
-                repeat(None) if keys is None else keys[start:stop],
-                repeat(queue),
-                repeat(None),
-                repeat(None),
-                run,
-                repeat(None) if headers is None else headers[start:stop],
-            ):
-                pass
-        except BufferError:
-            # every iterator gave up the record that did not fit: go on from it
-            start = stop - run.__length_hint__() - 1
-            producer.poll(0.05)
-            continue
-        start = stop
-    producer.poll(0)
+    """Queue ``rows`` (STORED_SCHEMA) for ``topic`` partition ``queue``, in order."""
+    keys = rows.column("key")
+    produce_rows(
+        producer,
+        topic,
+        queue,
+        rows.column("value").to_pylist(),
+        keys=None if keys.null_count == len(keys) else keys.to_pylist(),
+        millis=arrow_millis(rows.column("timestamp")),
+        headers=arrow_headers(rows.column("headers")),
+        queue_limit=_QUEUE_MESSAGES,
+    )
 
 
 class KafkaLog(ExternalLog):
@@ -1002,24 +965,20 @@ class KafkaLog(ExternalLog):
     def _produce(
         producer: Any, topic: str, queue: int, batch: pa.RecordBatch, tag: tuple[str, bytes]
     ) -> None:
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).fill_null(0)
-        headers = batch.column("headers").to_pylist()
-        for key, value, stamp, text in zip(keys, values, stamps.to_pylist(), headers, strict=True):
-            hdrs = [tag]
-            if text:
-                hdrs.extend(
-                    (k, None if v is None else str(v).encode()) for k, v in json.loads(text).items()
-                )
-            while True:
-                try:
-                    producer.produce(
-                        topic, value=value, key=key, partition=queue, timestamp=stamp, headers=hdrs
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
+        keys = batch.column("key")
+        extra = arrow_headers(batch.column("headers"))
+        produce_rows(
+            producer,
+            topic,
+            queue,
+            batch.column("value").to_pylist(),
+            keys=None if keys.null_count == len(keys) else keys.to_pylist(),
+            millis=arrow_millis(batch.column("timestamp")),
+            headers=[[tag]] * len(batch)
+            if extra is None
+            else [[tag, *pairs] if pairs else [tag] for pairs in extra],
+            queue_limit=KafkaLog._PRODUCER["queue.buffering.max.messages"],
+        )
 
     # -- monitoring ------------------------------------------------------------------------------
     def _group(self, group: str) -> tuple[_GroupClient, threading.RLock]:

@@ -76,8 +76,8 @@ from sluice.clients import rocketmq as rm
 
 log = logging.getLogger(__name__)
 
-TIMESTAMP_PROPERTY = "sluice.ts"
-KEY_ENCODING_PROPERTY = "sluice.kenc"
+TIMESTAMP_PROPERTY = rm.TIMESTAMP_PROPERTY
+KEY_ENCODING_PROPERTY = rm.KEY_ENCODING_PROPERTY
 _PULL_BATCH = rm.PULL_BATCH
 _PULL_WINDOW = 32  # pulls in flight per queue
 _SEND_BYTES = rm.SEND_BYTES
@@ -223,7 +223,7 @@ class RocketMQLog(ExternalLog):
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         if table.num_rows:
             self._check_encodable(topic, table)
-            encoded = _encode(table, writer_tag(writer_id))
+            encoded = rm.encode_messages(table, WRITER_TAG, writer_tag(writer_id))
             table = pa.table({"message": encoded})
         return self._write_staged(writer_id, topic, queue, table)
 
@@ -353,7 +353,7 @@ class RocketMQLog(ExternalLog):
         # earlier one is stored), but the queues of one broker share each round trip. RocketMQ
         # cannot fence a producer: the writer's lease generation is checked before each round.
         pending: dict[int, Iterator[tuple[memoryview, int]]] = {
-            q: _send_bodies(table.column("message")) for q, table in sorted(tables.items())
+            q: rm.batch_bodies(table.column("message")) for q, table in sorted(tables.items())
         }
         self._await_readable(topic, self._send_rounds(topic, pending, check))
 
@@ -544,7 +544,7 @@ class _RocketMQPart(PartWriter):
         if seen < skip:  # the first rows reached the queue in an earlier attempt
             rows = rows.slice(skip - seen)
         self.log._check_encodable(topic, rows)
-        encoded = _encode(pa.Table.from_batches([rows]), self.tag)
+        encoded = rm.encode_messages(pa.Table.from_batches([rows]), WRITER_TAG, self.tag)
         part.held.setdefault(queue, []).append(encoded)
         part.held_bytes += encoded.nbytes
         self.rows += len(encoded)
@@ -561,7 +561,7 @@ class _RocketMQPart(PartWriter):
     def _send(self, topic: str, part: _TopicPart) -> None:
         held, part.held, part.held_bytes = part.held, {}, 0
         pending = {
-            q: _send_bodies(pa.chunked_array(arrays, pa.binary()))
+            q: rm.batch_bodies(pa.chunked_array(arrays, pa.binary()))
             for q, arrays in sorted(held.items())
         }
         with _bus_errors():
@@ -591,126 +591,6 @@ class _RocketMQPart(PartWriter):
         # What was sent stays (RocketMQ cannot take it back): the next attempt counts it.
         for part in self.topics.values():
             part.held.clear()
-
-
-def _encode(table: pa.Table, tag: str) -> pa.Array:
-    """Each row as one message of a SEND_BATCH_MESSAGE body: vectorised when the rows have no
-    extensions and text keys (a file source's lines), one f-string per message otherwise."""
-    fast = _encode_vectorised(table, tag)
-    return fast if fast is not None else _encode_rows(table, tag)
-
-
-def _encode_vectorised(table: pa.Table, tag: str) -> pa.Array | None:
-    """The messages built column-wise with Arrow kernels (~20x faster than per row), or None when
-    a row needs the general path (extensions, or a key that is not plain UTF-8 text)."""
-    import numpy as np
-
-    n = table.num_rows
-    if table.column("headers").null_count != n:
-        return None
-    keys = table.column("key")
-    key_prop: Any = ""
-    if keys.null_count != n:
-        try:
-            text = keys.cast(pa.string())  # fails on a key that is not UTF-8
-        except pa.ArrowInvalid:
-            return None
-        if pc.any(pc.match_substring_regex(text, "[\x01\x02]")).as_py():
-            return None
-        key_prop = pc.binary_join_element_wise("KEYS\x01", text, "\x02", "").fill_null("")
-    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).cast(pa.string())
-    stamp_prop = pc.binary_join_element_wise(
-        f"{TIMESTAMP_PROPERTY}\x01", millis, "\x02", ""
-    ).fill_null("")
-    props = pc.binary_join_element_wise(
-        f"{WRITER_TAG}\x01{tag}\x02UNIQ_KEY\x01", rm.unique_ids(n), "\x02", stamp_prop, key_prop, ""
-    ).cast(pa.binary())
-    bodies = table.column("value").fill_null(b"")
-    body_len = pc.binary_length(bodies).to_numpy()
-    props_len = pc.binary_length(props).to_numpy()
-    head = np.zeros((n, 5), dtype=">i4")  # total size, magic, body CRC, flag, body length
-    head[:, 0] = rm.BATCH_ITEM.size + 2 + body_len + props_len
-    head[:, 4] = body_len
-    head_bin = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(rm.BATCH_ITEM.size), n, [None, pa.py_buffer(head.tobytes())]
-    ).cast(pa.binary())
-    length_bin = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(2), n, [None, pa.py_buffer(props_len.astype(">u2").tobytes())]
-    ).cast(pa.binary())
-    joined = pc.binary_join_element_wise(head_bin, bodies, length_bin, props, b"")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
-
-
-def _encode_rows(table: pa.Table, tag: str) -> pa.Array:
-    """Each row as one message of a SEND_BATCH_MESSAGE body (one f-string and two struct packs
-    per message)."""
-    out: list[bytes] = []
-    head = f"{WRITER_TAG}\x01{tag}\x02UNIQ_KEY\x01"
-    new_id = rm.unique_id
-    pack_head, pack_len = rm.BATCH_ITEM.pack, rm.UNSIGNED_SHORT.pack
-    fixed = rm.BATCH_ITEM.size + 2
-    for batch in table.to_batches(max_chunksize=_SEND_COUNT):
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        headers = batch.column("headers").to_pylist()
-        for key, value, stamp, text in zip(keys, values, stamps, headers, strict=True):
-            extra = "" if stamp is None else f"{TIMESTAMP_PROPERTY}\x01{stamp}\x02"
-            if key is not None:
-                text_key = _as_property(key)
-                if text_key is None:  # not text RocketMQ can carry: base64, and say so
-                    encoded = base64.b64encode(key).decode()
-                    extra += f"KEYS\x01{encoded}\x02{KEY_ENCODING_PROPERTY}\x01b64\x02"
-                else:
-                    extra += f"KEYS\x01{text_key}\x02"
-            if text:
-                extra += "".join(
-                    f"{name}\x01{val}\x02"
-                    for name, val in json.loads(text).items()
-                    if val is not None
-                )
-            props = f"{head}{new_id()}\x02{extra}".encode()
-            body = value or b""
-            out.append(
-                b"".join(
-                    (
-                        pack_head(fixed + len(body) + len(props), 0, 0, 0, len(body)),
-                        body,
-                        pack_len(len(props)),
-                        props,
-                    )
-                )
-            )
-    return pa.array(out, pa.binary())
-
-
-def _send_bodies(messages: pa.ChunkedArray) -> Iterator[tuple[memoryview, int]]:
-    """Consecutive encoded messages grouped into SEND_BATCH_MESSAGE bodies of at most
-    ``_SEND_BYTES`` (or one message) and ``_SEND_COUNT`` messages: zero-copy slices of the Arrow
-    values buffer, with their message counts."""
-    import numpy as np
-
-    array = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
-    n = len(array)
-    if n == 0:
-        return
-    ends = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset : array.offset + n + 1]
-    data = memoryview(array.buffers()[2])
-    i = 0
-    while i < n:
-        # the last message that still fits, but at least one
-        j = int(np.searchsorted(ends, ends[i] + _SEND_BYTES, side="right")) - 1
-        j = min(max(j, i + 1), i + _SEND_COUNT, n)
-        yield data[ends[i] : ends[j]], j - i
-        i = j
-
-
-def _as_property(key: bytes) -> str | None:
-    try:
-        text = key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if "\x01" in text or "\x02" in text else text
 
 
 _PREFETCH = 4  # pull windows a reader keeps ahead of its decoding
