@@ -18,6 +18,7 @@ from sluice.bus.rocketmq._log import (
 )
 from sluice.clients import rocketmq as rm
 from sluice.clients.rocketmq import batch_bodies
+from tests.conftest import wait_until
 
 
 def _encode_vectorised(table: pa.Table, tag: str) -> Any:
@@ -27,7 +28,6 @@ def _encode_vectorised(table: pa.Table, tag: str) -> Any:
 def _encode_rows(table: pa.Table, tag: str) -> Any:
     return rm._encode_rows(table, "sluice.writer", tag)
 
-from tests.conftest import wait_until
 
 
 def _table(keys: list, values: list, stamps: list, headers: list | None = None) -> pa.Table:
