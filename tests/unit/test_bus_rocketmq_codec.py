@@ -29,7 +29,6 @@ def _encode_rows(table: pa.Table, tag: str) -> Any:
     return rm._encode_rows(table, "sluice.writer", tag)
 
 
-
 def _table(keys: list, values: list, stamps: list, headers: list | None = None) -> pa.Table:
     n = len(values)
     return pa.table(
