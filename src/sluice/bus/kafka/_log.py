@@ -117,6 +117,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sluice.bus._external import (
     WRITER_TAG,
@@ -137,6 +138,7 @@ from sluice.bus.base import (
     WrittenPart,
 )
 from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
+from sluice.clients.kafka_fetch import FetchError, LeaderFetcher, Unsupported, decode_records
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger("sluice.bus.kafka.librdkafka")
@@ -148,6 +150,7 @@ _LOCK = threading.Lock()
 # unpickles its own copy of the plan).
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENT_LOCKS: dict[tuple[Any, ...], threading.RLock] = {}
+_LEADERS: dict[tuple[str, str, int], tuple[str, int]] = {}  # (servers, topic, queue) -> leader
 _WRITERS: dict[str, str] = {}  # writer tag -> writer id, for the producer of a commit
 # How many times one commit takes its transactional.id back from another process of the same
 # writer before it gives up (each time costs one init_transactions).
@@ -803,8 +806,119 @@ class KafkaLog(ExternalLog):
     def _read(
         self, topic: str, queue: int, start: int, stop: int
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        for first, rows in self._consume(topic, queue, start, stop):
+        """Straight from the partition's leader, decoded column-wise
+        (`sluice.clients.kafka_fetch`), where it can; through librdkafka otherwise (TLS or SASL,
+        compressed batches), from wherever the fast path stopped."""
+        pos = start
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            try:
+                for first, batch, next_offset in self._fetch(fetcher, topic, queue, start, stop):
+                    if batch.num_rows:
+                        yield first, batch
+                    pos = next_offset
+                return
+            except Unsupported as exc:
+                log.info(
+                    "kafka topic %r partition %d: %s; reading with librdkafka", topic, queue, exc
+                )
+        for first, rows in self._consume(topic, queue, pos, stop):
             yield first, _to_batch(rows)
+
+    def _fetcher(self) -> LeaderFetcher | None:
+        """This process's fetcher of the cluster's leaders, or None when the clients talk TLS or
+        SASL (configured through ``kafka.*``), which only librdkafka speaks here."""
+        protocol = str(self.client_config.get("security.protocol", "plaintext")).lower()
+        if protocol != "plaintext" or any(
+            k.startswith(("sasl.", "ssl.")) for k in self.client_config
+        ):
+            return None
+        key = (os.getpid(), "fetcher", self.bootstrap_servers)
+        with _LOCK:
+            found = _CLIENTS.get(key)
+            if found is None:
+                found = _CLIENTS[key] = LeaderFetcher(
+                    self._leader,
+                    self._forget_leader,
+                    timeout_s=self.timeout_s,
+                    max_bytes=8 << 20,
+                    client_id=f"sluice-reader-{socket.gethostname()}-{os.getpid()}",
+                )
+            return found
+
+    def _leader(self, topic: str, queue: int) -> tuple[str, int]:
+        """The ``(host, port)`` of the leader of ``topic`` partition ``queue`` (metadata cached
+        per process until `_forget_leader`)."""
+        key = (self.bootstrap_servers, topic, queue)
+        found = _LEADERS.get(key)
+        if found is not None:
+            return found
+        try:
+            md = self._admin().list_topics(topic, timeout=self.timeout_s)
+        except _kafka().KafkaException as exc:
+            raise self._error(f"cannot read the metadata of topic {topic!r}", exc) from None
+        meta = md.topics.get(topic)
+        part = meta.partitions.get(queue) if meta is not None else None
+        broker = md.brokers.get(part.leader) if part is not None else None
+        if broker is None:
+            raise BusUnavailable(
+                f"kafka bootstrap.servers={self.bootstrap_servers}: topic {topic!r} partition "
+                f"{queue} has no leader now",
+                suggestion="is the Kafka cluster up and reachable?",
+            )
+        found = _LEADERS[key] = (broker.host, broker.port)
+        return found
+
+    def _forget_leader(self, topic: str, queue: int) -> None:
+        _LEADERS.pop((self.bootstrap_servers, topic, queue), None)
+
+    def _fetch(
+        self, fetcher: LeaderFetcher, topic: str, queue: int, start: int, stop: int
+    ) -> Iterator[tuple[int, pa.RecordBatch, int]]:
+        """``(first offset, STORED_SCHEMA batch + offsets, next offset)`` of ``[start, stop)``
+        from the leader; waits out empty fetches for up to ``bus.request.timeout.ms``."""
+        pos = start
+        idle_since = time.monotonic()
+        while pos < stop:
+            try:
+                records, aborted = fetcher.fetch(topic, queue, pos)
+            except FetchError as exc:
+                if exc.code == 1:  # OFFSET_OUT_OF_RANGE
+                    rng = self.offsets(topic)[queue]
+                    raise OffsetOutOfRange(
+                        topic, queue, pos, rng.min_offset, rng.max_offset
+                    ) from None
+                raise BusUnavailable(
+                    f"kafka bootstrap.servers={self.bootstrap_servers}: reading topic {topic!r} "
+                    f"partition {queue} at {pos}: {exc}",
+                    suggestion="is the Kafka cluster up and reachable?",
+                ) from None
+            got = decode_records(records, pos, stop, aborted, drop_header=WRITER_TAG)
+            if got is None or got.next_offset <= pos:
+                if time.monotonic() - idle_since > self.timeout_s:
+                    raise BusUnavailable(
+                        f"kafka bootstrap.servers={self.bootstrap_servers}: no data from topic "
+                        f"{topic!r} partition {queue} at offset {pos} (expected up to {stop}) "
+                        f"for {self.timeout_s:.0f}s"
+                    )
+                continue
+            idle_since = time.monotonic()
+            rows = got.batch
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    rows.column("key"),
+                    rows.column("value"),
+                    pc.multiply(rows.column("timestamp_ms"), 1000).cast(
+                        STORED_SCHEMA.field("timestamp").type
+                    ),
+                    rows.column("headers"),
+                    rows.column("offset"),
+                ],
+                names=[*STORED_SCHEMA.names, "offset"],
+            )
+            first = int(rows.column("offset")[0].as_py()) if rows.num_rows else pos
+            yield first, batch, got.next_offset
+            pos = got.next_offset
 
     def _consume(
         self, topic: str, queue: int, start: int, stop: int
