@@ -163,3 +163,18 @@ def test_a_range_retention_removed_is_reported(kafka_cluster: RealKafka, tmp_pat
         ]
     finally:
         bus.close()
+
+
+def test_a_fetch_cut_inside_a_batch_leaves_that_batch_for_the_next(filled: Any) -> None:
+    bus, topic, _ = filled
+    fetcher = bus.log._fetcher()
+    records, aborted = fetcher.fetch(topic, 0, 0)
+    whole = decode_records(records, 0, 10**9, aborted)
+    assert whole is not None and whole.next_offset > 300
+    cut = decode_records(bytes(records)[:-7], 0, 10**9, aborted)
+    assert cut is not None and cut.next_offset < whole.next_offset
+    # the complete batches before the cut are the same records
+    n = cut.batch.num_rows
+    assert cut.batch.to_pylist() == whole.batch.slice(0, n).to_pylist()
+    assert all(o < cut.next_offset for o in cut.batch.column("offset").to_pylist())
+    assert decode_records(bytes(records)[:40], 0, 10**9, aborted) is None  # not one whole batch
