@@ -169,6 +169,52 @@ def test_a_task_that_follows_its_predecessor_sends_after_it(broker: Broker) -> N
     assert broker.values(topic, 0) == first + second
 
 
+def _write_in_thread(
+    plan: Any, frames: list[Any], task: int, ordered: bool, receipts: dict[int, Any]
+) -> threading.Thread:
+    def write() -> None:
+        receipts[task] = plan.write(iter(frames), task, batch_id=0, ordered=ordered)
+
+    thread = threading.Thread(target=write)
+    thread.start()
+    return thread
+
+
+def test_an_empty_task_between_two_keeps_them_in_order(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks 1 and 2 follow 0 and 1; task 1 has no records (the engine's marker frame only, or
+    nothing at all on the JVM path): it still waits for task 0 before it says it finished, so
+    task 2's records come after task 0's."""
+    log = broker.bus.log
+    waiting: set[tuple[str, int]] = set()  # (writer, task waited for) of the tasks now waiting
+    wait_task = log.wait_task
+
+    def noted_wait(writer_id: str, batch_id: int, task: int, *, timeout_s: float) -> None:
+        waiting.add((writer_id, task))
+        wait_task(writer_id, batch_id, task, timeout_s=timeout_s)
+
+    monkeypatch.setattr(log, "wait_task", noted_wait)
+    topic = broker.topic(1)
+    for writer, empty in (("c/fused", [frame_of(topic, [], [], follows=True)]), ("c/jvm", [])):
+        plan = broker.bus.topic_appender(writer_id=writer)
+        ordered = writer == "c/jvm"
+        receipts: dict[int, Any] = {}
+        late = [frame_of(topic, [b"late"], [0], follows=True)]
+        threads = [
+            _write_in_thread(plan, late, 2, ordered, receipts),
+            _write_in_thread(plan, empty, 1, ordered, receipts),
+        ]
+        # both are waiting for their predecessor (an empty task 1 that did not wait: a timeout)
+        wait_until(lambda w=writer: {(w, 0), (w, 1)} <= waiting, 60, f"{writer}: tasks waiting")
+        assert not receipts and not log.task_finished(writer, 0, 1)
+        receipts[0] = plan.write(iter([frame_of(topic, [b"early"], [0])]), 0, batch_id=0)
+        for thread in threads:
+            thread.join(60)
+        plan.commit([receipts[0], receipts[1], receipts[2]], 0)
+    assert broker.values(topic, 0) == [b"early", b"late"] * 2
+
+
 def test_a_superseded_lease_generation_sends_nothing(broker: Broker) -> None:
     from sluice.bus.base import WriterFenced
 

@@ -288,7 +288,9 @@ class _PartSender:
         self.writer: PartWriter | None = None
         self.held: list[tuple[str, int, pa.RecordBatch]] = []
         self.held_bytes = 0
-        self.waiting = False  # for the predecessor
+        # for the predecessor: known before any frame on the JVM path (a task without frames
+        # still waits), else said by the frames (the engine's first one may have no rows)
+        self.waiting = task > 0 and ordered
         self.checked = 0.0
 
     def possible(self) -> bool:
@@ -298,13 +300,16 @@ class _PartSender:
         return self.writer is not None
 
     def _frames(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        """``batches``, noting from the first one whether this task follows its predecessor."""
-        first = True
+        """``batches``, noting from those up to the first with rows whether this task follows
+        its predecessor. A marked frame without rows counts: a partition whose source range
+        gave no records still finishes only after its predecessor, or the task after it would
+        be released too early and send before that one."""
+        deciding = self.task > 0
         for batch in batches:
-            if first and batch.num_rows:
-                first = False
-                marked = (batch.schema.metadata or {}).get(FOLLOWS_KEY) == b"1"
-                self.waiting = self.task > 0 and (self.ordered or marked)
+            if deciding:
+                if (batch.schema.metadata or {}).get(FOLLOWS_KEY) == b"1":
+                    self.waiting = True
+                deciding = not batch.num_rows
             yield batch
 
     def _released(self, *, block: bool) -> bool:

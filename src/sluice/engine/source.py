@@ -48,6 +48,7 @@ from sluice.engine.errors import (
     DEAD_LETTER_TYPE,
     KEY_CONVERTER,
     TASK_POLL,
+    TOPIC_FRAME_SCHEMA,
     VALUE_CONVERTER,
     DeadLetter,
     ErrorPolicy,
@@ -471,7 +472,12 @@ def _emit(
                 frame = frame.replace_schema_metadata({FOLLOWS_KEY: b"1"})
             yield with_shape(frame, shape) if tagged else frame
 
-    encoded = (f for shape, batch in batches for f in topic_frames(shape, batch))
+    encoded: Iterator[pa.RecordBatch] = (
+        f for shape, batch in batches for f in topic_frames(shape, batch)
+    )
+    if follows:  # said first, so that even a partition without records says it
+        marker = pa.RecordBatch.from_pylist([], schema=TOPIC_FRAME_SCHEMA)
+        encoded = itertools.chain([marker.replace_schema_metadata({FOLLOWS_KEY: b"1"})], encoded)
     yield receipt_row(pid, plan.direct.write(encoded, pid))
 
 
