@@ -7,9 +7,10 @@ The source runs two tasks over one file (Spark cuts each micro-batch's range in 
 micro-batch is two parts sent from the executors, the second after the first (their lines share a
 queue): a kill lands before, during or after any part or the driver's commit.
 
-Each test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1) on a small file
-(`SLUICE_CRASH_LINES`, default 40,000 / 100,000); `make crash-kafka` and `make crash-rocketmq`
-run 1,000,000 lines with three kills (two at random sink fill levels, one at a random instant)."""
+Each test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1, at a random sink fill level)
+on a small file (`SLUICE_CRASH_LINES`, default 40,000 / 100,000); `make crash-kafka` and `make
+crash-rocketmq` run 1,000,000 lines with three kills (two at random sink fill levels, one at a
+random instant). `SLUICE_CRASH_SEED` fixes the random choices."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ from tests.e2e.orphans import spawn
 from tests.integration import bus_helpers
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, RealKafka, unique
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and restarts of a Spark process
+# on a broker bus
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
 

@@ -37,6 +37,10 @@ Errors::
     ├── UnknownTopic (KeyError)    the topic does not exist
     ├── WriterFenced               a commit by a writer whose epoch (a connector's lease
     │                              generation) was superseded: refused, nothing published
+    ├── TopicDamaged               a topic's files disagree (an index emptied, a segment truncated
+    │                              or gone): whoever opens or reads it fails, naming the file
+    ├── PositionBeyondEnd          a reader's position is past its queue's end (the topic was
+    │                              emptied or re-created): fails, never skips what comes next
     └── BusUnavailable             the broker cannot be reached or refused a request; retriable
                                    (also a sluice.sdk.RetriableException)
 """
@@ -65,8 +69,10 @@ __all__ = [
     "BusUnavailable",
     "OffsetOutOfRange",
     "PartWriter",
+    "PositionBeyondEnd",
     "QueueRange",
     "StagedSegment",
+    "TopicDamaged",
     "TopicInfo",
     "TopicLog",
     "UnknownTopic",
@@ -231,6 +237,48 @@ class WriterFenced(BusError):
         return (type(self), (self.key, self.epoch, self.current, self.topic))
 
 
+class TopicDamaged(BusError):
+    """A topic's files disagree with each other: its index was emptied or truncated, or a segment
+    file it lists is truncated or gone. Raised where the topic is opened or read, naming the
+    file; never a reason to start the topic afresh (offsets would restart below every reader's
+    position, and what was written since would be skipped)."""
+
+    def __init__(self, topic: str, path: str, problem: str) -> None:
+        super().__init__(
+            f"topic {topic!r} is damaged: {path}: {problem}; restore the topic's folder from a "
+            "backup, or delete the topic (its records are lost) and reset the offsets of the "
+            "connectors that read it"
+        )
+        self.topic, self.path, self.problem = topic, path, problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.topic, self.path, self.problem))
+
+
+class PositionBeyondEnd(BusError):
+    """A reader's position in a queue is past the queue's end: the topic lost records it had
+    (emptied, re-created). Reading on would skip every record written until the end passes the
+    position again, so the reader fails instead, naming the topic and queue."""
+
+    def __init__(self, topic: str, queue: int, position: int, end: int, reader: str) -> None:
+        super().__init__(
+            f"{reader}: position {position} in topic {topic!r} queue {queue} is beyond the "
+            f"queue's end ({end}): the topic lost records it had (emptied or re-created?) and "
+            "records written to it now would be skipped; check the topic, then set the "
+            f"connector's offsets (PATCH or DELETE /v1/connectors/{reader}/offsets)"
+        )
+        self.topic, self.queue, self.position, self.end, self.reader = (
+            topic,
+            queue,
+            position,
+            end,
+            reader,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.topic, self.queue, self.position, self.end, self.reader))
+
+
 def check_commit(writer_id: str, batch_id: int, segs: Sequence[StagedSegment]) -> str:
     """Validate a commit's arguments (they cross process boundaries); returns its one topic."""
     if not isinstance(writer_id, str) or not writer_id:
@@ -306,6 +354,12 @@ class TopicLog(ABC):
                 f"[{cls.topic_chars}], not '.' or '..'"
             )
         return None
+
+    def doorbells(self, topics: Sequence[str]) -> list[str]:
+        """Files that change whenever one of `topics` gets new records (a reader waits on them
+        when it found nothing new: see `sluice.sdk.wakeup`). Default: none, the reader asks
+        again at the next trigger."""
+        return []
 
     # -- admin ---------------------------------------------------------------------------------
     @abstractmethod
@@ -550,6 +604,7 @@ class Bus(ABC):
         group: str | None = None,
         consume_from: str = "first",
         notes: Any = None,
+        idle_wait_s: float | None = None,
     ) -> type[DataSource]:
         """A Spark data source class that reads ``topics`` in exact, replayable queue ranges.
 
@@ -559,6 +614,8 @@ class Bus(ABC):
         ``CONSUME_FROM_LAST_OFFSET`` are accepted too). ``group`` (default ``connect-<name>``)
         is the consumer group the committed offsets are shown under. ``notes``
         (`sluice.bus.spark.TaskNotes`) is whose status shows the reader's broker failures.
+        ``idle_wait_s`` bounds how long an idle reader waits for the topics to grow within one
+        trigger (default: `sluice.sdk.wakeup.IDLE_WAIT_S`).
         """
         from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
         from sluice.sdk import ConfigException
@@ -590,6 +647,7 @@ class Bus(ABC):
             group=group or f"connect-{name}",
             consume_from=where,
             notes=notes,
+            **({} if idle_wait_s is None else {"idle_wait_s": idle_wait_s}),
         )
         return topic_reader(plan)
 

@@ -68,6 +68,7 @@ from sluice.bus.base import (
     BusUnavailable,
     OffsetOutOfRange,
     PartWriter,
+    PositionBeyondEnd,
     StagedSegment,
     TopicLog,
     WrittenPart,
@@ -75,6 +76,7 @@ from sluice.bus.base import (
 )
 from sluice.sdk import RecordOffset, partition_key
 from sluice.sdk._retry import RetryWatcher, watching
+from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
 
 log = logging.getLogger(__name__)
 
@@ -480,6 +482,9 @@ class TopicReaderPlan:
     consume_from: str = "first"
     #: Whose status shows the reader's broker failures (none: only the log does).
     notes: TaskNotes | None = field(default=None, compare=False)
+    #: How long `latestOffset` waits for the topics' doorbells (or the control file) when
+    #: nothing is new (see `sluice.sdk.wakeup.idle_wait`).
+    idle_wait_s: float = IDLE_WAIT_S
 
     @property
     def format_name(self) -> str:
@@ -522,6 +527,19 @@ class _TopicReader(DataSourceStreamReader):
         self._group_offsets: dict[str, int] = {}
         self._failures = 0
         self._outage: RetryWatcher | None = None  # the tasks' notes while planning fails
+        self._bells: FileWatch | None = None
+
+    def _watch(self) -> FileWatch | None:
+        """The topics' doorbells (the embedded log rings one per commit) and the control file
+        (an offsets reset): an idle reader wakes when either changes (see `sluice.sdk.wakeup`)."""
+        if self._bells is None:
+            paths = self.log.doorbells(self.plan.topics)
+            if not paths:
+                return None
+            if self.plan.control is not None:
+                paths.append(self.plan.control.path)
+            self._bells = FileWatch(paths)
+        return self._bells
 
     def initialOffset(self) -> dict:
         # Spark asks again when it plans batch 0: answer the same both times.
@@ -551,7 +569,15 @@ class _TopicReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         try:
-            end = self._latest(start, limit)
+            end = wait_for_new(
+                self._watch(),
+                start,
+                lambda: self._latest(start, limit),
+                self.plan.idle_wait_s,
+                unchanged=lambda end: (
+                    end["q"] == start.get("q", {}) and not end["r"] and not end["rid"]
+                ),
+            )
         except BusUnavailable as exc:
             # A broker outage is not the query's failure: plan nothing now and ask again next
             # trigger; after 16 failures in a row, pause 10 s. Every task's status says it
@@ -601,6 +627,8 @@ class _TopicReader(DataSourceStreamReader):
                     first = explicit[key] = max(rng.min_offset, min(reset_at[key], rng.max_offset))
                 elif key in begin:
                     first = begin[key]
+                    if first > rng.max_offset:  # never wait there, skipping what comes first
+                        raise PositionBeyondEnd(topic, queue, first, rng.max_offset, self.plan.name)
                 else:
                     first = explicit[key] = rng.min_offset
                 last = first if key in control["paused"] else rng.max_offset
@@ -686,6 +714,10 @@ class _TopicReader(DataSourceStreamReader):
             self._commit_group(end["q"])
         if self.plan.control is not None:
             self.plan.control.acknowledge(end.get("rid", []))
+
+    def stop(self) -> None:
+        if self._bells is not None:
+            self._bells.close()
 
     def _commit_group(self, offsets: dict[str, int]) -> None:
         """Show ``offsets`` under the plan's consumer group on the broker (monitoring only)."""

@@ -7,7 +7,12 @@ import os
 import sys
 from collections.abc import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
+
+from sluice.engine.zygote import CLIENT
+from sluice.engine.zygote import ENV as ZYGOTE_ENV
+from sluice.engine.zygote import start as start_zygote
 
 DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -49,15 +54,23 @@ REQUIRED: dict[str, str] = {
 
 
 def build_session(
-    conf: Mapping[str, str] | None = None, *, app_name: str = "sluice", log_level: str = "WARN"
+    conf: Mapping[str, str] | None = None,
+    *,
+    app_name: str = "sluice",
+    log_level: str = "WARN",
+    zygote: bool = True,
 ) -> SparkSession:
     """Start (or reuse) the process's SparkSession with sluice's defaults; `conf` wins, except
     over `REQUIRED`.
 
     Points Spark's Python processes at this interpreter (through `spark_python`): otherwise they
     start whatever `python3` is on PATH, which lacks sluice and fails with "Python worker failed to
-    connect back". A `PYSPARK_PYTHON` naming another interpreter is left alone.
+    connect back". A `PYSPARK_PYTHON` naming another interpreter is left alone. With `zygote`
+    (and no Spark started yet in this process), the Python processes Spark starts on this machine
+    are forked from one preloaded process (`sluice.engine.zygote`).
     """
+    if zygote and SparkContext._active_spark_context is None and not os.environ.get(ZYGOTE_ENV):
+        start_zygote()
     # The driver-side planners of Python data sources start with PYSPARK_DRIVER_PYTHON.
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         if os.environ.get(name, sys.executable) == sys.executable:
@@ -112,9 +125,12 @@ def spark_python() -> str:
     so the zip is the same code as site-packages, and its jars hold no Python; the entries of any
     other Spark installation are kept. The launcher is a small POSIX shell script, written once
     per distinct text.
+
+    It also runs Spark's `pyspark.daemon` as sluice's daemon (`sluice.engine.worker_daemon`), and,
+    when this worker's zygote listens (`sluice.engine.zygote`), hands `-m pyspark…`/`-m sluice…`
+    starts to it through a small client instead of starting an interpreter.
     """
     import shlex
-    import tempfile
 
     import pyspark
 
@@ -125,6 +141,8 @@ def spark_python() -> str:
     # re-read its directory of 6,000 entries.
     jars = shlex.quote(os.path.join(home, "jars", "")) + "*.jar"
     patterns = "|".join([*(shlex.quote(z) for z in zips), jars])
+    client = _written("sluice-zygote-client", CLIENT, 0o644)
+    python = shlex.quote(sys.executable)
     script = f"""#!/bin/sh
 # Written by sluice.engine.session.spark_python: runs {sys.executable} for Spark without this
 # pyspark installation's zips on PYTHONPATH (they duplicate site-packages, without bytecode).
@@ -140,15 +158,33 @@ done
 unset IFS
 PYTHONPATH=$kept
 export PYTHONPATH
-exec {shlex.quote(sys.executable)} "$@"
+# Spark starts a daemon of its own (pyspark.daemon) for each kind of driver-side Python step of
+# a data source (lookup, create, plan a read, plan a write, commit a streaming write): run them
+# as sluice's daemon, whose forks start with the modules imported and frozen (see the module).
+if [ "$1" = "-m" ] && [ "$2" = "pyspark.daemon" ]; then
+    shift 2
+    set -- -m sluice.engine.worker_daemon "$@"
+fi
+# forked from this worker's zygote when it listens (see sluice.engine.zygote)
+if [ -n "$SLUICE_ZYGOTE" ] && [ -S "$SLUICE_ZYGOTE" ] && [ "$1" = "-m" ]; then
+    exec {python} -S -E {shlex.quote(client)} {python} "$@"
+fi
+exec {python} "$@"
 """
-    digest = hashlib.sha256(script.encode()).hexdigest()[:16]
-    path = os.path.join(tempfile.gettempdir(), f"sluice-python-{os.getuid()}-{digest}")
+    return _written("sluice-python", script, 0o755)
+
+
+def _written(prefix: str, text: str, mode: int) -> str:
+    """`text` in a file of the temporary folder named by its digest (written once)."""
+    import tempfile
+
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(tempfile.gettempdir(), f"{prefix}-{os.getuid()}-{digest}")
     if not os.path.exists(path):
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
-            f.write(script)
-        os.chmod(tmp, 0o755)
+            f.write(text)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     return path
 

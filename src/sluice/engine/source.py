@@ -80,6 +80,7 @@ from sluice.sdk import (
     SourceTaskContext,
     partition_key,
 )
+from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
 
 _RECORDS_PER_BATCH = 10_000
 
@@ -123,6 +124,9 @@ class SourcePlan:
     #: `errors.retry.*`: how long the driver retries a task's `latest`/`poll` that raised
     #: `RetriableException` (a server away for a while) before the query fails.
     retry: RetryPolicy = field(default_factory=RetryPolicy, compare=False)
+    #: How long `latestOffset` waits for the tasks' `watch_paths` to change when nothing is new
+    #: (see `sluice.sdk.wakeup.idle_wait`).
+    idle_wait_s: float = IDLE_WAIT_S
 
     @property
     def tolerant(self) -> bool:
@@ -180,6 +184,7 @@ def plan_source(
     staging_dir: str,
     positions: PositionStore | None,
     counters: Any = None,
+    idle_wait_s: float = IDLE_WAIT_S,
 ) -> SourcePlan:
     """Validate and start `connector` (driver) and fix its plan."""
     keys = RUNTIME_KEYS.parse(config)
@@ -211,6 +216,7 @@ def plan_source(
         errors=ErrorReporter(ErrorPolicy.from_config(config), name),
         counters=counters,
         retry=RetryPolicy.from_config(config),
+        idle_wait_s=idle_wait_s,
     )
 
 
@@ -548,6 +554,7 @@ class _ReplayableReader(DataSourceStreamReader):
         self.plan = plan
         self._tasks: list[ReplayableSourceTask] | None = None
         self._initial: dict | None = None
+        self._files: FileWatch | None = None
 
     def _all_tasks(self) -> list[ReplayableSourceTask]:
         if self._tasks is None:
@@ -574,6 +581,17 @@ class _ReplayableReader(DataSourceStreamReader):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
+        return wait_for_new(
+            self._watch(), start, lambda: self._latest(start, limit), self.plan.idle_wait_s
+        )
+
+    def _watch(self) -> FileWatch | None:
+        if self._files is None:
+            paths = [p for t in self._all_tasks() for p in t.watch_paths()]
+            self._files = FileWatch(paths) if paths else None
+        return self._files
+
+    def _latest(self, start: dict, limit: Any) -> dict:
         budget = _spark_limit(limit, self.plan.limit)
         begin = start.get("p", {})
         end: dict[str, Any] = {}
@@ -653,6 +671,8 @@ class _ReplayableReader(DataSourceStreamReader):
                 task.commit(done)
 
     def stop(self) -> None:
+        if self._files is not None:
+            self._files.close()
         for task in self._tasks or []:
             with contextlib.suppress(Exception):
                 task.stop()

@@ -23,6 +23,7 @@ from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.standalone import StandaloneHerder, build_runner
 from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
+from sluice.store import prepare_store_root
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
 
@@ -48,11 +49,15 @@ class Runtime:
         self.herder.start()
 
     def close(self) -> None:
-        """Stop every connector gracefully, leave the cluster, stop Spark."""
+        """Stop every connector gracefully, leave the cluster, stop Spark (a JVM that is gone
+        already is logged, not raised: the worker exits all the same)."""
         try:
             self.herder.close()
         finally:
-            self.spark.stop()
+            try:
+                self.spark.stop()
+            except Exception as exc:
+                log.warning("Spark not stopped cleanly: %s: %s", type(exc).__name__, exc)
 
 
 def assemble(config: WorkerConfig) -> Runtime:
@@ -61,7 +66,8 @@ def assemble(config: WorkerConfig) -> Runtime:
     The cluster store (distributed mode) is opened and checked before Spark starts, so a wrong
     `cluster.store.url`, a foreign cluster or a duplicate `workerId` fails fast.
     """
-    os.makedirs(config.store_root, exist_ok=True)
+    # private to the worker's user; an emptied or truncated store file fails, naming the file
+    prepare_store_root(config.store_root)
     plugins = PluginRegistry(config.plugin_paths)
     if config.cluster_store_url:
         from sluice.runtime.distributed import DistributedHerder

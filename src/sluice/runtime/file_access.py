@@ -1,4 +1,6 @@
-"""`file.allowed.dirs`: the folders a connector's file paths may point into.
+"""What on this machine a connector config may reach: `file.allowed.dirs` (the folders its file
+paths may point into) and the client-option policy (which options it may hand to a client
+library, `sluice.sdk._client_options`).
 
 A REST client that may create connectors could otherwise read `/etc/shadow` through a file
 source. Every key a connector declares `type="path"` is checked against the worker's
@@ -9,25 +11,20 @@ Iceberg sink's catalog), which a connector creates and writes.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 
-from sluice.sdk import ConfigException
+from sluice.sdk import ClientPolicy, ConfigException
+from sluice.sdk._paths import ALLOWED_DIRS_KEY, inside
+from sluice.sdk._paths import allowed_dirs as _folders
 
-ALLOWED_DIRS_KEY = "file.allowed.dirs"
 #: SQLAlchemy's SQLite URLs (`sqlite:///relative.db`, `sqlite:////absolute.db`, with a driver).
 _SQLITE_URL = re.compile(r"sqlite(?:\+\w+)?:///([^?]*)")
 
 
 def allowed_dirs(worker_props: Mapping[str, str]) -> list[str]:
     """The real paths of the allowed folders ([] = anything goes)."""
-    raw = worker_props.get(ALLOWED_DIRS_KEY, "")
-    return [
-        os.path.realpath(os.path.expanduser(d.strip()))
-        for d in raw.replace(";", ",").split(",")
-        if d.strip()
-    ]
+    return list(_folders(worker_props.get(ALLOWED_DIRS_KEY, "")))
 
 
 def check_allowed_paths(
@@ -47,8 +44,7 @@ def check_allowed_paths(
             continue
         if not value.strip():
             continue
-        real = os.path.realpath(os.path.expanduser(value.strip()))
-        if not any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in folders):
+        if not inside(value, folders):
             raise ConfigException(
                 name,
                 f"{value!r} is outside the folders this worker allows "
@@ -56,3 +52,21 @@ def check_allowed_paths(
                 suggestion=f"use a file under {folders[0]}, or ask the operator to add its "
                 f"folder to {ALLOWED_DIRS_KEY}",
             )
+
+
+def check_client_options(
+    connector_class: type, config: Mapping[str, str], policy: ClientPolicy
+) -> None:
+    """Raise `ConfigException` (or `InvalidConfig`) naming each key whose client options the
+    worker's `policy` refuses (`Connector.client_options`: Kafka's `source.kafka.*`, a URL's
+    parameters). Runs before the connector's `validate`, which may open a client with them."""
+    declared = getattr(connector_class, "client_options", None)
+    if declared is None:
+        return
+    try:
+        options = declared(config)
+    except ConfigException:
+        # A config the connector cannot read yet (no URL, one that does not parse): its
+        # `validate` reports why, and opens no client from it.
+        return
+    policy.check(options)

@@ -204,6 +204,21 @@ class Conflict(HerderError):
     code = "state.conflict"
 
 
+class TooMany(HerderError):
+    """A limit of the worker is reached (`max.connectors`); the key names the limit."""
+
+    status = 429
+    code = "limit.reached"
+
+
+class Starting(HerderError):
+    """The worker answers REST while its Spark session and stores are still being built; the
+    request can be sent again in a few seconds (`Retry-After`)."""
+
+    status = 503
+    code = "worker.starting"
+
+
 class Herder(ABC):
     """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
 
@@ -335,6 +350,12 @@ class Herder(ABC):
     @abstractmethod
     def reset_offsets(self, name: str) -> None:
         """Forget every position of `name` (it must be STOPPED; `Conflict` otherwise)."""
+
+    @abstractmethod
+    def query_progress(self, name: str) -> dict[str, Any]:
+        """The recent micro-batches of connector `name`'s Spark query as Spark reports them:
+        `{"connector", "query_id", "batches": [{"batchId", "timestamp", "numInputRows",
+        "durationMs": {phase: ms}}]}` (newest last; empty while it does not run here)."""
 
     @abstractmethod
     def push(self, name: str) -> dict[str, Any]:

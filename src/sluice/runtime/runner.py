@@ -63,6 +63,7 @@ from sluice.sdk import (
     partition_key,
 )
 from sluice.sdk._config import normalize_config
+from sluice.sdk.wakeup import idle_wait
 from sluice.store.positions import Fenced, FencedPositions
 
 log = logging.getLogger(__name__)
@@ -84,11 +85,17 @@ def _await_trigger_end(query: StreamingQuery, timeout_s: float) -> None:
     again under a new writer id: its records were in the topic twice (or in a sink twice).
     Records flowing without pause, the next batch starts at once, so the moment to stop is just
     after a batch reported its progress: the next one is then still planning or reading, and
-    cutting it there is harmless."""
+    cutting it there is harmless. So is a trigger still asking its sources for offsets: an idle
+    query waits there for new data (see `sluice.sdk.wakeup`)."""
     deadline = time.monotonic() + timeout_s
     last = _progress_mark(query)
     while query.isActive and time.monotonic() < deadline:
-        if not query.status.get("isTriggerActive") or _progress_mark(query) != last:
+        status = query.status
+        if (
+            not status.get("isTriggerActive")
+            or str(status.get("message", "")).startswith("Getting offsets from")
+            or _progress_mark(query) != last
+        ):
             return
         time.sleep(0.02)
 
@@ -205,6 +212,7 @@ class ConnectorRunner:
         self.counters = self.stores.counters
         self.schemas = self.stores.schemas
         self.push_board_path = os.path.join(self.root, "push.sqlite")
+        self.trigger_interval_ms = trigger_interval_ms
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}
             if trigger_interval_ms > 0
@@ -305,6 +313,10 @@ class ConnectorRunner:
         interval = connector.micro_batch_interval_ms()
         return {"processingTime": f"{interval} milliseconds"} if interval else self.trigger
 
+    def _idle_wait_of(self, connector: SinkConnector | None = None) -> float:
+        interval = connector.micro_batch_interval_ms() if connector is not None else None
+        return idle_wait(interval or self.trigger_interval_ms)
+
     def start(
         self, name: str, config: dict[str, object], *, generation: int | None = None
     ) -> RunningConnector:
@@ -345,6 +357,7 @@ class ConnectorRunner:
                 staging_dir=os.path.join(run_dir, "staging"),
                 positions=positions,
                 counters=self.counters,
+                idle_wait_s=self._idle_wait_of(),
             )
             if plan.topic:
                 self.bus.create_topic(plan.topic)
@@ -453,6 +466,7 @@ class ConnectorRunner:
                 group=settings.task_group_id,
                 consume_from=settings.consume_from_where,
                 notes=notes,
+                idle_wait_s=self._idle_wait_of(connector),
             )
             if fused:
                 query = start_fused_query(

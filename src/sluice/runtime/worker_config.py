@@ -11,7 +11,8 @@ from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
 from sluice.converters._compatibility import DEFAULT_LEVEL, LEVELS
 from sluice.runtime.allocation import strategy_name
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+from sluice.sdk import ClientPolicy, ConfigDef, ConfigException, ConfigKey
+from sluice.sdk._client_options import ALLOWLIST_KEY, POLICY_KEY, POLICY_MODES
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,21 @@ WORKER_KEYS = ConfigDef(
         doc="folders that connectors' file paths must be in (comma-separated; empty: any)",
     ),
     ConfigKey(
+        POLICY_KEY,
+        default="allowlist",
+        choices=POLICY_MODES,
+        doc="client options connectors pass to their client libraries (source.kafka.*, URL "
+        "parameters): allowlist (those known to be safe), all, or none; options that load "
+        "code or run commands never pass (see docs/operations.md)",
+    ),
+    ConfigKey(
+        ALLOWLIST_KEY,
+        type="list",
+        default=(),
+        doc="more client options to allow under the allowlist policy: family:option "
+        "(kafka:debug, postgresql:client_encoding…) or option",
+    ),
+    ConfigKey(
         "rest.auth",
         default="none",
         choices=("none", "basic", "token"),
@@ -94,6 +110,29 @@ WORKER_KEYS = ConfigDef(
         default=4 << 20,
         min=1024,
         doc="the largest REST request body read; a larger one is a 413",
+    ),
+    ConfigKey(
+        "rest.request.body.timeout.ms",
+        type="int",
+        default=30_000,
+        min=100,
+        doc="the longest a REST request body may take to arrive; a slower one is a 408",
+    ),
+    ConfigKey(
+        "rest.auth.failures.per.minute",
+        type="int",
+        default=10,
+        min=0,
+        doc="failed credential checks a client address may make in any minute; more are "
+        "answered 429 (0: no limit)",
+    ),
+    ConfigKey(
+        "max.connectors",
+        type="int",
+        default=100,
+        min=1,
+        doc="the most connectors the worker (in distributed mode, the cluster) holds; a create "
+        "past it is a 429",
     ),
     ConfigKey(
         "status.poll.interval.ms",
@@ -202,6 +241,9 @@ class WorkerConfig:
     session_timeout_ms: int = 6000
     source_lag_interval_ms: int = 10_000
     schema_compatibility: str = DEFAULT_LEVEL
+    client_policy: ClientPolicy = field(default_factory=ClientPolicy)
+    #: `max.connectors`: creates past it are refused (see `StandaloneHerder.put_connector`)
+    max_connectors: int = 100
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -265,6 +307,8 @@ class WorkerConfig:
             session_timeout_ms=timeout,
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
             schema_compatibility=values["schema.compatibility"],
+            client_policy=ClientPolicy.of(props),
+            max_connectors=values["max.connectors"],
         )
 
     def create_bus(self) -> Bus:

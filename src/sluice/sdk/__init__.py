@@ -12,6 +12,22 @@ from sluice.sdk._arrow import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
 )
+from sluice.sdk._client_families import (
+    KAFKA_CLIENT,
+    MYSQL_CLIENT,
+    POSTGRESQL_CLIENT,
+    RABBITMQ_CLIENT,
+    REDIS_CLIENT,
+    SQLITE_CLIENT,
+)
+from sluice.sdk._client_options import (
+    ClientFamily,
+    ClientOption,
+    ClientPolicy,
+    prefixed_options,
+    refuse_unsafe,
+    url_options,
+)
 from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey, redact_url
 from sluice.sdk._connector import (
     BatchId,
@@ -60,11 +76,20 @@ from sluice.sdk._transform import (
 
 __all__ = [
     "HEADERS_TYPE",
+    "KAFKA_CLIENT",
+    "MYSQL_CLIENT",
     "PASSWORD_MASK",
+    "POSTGRESQL_CLIENT",
+    "RABBITMQ_CLIENT",
+    "REDIS_CLIENT",
+    "SQLITE_CLIENT",
     "TIMESTAMP_TYPE",
     "AppendSinkConnector",
     "AppendSinkTask",
     "BatchId",
+    "ClientFamily",
+    "ClientOption",
+    "ClientPolicy",
     "ConfigDef",
     "ConfigException",
     "ConfigKey",
@@ -108,7 +133,10 @@ __all__ = [
     "count_problem",
     "literal",
     "partition_key",
+    "prefixed_options",
     "quote",
     "redact_url",
+    "refuse_unsafe",
     "struct_fields",
+    "url_options",
 ]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
+from sluice.sdk._client_options import ClientOption
 from sluice.sdk._config import ConfigDef
 from sluice.sdk._errors import ConfigException, InvalidConfig
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition
@@ -206,6 +207,17 @@ class Connector(ABC):
     def delivery(cls, config: Mapping[str, str]) -> Delivery:
         """The guarantee this connector gives under `config` (driver; `{}` for the defaults)."""
         raise NotImplementedError
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The options of `config` this connector hands to a client library as typed (Kafka's
+        ``source.kafka.<option>`` keys, a URL's parameters), so that the worker's client policy
+        applies to them (see `sluice.sdk._client_options`). Driver, at create, update and
+        validation, on the config with references resolved, before `validate`; nothing is
+        connected. Default: none. A connector that passes options through overrides it, and
+        calls `refuse_unsafe` on the same options where it builds its client. A config it
+        cannot read yet may raise `ConfigException`; the worker then leaves it to `validate`."""
+        return []
 
     def problems(self, config: Mapping[str, str]) -> list[ConfigException]:
         """Every problem of `config`, one `ConfigException` per bad key (Kafka's `validate`
@@ -396,6 +408,14 @@ class ReplayableSourceTask(ABC):
         micro-batch committed when it plans the next one, so the last batch's data is released
         when more arrives. Default: nothing.
         """
+
+    def watch_paths(self) -> list[str]:
+        """Optional (driver): files whose change means this task may have new data (a file
+        source's input). While a micro-batch finds nothing new, the runtime waits on them (see
+        `sluice.sdk.wakeup`) and asks `latest` again at the first write, instead of at the next
+        trigger: a trickled record starts its micro-batch at once. Default: none (asked once
+        per trigger interval)."""
+        return []
 
     #: what `lag` counts: "bytes" (a file, a change log) or "records" (rows, stream entries)
     lag_unit: ClassVar[str] = "records"

@@ -48,6 +48,9 @@ class FileSourceTask(ReplayableSourceTask):
         end = _lines.range_end(self.path, pos, limit)
         return start if end is None or end == pos else {"position": end}
 
+    def watch_paths(self) -> list[str]:
+        return [self.path]
+
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[pa.RecordBatch]:

@@ -77,7 +77,7 @@ KEYS = ConfigDef(
     ),
     ConfigKey("timeout.ms", type="int", default=5000, doc="per request; cancelled after it"),
     ConfigKey("tls.verify", type="bool", default=True, doc="verify the server's certificate"),
-    ConfigKey("tls.ca.file", default="", doc="CA bundle to verify with"),
+    ConfigKey("tls.ca.file", type="path", default="", doc="CA bundle to verify with"),
     ConfigKey(
         "idempotency.header",
         default="Idempotency-Key",

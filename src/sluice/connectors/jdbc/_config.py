@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey, redact_url
+from sluice.sdk import (
+    ClientOption,
+    ConfigDef,
+    ConfigException,
+    ConfigKey,
+    redact_url,
+    refuse_unsafe,
+    url_options,
+)
 
 MODES = ("bulk", "incrementing", "timestamp", "timestamp+incrementing")
 INSERT_MODES = ("insert", "upsert", "update")
@@ -122,8 +130,24 @@ class Connection:
         )
 
 
-def parse_connection(config: Mapping[str, Any]) -> Connection:
-    """The connection described by `connection.url` (+ user, password, attempts, backoff)."""
+def connection_client_options(config: Mapping[str, Any]) -> list[ClientOption]:
+    """The URL parameters of `connection.url` that reach the database driver (libpq, PyMySQL),
+    for the worker's client policy (`Connector.client_options`)."""
+    return _client_options(parse_connection(config, checked=False))
+
+
+def _client_options(connection: Connection) -> list[ClientOption]:
+    from sluice.connectors.jdbc._dialect import dialect_for
+
+    family = dialect_for(connection.dialect).client_family
+    return url_options(family, "connection.url", connection.options)
+
+
+def parse_connection(config: Mapping[str, Any], *, checked: bool = True) -> Connection:
+    """The connection described by `connection.url` (+ user, password, attempts, backoff).
+    `checked`: a URL parameter that no client policy allows (one that loads code, as libpq's
+    ``sslkey=engine:key``, or lets the server read the worker's files, as ``local_infile``) is
+    a `ConfigException` naming `connection.url`."""
     from sluice.connectors.jdbc._dialect import dialect_for_scheme
 
     keys = ConfigDef(*_CONNECTION_KEYS).parse(config)
@@ -156,7 +180,7 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
     params.pop("user", None)
     params.pop("password", None)
     options = dialect.url_options(params, jdbc=raw.lower().startswith("jdbc:"))
-    return Connection(
+    connection = Connection(
         dialect=dialect.name,
         host=parts.hostname,
         port=port,
@@ -167,6 +191,9 @@ def parse_connection(config: Mapping[str, Any]) -> Connection:
         attempts=keys["connection.attempts"],
         backoff_ms=keys["connection.backoff.ms"],
     )
+    if checked:
+        refuse_unsafe(_client_options(connection))
+    return connection
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sluice.connectors.jdbc._config import TableName
-from sluice.sdk import ConnectException, FieldType, Schema
+from sluice.sdk import ClientFamily, ConnectException, FieldType, Schema
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,8 @@ class Dialect(ABC):
     #: URL schemes (after ``jdbc:``) that name this database, and the SQLAlchemy driver used.
     schemes: tuple[str, ...] = ()
     driver: str = ""
+    #: the driver's options a URL may pass, as the worker's client policy judges them
+    client_family: ClientFamily = ClientFamily("", "", frozenset())
 
     # -- connection URL ------------------------------------------------------------------------
     def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:

@@ -46,10 +46,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.connectors.jdbc._config import SINK_CONFIG, SinkSettings, TableName
+from sluice.connectors.jdbc._config import (
+    SINK_CONFIG,
+    SinkSettings,
+    TableName,
+    connection_client_options,
+)
 from sluice.connectors.jdbc._dialect import Write
 from sluice.sdk import (
     BatchId,
+    ClientOption,
     ConnectException,
     ConnectRecord,
     Delivery,
@@ -943,6 +949,11 @@ class JdbcSinkConnector(SinkConnector):
 
     config_def = SINK_CONFIG
     task_class = JdbcSinkTask
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """`connection.url`'s parameters that reach the driver (libpq, PyMySQL)."""
+        return connection_client_options(config)
 
     @classmethod
     def delivery(cls, config: Mapping[str, str]) -> Delivery:

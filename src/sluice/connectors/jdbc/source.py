@@ -43,10 +43,12 @@ from sluice.connectors.jdbc._config import (
     SOURCE_POSITION_KEYS,
     SourceSettings,
     TableName,
+    connection_client_options,
 )
 from sluice.connectors.jdbc._dialect import Mapped, UnmappableType
 from sluice.connectors.jdbc._values import decode, encode, naive_utc, to_arrow
 from sluice.sdk import (
+    ClientOption,
     ConfigException,
     ConnectException,
     ReadLimit,
@@ -981,6 +983,11 @@ class JdbcSourceConnector(SourceConnector):
     config_def = SOURCE_CONFIG
     task_class = JdbcSourceTask
     position_keys = SOURCE_POSITION_KEYS
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """`connection.url`'s parameters that reach the driver (libpq, PyMySQL)."""
+        return connection_client_options(config)
 
     def __init__(self) -> None:
         super().__init__()

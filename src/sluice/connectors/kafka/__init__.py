@@ -3,7 +3,8 @@
 Source keys (`KafkaSourceConnector`): `source.bootstrap.servers` (required), `source.topics` or
 `source.topics.regex`, `topic.rename.format` (default `${topic}`; `connect.topicname` sends
 everything to one topic instead), `source.timeout.ms` (30000), and librdkafka options as
-`source.kafka.<option>` (e.g. `source.kafka.security.protocol`).
+`source.kafka.<option>` (e.g. `source.kafka.security.protocol`) under the worker's client policy
+(`sluice.sdk.KAFKA_CLIENT`: never one that loads a library or runs a command).
 
 Sink keys (`KafkaSinkConnector`): `target.bootstrap.servers` (required), `connect.topicnames`,
 `topic.rename.format` (default `${topic}`), `target.timeout.ms` (30000), and

@@ -1,5 +1,10 @@
 """confluent-kafka clients for the Kafka connectors: imported lazily, one per process and
-configuration, errors translated to the SDK's with the config key named."""
+configuration, errors translated to the SDK's with the config key named.
+
+Client options pass through as ``source.kafka.<option>`` / ``target.kafka.<option>`` under the
+worker's client policy (`sluice.sdk.KAFKA_CLIENT`: librdkafka options known to be safe; never
+one that loads a library, an OpenSSL engine or provider, or runs a command).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,15 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from sluice.sdk import ConfigException, ConnectException, RetriableException
+from sluice.sdk import (
+    ClientFamily,
+    ClientOption,
+    ConfigException,
+    ConnectException,
+    RetriableException,
+    prefixed_options,
+    refuse_unsafe,
+)
 
 log = logging.getLogger("sluice.connectors.kafka")
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
@@ -28,9 +41,20 @@ def kafka() -> Any:
     return confluent_kafka
 
 
-def pass_through(config: Mapping[str, str], prefix: str) -> dict[str, str]:
-    """Client options given as ``<prefix><librdkafka option>`` (e.g. ``source.kafka.``)."""
-    return {k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}
+def client_options(
+    family: ClientFamily, config: Mapping[str, str], prefix: str
+) -> list[ClientOption]:
+    """The librdkafka options given as ``<prefix><option>`` keys (e.g. ``source.kafka.``)."""
+    return prefixed_options(family, config, prefix)
+
+
+def pass_through(config: Mapping[str, str], prefix: str, family: ClientFamily) -> dict[str, str]:
+    """The client options given as ``<prefix><librdkafka option>``, refused if one loads code
+    or runs a command (`refuse_unsafe`: whatever the worker's policy, and wherever the client
+    is built, so a config stored before the policy existed is refused too)."""
+    options = client_options(family, config, prefix)
+    refuse_unsafe(options)
+    return {o.name: o.value for o in options}
 
 
 def _make(kind: str, config: Mapping[str, Any], key: str) -> Any:

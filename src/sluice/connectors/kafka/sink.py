@@ -15,7 +15,8 @@ Unit of parallelism: one task per group of sluice queues (`max.tasks`).
 
 Mapping: the record's topic → target topic by ``topic.rename.format``; sluice queue *q* → target
 partition *q mod n*, so one key (one source partition) stays in order; key, value, extensions
-(→ headers) and timestamp are kept. Client options pass through as ``target.kafka.<option>``.
+(→ headers) and timestamp are kept. Client options pass through as ``target.kafka.<option>``,
+under the worker's client policy (see `sluice.connectors.kafka._client`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
 from sluice.connectors._replication import check_rename, renamed, target_queue
 from sluice.connectors.kafka._client import (
     client,
+    client_options,
     kafka,
     log,
     pass_through,
@@ -37,7 +39,9 @@ from sluice.connectors.kafka._client import (
     unavailable,
 )
 from sluice.sdk import (
+    KAFKA_CLIENT,
     BatchId,
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -59,9 +63,27 @@ CONFIG = ConfigDef(
 )
 
 
+_TRANSACTIONS = "the sink's exactly-once delivery (transactions, batch markers) depends on it"
+#: librdkafka as the sink uses it: the options it sets itself are not the user's to change
+FAMILY = KAFKA_CLIENT.reserving(
+    {
+        "bootstrap.servers": f"set {KEY}",
+        "metadata.broker.list": f"set {KEY}",
+        "enable.idempotence": _TRANSACTIONS,
+        "transactional.id": _TRANSACTIONS,
+        "isolation.level": _TRANSACTIONS,
+        "group.id": _TRANSACTIONS,
+        "group.instance.id": _TRANSACTIONS,
+        "enable.auto.commit": _TRANSACTIONS,
+        "linger.ms": "the sink sets 5 ms",
+        "queue.buffering.max.ms": "the sink sets linger.ms=5",
+    }
+)
+
+
 def _options(config: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        **pass_through(config, PREFIX),
+        **pass_through(config, PREFIX, FAMILY),
         "bootstrap.servers": values[KEY],
         "enable.idempotence": True,
         "linger.ms": 5,
@@ -312,10 +334,14 @@ class KafkaSinkConnector(SinkConnector):
     task_class = KafkaSinkTask
     guarantee = Delivery.EXACTLY_ONCE
 
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        return client_options(FAMILY, config, PREFIX)
+
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)
         check_rename(values["topic.rename.format"])
-        options = {**pass_through(config, PREFIX), "bootstrap.servers": values[KEY]}
+        options = {**pass_through(config, PREFIX, FAMILY), "bootstrap.servers": values[KEY]}
         client("producer", _options(config, values), KEY)  # the producer options are valid
         try:
             with probe(options, KEY) as consumer:

@@ -29,10 +29,19 @@ from sluice.connectors._replication import (
     task_shares,
     topic_filter,
 )
-from sluice.connectors.kafka._client import client, kafka, pass_through, probe, unavailable
+from sluice.connectors.kafka._client import (
+    client,
+    client_options,
+    kafka,
+    pass_through,
+    probe,
+    unavailable,
+)
 from sluice.sdk import (
     HEADERS_TYPE,
+    KAFKA_CLIENT,
     TIMESTAMP_TYPE,
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -55,6 +64,20 @@ CONFIG = ConfigDef(
 )
 _ROWS = 8192
 _TOPICS_TTL_S = 10.0
+_EXACT = "the source reads exact offset ranges of committed records (exactly-once)"
+#: librdkafka as the source uses it: the options it sets itself are not the user's to change
+FAMILY = KAFKA_CLIENT.reserving(
+    {
+        "bootstrap.servers": f"set {KEY}",
+        "metadata.broker.list": f"set {KEY}",
+        "group.id": "the source reads by offset, outside any consumer group",
+        "group.instance.id": "the source reads by offset, outside any consumer group",
+        "enable.auto.commit": _EXACT,
+        "enable.auto.offset.store": _EXACT,
+        "auto.offset.reset": _EXACT,
+        "isolation.level": _EXACT,
+    }
+)
 
 
 class _Source:
@@ -64,7 +87,7 @@ class _Source:
         self.servers = values[KEY]
         self.timeout_s = values["source.timeout.ms"] / 1000
         self.options = {
-            **pass_through(config, PREFIX),
+            **pass_through(config, PREFIX, FAMILY),
             "bootstrap.servers": self.servers,
             "group.id": "sluice-replicator",
             "enable.auto.commit": False,
@@ -215,6 +238,10 @@ class KafkaSourceConnector(SourceConnector):
     config_def = CONFIG
     task_class = KafkaSourceTask
     offset_counts = ("offset",)
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        return client_options(FAMILY, config, PREFIX)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

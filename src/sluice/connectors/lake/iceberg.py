@@ -12,7 +12,9 @@ Unit of parallelism: one task per group of queues (`max.tasks`) stages rows; one
 Keys (besides the row and partition keys of `sluice.connectors.lake`): `iceberg.table`
 (`namespace.table`, created with the first batch), `iceberg.warehouse` (a local folder for data
 and metadata), `iceberg.catalog.uri` (a SQLAlchemy URL: default
-`sqlite:///<warehouse>/catalog.sqlite`; `postgresql://user:pass@host/db` uses psycopg 3),
+`sqlite:///<warehouse>/catalog.sqlite`; `postgresql://user:pass@host/db` uses psycopg 3,
+`mysql+pymysql://…` PyMySQL; its query parameters reach the driver under the worker's client
+policy, as a JDBC URL's do),
 `iceberg.catalog.name` (`sluice`), `file.max.bytes` (the table's
 `write.target-file-size-bytes`, default 128 MiB), `staging.dir` (default
 `<warehouse>/.sluice-staging/<table>`). Partition columns get identity transforms when the table
@@ -30,6 +32,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow as pa
 
@@ -41,12 +44,18 @@ from sluice.connectors.lake._staging import (
     remove_stale,
 )
 from sluice.sdk import (
+    MYSQL_CLIENT,
+    POSTGRESQL_CLIENT,
+    SQLITE_CLIENT,
     BatchId,
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
     ConnectException,
     redact_url,
+    refuse_unsafe,
+    url_options,
 )
 
 CONFIG = ConfigDef(
@@ -76,12 +85,39 @@ def _catalog_uri(values: Mapping[str, Any]) -> str:
     return uri
 
 
+def catalog_client_options(uri: str) -> list[ClientOption]:
+    """The query parameters of catalog URL `uri` that reach its driver (libpq, PyMySQL or
+    sqlite3; a SQLite URL's file is checked against `file.allowed.dirs` by the worker). A
+    database sluice ships no driver for is a ConfigException: its options are not known here."""
+    key = "iceberg.catalog.uri"
+    try:
+        parts = urlsplit(uri)
+        params = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError as exc:
+        raise ConfigException(key, f"cannot parse {redact_url(uri)!r}: {exc}") from None
+    database = parts.scheme.split("+", 1)[0].lower()
+    family = {
+        "sqlite": SQLITE_CLIENT,
+        "postgresql": POSTGRESQL_CLIENT,
+        "postgres": POSTGRESQL_CLIENT,
+        "mysql": MYSQL_CLIENT,
+    }.get(database)
+    if family is None:
+        raise ConfigException(
+            key,
+            f"unsupported catalog database {parts.scheme!r} in {redact_url(uri)!r}",
+            suggestion="use sqlite:///…, postgresql://… or mysql+pymysql://…",
+        )
+    return url_options(family, key, params)
+
+
 def open_catalog(values: Mapping[str, Any]) -> Any:
     """The SQL catalog of `values`; a URL it cannot use is a ConfigException naming the key."""
     from pyiceberg.catalog.sql import SqlCatalog
 
     folder = os.path.abspath(values["iceberg.warehouse"])
     uri = _catalog_uri(values)
+    refuse_unsafe(catalog_client_options(uri))
     for attempt in range(3):
         try:
             os.makedirs(folder, exist_ok=True)
@@ -111,6 +147,12 @@ class IcebergSinkConnector(TableSinkConnector):
 
     config_def = CONFIG
     task_class = IcebergSinkTask
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters of `iceberg.catalog.uri` (none for the default SQLite one)."""
+        uri = config.get("iceberg.catalog.uri", "").strip()
+        return catalog_client_options(uri) if uri else []
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

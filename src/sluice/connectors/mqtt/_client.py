@@ -110,6 +110,13 @@ class Settings:
         parts = urlsplit(url)
         if parts.scheme not in ("tcp", "mqtt") or not parts.hostname:
             raise ConfigException(URL, f"expected tcp://host:port, got {url!r}")
+        if parts.query or parts.fragment or parts.path.strip("/"):
+            # paho takes host and port only: options in the URL would be silently dropped
+            raise ConfigException(
+                URL,
+                f"expected tcp://host:port, got {url!r}: sluice passes no client options "
+                "from the URL (the MQTT connectors take none)",
+            )
         try:
             port = parts.port or 1883
         except ValueError:

@@ -69,6 +69,13 @@ class Settings:
         for server in servers:
             if not server.startswith(("nats://", "tls://")):
                 raise ConfigException(URL, f"expected nats://host:port, got {server!r}")
+            if any(c in server for c in "?#"):
+                # nats-py takes the address only: options in the URL would be silently dropped
+                raise ConfigException(
+                    URL,
+                    f"expected nats://host:port, got {server!r}: sluice passes no client "
+                    "options from the URL (the NATS connectors take none)",
+                )
         return Settings(
             servers,
             values["nats.username"] or None,

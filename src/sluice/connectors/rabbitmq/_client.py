@@ -3,28 +3,40 @@
 `rabbitmq.url` (``amqp://user:password@host:port/vhost``, ``amqps://`` for TLS; the vhost ``/`` is
 written ``%2F``) is the one address; RocketMQ Connect's ``host`` / ``port`` / ``username`` /
 ``password`` / ``virtualHost`` keys are accepted instead of it. pika is imported lazily.
+
+The URL's query parameters go to pika's `URLParameters` (``amqps://h?ssl_options={'cafile':
+'/etc/ca.pem'}``) under the worker's client policy (`sluice.sdk.RABBITMQ_CLIENT`); each entry
+of ``ssl_options`` is judged as ``ssl_options.<name>`` (its certificate and key files inside
+`file.allowed.dirs`).
 """
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from sluice.sdk import (
+    RABBITMQ_CLIENT,
+    ClientOption,
     ConfigException,
     ConfigKey,
     ConnectException,
     RetriableException,
     redact_url,
+    refuse_unsafe,
+    url_options,
 )
 
 URL = "rabbitmq.url"
 CONNECTION_KEYS = (
     ConfigKey(URL, default="", doc="amqp://user:password@host:port/vhost (amqps:// for TLS)"),
     ConfigKey("rabbitmq.username", default="", doc="user (overrides the URL's)"),
-    ConfigKey("rabbitmq.password", default="", doc="password (overrides the URL's)"),
+    ConfigKey(
+        "rabbitmq.password", type="password", default="", doc="password (overrides the URL's)"
+    ),
     ConfigKey("rabbitmq.timeout.ms", type="int", default=5000, min=1, doc="connect/socket timeout"),
     ConfigKey(
         "rabbitmq.heartbeat.s",
@@ -37,7 +49,7 @@ CONNECTION_KEYS = (
     ConfigKey("host", default="", doc="host (RocketMQ Connect name; rabbitmq.url is preferred)"),
     ConfigKey("port", type="int", default=5672, min=1, doc="port (RocketMQ Connect name)"),
     ConfigKey("username", default="guest", doc="user (RocketMQ Connect name)"),
-    ConfigKey("password", default="guest", doc="password (RocketMQ Connect name)"),
+    ConfigKey("password", type="password", default="guest", doc="password (RocketMQ Connect name)"),
     ConfigKey("virtualHost", default="/", doc="virtual host (RocketMQ Connect name)"),
 )
 
@@ -49,6 +61,36 @@ def pika_module() -> Any:
     except ImportError:  # pragma: no cover - pika is a dependency of sluice
         raise ConfigException(URL, "the RabbitMQ connectors need pika: pip install pika") from None
     return pika
+
+
+def client_options(config: Mapping[str, str]) -> list[ClientOption]:
+    """What `rabbitmq.url` hands to pika besides its address: its query parameters, with each
+    entry of ``ssl_options`` (a Python dict literal, as pika reads it) as ``ssl_options.<name>``
+    (`Connector.client_options`)."""
+    url = config.get(URL, "").strip()
+    if not url:
+        return []  # host/port/virtualHost make a URL without parameters
+    try:
+        params = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+    except ValueError as exc:
+        raise ConfigException(URL, f"cannot parse {redact_url(url)!r}: {exc}") from None
+    found = []
+    for name, value in params:
+        if name != "ssl_options":
+            found.append((name, value))
+            continue
+        try:
+            ssl = ast.literal_eval(value)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            ssl = value  # not a literal: refused below
+        if ssl is not None and not isinstance(ssl, dict):
+            raise ConfigException(
+                URL,
+                "URL parameter 'ssl_options' must be a dict literal such as "
+                "{'cafile': '/etc/ssl/ca.pem'} (or None)",
+            )
+        found += [(f"ssl_options.{k}", str(v)) for k, v in (ssl or {}).items()]
+    return url_options(RABBITMQ_CLIENT, URL, found)
 
 
 @dataclass(frozen=True)
@@ -69,6 +111,7 @@ class Settings:
             url, key = values[URL], URL
             if not url.startswith(("amqp://", "amqps://")):
                 raise ConfigException(URL, f"expected amqp://host:port/vhost, got {url!r}")
+            refuse_unsafe(client_options({URL: url}))
         elif values["host"]:
             vhost = quote(values["virtualHost"], safe="")
             url, key = f"amqp://{values['host']}:{values['port']}/{vhost}", "host"

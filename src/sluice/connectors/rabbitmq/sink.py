@@ -33,8 +33,10 @@ from typing import Any
 
 from sluice.connectors._messaging import Refusals, Row, RowSinkTask
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, pika_module
+from sluice.connectors.rabbitmq._client import client_options as rabbitmq_options
 from sluice.sdk import (
     BatchId,
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -262,6 +264,11 @@ class RabbitMQSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RabbitMQSinkTask
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters of rabbitmq.url (each ssl_options entry on its own)."""
+        return rabbitmq_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -34,7 +34,9 @@ import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector, source_batch
 from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
+from sluice.connectors.rabbitmq._client import client_options as rabbitmq_options
 from sluice.sdk import (
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -324,6 +326,11 @@ class RabbitMQStreamSourceConnector(NamedSourceConnector):
     task_class = RabbitMQStreamSourceTask
     offset_counts = ("offset",)
 
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters of rabbitmq.url (each ssl_options entry on its own)."""
+        return rabbitmq_options(config)
+
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)
         settings = Settings.of(values)
@@ -435,6 +442,11 @@ class RabbitMQSourceConnector(NamedSourceConnector):
     names_key = "rabbitmq.queues"
     config_def = QUEUE_CONFIG
     task_class = RabbitMQSourceTask
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters of rabbitmq.url (each ssl_options entry on its own)."""
+        return rabbitmq_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = QUEUE_CONFIG.parse(config)

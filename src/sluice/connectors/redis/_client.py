@@ -3,6 +3,10 @@
 `redis.url` (``redis://[user:password@]host:port/db``, ``rediss://`` for TLS) is the one address;
 RocketMQ Connect's ``redisAddr`` / ``redisPort`` / ``redisPassword`` / ``timeout`` keys are
 accepted instead of it. redis-py is imported lazily, so the rest of sluice does not need it.
+
+The URL's query parameters go to redis-py's connection (``rediss://h?ssl_ca_certs=/etc/ca.pem``)
+under the worker's client policy (`sluice.sdk.REDIS_CLIENT`), and so does a ``unix://`` socket
+path (a local file: inside `file.allowed.dirs`).
 """
 
 from __future__ import annotations
@@ -10,19 +14,29 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
 
-from sluice.sdk import ConfigException, ConfigKey, RetriableException, redact_url
+from sluice.sdk import (
+    REDIS_CLIENT,
+    ClientOption,
+    ConfigException,
+    ConfigKey,
+    RetriableException,
+    redact_url,
+    refuse_unsafe,
+    url_options,
+)
 
 URL = "redis.url"
 CONNECTION_KEYS = (
     ConfigKey(URL, default="", doc="redis://[user:password@]host:port/db (rediss:// for TLS)"),
     ConfigKey("redis.username", default="", doc="ACL user (overrides the URL's)"),
-    ConfigKey("redis.password", default="", doc="password (overrides the URL's)"),
+    ConfigKey("redis.password", type="password", default="", doc="password (overrides the URL's)"),
     ConfigKey("redis.timeout.ms", type="int", default=3000, min=1, doc="socket timeout"),
     # RocketMQ Connect's names, used when redis.url is not set
     ConfigKey("redisAddr", default="", doc="host (RocketMQ Connect name; redis.url is preferred)"),
     ConfigKey("redisPort", type="int", default=6379, min=1, doc="port (RocketMQ Connect name)"),
-    ConfigKey("redisPassword", default="", doc="password (RocketMQ Connect name)"),
+    ConfigKey("redisPassword", type="password", default="", doc="password (RocketMQ Connect name)"),
     ConfigKey("timeout", type="int", default=0, min=0, doc="timeout ms (RocketMQ Connect name)"),
 )
 
@@ -36,6 +50,22 @@ def redis_module() -> Any:
             URL, "the Redis connectors need redis-py: pip install redis"
         ) from None
     return redis
+
+
+def client_options(config: Mapping[str, str]) -> list[ClientOption]:
+    """What `redis.url` hands to redis-py besides its address: its query parameters, and the
+    socket path of a ``unix://`` URL (`Connector.client_options`)."""
+    url = config.get(URL, "").strip()
+    if not url:
+        return []  # redisAddr/redisPort make a URL without parameters
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigException(URL, f"cannot parse {redact_url(url)!r}: {exc}") from None
+    params = parse_qsl(parts.query, keep_blank_values=True)
+    if parts.scheme == "unix" and parts.path:
+        params.append(("path", unquote(parts.path)))
+    return url_options(REDIS_CLIENT, URL, params)
 
 
 @dataclass(frozen=True)
@@ -54,6 +84,7 @@ class Settings:
             url, key = values[URL], URL
             if not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigException(URL, f"expected redis://host:port[/db], got {url!r}")
+            refuse_unsafe(client_options({URL: url}))
         elif values["redisAddr"]:
             url, key = f"redis://{values['redisAddr']}:{values['redisPort']}/0", "redisAddr"
         else:

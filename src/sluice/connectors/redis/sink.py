@@ -42,9 +42,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Refusals, Row, RowSinkTask
-from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
+from sluice.connectors.redis._client import (
+    CONNECTION_KEYS,
+    Settings,
+    redis_module,
+)
+from sluice.connectors.redis._client import (
+    client_options as redis_options,
+)
 from sluice.sdk import (
     BatchId,
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -218,6 +226,11 @@ class RedisSinkConnector(SinkConnector):
     config_def = CONFIG
     task_class = RedisSinkTask
     guarantee = Delivery.EXACTLY_ONCE
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters (and a unix:// socket path) of redis.url."""
+        return redis_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -29,8 +29,16 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector, patiently, source_batch
-from sluice.connectors.redis._client import CONNECTION_KEYS, Settings, redis_module
+from sluice.connectors.redis._client import (
+    CONNECTION_KEYS,
+    Settings,
+    redis_module,
+)
+from sluice.connectors.redis._client import (
+    client_options as redis_options,
+)
 from sluice.sdk import (
+    ClientOption,
     ConfigDef,
     ConfigException,
     ConfigKey,
@@ -263,6 +271,11 @@ class RedisStreamSourceConnector(NamedSourceConnector):
     config_def = STREAM_CONFIG
     task_class = RedisStreamSourceTask
 
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters (and a unix:// socket path) of redis.url."""
+        return redis_options(config)
+
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)
         _check_keys(
@@ -368,6 +381,11 @@ class RedisListSourceConnector(NamedSourceConnector):
     names_key = "redis.lists"
     config_def = LIST_CONFIG
     task_class = RedisListSourceTask
+
+    @classmethod
+    def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
+        """The query parameters (and a unix:// socket path) of redis.url."""
+        return redis_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = LIST_CONFIG.parse(config)

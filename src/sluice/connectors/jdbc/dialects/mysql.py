@@ -27,7 +27,7 @@ from sluice.connectors.jdbc._dialect import (
 )
 from sluice.connectors.jdbc._pages import PAGE_BYTES, Page, time_micros, unhex
 from sluice.connectors.jdbc._values import naive_utc
-from sluice.sdk import FieldType, Schema
+from sluice.sdk import MYSQL_CLIENT, FieldType, Schema
 
 _MYSQL_TRANSIENT = {
     1040,  # too many connections
@@ -49,6 +49,7 @@ class _Mysql(Dialect):
     quote_char = "`"
     schemes = ("mysql", "mariadb", "mysql+pymysql", "mariadb+pymysql")
     driver = "mysql+pymysql"
+    client_family = MYSQL_CLIENT
 
     def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
         return [] if jdbc else [(k, v) for k, v in params.items() if k != "charset"]

@@ -25,7 +25,7 @@ from sluice.connectors.jdbc._dialect import (
     optional,
 )
 from sluice.connectors.jdbc._pages import Page, time_micros, unhex
-from sluice.sdk import ConnectException, Schema
+from sluice.sdk import POSTGRESQL_CLIENT, ConnectException, Schema
 
 # JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)
 # concerns the Java driver only and is ignored.
@@ -37,6 +37,7 @@ class _Postgres(Dialect):
     quote_char = '"'
     schemes = ("postgresql", "postgres", "postgresql+psycopg")
     driver = "postgresql+psycopg"
+    client_family = POSTGRESQL_CLIENT
 
     def url_options(self, params: dict[str, str], *, jdbc: bool) -> list[tuple[str, str]]:
         options: list[tuple[str, str]] = []
