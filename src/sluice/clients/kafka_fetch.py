@@ -143,24 +143,24 @@ class LeaderFetcher:
                 conn.close()
             self._connections.clear()
 
-    def _connection(self, address: tuple[str, int]) -> _Connection:
+    def _connection(self, address: tuple[str, int]) -> tuple[_Connection, bool]:
+        """The kept connection to ``address`` (and True), or a new one (and False)."""
         with self._lock:
             conn = self._connections.get(address)
-            if conn is None:
-                try:
-                    conn = _Connection(*address, self.timeout_s, self.client_id)
-                except OSError as exc:
-                    raise FetchError(
-                        f"cannot connect to {address[0]}:{address[1]}: {exc}"
-                    ) from None
-                self._connections[address] = conn
-            return conn
+            if conn is not None:
+                return conn, True
+            try:
+                conn = _Connection(*address, self.timeout_s, self.client_id)
+            except OSError as exc:
+                raise FetchError(f"cannot connect to {address[0]}:{address[1]}: {exc}") from None
+            self._connections[address] = conn
+            return conn, False
 
-    def _drop(self, address: tuple[str, int]) -> None:
+    def _drop(self, address: tuple[str, int], conn: _Connection) -> None:
         with self._lock:
-            conn = self._connections.pop(address, None)
-        if conn is not None:
-            conn.close()
+            if self._connections.get(address) is conn:  # not one another thread made since
+                del self._connections[address]
+        conn.close()
 
     def fetch(self, topic: str, partition: int, offset: int) -> tuple[memoryview, list[Any]]:
         """One Fetch (read_committed) at ``offset``: the records bytes and the aborted
@@ -176,13 +176,19 @@ class LeaderFetcher:
                 struct.pack(">ih", 0, 0),  # no forgotten topics, rack ""
             )
         )
-        conn = self._connection(address)
-        try:
-            with conn.lock:
-                data = conn.request(_FETCH, _FETCH_VERSION, body)
-        except (OSError, FetchError) as exc:
-            self._drop(address)
-            raise FetchError(f"fetch from {address[0]}:{address[1]}: {exc}") from None
+        while True:
+            conn, kept = self._connection(address)
+            try:
+                with conn.lock:
+                    data = conn.request(_FETCH, _FETCH_VERSION, body)
+                break
+            except (OSError, FetchError) as exc:
+                self._drop(address, conn)
+                # A kept connection may have been closed by the broker meanwhile (idle for
+                # connections.max.idle.ms, or the broker restarted): a fetch only reads, so it
+                # is asked again once on a new connection before the broker counts as away.
+                if not kept:
+                    raise FetchError(f"fetch from {address[0]}:{address[1]}: {exc}") from None
         return _parse_fetch(data, topic, partition, self.forget)
 
     def read(self, topic: str, partition: int, start: int, stop: int) -> Iterator[Fetched]:
