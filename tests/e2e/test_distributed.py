@@ -309,7 +309,7 @@ def test_push_settings_change_only_through_the_owner(cluster: Cluster) -> None:
         board = PushBoard(str(cluster.root / "shared" / "push.sqlite"))
         for method, path, kwargs in (
             ("PATCH", f"/v1/connectors/{name}/push", {"json": {"concurrency": 3}}),
-            ("POST", f"/connectors/{name}/task/adjust", {"params": {"maxThreadSize": 3}}),
+            ("POST", f"/v1/connectors/{name}/task/adjust", {"params": {"maxThreadSize": 3}}),
         ):
             r = other.request(method, path, **kwargs)
             assert r.status_code == 404, r.text
