@@ -192,9 +192,14 @@ def is_console_file(path: str) -> bool:
     return path in ("/ui", "/ui/") or path.startswith("/ui/static/")
 
 
+#: the health check (Kafka Connect's KIP-1017): open to probes without credentials, and its
+#: answer says only whether the worker is up and ready
+HEALTH_PATH = "/health"
+
+
 def is_v1_face(path: str) -> bool:
-    """True for the routes of the `/v1` face (its error body), `GET /` included."""
-    return path.startswith("/v1") or path == "/"
+    """True for the routes of the `/v1` face (its error body), `GET /` and `/health` included."""
+    return path.startswith("/v1") or path in ("/", HEALTH_PATH)
 
 
 Scope = MutableMapping[str, Any]
@@ -229,8 +234,10 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        if (self.metrics_open and path == "/metrics") or (
-            self.mode == "token" and is_console_file(path)
+        if (
+            path == HEALTH_PATH
+            or (self.metrics_open and path == "/metrics")
+            or (self.mode == "token" and is_console_file(path))
         ):
             await self.app(scope, receive, send)
             return

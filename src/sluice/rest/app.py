@@ -23,13 +23,14 @@ from starlette.exceptions import HTTPException
 
 import sluice
 from sluice.rest import console, metrics, rocketmq, topics, v1
-from sluice.rest._auth import AuthMiddleware, RestSecurity, is_v1_face
+from sluice.rest._auth import HEALTH_PATH, AuthMiddleware, RestSecurity, is_v1_face
 from sluice.rest._common import CONFIG_SCHEMA
 from sluice.rest._cross_site import NO_FRAMES, CrossSiteGuard, NoFraming
 from sluice.rest._limits import BodyLimit
 from sluice.rest._listing import SharedRenders
 from sluice.rest._log_lines import install_log_escaper
 from sluice.rest._routes import GuardedRoute, writes
+from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder, HerderError
 from sluice.runtime.secrets import install_log_scrubber, scrub
 from sluice.runtime.stores import STORE_ERRORS, store_outage
@@ -288,6 +289,16 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     def root() -> dict[str, Any]:
         """The worker's version (Kafka Connect's `GET /`)."""
         return {"version": sluice.__version__, "commit": None, "worker_id": herder.worker_id}
+
+    @app.get(HEALTH_PATH, tags=["v1"], responses={503: {"description": "Still starting"}})
+    def health() -> JSONResponse:
+        """Whether the worker is up and ready to serve requests (Kafka Connect's KIP-1017), for
+        liveness and readiness probes: 200 once its Spark session, stores and herder are built,
+        503 while it starts. Open without credentials; it tells nothing else."""
+        if isinstance(herder, BootingHerder) and not herder.is_ready:
+            body = {"status": "starting", "message": "the worker is still starting"}
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+        return JSONResponse({"status": "healthy", "message": "the worker is ready"})
 
     app.include_router(metrics.router)
     app.include_router(topics.router)
