@@ -260,36 +260,41 @@ def test_validate_reports_errors_per_key(worker: WorkerProcess) -> None:
 def test_a_connector_that_fails_to_start_is_failed_not_fatal(
     worker: WorkerProcess, tmp_path: Path
 ) -> None:
+    """A start that fails on the connector's own error is FAILED with the error as its trace;
+    one that met a server away (a refused connection) is RESTARTING with it (retried for
+    `restart.retriable.timeout.ms`, sluice.runtime.restarts). Neither hurts the worker."""
     plugin_dir = worker.plugin_dir
     assert plugin_dir is not None
     (plugin_dir / "broken_start.py").write_text(
         "from sluice.connectors.file import FileSourceConnector\n\n\n"
         "class BrokenStart(FileSourceConnector):\n"
+        '    """Fails in start on a setting its system refuses."""\n\n'
+        "    def start(self, config):\n"
+        "        raise ValueError('table orders has no column id')\n\n\n"
+        "class AwayStart(FileSourceConnector):\n"
         '    """Fails in start, as a connector that cannot reach its system does."""\n\n'
         "    def start(self, config):\n"
         "        raise ConnectionRefusedError('database at 10.0.0.1:5432 refused the connection')\n"
     )
     worker.body("/plugin/reload")
     (tmp_path / "f").write_text("")
-    response = worker.request(
-        "POST",
-        "/connectors/brokenStart",
-        content=json.dumps(
-            {
-                "connector.class": "BrokenStart",
-                "filename": str(tmp_path / "f"),
-                "connect.topicname": "t",
-            }
+    for name, cls, state, first in (
+        ("brokenStart", "BrokenStart", "FAILED", "ValueError: table orders has no column id"),
+        (
+            "awayStart",
+            "AwayStart",
+            "RESTARTING",
+            "ConnectionRefusedError: database at 10.0.0.1:5432 refused the connection",
         ),
-    )
-    assert response.status_code == 200, response.text
-    wait_until(lambda: worker.state("brokenStart") == "FAILED", what="the FAILED status")
-    trace = worker.get("/v1/connectors/brokenStart/status").json()["connector"]["trace"]
-    assert trace.splitlines()[0] == (
-        "ConnectionRefusedError: database at 10.0.0.1:5432 refused the connection"
-    )
-    assert worker.get("/getClusterInfo").status_code == 200  # the worker is fine
-    worker.body("/connectors/brokenStart/stop")
+    ):
+        config = {"connector.class": cls, "filename": str(tmp_path / "f"), "connect.topicname": "t"}
+        response = worker.request("POST", f"/connectors/{name}", content=json.dumps(config))
+        assert response.status_code == 200, response.text
+        wait_until(lambda n=name, s=state: worker.state(n) == s, what=f"{name} {state}")
+        trace = worker.get(f"/v1/connectors/{name}/status").json()["connector"]["trace"]
+        assert trace.splitlines()[0] == first
+        assert worker.get("/getClusterInfo").status_code == 200  # the worker is fine
+        worker.body(f"/connectors/{name}/stop")
 
 
 def test_sink_reader_and_replicator_keys_are_checked_at_create(worker: WorkerProcess) -> None:
