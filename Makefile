@@ -1,20 +1,30 @@
 # The two commands: `make demo` (a running pipeline on the embedded defaults) and `make test`.
-# Both create .venv and install sluice into it on first use.
+# Both create .venv and install sluice into it on first use: `make demo` only the runtime,
+# `make venv` / `make test` the runtime with every extra and the test tools.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+# the demo runs in a venv that has everything (make venv) as well as in one with the runtime only
+DEMO_VENV := $(if $(shell test $(STAMP) -nt pyproject.toml && echo up),$(STAMP),$(RUNTIME_STAMP))
 
 .PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq chaos lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e '.[all,dev]'
 	touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e .
+	touch $(RUNTIME_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_VENV)
 	$(VENV)/bin/python -m sluice.demo
 
 lint: $(STAMP)
