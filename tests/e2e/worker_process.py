@@ -42,6 +42,8 @@ class WorkerProcess:
     proc: subprocess.Popen | None = None
     #: the log line that says the worker is up (a distributed worker logs its own)
     boot: str = BOOT
+    #: the interpreter that runs it (another venv's: see tests/e2e/test_core_install.py)
+    python: str = sys.executable
 
     @property
     def url(self) -> str:
@@ -83,10 +85,13 @@ class WorkerProcess:
             self.write_conf()
         boots = self.log.read_text().count(self.boot) if self.log.exists() else 0
         env = dict(os.environ, PYTHONPATH=str(REPO))
+        if self.python != sys.executable:  # Spark's Python workers too run that interpreter
+            for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+                env.pop(name, None)
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
         self.proc = spawn(
-            [sys.executable, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
+            [self.python, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,
