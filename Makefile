@@ -1,6 +1,13 @@
 # The two commands: `make demo` (a running pipeline on the embedded defaults) and `make test`.
 # Both create .venv and install sluice into it on first use: `make demo` only the runtime,
 # `make venv` / `make test` the runtime with every extra and the test tools.
+#
+# Test tiers (docs/testing.md):
+#   make test-quick  unit + integration tests not marked `slow`, on two workers (a developer's loop)
+#   make test        the whole suite as CI runs it (.ci/run): lint, unit, then integration and
+#                    end-to-end tests on two pytest-xdist workers; timings in test-reports/
+#   make test-deep   the many-round and 1M-scale crash runs, the stalled push, chaos and the CDC
+#                    snapshot bench (`make -k test-deep` to run them all even if one fails)
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
@@ -8,7 +15,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # the demo runs in a venv that has everything (make venv) as well as in one with the runtime only
 DEMO_VENV := $(if $(shell test $(STAMP) -nt pyproject.toml && echo up),$(STAMP),$(RUNTIME_STAMP))
 
-.PHONY: demo test test-rocketmq test-spark-cluster-kafka crash-kafka crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq chaos lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,8 +55,36 @@ servers-up:
 servers-down:
 	scripts/servers.sh down all
 
-test: $(STAMP) lint servers-prepare
-	$(VENV)/bin/pytest
+# Hypothesis with the same examples every run; the run's per-test timings (JUnit XML) kept in
+# $(REPORTS), the 25 slowest printed (pyproject's addopts).
+PYTEST_CI := --hypothesis-profile=ci
+# two workers: the serial group of tests/conftest.py on one, in its order, the rest balanced
+XDIST := -n 2 --dist loadgroup --no-loadscope-reorder
+REPORTS ?= test-reports
+# a crash or stall run of test-deep: one round may take many minutes
+DEEP := -s --timeout 3600
+
+# The unit tests first (no server needed: .ci/run starts the servers meanwhile), then the rest; a
+# failure in the first does not keep the second from running. The exit code is non-zero if either
+# failed. `.ci/run` has prepared the servers already and is starting them (PREPARE= : a prepare
+# now would wait for each server's start to end).
+PREPARE ?= servers-prepare
+test: $(STAMP) lint $(PREPARE)
+	@mkdir -p $(REPORTS)
+	@rc=0; \
+	$(VENV)/bin/pytest tests/unit $(PYTEST_CI) --junitxml=$(REPORTS)/unit.xml || rc=$$?; \
+	$(VENV)/bin/pytest tests/integration tests/e2e $(XDIST) $(PYTEST_CI) \
+		--junitxml=$(REPORTS)/suite.xml || rc=$$?; \
+	exit $$rc
+
+# Unit and integration tests without the `slow` ones, on two workers (about 10 minutes): the
+# servers are started on demand as in `make test`.
+test-quick: $(STAMP)
+	$(VENV)/bin/pytest tests/unit tests/integration -m "not slow" $(XDIST) $(PYTEST_CI)
+
+# What CI leaves out: the repetitions and the large scales of the crash and stall tests (the suite
+# keeps one kill -9 of each and one outage of each server), chaos and the CDC snapshot bench.
+test-deep: crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc crash-mq push-stall chaos bench-cdc-snapshot
 
 # The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local
 # RocketMQ 5.x of `scripts/servers.sh up rocketmq` (the tests start it on demand; this target
@@ -63,31 +98,49 @@ test-rocketmq: $(STAMP)
 	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then bash scripts/servers.sh up rocketmq; fi
 	$(VENV)/bin/pytest -m rocketmq
 
+# kill -9 of a file → topic → file process over 1,000,000 lines, fused and on the JVM path, at
+# three random sink fill levels and once soon after a start (the suite kills once per path over
+# 200,000 lines): the sink byte-identical to the source.
+crash-file: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 SLUICE_FILE_LINES=1000000 $(VENV)/bin/pytest tests/e2e/test_crash_recovery.py $(DEEP)
+
 # kill -9 of a file → Kafka topic → file worker three times (the suite kills once), on the real
 # broker of scripts/servers.sh (started if needed): sink byte-identical, each line once in the topic.
 crash-kafka: $(STAMP)
-	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka -s
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k kafka $(DEEP)
+
+# The same on bus=rocketmq (the suite kills once): each line once in the topic, the consumer
+# group's offsets at the end.
+crash-rocketmq: $(STAMP)
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_bus_crash.py -k rocketmq $(DEEP)
+
+# kill -9 of a 1,000,000-row PostgreSQL → topic → MariaDB copy, at a random fill level and a random
+# time after a start (the suite kills once, 200,000 rows): the target equals the source, each row
+# once in the topic.
+crash-jdbc: $(STAMP)
+	SLUICE_CRASH_ROUNDS=2 SLUICE_JDBC_ROWS=1000000 $(VENV)/bin/pytest tests/e2e/test_jdbc_crash.py $(DEEP)
 
 # kill -9 of a Redis stream → topic → stream, list, hash and string keys and list → topic worker
 # three times (the suite kills once; the rounds take turns catching the list, hash and string
 # sinks with uncommitted writes), on the Redis of scripts/servers.sh (started if needed).
 crash-redis: $(STAMP)
-	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py -s
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_redis_crash.py $(DEEP)
 
 # kill -9 of a worker writing 1M records into Parquet, Delta and Iceberg, twice (the suite kills
 # once, with 30,000 records): each table holds each record once, every version/snapshot reads.
 crash-lake: $(STAMP)
-	SLUICE_LAKE_RECORDS=1000000 SLUICE_CRASH_ROUNDS=2 $(VENV)/bin/pytest tests/e2e/test_lake_crash.py -s --timeout 3600
+	SLUICE_LAKE_RECORDS=1000000 SLUICE_CRASH_ROUNDS=2 $(VENV)/bin/pytest tests/e2e/test_lake_crash.py $(DEEP)
 
 # kill -9 of a RabbitMQ stream → topic → exchange and queue → topic worker three times (the suite
 # kills once), on the RabbitMQ of scripts/servers.sh (started if needed).
 crash-rabbitmq: $(STAMP)
-	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_rabbitmq_crash.py -s
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_rabbitmq_crash.py $(DEEP)
 
 # CDC: five kill -9s of one worker while it streams one table and snapshots another
-# (PostgreSQL → MariaDB), and five of a MariaDB → PostgreSQL worker streaming from the binlog
+# (PostgreSQL → MariaDB), five of a MariaDB → PostgreSQL worker streaming from the binlog, and
+# four mirror rounds per direction with ADD COLUMNs while running and while killed
 crash-cdc: $(STAMP)
-	SLUICE_CDC_KILLS=5 $(VENV)/bin/pytest tests/e2e/test_cdc_crash.py tests/e2e/crash_cdc_mariadb.py -s
+	SLUICE_CDC_KILLS=5 $(VENV)/bin/pytest tests/e2e/test_cdc_crash.py tests/e2e/crash_cdc_mariadb.py $(DEEP)
 
 # CDC: a 1,000,000-row PostgreSQL table snapshotted over 2 tasks while a writer continues, then
 # the topic replayed and compared with the table (no row missing or doubled); needs the servers
@@ -97,7 +150,12 @@ bench-cdc-snapshot: $(STAMP)
 # kill -9 of a NATS stream → topic → stream and MQTT → topic → MQTT worker three times (the suite
 # kills once), on the NATS and Mosquitto of scripts/servers.sh (started if needed).
 crash-mq: $(STAMP)
-	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_mq_crash.py -s
+	SLUICE_CRASH_ROUNDS=3 $(VENV)/bin/pytest tests/e2e/test_mq_crash.py $(DEEP)
+
+# A stalled HTTP target with 1M records of 2 KB (1.9 GiB) waiting in the topic for 60 s: the
+# worker's memory stays bounded and every record arrives (the suite: 60,000 records of 4 KB, 10 s).
+push-stall: $(STAMP)
+	$(VENV)/bin/python bench/push_stall.py --records 1000000 --stall-s 60
 
 # kill -9 of a real `sluice worker` (file → topic → file, embedded defaults) at random moments and
 # during REST mutations, CHAOS_ROUNDS times (bench/chaos_worker.py; results in bench/README.md).

@@ -2,7 +2,8 @@
 
 One real `sluice worker` (conf/connect-standalone.conf's values, embedded bus) runs `--pairs`
 file pairs (`src-i`: in-i.txt → topic-i, `sink-i`: topic-i → out-i.txt). Measured, in order:
-  boot          the worker's start until its REST API answers;
+  boot          the worker's start until its REST API answers (`GET /`), and until it serves
+                connectors (Spark, stores and herder built);
   create        how long each `POST /connectors/{name}` blocks;
   first record  for each pair, from its source's create until the line its input already held
                 is in its output (pair 0 is created last: a pair created on a running worker);
@@ -37,6 +38,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -141,16 +143,21 @@ class Bench:
         self.worker.tmp.mkdir(parents=True, exist_ok=True)
         self.worker.conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
 
-    def boot(self) -> float:
-        """Start the worker; seconds until its REST API answers."""
+    def boot(self) -> tuple[float, float]:
+        """Start the worker; seconds until its REST API answers (`GET /`), and until it serves
+        connectors (`GET /v1/connectors` 200: Spark, stores and herder built)."""
         started = time.monotonic()
         self.worker.launch()
+        answered = None
         while True:
             if self.worker.proc.poll() is not None:
                 raise SystemExit(f"worker exited:\n{self.worker.log.read_text()[-3000:]}")
             try:
+                if answered is None and httpx.get(self.worker.url + "/", timeout=1).is_success:
+                    answered = time.monotonic() - started
                 if httpx.get(self.worker.url + "/v1/connectors", timeout=1).status_code == 200:
-                    return time.monotonic() - started
+                    now = time.monotonic() - started
+                    return (answered if answered is not None else now), now
             except httpx.HTTPError:
                 pass
             time.sleep(0.02)
@@ -215,11 +222,17 @@ class Bench:
                     return f"{name}: {connector.get('trace', '')[:2000]}"
         return None
 
+    def v1(self, path: str) -> Any:
+        """The JSON of a successful GET on the Kafka Connect face (no envelope there)."""
+        response = self.worker.get(f"/v1{path}")
+        assert response.status_code == 200, response.text
+        return response.json()
+
     def progress(self, name: str) -> list[dict]:
-        return self.worker.body(f"/v1/connectors/{name}/progress")["batches"]
+        return self.v1(f"/connectors/{name}/progress")["batches"]
 
     def states(self) -> list[str]:
-        body = self.worker.body("/v1/connectors?expand=status")
+        body = self.v1("/connectors?expand=status")
         return [c["status"]["connector"]["state"] for c in body.values()]
 
 
@@ -329,8 +342,12 @@ def main() -> None:
     print(f"load before: {result['load_before']}; {args.pairs} pairs; conf {conf}", flush=True)
     bench.write_conf()
     try:
-        result["boot_s"] = bench.boot()
-        print(f"boot (REST answers): {result['boot_s']:.1f} s", flush=True)
+        result["boot_s"], result["ready_s"] = bench.boot()
+        print(
+            f"boot: REST answers {result['boot_s']:.1f} s, serves connectors "
+            f"{result['ready_s']:.1f} s",
+            flush=True,
+        )
         root = bench.worker.proc.pid
         creates, firsts, pss = [], [], []
         for i in [*range(1, args.pairs), 0]:  # pair 0 last: created on a running worker

@@ -3,7 +3,8 @@
 The issue's figure: 1M records (~2 KB each, ~1.9 GiB) wait in a topic while the target hangs every
 request for 60 s; then it answers at once. A real worker process (embedded bus, local[2]) runs a
 file source into the topic and the HTTP sink out of it; the scenario itself is
-`tests/e2e/push_stall.py` (the suite runs it with 120k records and a 20 s stall). Reported: the
+`tests/e2e/push_stall.py` (the suite runs it with 60k records of 4 KB and a 10 s stall; `make
+push-stall` runs this with the issue's figure). Reported: the
 peak proportional set size of the worker's Python processes and of its JVM against the backlog,
 records parked while stalled, and the time from the target's return to the last record delivered.
 

@@ -1,13 +1,27 @@
-"""Shared fixtures: one quiet local SparkSession for the whole test session."""
+"""Shared fixtures (one quiet local SparkSession for the whole test session), `wait_until`, and
+how the suite runs on two pytest-xdist workers (`make test`: `-n 2 --dist loadgroup`).
+
+Two workers: the modules of `SERIAL` (the ones that kill processes, cut or restart servers, run
+clusters of workers, or fill the machine on purpose) form one xdist group, which runs in the order
+listed on one worker, first; every other module is a group of its own, so that its module- and
+session-scoped fixtures (a worker process, a SparkSession) are built once on the worker that runs
+it. The rest goes to the other worker, heaviest first, and to the first once it is done with the
+serial group. Without xdist the marks change nothing.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import pytest
+from hypothesis import settings
+
+# CI (`make test`, `make test-quick`) runs Hypothesis with this profile: the same examples every
+# run, so that a failure is reproducible and a green run stays green.
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 # Spark's Python workers import connector classes defined in test modules: let them find `tests`.
@@ -17,17 +31,138 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 
+#: when the running test's pytest-timeout ends, less a margin (None: no test runs, or no timeout)
+_TEST_DEADLINE: list[float | None] = [None]
+#: what `wait_until` leaves of a test's time for its teardown and report
+_MARGIN_S = 15.0
+
+
 def wait_until(
     predicate: Callable[[], object], timeout: float = 120.0, what: str = "", every: float = 0.1
 ) -> None:
     """Wait for a condition (not a fixed sleep), checking it every `every` seconds (less often
-    when checking costs, e.g. a database query); fail with `what` if it never holds."""
-    deadline = time.monotonic() + timeout
+    when checking costs, e.g. a database query); fail with `what` if it never holds.
+
+    Never waits past the test's own timeout (pytest-timeout, less a margin): a test that would
+    hang fails here, naming what it waited for, not with a bare timeout."""
+    budget = timeout
+    test_deadline = _TEST_DEADLINE[0]
+    if test_deadline is not None:
+        budget = max(0.0, min(timeout, test_deadline - time.monotonic()))
+    deadline = time.monotonic() + budget
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(every)
-    assert predicate(), f"timed out after {timeout}s waiting for {what or predicate}"
+    cut = "" if budget >= timeout else f" (cut from {timeout}s: the test's timeout ran out)"
+    assert predicate(), f"timed out after {budget:.0f}s{cut} waiting for {what or predicate}"
+
+
+def _timeout_of(item: pytest.Item) -> float | None:
+    """The item's pytest-timeout in seconds (its marker, else the run's setting); None if off."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None and (marker.args or "timeout" in marker.kwargs):
+        value = marker.args[0] if marker.args else marker.kwargs["timeout"]
+    else:
+        value = item.config.getoption("timeout", None) or item.config.getini("timeout")
+    try:
+        seconds = float(value) if value is not None else 0.0
+    except ValueError:
+        return None
+    return seconds if seconds > 0 else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(
+    item: pytest.Item, nextitem: pytest.Item | None
+) -> Generator[None, object, object]:
+    # pytest-timeout times setup, call and teardown together, from here
+    seconds = _timeout_of(item)
+    _TEST_DEADLINE[0] = None if seconds is None else time.monotonic() + seconds - _MARGIN_S
+    try:
+        return (yield)
+    finally:
+        _TEST_DEADLINE[0] = None
+
+
+#: modules (relative to tests/) that run one after another on one xdist worker, in this order:
+#: crash (kill -9), outage, distributed, Spark-cluster, push and broker-restarting modules
+SERIAL = (
+    "e2e/test_push_worker.py",
+    "e2e/test_distributed.py",
+    "e2e/test_crash_recovery.py",
+    "e2e/test_bus_crash.py",
+    "e2e/test_spark_cluster.py",
+    "e2e/test_bus_outage.py",
+    "e2e/test_jdbc_crash.py",
+    "e2e/test_cdc_crash.py",
+    "e2e/test_mq_outage.py",
+    "e2e/test_jdbc_outage.py",
+    "e2e/test_distributed_kafka.py",
+    "e2e/test_redis_outage.py",
+    "e2e/test_rabbitmq_outage.py",
+    "e2e/test_replay_crash.py",
+    "e2e/test_lake_crash.py",
+    "e2e/test_redis_crash.py",
+    "e2e/test_rabbitmq_crash.py",
+    "e2e/test_mq_crash.py",
+    "e2e/test_worker_restart.py",
+    "e2e/test_worker_bus_quickstart.py",
+    "e2e/test_kafka_sink_exactly_once.py",
+)
+#: modules that share workers of their own (tests/e2e/conftest.py: the secured workers): one
+#: group, in this order (the OpenAPI run's `/connectors/stop/all` last)
+SHARED_GROUPS = {
+    "e2e/test_console_browser.py": "secured",
+    "e2e/test_ops_security.py": "secured",
+    "e2e/test_openapi_conformance.py": "secured",
+}
+#: the other modules that take longest (measured), started first: the worker that is free
+#: takes the next module in collection order, so the long ones must not come last
+HEAVY_FIRST = (
+    "secured",
+    "e2e/test_cli.py",
+    "e2e/test_worker.py",
+    "integration/test_replicator_connectors.py",
+    "integration/test_file_pipeline.py",
+    "integration/test_cdc_postgres.py",
+    "integration/test_cdc_mysql.py",
+)
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _module(item: pytest.Item) -> str:
+    return os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/")
+
+
+def _group(item: pytest.Item) -> str:
+    module = _module(item)
+    if module in SERIAL:
+        return "serial"
+    return SHARED_GROUPS.get(module, module)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`: each module its xdist group (`_group`), the serial group first
+    (in `SERIAL`'s order), then `HEAVY_FIRST`, then the rest in collection order."""
+    if config.getoption("dist", "no") != "loadgroup":
+        return
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+    shared = list(SHARED_GROUPS)
+
+    def rank(indexed: tuple[int, pytest.Item]) -> tuple[int, int, int, int]:
+        index, item = indexed
+        group, module = _group(item), _module(item)
+        within = shared.index(module) if module in SHARED_GROUPS else 0
+        if group == "serial":
+            return (0, SERIAL.index(module), 0, index)
+        if group in HEAVY_FIRST:
+            return (1, HEAVY_FIRST.index(group), within, index)
+        return (2, 0, within, index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 
 
 @pytest.fixture(scope="session")
@@ -50,6 +185,23 @@ def runner(spark: object, tmp_path: object) -> Iterator[object]:
     r.close()
 
 
+#: the micro-batch interval of `paced_runner`
+PACE_MS = 1000
+
+
+@pytest.fixture
+def paced_runner(spark: object, tmp_path: object) -> Iterator[object]:
+    """A runner (as `runner`, same store folder) whose micro-batches start at most once every
+    `PACE_MS`: a source with `read.max.rows=R` copies N records in no less than (N/R - 1)
+    intervals, however fast the machine. Outage tests use it to have the copy still running when
+    the server goes, by construction rather than by a size guessed for one machine's speed."""
+    from sluice.runtime.runner import ConnectorRunner
+
+    r = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=PACE_MS)
+    yield r
+    r.close()
+
+
 @pytest.fixture(autouse=True)
 def _rocketmq_broker(request: pytest.FixtureRequest) -> None:
     """Tests marked `rocketmq` get the test broker (scripts/servers.sh up rocketmq) first."""
@@ -57,6 +209,13 @@ def _rocketmq_broker(request: pytest.FixtureRequest) -> None:
         from tests.integration.bus_helpers import rocketmq_namesrv
 
         rocketmq_namesrv()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under xdist the controlling process is the run that uses the servers (tests.servers): its
+    # workers, started after this, inherit its pid.
+    if not os.environ.get("PYTEST_XDIST_WORKER") and getattr(config.option, "numprocesses", None):
+        os.environ["SLUICE_SERVERS_USER"] = str(os.getpid())
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -10,6 +10,16 @@ itself as a user of the server (`$SLUICE_SERVERS_DIR/NAME/users/PID`), and the l
 server that a pytest run started stops it, whichever run started it. A server that cannot be
 brought up fails the test that needs it with the script's message; tests never skip for a missing
 server. See docs/servers.md.
+
+Under pytest-xdist the run is the controlling process: its workers register its pid
+(`SLUICE_SERVERS_USER`, set by the controller), not their own, and the controller stops what the
+run started once every worker is done (a worker that ends first must not stop a server the other
+one is about to ask for).
+
+`python3 -m tests.servers start NAME...` (CI, before the tests: `.ci/run`) brings servers up in
+parallel in the background of the lint and unit tests, and marks the ones it started as started by
+a test run, so that the run that uses them last stops them; `python3 -m tests.servers release
+NAME...` (CI, at the end) stops those of them no live run uses, e.g. one no test asked for.
 """
 
 from __future__ import annotations
@@ -18,7 +28,9 @@ import contextlib
 import fcntl
 import os
 import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +56,15 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").exists()
 
 
+def _user() -> str:
+    """The pid this process registers as a server user: the pytest run's (see the docstring)."""
+    return os.environ.get("SLUICE_SERVERS_USER") or str(os.getpid())
+
+
+def in_xdist_worker() -> bool:
+    return bool(os.environ.get("PYTEST_XDIST_WORKER"))
+
+
 def _script(action: str, name: str, timeout: float) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         ["bash", str(SCRIPT), action, name],
@@ -67,16 +88,22 @@ def ensure(name: str) -> str:
             return _addresses[name]
         # registered before `up`: a run ending meanwhile sees this one and leaves the server up
         with _users_lock(name) as users:
-            (users / str(os.getpid())).touch()
-        done = _script("up", name, 900)
-        line = next(
-            (x for x in done.stdout.splitlines() if x.startswith(f"{name} up ")), f"{name} up ?"
-        )
-        parts = line.split()
-        _addresses[name] = parts[2]
-        if parts[3:4] == ["started"]:
-            (SERVERS_DIR / name / "started-by-pytest").write_text(str(os.getpid()))
+            (users / _user()).touch()
+        _addresses[name] = _up(name)
         return _addresses[name]
+
+
+def _up(name: str) -> str:
+    """`scripts/servers.sh up name`; its address. Marks a server it started as started by a test
+    run (the last run that uses it stops it)."""
+    done = _script("up", name, 900)
+    line = next(
+        (x for x in done.stdout.splitlines() if x.startswith(f"{name} up ")), f"{name} up ?"
+    )
+    parts = line.split()
+    if parts[3:4] == ["started"]:
+        (SERVERS_DIR / name / "started-by-pytest").write_text(_user())
+    return parts[2]
 
 
 def prepare(name: str) -> None:
@@ -91,28 +118,73 @@ def prepare(name: str) -> None:
 
 
 def stop_started() -> None:
-    """At the end of the session: stop each server a pytest run started if no live run uses it."""
-    keep = os.environ.get("SLUICE_KEEP_SERVERS") == "1"
-    me = str(os.getpid())
+    """At the end of the run: stop each server a test run started if no live run uses it.
+
+    The servers are those this run registered for (under xdist: the controller, once its workers
+    are done; a worker leaves them to it)."""
+    if in_xdist_worker():
+        return
+    me = _user()
     with _lock:
-        for name in reversed(list(_addresses)):
-            marker = SERVERS_DIR / name / "started-by-pytest"
-            with _users_lock(name) as users:
-                (users / me).unlink(missing_ok=True)
-                others = []
-                for user in users.iterdir():
-                    if user.name.isdigit() and _alive(int(user.name)):
-                        others.append(user)
-                    else:  # a run that ended without this (killed)
-                        user.unlink(missing_ok=True)
-                if keep:
-                    # kept on purpose: from now on it counts as started by hand
-                    marker.unlink(missing_ok=True)
-                    continue
-                if others or not marker.exists():
-                    continue
-                subprocess.run(
-                    ["bash", str(SCRIPT), "down", name], capture_output=True, timeout=300
-                )
-                marker.unlink(missing_ok=True)
+        used = sorted(p.parent.parent.name for p in SERVERS_DIR.glob(f"*/users/{me}"))
+        _release(used, me)
         _addresses.clear()
+
+
+def _release(names: list[str], me: str | None) -> None:
+    """Unregister `me` from servers `names` and stop those a test run started that no live run
+    uses now (`SLUICE_KEEP_SERVERS=1`: keep them, as if started by hand)."""
+    keep = os.environ.get("SLUICE_KEEP_SERVERS") == "1"
+    for name in names:
+        marker = SERVERS_DIR / name / "started-by-pytest"
+        with _users_lock(name) as users:
+            if me is not None:
+                (users / me).unlink(missing_ok=True)
+            others = []
+            for user in users.iterdir():
+                if user.name.isdigit() and _alive(int(user.name)):
+                    others.append(user)
+                else:  # a run that ended without this (killed)
+                    user.unlink(missing_ok=True)
+            if keep:
+                # kept on purpose: from now on it counts as started by hand
+                marker.unlink(missing_ok=True)
+                continue
+            if others or not marker.exists():
+                continue
+            subprocess.run(["bash", str(SCRIPT), "down", name], capture_output=True, timeout=300)
+            marker.unlink(missing_ok=True)
+
+
+def _start_all(names: list[str]) -> int:
+    """Bring `names` up in parallel (CI, before the tests); 0 if all came up. A server that fails
+    here is reported and left to the tests, whose `ensure` tries again and fails naming it."""
+    import concurrent.futures
+
+    def up(name: str) -> str:
+        started = time.monotonic()
+        try:
+            return f"{name} up {_up(name)} in {time.monotonic() - started:.0f} s"
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            return f"{name} FAILED after {time.monotonic() - started:.0f} s: {e}"
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:
+        results = list(pool.map(up, names))
+    for line in results:
+        print(f"servers: {line}", flush=True)
+    return 0 if all(" FAILED " not in r for r in results) else 1
+
+
+def main(argv: list[str]) -> int:
+    """`start NAME...` or `release NAME...` (see the module's docstring)."""
+    if len(argv) < 1 or argv[0] not in ("start", "release"):
+        print("usage: python3 -m tests.servers start|release NAME...", file=sys.stderr)
+        return 2
+    if argv[0] == "start":
+        return _start_all(argv[1:])
+    _release(argv[1:], None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

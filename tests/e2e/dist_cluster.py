@@ -119,11 +119,14 @@ def running_cluster(
     virtual_nodes: int,
     extra: dict[str, str] | None = None,
     topic_prefix: str = "topic-",
+    store_port: int = 5432,
+    boot_timeout: float = 180,
 ) -> Iterator[Cluster]:
     """`workers` distributed workers on a fresh PostgreSQL database (consistent hash, 500 ms
     rounds, 3 s session timeout, plus `extra` keys), started together (their Spark sessions boot
     in parallel), with `pipelines` file pipelines of 300 lines each created through the first;
-    at the end every worker is stopped and the database dropped."""
+    at the end every worker is stopped and the database dropped. The workers reach the store on
+    `store_port` (a tcp_proxy's, to cut it), the test on the server's own."""
     ensure("postgres")
     db = f"sluice_{name.replace('-', '_')}_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(f"{PG}/postgres", autocommit=True) as conn:
@@ -131,7 +134,7 @@ def running_cluster(
     data = root / "data"
     data.mkdir()
     shared = {
-        "cluster.store.url": f"{PG}/{db}",
+        "cluster.store.url": f"{PG.rsplit(':', 1)[0]}:{store_port}/{db}",
         "cluster.name": name,
         "storePathRootDir": str(root / "shared"),
         "allocTaskStrategy": "org.apache.rocketmq.connect.runtime.service.strategy."
@@ -146,6 +149,7 @@ def running_cluster(
     )
     for i in range(1, workers + 1):
         c.workers[f"w{i}"] = c.new_worker(f"w{i}")
+        c.workers[f"w{i}"].boot_timeout = boot_timeout
     try:
         threads = [threading.Thread(target=w.start) for w in c.workers.values()]
         for t in threads:

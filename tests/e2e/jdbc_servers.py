@@ -67,6 +67,7 @@ class PrivateMariaDB:
             ],
             check=True,
             capture_output=True,
+            timeout=300,
         )
 
     def start(self) -> None:
@@ -134,11 +135,12 @@ class PrivatePostgres:
                 "-E",
                 "UTF8",
                 "--no-sync",
-            ]
+            ],
+            timeout=300,  # a hang fails naming the command (subprocess.TimeoutExpired)
         )
 
     def _run(self, argv: list[str]) -> None:
-        subprocess.run([*self.as_user, *argv], check=True, capture_output=True)
+        subprocess.run([*self.as_user, *argv], check=True, capture_output=True, timeout=300)
 
     def start(self) -> None:
         options = (

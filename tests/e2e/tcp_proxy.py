@@ -47,6 +47,18 @@ class TcpProxy:
                 s.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv
             s.close()
 
+    def upstream_ports(self) -> list[int]:
+        """The local ports of the open connections to the target: how the server lists them
+        (its client port), so a test can end them server-side (a server restarting)."""
+        with self._lock:
+            sockets = list(self._open)
+        ports = []
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                if s.getpeername()[:2] == self.target:
+                    ports.append(s.getsockname()[1])
+        return ports
+
     def _accept(self, server: socket.socket) -> None:
         while True:
             try:

@@ -3,8 +3,9 @@ Kafka 4 broker of `scripts/servers.sh`) and `bus=rocketmq` (a real broker); rest
 is byte-identical, each line is in the topic exactly once (Kafka: as a `read_committed` consumer
 counts them), and the sink's consumer-group offsets advanced on the broker.
 
-The Kafka test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1); `make crash-kafka` runs
-it with three kills (two at random sink fill levels, one at a random instant)."""
+Each test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1, at a random sink fill
+level); `make crash-kafka` and `make crash-rocketmq` run three kills (two at random sink fill
+levels, one at a random instant). `SLUICE_CRASH_SEED` fixes the random choices."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from tests.e2e.orphans import spawn
 from tests.integration import bus_helpers
 from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, RealKafka, unique
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and restarts of a Spark process
+# on a broker bus
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 kafka_cluster = bus_helpers.kafka_cluster  # the session fixture: the real broker
 
@@ -142,6 +145,7 @@ def test_rocketmq_bus_survives_kill_9(tmp_path: Path) -> None:
     def settled() -> bool:  # what `mqadmin consumerProgress -g connect-dst` shows
         return sum(probe.log.group_offsets("connect-dst", topic).values()) == 200_000
 
-    source, sink = _crash_and_recover(tmp_path, props, topic, 200_000, settled)
+    rounds = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
+    source, sink = _crash_and_recover(tmp_path, props, topic, 200_000, settled, rounds)
     assert sink == source
     assert probe.count(topic) == 200_000  # each line appended exactly once

@@ -20,7 +20,8 @@ from tests.integration.bus_helpers import ROCKETMQ_NAMESRV, unique
 
 SERVERS = Path(__file__).resolve().parents[2] / "scripts" / "servers.sh"
 
-pytestmark = [pytest.mark.slow]
+# more than the default 300 s on a loaded 2-core machine: a broker stopped and started again
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _servers(action: str) -> None:

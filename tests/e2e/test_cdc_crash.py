@@ -36,7 +36,8 @@ from tests.integration import jdbc_db
 from tests.integration.jdbc_db import Db
 from tests.integration.test_cdc_postgres import check_handover
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: kill -9 and restarts of a CDC worker
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 my, pg = jdbc_db.my, jdbc_db.pg  # fixtures
 
 CHILD = Path(__file__).with_name("cdc_child.py")

@@ -27,7 +27,8 @@ from tests.conftest import wait_until
 from tests.e2e import wheelhouse
 from tests.e2e.worker_process import REPO, WorkerProcess, free_port
 
-pytestmark = pytest.mark.slow
+# the first test builds the core venv (a wheelhouse of the core, then pip install)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 #: what the connector families' extras install: the core venv may hold none of it
@@ -54,14 +55,14 @@ def core_python(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     packed = wheelhouse.build(PROJECT["dependencies"], root / "wheels")
     assert not set(packed) & EXTRA_DISTS, "the core requires a library of an extra"
     venv = root / "venv"
-    made = _run([sys.executable, "-m", "venv", str(venv)], timeout=600)  # pip: Python's own
+    made = _run([sys.executable, "-m", "venv", str(venv)], timeout=300)  # pip: Python's own
     assert made.returncode == 0, made.stderr
     python = str(venv / "bin" / "python")
     requirements = root / "core.txt"
     requirements.write_text("\n".join(PROJECT["dependencies"]) + "\n")
     wheels = str(root / "wheels")
     pip = [python, "-m", "pip", "install", "--no-index", "--disable-pip-version-check"]
-    installed = _run([*pip, "--find-links", wheels, "-r", str(requirements)], timeout=1800)
+    installed = _run([*pip, "--find-links", wheels, "-r", str(requirements)], timeout=780)
     assert installed.returncode == 0, installed.stdout[-3000:] + installed.stderr[-3000:]
     site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
     Path(site.stdout.strip(), "__editable__.sluice.pth").write_text(f"{REPO / 'src'}\n")

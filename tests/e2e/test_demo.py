@@ -33,7 +33,11 @@ def _lines(path: Path) -> int:
 def _listener_pid(port: int) -> int | None:
     """The process listening on 127.0.0.1:`port`, as `ss` shows it."""
     shown = subprocess.run(
-        ["ss", "-Hltnp", f"sport = :{port}"], capture_output=True, text=True, check=False
+        ["ss", "-Hltnp", f"sport = :{port}"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
     ).stdout
     match = re.search(r"pid=(\d+)", shown)
     return int(match.group(1)) if match else None

@@ -24,7 +24,9 @@ from tests.e2e.children import kill9, start_child
 from tests.e2e.lake_child import targets
 from tests.integration.lake_data import fill, iceberg_table
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a kill -9 and a restart of a Spark process
+# writing three lakes
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHILD = Path(__file__).with_name("lake_child.py")
 RECORDS = int(os.environ.get("SLUICE_LAKE_RECORDS", "30000"))

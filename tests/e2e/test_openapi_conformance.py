@@ -4,14 +4,14 @@ checked directly (every error status documented with its body, no 422, `Allow` o
 by several routes, an offsets entry requires its `partition`).
 
 The worker is this module's own: Schemathesis calls `/connectors/stop/all` and friends. The run is
-repeated against a worker with `rest.auth=basic` and one with `rest.auth=token` (an admin's
-credentials given to Schemathesis, whose `ignored_auth` check then also calls every route without
-them), with fewer examples.
+repeated against the shared workers with `rest.auth=basic` (over HTTPS) and `rest.auth=token`
+(tests/e2e/secured.py; an admin's credentials given to Schemathesis, whose `ignored_auth` check
+then also calls every route without them), with fewer examples; it runs after the other modules
+that use them (tests/conftest.py orders the group).
 """
 
 from __future__ import annotations
 
-import base64
 import re
 import subprocess
 import sys
@@ -21,16 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from sluice.rest._auth import add_credential, new_token
+from tests.e2e.secured import ADMIN, READER, SecuredWorker
 from tests.e2e.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).parent
-
-
-ADMIN = ("admin", "admin-secret-1")
-READER = ("reader", "reader-secret-1")
 
 
 @dataclass
@@ -53,41 +49,22 @@ def own_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProce
 
 
 @pytest.fixture(scope="module", params=["none", "basic", "token"])
-def conformance(
-    request: pytest.FixtureRequest,
-    own_worker: WorkerProcess,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Conformance]:
-    """The run without auth on `own_worker`; with `rest.auth=basic|token`, a worker each, an
-    admin's credentials given to schemathesis and fewer cases (the same routes again, now behind
-    the middleware: what changes is each route's 401/403)."""
+def conformance(request: pytest.FixtureRequest, own_worker: WorkerProcess) -> Conformance:
+    """The run without auth on `own_worker`; with `rest.auth=basic|token`, the shared secured
+    worker, an admin's credentials given to schemathesis and fewer cases (the same routes again,
+    now behind the middleware: what changes is each route's 401/403)."""
     if request.param == "none":
-        yield Conformance(own_worker, "none", [], {}, ["--max-examples", "10"])
-        return
-    tmp = tmp_path_factory.mktemp(f"openapi-{request.param}")
-    users = tmp / "users"
-    token = new_token()
+        return Conformance(own_worker, "none", [], {}, ["--max-examples", "10"])
+    secured: SecuredWorker = request.getfixturevalue(f"{request.param}_worker")
     if request.param == "basic":
-        add_credential(str(users), *ADMIN[:1], "admin", ADMIN[1])
-        add_credential(str(users), READER[0], "read-only", READER[1])
-        basic = base64.b64encode(":".join(ADMIN).encode()).decode()
-        arguments, headers = ["--auth", ":".join(ADMIN)], {"Authorization": f"Basic {basic}"}
+        assert secured.cert is not None
+        arguments = ["--auth", ":".join(ADMIN), "--tls-verify", str(secured.cert)]
     else:
-        add_credential(str(users), "ci", "admin", token)
-        arguments = ["--header", f"Authorization: Bearer {token}"]
-        headers = {"Authorization": f"Bearer {token}"}
-    process = WorkerProcess(
-        tmp / "worker",
-        extra_conf={"rest.auth": request.param, "rest.auth.file": str(users)},
-    )
-    process.start()
-    try:
-        # every operation with a few examples (each also tried without credentials by the
-        # ignored_auth check); the coverage phase's many cases add nothing auth does not
-        options = ["--max-examples", "3", "--phases", "examples,fuzzing"]
-        yield Conformance(process, request.param, arguments, headers, options)
-    finally:
-        assert process.terminate() == 0, process.log.read_text()[-3000:]
+        arguments = ["--header", f"Authorization: Bearer {secured.token}"]
+    # every operation with a few examples (each also tried without credentials by the
+    # ignored_auth check); the coverage phase's many cases add nothing auth does not
+    options = ["--max-examples", "3", "--phases", "examples,fuzzing"]
+    return Conformance(secured.worker, request.param, arguments, secured.headers, options)
 
 
 def test_the_document_describes_errors_and_bodies(own_worker: WorkerProcess) -> None:

@@ -11,19 +11,24 @@ proved resolved by the user (a role that exists only under its resolved name) an
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import os
-import re
+import socket
+import ssl
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
 
 from sluice.rest._auth import add_credential, is_v1_face
 from tests.conftest import wait_until
@@ -36,11 +41,16 @@ ADMIN = ("ops", "admin-Pw-1")
 READER = ("viewer", "read-Pw-2")
 SECRET_FILE_PW = f"fromfile-{uuid.uuid4().hex[:12]}"
 SECRET_LITERAL_PW = f"literal-{uuid.uuid4().hex[:12]}"
-SECRETS = (SECRET_FILE_PW, SECRET_LITERAL_PW, ADMIN[1], READER[1])
+SECRET_URL_PW = f"inurl-{uuid.uuid4().hex[:12]}"
+SECRETS = (SECRET_FILE_PW, SECRET_LITERAL_PW, SECRET_URL_PW, ADMIN[1], READER[1])
 JDBC = "org.apache.rocketmq.connect.jdbc.source.JdbcSourceConnector"
 
 #: every answer the module received, checked for secrets at the end
 ANSWERS: list[str] = []
+#: the worker's rest.auth.failures.per.minute, and the wrong passwords of the burst test
+BURST = 48
+#: the worker's max.connectors (this module holds at most 3 at once otherwise)
+MAX_CONNECTORS = 4
 
 
 class Ops:
@@ -111,12 +121,17 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
         tmp / "worker",
         extra_conf={
             "config.providers": "env,file",
+            "config.providers.file.param.allowed.paths": str(tmp / "secrets"),
+            "config.providers.env.param.allowlist.pattern": "SLUICE_T_.*",
             "file.allowed.dirs": str(files),
             "rest.auth": "basic",
             "rest.auth.file": str(users),
             "rest.auth.metrics.open": "true",
             "rest.tls.cert": str(cert),
             "rest.tls.key": str(key),
+            "rest.auth.failures.per.minute": str(BURST),
+            "rest.request.body.timeout.ms": "2000",
+            "max.connectors": str(MAX_CONNECTORS),
         },
     )
     with pytest.MonkeyPatch.context() as mp:
@@ -173,8 +188,17 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     r = ops.request("POST", "/connectors/jdbcLit", content=json.dumps(literal))
     assert r.status_code == 200, r.text
     assert r.json()["body"]["connection.password"] == "********"
+    # a password inside connection.url (PostgreSQL trusts loopback: any password logs in)
+    in_url = _jdbc(ops, "opsSecretUrl", **{"table.whitelist": "items"})
+    in_url["connection.url"] = in_url["connection.url"].replace(
+        "://", f"://{ops.role}:{SECRET_URL_PW}@"
+    )
+    r = ops.request("POST", "/connectors/jdbcUrl", content=json.dumps(in_url))
+    assert r.status_code == 200, r.text
+    assert ":********@" in r.json()["body"]["connection.url"], r.text
     wait_until(lambda: ops.topic_count("opsSecretRef") == 3, 120, "3 rows through the refs")
     wait_until(lambda: ops.topic_count("opsSecretLit") == 3, 120, "3 rows, literal password")
+    wait_until(lambda: ops.topic_count("opsSecretUrl") == 3, 120, "3 rows, password in the URL")
 
     # references shown as written, literal passwords masked, on both faces
     shown = ops.request("GET", "/v1/connectors/jdbcRef/config").json()
@@ -192,6 +216,10 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
         "/connectors/jdbcLit/tasks",
         "/connectors/jdbcRef/tasks",
         "/allocated/connectors",
+        "/v1/connectors/jdbcUrl",
+        "/v1/connectors/jdbcUrl/config",
+        "/v1/connectors/jdbcUrl/tasks",
+        "/connectors/jdbcUrl/config",
     ):
         r = ops.request("GET", path)
         assert r.status_code == 200, (path, r.text)
@@ -206,15 +234,15 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     assert values["connection.password"] == "********", r.text
 
     # a config PUT back as it was shown keeps its secret: nothing changes, it still runs
-    current = ops.request("GET", "/v1/connectors/jdbcLit/config").json()
-    r = ops.request("PUT", "/v1/connectors/jdbcLit/config", json=current)
-    assert r.status_code == 200, r.text
-    assert ops.request("GET", "/v1/connectors/jdbcLit/status").json()["connector"]["state"] == (
-        "RUNNING"
-    )
+    for name in ("jdbcLit", "jdbcUrl"):
+        current = ops.request("GET", f"/v1/connectors/{name}/config").json()
+        r = ops.request("PUT", f"/v1/connectors/{name}/config", json=current)
+        assert r.status_code == 200, r.text
+        state = ops.request("GET", f"/v1/connectors/{name}/status").json()["connector"]["state"]
+        assert state == "RUNNING", name
 
     # a reference that cannot be resolved: 400 naming the key, nothing stored
-    broken = {**by_ref, "connection.password": "${file:/nonexistent/db.properties:password}"}
+    broken = {**by_ref, "connection.password": f"${{file:{props.parent}/nope.properties:pw}}"}
     r = ops.request("PUT", "/v1/connectors/jdbcBroken/config", json=broken)
     assert r.status_code == 400 and "connection.password" in r.json()["message"], r.text
     r = ops.request("PUT", "/v1/connectors/jdbcBroken/config", json={
@@ -226,7 +254,7 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     # the CLI, over HTTPS with the user's credentials, shows what REST shows
     cli = subprocess.run(
         [sys.executable, "-m", "sluice.cli", "--url", ops.url, "--user", ADMIN[0],
-         "--cacert", str(ops.cert), "connectors", "config", "jdbcLit"],
+         "--cacert", str(ops.cert), "connectors", "config", "jdbcUrl"],
         env=dict(os.environ, PYTHONPATH=str(REPO), SLUICE_PASSWORD=ADMIN[1]),
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
@@ -235,42 +263,103 @@ def test_secrets_resolve_where_the_connector_runs_and_are_never_shown(ops: Ops) 
     ANSWERS.append(cli.stdout + cli.stderr)
 
     for answer in ANSWERS:
-        for secret in SECRETS[:2]:
+        for secret in SECRETS[:3]:
             assert secret not in answer, answer[:500]
     log = ops.worker.log.read_text()
-    assert SECRET_FILE_PW not in log and SECRET_LITERAL_PW not in log
+    for secret in SECRETS[:3]:
+        assert secret not in log
+    for name in ("jdbcRef", "jdbcLit", "jdbcUrl"):
+        assert ops.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
-def _route_samples() -> list[tuple[str, str]]:
-    """(method, concrete path) of every route of the REST API (its OpenAPI document plus the
-    document's own routes), path parameters filled in."""
-    import warnings
+def test_references_outside_what_the_worker_allows_are_refused(ops: Ops) -> None:
+    """`${file:…}` outside `allowed.paths` and `${env:…}` outside `allowlist.pattern`: a 400
+    naming the key at create and at validation, on both faces, in the same words whether the
+    file or variable exists or not; nothing stored, nothing read."""
+    (ops.files / "in.txt").write_text("x\n")
+    base = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(ops.files / "in.txt"),
+        "connect.topicname": "opsRefs",
+        "transforms": "q",
+        "transforms.q.type": "sql",
+    }
+    query = "SELECT topic, key, '{ref}' AS value, timestamp, headers FROM records"
+    words = []
+    for ref, target in (
+        ("${file:/etc/shadow:root}", "/etc/shadow"),
+        ("${file:/etc/no-such-file-sluice:root}", "/etc/no-such-file-sluice"),
+        (f"${{file:{ops.worker.tmp.parent}/secrets/{'../' * 12}etc/passwd:root}}", "-"),
+        ("${env:PATH}", "PATH"),
+        ("${env:OTHER_NOT_SET_ANYWHERE_X}", "OTHER_NOT_SET_ANYWHERE_X"),
+    ):
+        config = {**base, "transforms.q.query": query.format(ref=ref)}
+        answers = [
+            ops.request("POST", "/v1/connectors", json={"name": "refOut", "config": config}),
+            ops.request("POST", "/connectors/refOut", content=json.dumps(config)),
+            ops.request(
+                "PUT", "/v1/connector-plugins/FileSourceConnector/config/validate", json=config
+            ),
+            ops.request("GET", "/plugin/config/validate", params={"config": json.dumps(config)}),
+        ]
+        for r in answers:
+            assert r.status_code == 400, (ref, r.request.url, r.text)
+            assert "transforms.q.query" in r.text and "is refused" in r.text, r.text
+            assert "root:" not in r.text and "No such file" not in r.text, r.text
+        words.append(answers[0].json()["message"].replace(ref, "REF").replace(target, "T"))
+    # no oracle: a file or variable that exists and one that does not get the same words
+    assert words[0] == words[1] and words[3] == words[4], words
+    assert ops.request("GET", "/v1/connectors/refOut").status_code == 404
 
+
+@dataclass(frozen=True)
+class Sample:
+    """One route of the app, its path parameters filled in, and whether a request to it
+    writes (as the route declares it: `sluice.rest._routes`)."""
+
+    method: str
+    template: str
+    writes: bool
+
+    def path(self, name: str = "nope0", topic: str = "nope0", plugin: str = "nope0") -> str:
+        path = self.template.replace("{task}", "0").replace("{class_name}", plugin)
+        return path.replace("{name}", topic if path.startswith("/v1/topics/") else name)
+
+
+def _route_samples() -> list[Sample]:
+    """Every route of the REST API as the app holds it (the OpenAPI pages and the console's
+    files included), each method once."""
+    from fastapi.routing import iter_route_contexts
+
+    from sluice.rest._routes import route_writes
     from sluice.rest.app import create_app
 
     app = create_app(None)  # type: ignore[arg-type]  # only its routes are read
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # duplicate operation ids: not this test's business
-        paths = app.openapi()["paths"]
-    samples = [("GET", p) for p in ("/openapi.json", "/docs", "/redoc")]
-    for path, operations in paths.items():
-        concrete = re.sub(r"\{task\}", "0", path)
-        concrete = re.sub(r"\{[^}]+\}", "nope0", concrete)
-        samples += [(method.upper(), concrete) for method in operations]
+    samples = []
+    for context in iter_route_contexts(app.routes):
+        route = context.original_route
+        for method in sorted(getattr(route, "methods", None) or ()):
+            if method == "HEAD":
+                continue  # the GET beside it
+            writes = isinstance(route, APIRoute) and route_writes(route, method)
+            samples.append(Sample(method, str(context.path_format), writes))
     return samples
 
 
-#: RocketMQ Connect's face changes state with GET on these
-GET_MUTATIONS = re.compile(
-    r"^/connectors/(stop|pause|resume)/all$|^/connectors/nope0(/(stop|pause|resume))?$"
-    r"|^/plugin/reload$|^/v1/connectors/nope0/task/adjust$"
-)
-
-
-def test_no_credentials_401_read_only_403_on_mutations(ops: Ops) -> None:
+def test_every_route_that_writes_is_refused_to_readers_and_other_sites(ops: Ops) -> None:
+    """Generated from the app's routes: no credentials 401 everywhere; a read-only user 403 on
+    every route that writes (RocketMQ Connect's GET create/stop/delete/pause/resume, the `/all`
+    routes, `/plugin/reload`, validation…) and on none that reads; an admin's browser on
+    another site likewise (`GET …/delete` escaped both: it was missing from a hand list)."""
     samples = _route_samples()
-    assert len(samples) > 30
-    for method, path in samples:
+    assert len(samples) > 50
+    assert {s.template for s in samples if s.writes and s.method == "GET"} >= {
+        "/connectors/{name}/delete",
+        "/connectors/{name}",
+        "/plugin/config/validate",
+    }
+    for sample in samples:
+        method, path = sample.method, sample.path()
         r = ops.request(method, path, auth=None)
         if path == "/metrics":  # rest.auth.metrics.open=true
             assert r.status_code != 401, (method, path)
@@ -279,17 +368,72 @@ def test_no_credentials_401_read_only_403_on_mutations(ops: Ops) -> None:
         assert r.headers["www-authenticate"].startswith("Basic"), path
         key = "error_code" if is_v1_face(path) else "errorCode"  # GET / is on the /v1 face
         assert r.json()[key] == 401
-        assert ops.request(method, path, auth=(ADMIN[0], "wrong")).status_code == 401
-    for method, path in samples:
-        mutation = method not in ("GET", "HEAD", "OPTIONS") or GET_MUTATIONS.match(path)
-        r = ops.request(method, path, auth=READER)
-        if mutation:
-            assert r.status_code == 403, (method, path, r.status_code, r.text)
-            assert "read-only" in r.text
+    for sample in samples[:5]:  # a few: every one counts against rest.auth.failures.per.minute
+        assert (
+            ops.request(sample.method, sample.path(), auth=(ADMIN[0], "wrong")).status_code == 401
+        )
+    cross_site = {"Sec-Fetch-Site": "cross-site"}
+    for sample in samples:
+        method, path = sample.method, sample.path()
+        as_reader = ops.request(method, path, auth=READER)
+        from_elsewhere = ops.request(method, path, headers=cross_site)  # an admin's browser
+        if sample.writes:
+            assert as_reader.status_code == 403, (method, path, as_reader.status_code)
+            assert as_reader.json()["code"] == "auth.read_only", as_reader.text
+            assert "read-only" in as_reader.text
+            assert from_elsewhere.status_code == 403, (method, path, from_elsewhere.text)
+            assert from_elsewhere.json()["code"] == "request.cross_site", from_elsewhere.text
         else:
-            assert r.status_code not in (401, 403), (method, path, r.status_code)
+            assert as_reader.status_code not in (401, 403), (method, path, as_reader.status_code)
+            assert from_elsewhere.status_code != 403, (method, path, from_elsewhere.text)
     assert ops.request("GET", "/v1/connectors", auth=READER).status_code == 200
     assert ops.request("GET", "/openapi.json", auth=None).status_code == 401
+
+
+def _state(ops: Ops, name: str) -> dict[str, Any]:
+    """What a request could change: connectors (configs, statuses), topics, positions, plugins,
+    and the starts, stops and deletes in the worker's log."""
+    log = ops.worker.log.read_text(errors="replace")
+    return {
+        "names": ops.request("GET", "/v1/connectors").json(),
+        "status": ops.request("GET", f"/v1/connectors/{name}/status").json(),
+        "config": ops.request("GET", f"/v1/connectors/{name}/config").json(),
+        "topics": ops.request("GET", "/v1/topics").json(),
+        "offsets": ops.request("GET", f"/v1/connectors/{name}/offsets").json(),
+        "plugins": ops.request("GET", "/plugin/list").json(),
+        "log": [log.count(word) for word in (" started (", " deleted", " stopped", " paused")],
+    }
+
+
+def test_routes_that_do_not_write_change_nothing(ops: Ops) -> None:
+    """The other half of the classification: an admin calls every route not declared as
+    writing, on a real connector, topic and plugin, and nothing changes."""
+    name, topic = "oracleSrc", "opsOracle"
+    (ops.files / "oracle.txt").write_text("a\nb\nc\n")
+    config = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(ops.files / "oracle.txt"),
+        "connect.topicname": topic,
+    }
+    r = ops.request("POST", "/v1/connectors", json={"name": name, "config": config})
+    assert r.status_code == 201, r.text
+    try:
+        wait_until(lambda: ops.topic_count(topic) == 3, 120, "the 3 lines in the topic")
+        wait_until(
+            lambda: ops.request("GET", f"/v1/connectors/{name}/offsets").json()["offsets"],
+            60,
+            "the source's position",
+        )
+        before = _state(ops, name)
+        reads = [s for s in _route_samples() if not s.writes]
+        assert len(reads) > 25
+        for sample in reads:
+            path = sample.path(name=name, topic=topic, plugin="FileSourceConnector")
+            answer = ops.request(sample.method, path)
+            assert answer.status_code < 500, (sample, answer.text)
+        assert _state(ops, name) == before
+    finally:
+        assert ops.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
 def test_client_file_options_stay_inside_file_allowed_dirs(ops: Ops) -> None:
@@ -422,3 +566,108 @@ def test_tls_and_file_allowed_dirs(ops: Ops) -> None:
         assert r.json()["key"].startswith("transforms.s"), r.text
     assert ops.request("DELETE", "/v1/connectors/fileInside").status_code == 204
     assert ops.request("GET", "/v1/connectors/sqlOut").status_code == 404
+
+
+def test_a_burst_of_wrong_passwords_does_not_hold_up_other_requests(ops: Ops) -> None:
+    """scrypt ran on the server's event loop: 64 wrong passwords stalled an authorised request
+    for 21.5 s. Now the hashing runs on two threads: an admin whose credentials the worker
+    knows is answered while most of the burst still waits for its hashing; past
+    `rest.auth.failures.per.minute` the address gets 429 with Retry-After, without hashing."""
+
+    async def burst() -> tuple[int, list[int], httpx.Response, httpx.Response]:
+        transport = httpx.AsyncHTTPTransport(verify=str(ops.cert), local_address="127.0.0.3")
+        limits = httpx.Limits(max_connections=BURST + 4)
+        async with httpx.AsyncClient(
+            transport=transport, base_url=ops.url, timeout=120, limits=limits
+        ) as client:
+            assert (await client.get("/v1/connectors", auth=ADMIN)).status_code == 200
+            wrong = [
+                asyncio.create_task(client.get("/v1/connectors", auth=(ADMIN[0], f"no-{i}")))
+                for i in range(BURST)
+            ]
+            # the worker is busy with the burst once it has answered one of them
+            await asyncio.wait(wrong, return_when=asyncio.FIRST_COMPLETED)
+            authorised = await client.get("/v1/connectors", auth=ADMIN)
+            assert authorised.status_code == 200, authorised.text
+            still_hashing = sum(not task.done() for task in wrong)
+            statuses = [answer.status_code for answer in await asyncio.gather(*wrong)]
+            limited = await client.get("/v1/connectors", auth=(ADMIN[0], "one-more"))
+            known = await client.get("/v1/connectors", auth=ADMIN)
+            return still_hashing, statuses, limited, known
+
+    still_hashing, statuses, limited, known = asyncio.run(burst())
+    assert statuses == [401] * BURST  # each checked: the burst is within the limit
+    # the authorised answer came while a quarter or more of the burst was still to be hashed
+    # (behind them all, it came last: it waited for every hash on the loop before)
+    assert still_hashing >= BURST // 4, f"{still_hashing} of {BURST} still unanswered"
+    assert limited.status_code == 429, limited.text
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+    assert limited.json()["key"] == "rest.auth.failures.per.minute"
+    assert known.status_code == 200  # a known credential needs no hashing: never limited
+
+
+def test_a_body_that_trickles_in_times_out(ops: Ops) -> None:
+    """Headers, then a byte now and then: with rest.request.body.timeout.ms=2000 the worker
+    answers 408 and closes the connection while the client still has most of its body to
+    send (the connection was held for ever)."""
+    context = ssl.create_default_context(cafile=str(ops.cert))
+    basic = base64.b64encode(f"{ADMIN[0]}:{ADMIN[1]}".encode()).decode()
+    length = 120  # a minute at this pace: long past the worker's 2 s
+    head = (
+        f"POST /v1/connectors HTTP/1.1\r\nHost: 127.0.0.1:{ops.worker.port}\r\n"
+        f"Authorization: Basic {basic}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {length}\r\n\r\n"
+    )
+    raw = socket.create_connection(("127.0.0.1", ops.worker.port), timeout=30)
+    with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        tls.sendall(head.encode())
+        sent, answer = 0, b""
+        while sent < length and not answer:
+            tls.sendall(b" ")
+            sent += 1
+            tls.settimeout(0.5)  # a trickle: a byte per half second, until the answer comes
+            try:
+                answer = tls.recv(4096)
+            except TimeoutError:
+                continue
+        tls.settimeout(30)
+        with contextlib.suppress(OSError):  # the worker closes the connection after it
+            while more := tls.recv(4096):
+                answer += more
+    assert sent < length, "the worker waited for the whole trickled body"
+    status_line, _, rest = answer.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 408 Request Timeout", answer[:300]
+    body = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert body["key"] == "rest.request.body.timeout.ms" and body["error_code"] == 408
+
+
+def test_max_connectors_refuses_a_create_past_it(ops: Ops) -> None:
+    existing = ops.request("GET", "/v1/connectors").json()
+    assert len(existing) < MAX_CONNECTORS, existing
+    (ops.files / "limit.txt").write_text("x\n")
+    config = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(ops.files / "limit.txt"),
+        "connect.topicname": "opsLimit",
+    }
+    fillers = [f"limit{i}" for i in range(MAX_CONNECTORS - len(existing))]
+    try:
+        for name in fillers:
+            r = ops.request("POST", "/v1/connectors", json={"name": name, "config": config})
+            assert r.status_code == 201, r.text
+        for method, path, kwargs in (
+            ("POST", "/v1/connectors", {"json": {"name": "limitX", "config": config}}),
+            ("PUT", "/v1/connectors/limitX/config", {"json": config}),
+            ("POST", "/connectors/limitX", {"content": json.dumps(config)}),
+        ):
+            refused = ops.request(method, path, **kwargs)
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["key"] == "max.connectors"
+            assert f"max.connectors is {MAX_CONNECTORS}" in refused.json()["message"]
+        assert ops.request("GET", "/v1/connectors/limitX").status_code == 404
+        # an update of one that exists is no new connector
+        r = ops.request("PUT", f"/v1/connectors/{fillers[0]}/config", json={**config, "x": "1"})
+        assert r.status_code == 200, r.text
+    finally:
+        for name in fillers:
+            ops.request("DELETE", f"/v1/connectors/{name}")

@@ -5,7 +5,7 @@ record at least once; exactly once after dedup by the idempotency key)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,9 @@ from tests.e2e.push_stall import run_stall
 from tests.e2e.worker_process import WorkerProcess
 from tests.integration.push_target import Target, serve
 
-pytestmark = pytest.mark.slow  # a real worker process, killed with -9
+# more than the default 300 s on a loaded 2-core machine: a worker process killed and booted again,
+# a stalled target
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
@@ -69,15 +71,11 @@ def _push(worker: WorkerProcess, name: str) -> dict[str, Any]:
     return r.json()
 
 
-def _rate(target: Target, prefix: str, seconds: float) -> float:
-    before = len(target.ok(prefix))
-    started = time.monotonic()
-    wait_until(lambda: time.monotonic() - started >= seconds, seconds + 5, every=0.05)
-    return (len(target.ok(prefix)) - before) / (time.monotonic() - started)
-
-
-def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
-    push_worker: WorkerProcess, target: Target, tmp_path: Path
+def test_live_tuning_raises_concurrency_without_a_restart_and_counters_match(
+    push_worker: WorkerProcess,
+    target: Target,
+    tmp_path: Path,
+    record_property: Callable[[str, object], None],
 ) -> None:
     target.behaviour["slow"] = {"delay": 0.05}
     n = 4000
@@ -94,7 +92,9 @@ def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
     wait_until(lambda: _push(push_worker, "tune")["tasks"], 30, "the task's first report")
     before = _push(push_worker, "tune")
     assert before["query_id"] and before["tasks"][0]["max_pool_size"] == 2
-    slow = _rate(target, "slow", 4)
+    # The limit shows at the target, as requests in flight at once (a rate would be decided by
+    # the machine's load: 15/s → 35/s were measured at load 31 on 2 cores).
+    assert target.in_flight_peak("slow") == 2
     r = push_worker.request(
         "PATCH",
         "/v1/connectors/tune/push",
@@ -103,17 +103,18 @@ def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
     assert r.status_code == 200, r.text
     tuned_at = time.monotonic()
     wait_until(
-        lambda: _push(push_worker, "tune")["tasks"][0]["max_pool_size"] == 32, 10, "the new limit"
+        lambda: _push(push_worker, "tune")["tasks"][0]["max_pool_size"] == 32, 60, "the new limit"
     )
-    applied_in = time.monotonic() - tuned_at
-    fast = _rate(target, "slow", 4)
+    record_property("tuning_applied_s", round(time.monotonic() - tuned_at, 1))
+    # each request now held 1 s: with 32 allowed, more than 2 are in flight at once however
+    # slowly the task gets its CPU
+    target.reset_peak("slow")
+    target.behaviour["slow"] = {"delay": 1.0}
+    wait_until(lambda: target.in_flight_peak("slow") > 2, 120, "more than 2 requests in flight")
+    target.behaviour["slow"] = {"delay": 0.0}
     after = _push(push_worker, "tune")
     assert after["query_id"] == before["query_id"]  # the same query: no restart
-    assert applied_in < 3.0, f"applied in {applied_in:.1f} s"
-    # Little's law: 2 in flight at 50 ms ≈ 40/s, 32 ≈ 640/s. A CPU-starved test machine gets far
-    # less at 32 (measured 15/s → 35/s at load 31 on 2 cores: the task's CPU is the bound there)
-    assert fast > 2 * slow, f"{slow:.0f}/s → {fast:.0f}/s"
-    print(f"live tuning: {slow:.0f}/s at 2 → {fast:.0f}/s at 32, applied in {applied_in:.1f} s")
+    print(f"live tuning: {target.in_flight_peak('slow')} requests in flight at once after 2")
     wait_until(lambda: len(target.ok("slow")) >= n, 240, "every record")
     wait_until(
         lambda: _push(push_worker, "tune")["totals"].get("succeeded") == len(target.ok("slow")),
@@ -123,6 +124,7 @@ def test_live_tuning_raises_throughput_without_a_restart_and_counters_match(
     totals = _push(push_worker, "tune")["totals"]
     assert totals["succeeded"] == len(target.ok("slow")) == n  # no failures, no duplicates
     assert totals["read"] == n and not totals.get("failed")
+    assert target.in_flight_peak("slow") <= 32
 
 
 def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> None:
@@ -136,8 +138,16 @@ def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> N
         "POST", "/v1/connectors/tune/task/adjust?consumerCurrentQueueSizeLimit=17&maxThreadSize=12"
     )
     assert r.status_code == 200 and r.json()["settings"]["queue_limit"] == 17, r.text
-    r = push_worker.request("GET", "/v1/connectors/src-tune/push")
-    assert r.status_code == 400 and "not a push sink" in r.json()["message"], r.text
+    # a valid request to a connector that is not a push sink: a conflict, not a bad request
+    for method, path in (
+        ("GET", "/v1/connectors/src-tune/push"),
+        ("PATCH", "/v1/connectors/src-tune/push"),
+        ("POST", "/v1/connectors/src-tune/task/adjust?maxThreadSize=4"),
+    ):
+        kwargs = {"json": {"concurrency": 2}} if method == "PATCH" else {}
+        r = push_worker.request(method, path, **kwargs)
+        assert r.status_code == 409 and "not a push sink" in r.json()["message"], r.text
+    assert push_worker.request("GET", "/v1/connectors/ghost/push").status_code == 404
     r = push_worker.request(
         "POST",
         "/v1/connectors",
@@ -156,7 +166,10 @@ def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> N
 def test_kill_9_mid_push_then_restart_delivers_every_record(
     push_worker: WorkerProcess, target: Target, tmp_path: Path
 ) -> None:
-    target.behaviour["crash"] = {"delay": 0.01}
+    # the target answers 300 requests, then holds the rest: the kill comes mid-push by
+    # construction, whatever the machine's speed
+    holding = {"delay": 0.01, "hold_after": 300}
+    target.behaviour["crash"] = holding
     n = 3000
     _source(push_worker, tmp_path, "crash", [f"c{i}" for i in range(n)])
     _sink(
@@ -166,10 +179,17 @@ def test_kill_9_mid_push_then_restart_delivers_every_record(
         target.url + "/crash",
         **{"push.concurrency": 8, "read.max.rows": 200},
     )
-    wait_until(lambda: len(target.ok("crash")) >= 300, 240, "300 deliveries")
+    wait_until(
+        lambda: len(target.ok("crash")) == 300 and target.held("crash") > 0,
+        240,
+        "300 deliveries and the next ones held",
+    )
     push_worker.kill9()
+    # the held requests' client is gone: each is dropped (not received) before the target opens
+    wait_until(lambda: target.held("crash") == 0, 60, "the dead worker's held requests to drop")
     at_kill = len(target.ok("crash"))
-    assert at_kill < n, "all delivered before the kill: raise n"
+    assert at_kill == 300
+    target.behaviour["crash"] = {"delay": 0.01}
     push_worker.start()
     wait_until(
         lambda: len({r.headers["idempotency-key"] for r in target.ok("crash")}) == n,
@@ -204,24 +224,24 @@ def test_kill_9_mid_push_then_restart_delivers_every_record(
 def test_a_stalled_target_keeps_memory_bounded_and_loses_nothing(
     push_worker: WorkerProcess, target: Target, tmp_path: Path
 ) -> None:
-    # 286 MiB waits in the topic while the target hangs every request for 20 s (bench/push_stall.py
-    # runs the issue's 1M records and 60 s). A push task holds one micro-batch (read.max.rows=400
-    # per queue, 8 queues: about 6 MiB of values, a few times that as Python objects, request bodies
-    # and parked copies) and parks what it could not deliver after push.flush.max.ms: no process
-    # may grow to the size of the backlog.
-    n = 150_000
+    # 229 MiB waits in the topic while the target hangs every request for 10 s (`make push-stall`
+    # runs the issue's 1M records of 2 KB and 60 s). A push task holds one micro-batch
+    # (read.max.rows=200 per queue, 8 queues: about 6 MiB of values, a few times that as Python
+    # objects, request bodies and parked copies) and parks what it could not deliver after
+    # push.flush.max.ms: no process may grow to the size of the backlog.
+    n, size = 60_000, 4000
     result = run_stall(
         push_worker,
         target,
         tmp_path,
         name="stall",
         records=n,
-        value_bytes=2000,
-        stall_s=20,
-        read_max_rows=400,
+        value_bytes=size,
+        stall_s=10,
+        read_max_rows=200,
     )
     print(result.describe())
-    assert result.delivered == {f"{i:010d}" + "x" * 1988 for i in range(n)}
+    assert result.delivered == {f"{i:010d}" + "x" * (size - 12) for i in range(n)}
     assert result.parked > 0  # the stall really parked records (the runtime did not just wait)
     assert result.peak_detail[0] << 20 < result.backlog_bytes, result.describe()
     assert result.python_peak - result.python_before < result.backlog_bytes, result.describe()

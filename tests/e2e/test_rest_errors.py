@@ -202,7 +202,13 @@ def test_validate_reports_errors_per_key(worker: WorkerProcess) -> None:
         "/plugin/config/validate?config="
         + urllib.parse.quote(json.dumps({"connector.class": "FileSinkConnector"}))
     )
-    assert rocket["error_count"] >= 1
+    # both required keys are missing, each named once, as on the /v1 face
+    assert rocket["error_count"] == 2, rocket
+    rocket_errors = {
+        c["value"]["name"]: c["value"]["errors"] for c in rocket["configs"] if c["value"]["errors"]
+    }
+    assert sorted(rocket_errors) == ["connect.topicnames", "filename"], rocket_errors
+    assert rocket_errors["filename"][0].startswith("filename: required key is missing")
     assert _rocketmq_error(worker, "GET", "/plugin/config/validate?config=%7B%7D", 400) == (
         "connector.class: required key is missing"
     )
@@ -336,3 +342,79 @@ def test_hostile_names_and_topics_are_400s_naming_the_problem(
     listed = worker.request("GET", "/v1/connectors").json()
     refused_names = (".", "..", "hostile-topic", "hostile-sink", "hostile-int", "big")
     assert not any(n in listed for n in refused_names)
+
+
+def _body_routes(worker: WorkerProcess) -> list[tuple[str, str, str]]:
+    """(method, template, where) of every route that reads a JSON document, from the worker's
+    own OpenAPI document: `body`, or `query` for the RocketMQ face's `?config=`."""
+    routes = []
+    for template, operations in worker.get("/openapi.json").json()["paths"].items():
+        for method, operation in operations.items():
+            if "requestBody" in operation:
+                routes.append((method.upper(), template, "body"))
+            if any("content" in p for p in operation.get("parameters", [])):
+                routes.append((method.upper(), template, "query"))
+    return routes
+
+
+def test_deeply_nested_json_is_a_400_on_every_route_that_reads_json(
+    worker: WorkerProcess,
+) -> None:
+    """A JSON document nested deeper than Python's parser recurses was a 500 on the RocketMQ
+    face's three JSON inputs; every route that reads JSON answers 400, in its face's shape."""
+    routes = _body_routes(worker)
+    assert len(routes) >= 9, routes
+    deep_body = '{"connector.class": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    deep_query = '{"connector.class": ' + "[" * 2_000 + "]" * 2_000 + "}"  # fits a URL
+    for method, template, where in routes:
+        path = template.replace("{name}", "deep").replace("{class_name}", "FileSourceConnector")
+        if where == "body":
+            answer = worker.request(method, path, content=deep_body)
+        else:
+            answer = worker.request(method, path, params={"config": deep_query})
+        assert answer.status_code == 400, (method, template, where, answer.text[:300])
+        key = "error_code" if path.startswith("/v1") else "errorCode"
+        assert answer.json()[key] == 400
+    assert worker.get("/connectors/deep/status").status_code == 404  # nothing was created
+
+
+def test_a_control_character_in_a_key_is_refused(worker: WorkerProcess, tmp_path: Path) -> None:
+    """A newline in a config key forged a line of the worker's log (the unknown-key warning
+    quoted it); such a key is a 400 naming it escaped, and nothing is logged or stored."""
+    src = tmp_path / "in.txt"
+    src.write_text("x\n")
+    forged = "2099-01-01 00:00:00,000 WARNING sluice.worker: forged line"
+    config = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(src),
+        "connect.topicname": "controlKeys",
+        f"x\n{forged}": "1",
+    }
+    message = _v1_error(
+        worker, "POST", "/v1/connectors", 400, json={"name": "controlKey", "config": config}
+    )
+    assert message.startswith("x\\n2099-01-01") and "control characters" in message, message
+    rocket = worker.request("POST", "/connectors/controlKey", content=json.dumps(config))
+    assert rocket.status_code == 400 and rocket.json()["key"] == f"x\\n{forged}", rocket.text
+    validated = worker.request(
+        "PUT", "/v1/connector-plugins/FileSourceConnector/config/validate", json=config
+    )
+    assert validated.status_code == 400, validated.text
+    assert worker.get("/v1/connectors/controlKey").status_code == 404
+    lines = worker.log.read_text(errors="replace").splitlines()
+    assert not any(line.startswith("2099-01-01") for line in lines)
+
+
+def test_a_plugin_lookup_imports_no_module(worker: WorkerProcess) -> None:
+    """`GET /plugin/config?plugin=module.X` imported any installed module (a read!): `this`
+    prints the Zen of Python when imported. Only registered plugins are looked up."""
+    zen = "Beautiful is better than ugly."
+    assert zen not in worker.log.read_text(errors="replace")
+    answer = worker.get("/plugin/config?plugin=this.Zen")
+    assert zen not in worker.log.read_text(errors="replace")
+    assert answer.status_code == 404, answer.text
+    assert "'this.Zen' is not a registered connector" in answer.json()["message"], answer.text
+    # registered plugins by any of their names
+    assert worker.body(
+        "/plugin/config?plugin=org.apache.kafka.connect.file.FileStreamSinkConnector"
+    )

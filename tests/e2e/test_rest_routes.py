@@ -2,13 +2,15 @@
 every `/v1` GET of an existing connector (its body checked), a task restart, `/allocated/tasks`
 and the RocketMQ Connect bulk routes `/connectors/{pause,resume,stop}/all`.
 
-The bulk routes act on every connector of the worker, so the test that uses them ends by deleting
-them all (`stop/all` deletes, as in RocketMQ Connect) — other tests create their own connectors.
+The bulk routes act on every connector of the worker, so the test that uses them runs on a worker
+of its own (`bulk_worker`): on the shared one it would pause, resume and delete the connectors of
+whatever test ran before it, and depend on them.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +143,16 @@ def test_v1_gets_of_an_existing_connector(worker: WorkerProcess, scratch: Path) 
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
-def test_task_restart_and_the_bulk_routes(worker: WorkerProcess, scratch: Path) -> None:
+@pytest.fixture(scope="module")
+def bulk_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    process = WorkerProcess(tmp_path_factory.mktemp("bulk-worker")).start()
+    yield process
+    code = process.terminate()
+    assert code == 0, f"worker exit code {code}:\n{process.log.read_text()[-3000:]}"
+
+
+def test_task_restart_and_the_bulk_routes(bulk_worker: WorkerProcess, scratch: Path) -> None:
+    worker = bulk_worker
     source, sink, _, src, dst = _pipeline(worker, scratch)
 
     tasks = worker.body("/allocated/tasks")
@@ -179,6 +190,7 @@ def test_task_restart_and_the_bulk_routes(worker: WorkerProcess, scratch: Path) 
 
     # pause/all: every connector of the worker pauses; new lines stop at the source
     names = worker.get("/v1/connectors").json()
+    assert sorted(names) == sorted([source, sink])  # the worker's own: nothing of other tests
     assert worker.body("/connectors/pause/all") == f"{len(names)} connectors are paused"
     for name in names:
         wait_until(lambda n=name: worker.state(n) == "PAUSED", 60, f"{name} to be PAUSED")

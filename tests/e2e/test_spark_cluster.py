@@ -35,7 +35,9 @@ from tests.e2e.worker_process import REPO, WorkerProcess, free_port
 from tests.integration.bus_helpers import RealKafka, rocketmq_namesrv, unique
 from tests.servers import SCRIPT, SERVERS_DIR, ensure
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s on a loaded 2-core machine: a worker on the Spark standalone cluster,
+# one of its workers killed and restarted
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,9 @@ def test_executors_without_sluice_are_refused(tmp_path: Path, spark_master: str)
     # A Python that exists on the executors but has no sluice (nor pyspark): the first thing a
     # user gets wrong on a cluster. build_session leaves a PYSPARK_PYTHON of another interpreter.
     bare = tmp_path / "bare"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=300
+    )
     done = _run_bad_worker(
         tmp_path,
         {
@@ -180,7 +184,11 @@ def _cluster_up() -> str:
     """Start what of the cluster is not running (the worker this test killed); the script's line."""
     env = {**os.environ, "SLUICE_SERVERS_CALLER": "pytest"}  # keeps the started-by-pytest mark
     done = subprocess.run(
-        ["bash", str(SCRIPT), "up", "spark-cluster"], capture_output=True, text=True, env=env
+        ["bash", str(SCRIPT), "up", "spark-cluster"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout.strip()

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import wait_until
 from tests.e2e.worker_process import WorkerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_sigterm_during_a_micro_batch_logs_no_spark_error(tmp_path: Path) -> None:
@@ -21,7 +21,7 @@ def test_sigterm_during_a_micro_batch_logs_no_spark_error(tmp_path: Path) -> Non
     (data / "in.txt").write_text("one\ntwo\n")
     marker = data / "put-started"
     worker = WorkerProcess(tmp_path / "worker")
-    worker.wait_boot(worker.launch(), timeout=600)
+    worker.wait_boot(worker.launch(), timeout=420)
     try:
         worker.post_connector(
             "lines",

@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -42,12 +43,18 @@ class WorkerProcess:
     proc: subprocess.Popen | None = None
     #: the log line that says the worker is up (a distributed worker logs its own)
     boot: str = BOOT
+    #: how long `start` waits for it (several JVMs booting at once on a loaded machine: longer)
+    boot_timeout: float = 180
+    #: the certificate of a worker that serves HTTPS (`rest.tls.cert` in `extra_conf`): `url` is
+    #: https then, and `request` trusts it
+    tls_cert: Path | None = None
     #: the interpreter that runs it (another venv's: see tests/e2e/test_core_install.py)
     python: str = sys.executable
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls_cert is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def conf(self) -> Path:
@@ -100,12 +107,12 @@ class WorkerProcess:
         )
         return boots
 
-    def wait_boot(self, boots: int, timeout: float = 180) -> WorkerProcess:
+    def wait_boot(self, boots: int, timeout: float | None = None) -> WorkerProcess:
         """Wait for boot message number `boots + 1` in the log (the process must stay up)."""
         assert self.proc is not None
         wait_until(
             lambda: self.proc.poll() is not None or self.log.read_text().count(self.boot) > boots,
-            timeout=timeout,
+            timeout=self.boot_timeout if timeout is None else timeout,
             what="the worker to boot",
         )
         assert self.proc.poll() is None, f"worker exited:\n{self.log.read_text()[-3000:]}"
@@ -131,6 +138,8 @@ class WorkerProcess:
 
     # -- HTTP -------------------------------------------------------------------------------------
     def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        if self.tls_cert is not None:
+            kwargs.setdefault("verify", ssl.create_default_context(cafile=str(self.tls_cert)))
         return httpx.request(method, self.url + path, timeout=120, **kwargs)
 
     def get(self, path: str, **kwargs: Any) -> httpx.Response:

@@ -4,7 +4,13 @@ test process, with per-path behaviour the test sets and a log of every request i
 Behaviour per first path segment (`/a/...` → "a"): `{"delay": s}` answers 200 after `s` seconds;
 `{"hang": s}` holds the request `s` seconds (the client should give up first); `{"status": n,
 "retry_after": s}` answers `n` (with `Retry-After`); `{"fail_first": k, "status": n}` fails the
-first k requests of each idempotency key, then answers 200.
+first k requests of each idempotency key, then answers 200; `{"hold_after": k}` answers the
+first k requests under the path and holds every later one until the test gives the path another
+behaviour (a request whose client died meanwhile is dropped, not received): a push stopped
+mid-way by construction, whatever the machine's speed.
+
+The target also counts the requests in flight under each path (`in_flight_peak`): a concurrency
+limit shows there, not in a rate the machine's load decides.
 """
 
 from __future__ import annotations
@@ -43,6 +49,12 @@ class Target:
     arrivals: list[tuple[str, str, float]] = field(default_factory=list)
     attempts: Counter = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: requests in flight now, and the most at once since `reset_peak`, per first path segment
+    in_flight: Counter = field(default_factory=Counter)
+    peaks: Counter = field(default_factory=Counter)
+    #: requests held now (`hold_after`), per first path segment
+    holding: Counter = field(default_factory=Counter)
+    arrived_count: Counter = field(default_factory=Counter)
 
     @property
     def url(self) -> str:
@@ -62,12 +74,30 @@ class Target:
         with self.lock:
             return [a for a in self.arrivals if a[0].startswith(f"/{prefix}")]
 
+    def in_flight_peak(self, segment: str) -> int:
+        """The most requests under `/segment` in flight at once since `reset_peak(segment)`."""
+        with self.lock:
+            return self.peaks[segment]
+
+    def reset_peak(self, segment: str) -> None:
+        with self.lock:
+            self.peaks[segment] = self.in_flight[segment]
+
+    def held(self, segment: str) -> int:
+        """Requests under `/segment` held now (`hold_after`)."""
+        with self.lock:
+            return self.holding[segment]
+
     def reset(self) -> None:
         with self.lock:
             self.log.clear()
             self.arrivals.clear()
             self.attempts.clear()
             self.behaviour.clear()
+            self.in_flight.clear()
+            self.peaks.clear()
+            self.holding.clear()
+            self.arrived_count.clear()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -82,14 +112,56 @@ class Target:
                 break
         path = scope["path"]
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
-        spec = self.behaviour.get(path.strip("/").split("/")[0], {})
+        segment = path.strip("/").split("/")[0]
+        spec = self.behaviour.get(segment, {})
         started = time.time()
-        status, extra = 200, []
         key = headers.get("idempotency-key", "")
         with self.lock:
             self.arrivals.append((path, key, started))
             self.attempts[(path, key)] += 1
             attempt = self.attempts[(path, key)]
+            self.arrived_count[segment] += 1
+            arrived = self.arrived_count[segment]
+            self.in_flight[segment] += 1
+            self.peaks[segment] = max(self.peaks[segment], self.in_flight[segment])
+        try:
+            if "hold_after" in spec and arrived > spec["hold_after"]:
+                if not await self._hold(segment, spec, receive):
+                    return  # its client died while it was held: not received
+                spec = self.behaviour.get(segment, {})
+            await self._answer(spec, path, headers, body, started, attempt, send)
+        finally:
+            with self.lock:
+                self.in_flight[segment] -= 1
+
+    async def _hold(self, segment: str, spec: dict[str, Any], receive: Any) -> bool:
+        """Hold a request until `segment` gets another behaviour (True) or its client goes
+        (False)."""
+        gone = asyncio.ensure_future(receive())  # the next message can only be a disconnect
+        with self.lock:
+            self.holding[segment] += 1
+        try:
+            while self.behaviour.get(segment) is spec:
+                if gone.done():
+                    return False
+                await asyncio.sleep(0.01)
+            return not gone.done()
+        finally:
+            gone.cancel()
+            with self.lock:
+                self.holding[segment] -= 1
+
+    async def _answer(
+        self,
+        spec: dict[str, Any],
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        started: float,
+        attempt: int,
+        send: Any,
+    ) -> None:
+        status, extra = 200, []
         if "hang" in spec:
             await asyncio.sleep(spec["hang"])
         if "delay" in spec:

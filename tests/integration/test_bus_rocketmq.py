@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,10 +41,12 @@ def _commit(bus: RocketMQBus, frame: Any, batch: int = 0) -> None:
 
 
 @pytest.fixture
-def official(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def official(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The `rocketmq` PyPI client (rocketmq-client-cpp): an independent implementation."""
-    # It writes its logs under $HOME/logs: somewhere disposable, before the library loads.
-    os.environ["HOME"] = str(tmp_path_factory.mktemp("rocketmq-client-home"))
+    # It writes its logs under $HOME/logs: somewhere disposable, before the library loads and
+    # while the test's clients start; HOME is restored after the test (the servers' jar cache
+    # and everything else started later read the real one).
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("rocketmq-client-home")))
     from rocketmq import client
 
     return client

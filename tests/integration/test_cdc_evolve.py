@@ -1,14 +1,15 @@
 """`ALTER TABLE … ADD COLUMN` under a running CDC connector, on the real servers.
 
 Each database's connector is driven as the runtime drives it (no Spark: `latest` then `read`):
-rows before the change come with the old columns; the range stops before the change; as a new
-column has a default (which the existing rows took without an event), the next range starts a
-new snapshot of the table, and planning the one after raises `SchemaChanged`, which the
-runtime's automatic restarts recognise. The restarted connector's schema has the new columns
-(optional: one NULL, one NOT NULL DEFAULT); it reads the table again with their values, then
-streams; the range from before the change, replayed under the new schema, still decodes (new
-columns null). A change the connector cannot follow fails naming the table and the change. The
-mirror through a worker process is `tests/e2e/test_cdc_worker.py`.
+rows before the change come with the old columns; the range stops before the change, and
+planning the one that starts there raises `SchemaChanged`, which the runtime's automatic
+restarts recognise. The restarted connector's schema has the new columns (optional: one NULL,
+one NOT NULL DEFAULT); as a new column has a default (which the existing rows took without an
+event) and the stored position lacks it, it first starts a new snapshot of the table, then
+streams the changes after the ALTERs and reads the table again with their values; the range
+from before the change, replayed under the new schema, still decodes (new columns null). A
+change the connector cannot follow fails naming the table and the change. The mirror through a
+worker process is `tests/e2e/test_cdc_worker.py`, with kills `tests/e2e/test_cdc_mirror.py`.
 """
 
 from __future__ import annotations
@@ -62,26 +63,43 @@ def _afters(task: Any, partition: Any, start: Any, end: Any) -> list[dict]:
 def _follow(
     connector_class: type, config: dict[str, str], task: Any, at: Any
 ) -> tuple[Any, Any, Any]:
-    """Planning from `at` (a change adding a column with a default): first an empty range that
-    starts a new snapshot of the table, then the restart request; the restarted connector and
-    task, and the position the restart resumes at."""
+    """Planning from `at` (a change adding a column with a default) raises the restart
+    request; the restarted connector's schema has the new columns, which `at` (planned under
+    the old schema) lacks: its first range only starts a new snapshot of the table, which
+    waits for the log's position now. The restarted connector and task, and that range's end."""
     (partition,) = task.partitions()
-    marked = task.latest(partition, at, LIMIT)
-    assert marked == {**at, "snapshot": {"upto": None, "done": False}}, marked
-    assert list(task.read(partition, at, marked)) == []
     with pytest.raises(SchemaChanged) as raised:
-        task.latest(partition, marked, LIMIT)
+        task.latest(partition, at, LIMIT)
     assert is_transient(str(raised.value)), raised.value  # the runtime restarts on it
-    return (*_task(connector_class, config), marked)
+    assert "schema of" in str(raised.value) and "changed" in str(raised.value)
+    connector, task = _task(connector_class, config)
+    marked = task.latest(partition, at, LIMIT)
+    state = marked["snapshot"]
+    assert state["upto"] is None and not state["done"] and "since" in state, marked
+    assert marked["columns"] == ["id", "name", "note", "qty"]
+    assert list(task.read(partition, at, marked)) == []
+    return connector, task, marked
 
 
 def _resumed(task: Any, partition: Any, marked: Any) -> Any:
-    """After the restart: the table read again under the new columns (the existing rows got
-    the new default without an event), then the stream; the position after."""
-    second = task.latest(partition, marked, LIMIT)
+    """After the restart: the changes after the ALTERs stream (every event always flows), then
+    the table is read again under the new columns (the existing rows got the new default
+    without an event); the position after."""
+    planned: list[Any] = []
+
+    def reached() -> bool:  # the chunk waits until the log reaches `since` (and it is flushed)
+        planned.append(task.latest(partition, marked, LIMIT))
+        return "since" not in planned[-1]["snapshot"]
+
+    wait_until(reached, 30, "the re-read's chunk")
+    second = planned[-1]
     assert second.get("snapshot") == {"upto": 3, "done": True}, second
-    records = [r.value for r in task.read(partition, marked, second)]
-    assert sorted(((v["op"], v["after"]) for v in records), key=lambda r: r[1]["id"]) == [
+    records = [(r.value["op"], r.value["after"]) for r in task.read(partition, marked, second)]
+    assert records[:2] == [  # the events first, in log order, then the chunk in any order
+        ("c", {"id": 3, "name": "c", "note": "n3", "qty": 30}),
+        ("u", {"id": 1, "name": "a", "note": "n1", "qty": 7}),
+    ]
+    assert sorted(records[2:], key=lambda r: r[1]["id"]) == [
         ("r", {"id": 1, "name": "a", "note": "n1", "qty": 7}),
         ("r", {"id": 2, "name": "b", "note": None, "qty": 7}),
         ("r", {"id": 3, "name": "c", "note": "n3", "qty": 30}),
@@ -175,9 +193,14 @@ def test_mariadb_follows_add_column(my: Db, row_metadata) -> None:  # noqa: F811
     with pytest.raises(ConnectException, match=r"column 'req' was added NOT NULL without a def"):
         task.latest(partition, second, LIMIT)
     my.execute(f"ALTER TABLE {items} DROP COLUMN req")
-    # a change it does not follow: named, with the table and the statement
+    # the DROP COLUMN is not followed either, also in a restarted connector's backlog …
     connector, task = _task(MySqlCdcSourceConnector, config)
-    third = task.latest(partition, second, LIMIT)
+    upto_drop = task.latest(partition, second, LIMIT)  # past the ADD, which it has now
+    with pytest.raises(ConnectException, match=r"changed under the connector: .*DROP COLUMN req"):
+        task.latest(partition, upto_drop, LIMIT)
+    # … so the connector starts again with reset offsets (the table re-copied)
+    third = task.latest(partition, None, LIMIT)
+    # a change it does not follow: named, with the table and the statement
     my.execute(f"ALTER TABLE {items} MODIFY name VARCHAR(5) NOT NULL")
     with pytest.raises(ConnectException, match=rf"table {my.namespace}.items changed .*MODIFY"):
         task.latest(partition, third, LIMIT)

@@ -5,6 +5,7 @@ Retry-After, isolation between targets, parking in the retry topic, live limits.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,46 @@ def test_a_slow_target_parks_records_in_the_retry_topic_and_they_come_back(
     for r in target.ok("flaky"):
         assert r.at - first[r.headers["idempotency-key"]] >= 2.5  # at its due time, not before
     assert runner.bus.count("hook-dlq") == 0
+
+
+def test_the_retry_topic_keeps_no_resolved_secret(
+    runner: Any, tmp_path: Path, target: Target
+) -> None:
+    """A URL (and a header) taken from `${file:…}`: parked requests keep neither, in the records
+    nor in the segment files; re-delivery renders the URL from the config again."""
+    from sluice.runtime.secrets import ConfigProviders
+
+    token = f"tok{uuid.uuid4().hex}"
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    (secrets / "hook.properties").write_text(f"path={token}\nkey=hdr{token}\n")
+    runner.providers = ConfigProviders.from_worker(
+        {"config.providers": "file", "config.providers.file.param.allowed.paths": str(secrets)}
+    )
+    ref = f"${{file:{secrets}/hook.properties:"
+    target.behaviour = {"sec": {"fail_first": 1, "status": 503}}
+    _fill(runner, tmp_path, [f"s{i}" for i in range(4)])
+    _sink(
+        runner,
+        "hooksec",
+        f"{target.url}/sec/{ref}path}}/{{topic}}",
+        **{
+            "headers": f'{{"X-Hook-Key": "{ref}key}}"}}',
+            "push.flush.max.ms": 500,
+            "retry.backoff.initial.ms": 2000,
+            "retry.jitter": 0,
+        },
+    )
+    wait_until(lambda: (_healthy(runner), len(target.ok("sec")) == 4)[1], 240, "4 delivered")
+    delivered = target.ok("sec")
+    assert {r.path for r in delivered} == {f"/sec/{token}/t"}  # resolved again when re-sent
+    assert {r.headers["x-hook-key"] for r in delivered} == {f"hdr{token}"}
+    parked = topic_records(runner, "hooksec-push-retry")
+    assert parked, "nothing was parked: the test proves nothing"
+    assert token not in repr(parked)
+    for row in parked:
+        assert json.loads(json.loads(row["headers"])["sluice.push.url.values"]) == {"topic": "t"}
+    for path in (Path(runner.root) / "bus").rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+    assert runner.bus.count("hooksec-dlq") == 0

@@ -128,5 +128,6 @@ def test_the_launcher_drops_only_this_pyspark_zips_and_jars(tmp_path: Any) -> No
         capture_output=True,
         text=True,
         check=True,
+        timeout=120,
     )
     assert out.stdout.strip() == os.pathsep.join([other, "/some/dir*"])

@@ -155,18 +155,15 @@ class _Db:
     dialect = _Dialect()
 
 
-def test_snapshot_progress_decides_which_rows_stream() -> None:
-    from sluice.connectors.cdc._snapshot import chunk_column, covers, progress
+def test_snapshot_progress_and_the_chunk_column() -> None:
+    from sluice.connectors.cdc._snapshot import chunk_column, progress, started
 
-    assert progress(None, False) is None  # snapshot.mode=never: every event streams
+    assert progress(None, False) is None  # snapshot.mode=never: nothing to read
     assert progress(None, True) == {"upto": None, "done": False}
     assert progress({"lsn": 5}, True) is None  # a connector that finished (or never began)
-    assert covers(None, "id")({"id": 1})
-    assert not covers({"upto": None, "done": False}, "id")({"id": 1})  # no chunk read yet
-    within = covers({"upto": 10, "done": False}, "id")
-    assert within({"id": 10}) and not within({"id": 11}) and not within({"id": None})
-    assert covers({"upto": 10, "done": True}, "id")({"id": 99})
-    assert not covers({"upto": None, "done": False}, None)({"k": "a"})  # one chunk, unread
+    assert not started({"upto": None, "done": False})  # fresh: no chunk read yet
+    assert not started({"upto": None, "done": False, "since": {"lsn": 9}})  # waiting for 9
+    assert started({"upto": 10, "done": False}) and started({"upto": None, "done": True})
     ints = [("id", Schema.of(FieldType.INT64)), ("k", Schema.string())]
     assert chunk_column(["id", "k"], ints) == "id"
     assert chunk_column(["k", "id"], ints) is None  # not an integer: the table is one chunk
@@ -197,6 +194,14 @@ def test_snapshot_chunk_queries_cover_each_key_once() -> None:
     )
     assert query({"upto": 900, "done": True}, None) is None  # done: nothing more to read
     assert query({"upto": 5, "done": False}, {"upto": 5, "done": False}) is None
+    # a range that (re)starts a snapshot, or one whose re-read waits for the log, reads no chunk
+    assert query({"upto": 5, "done": False}, {"upto": None, "done": False}) is None
+    waiting = {"upto": None, "done": False, "since": {"lsn": 9}}
+    assert query(None, waiting) is None and query(waiting, waiting) is None
+    assert query(waiting, {"upto": 400, "done": False}) == (
+        'SELECT * FROM "t" WHERE "id" <= %s',
+        (400,),
+    )
     assert query(None, {"upto": None, "done": True}, column=None) == ('SELECT * FROM "t"', ())
     with pytest.raises(ConfigException, match=r"snapshot\.mode.*'full' is not one of"):
         check_mode("full")
@@ -235,18 +240,38 @@ class _Server:
 
 
 def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
-    # Turning these off needs a server restart, so their checks are tested on the answers.
+    # Turning these off needs a server restart, so their checks are tested on the answers: a
+    # ConfigException (a 400 at create) naming the key that names the server.
     from sluice.connectors.cdc import mysql, postgres
+    from sluice.connectors.cdc._base import TypedKeys
 
     values = {"table.include.list": [], "table.exclude.list": []}
-    with pytest.raises(ConnectException, match=r"wal_level is 'replica'.*wal_level=logical"):
-        postgres._setup(_Server(), _Conn({"SHOW wal_level": [("replica",)]}), values)
+    debezium = TypedKeys.of({"database.hostname": "db"})
+    with pytest.raises(ConfigException, match=r"^database\.hostname: .*wal_level is 'replica'"):
+        postgres._check(_Server(), _Conn({"SHOW wal_level": [("replica",)]}), values, debezium)
     settings = [("log_bin", "OFF"), ("binlog_format", "ROW"), ("binlog_row_image", "FULL")]
-    with pytest.raises(ConnectException, match=r"log_bin \(the binary log\) is off"):
-        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values)
+    with pytest.raises(ConfigException, match=r"^connection\.url: .*log_bin \(the binary log"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": settings}), values, TypedKeys())
     statement = [("log_bin", "ON"), ("binlog_format", "STATEMENT"), ("binlog_row_image", "FULL")]
-    with pytest.raises(ConnectException, match=r"binlog_format is STATEMENT.*binlog_format=ROW"):
-        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": statement}), values)
+    with pytest.raises(ConfigException, match=r"binlog_format is STATEMENT.*binlog_format=ROW"):
+        mysql._setup(_Server(), _Conn({"SHOW GLOBAL VARIABLES": statement}), values, debezium)
+
+
+def test_connection_errors_name_the_keys_that_were_typed() -> None:
+    from sluice.connectors.cdc._base import TypedKeys
+
+    refused = ConfigException(
+        "connection.password",
+        "mysql://db:3306/shop refused the credentials: Access denied",
+        suggestion="check connection.user and connection.password",
+    )
+    typed = TypedKeys.of({"database.hostname": "db", "database.password": "x"}).retyped(refused)
+    assert typed.key == "database.password"
+    assert str(typed) == (
+        "database.password: mysql://db:3306/shop refused the credentials: Access denied "
+        "(check database.user and database.password)"
+    )
+    assert TypedKeys.of({"connection.url": "jdbc:mysql://db/shop"}).retyped(refused) is refused
 
 
 def test_ddl_statements_are_classified() -> None:
@@ -277,9 +302,9 @@ def test_a_logged_row_shape_is_decoded_followed_or_refused() -> None:
     types = {"id": (23, -1), "n": (25, -1)}
     assert verdict("t", cols, ["id"], ["id", "n"], types, types) is None
     assert verdict("t", cols, ["id"], ["id"]) is None  # an older row: n is optional (null)
-    assert verdict("t", cols, ["id"], ["id", "n", "x"]) == "new column(s) ['x']"
+    assert verdict("t", cols, ["id"], ["id", "n", "x"]) == "ADD COLUMN x"
     required = [("id", cols[0][1]), ("n", Schema.string(optional=False))]
-    assert verdict("t", required, ["id"], ["id"]) == "column(s) ['n'] gone"
+    assert verdict("t", required, ["id"], ["id"]) == "DROP COLUMN n"
     with pytest.raises(ConnectException, match=r"table t: key column\(s\) \['id'\] were dropped"):
         verdict("t", cols, ["id"], ["n", "id2"])
     with pytest.raises(ConnectException, match=r"table t: the type of column\(s\) \['n'\]"):

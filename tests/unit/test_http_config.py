@@ -118,6 +118,50 @@ def test_parked_requests_round_trip_without_the_secret() -> None:
     assert again.records[0].offset == {"queueOffset": 18} and again.key == "t/3/17"
 
 
+def test_parked_requests_keep_no_resolved_secret_and_render_the_url_again() -> None:
+    """The URL and static headers come from the config, as resolved where the task runs: a
+    parked request keeps only the placeholders' values and renders the URL on re-delivery."""
+    resolved = {
+        **BASE,
+        "url": "https://hook:pw-in-url@h/api/tok-in-path/{topic}/{value.id}?sig=tok-in-query",
+        "headers": '{"X-Api-Key": "tok-in-header"}',
+        "auth.type": "basic",
+        "auth.basic.user": "u",
+        "auth.basic.password": "tok-basic",
+    }
+    config = parse(resolved)
+    record = _record('{"id": "a/b"}')
+    values = rq.url_values(config, record)
+    assert values == {"topic": "t", "value.id": "a%2Fb"}
+    url = rq.render_url(config, values)
+    request = rq.build(config, url, [record], values)
+    error = f"ClientConnectorError: cannot connect to {url}"
+    headers = rq.park_headers(config, request, 1, 100.0, 160.0, None, error)
+    stored = json.dumps(headers)
+    for secret in ("pw-in-url", "tok-in-path", "tok-in-query", "tok-in-header", "dG9rLWJhc2lj"):
+        assert secret not in stored, (secret, stored)
+    assert "tok-basic" not in stored and "Basic" not in stored
+    assert "cannot connect to https://h/…" in headers["sluice.push.error"]
+    assert rq.target_of(url, "url") == "https://h/api/tok-in-path/t/a%2Fb"  # no user, password
+    parked = ConnectRecord(value=b"", topic="hook-push-retry", extensions=headers)
+    again, attempts, _, _ = rq.unpark(config, parked)
+    assert again.url == url and attempts == 1
+    assert again.headers["X-Api-Key"] == "tok-in-header"
+    assert again.headers["Authorization"] == request.headers["Authorization"]
+    # rotated secret: re-delivery uses the config as it is now
+    rotated = parse({**resolved, "url": resolved["url"].replace("tok-in-path", "tok-2")})
+    assert rq.unpark(rotated, parked)[0].url == url.replace("tok-in-path", "tok-2")
+    # a template that gained a placeholder: the request cannot be rendered (dead-lettered)
+    changed = parse({**resolved, "url": "https://h/{topic}/{key}"})
+    with pytest.raises(LookupError, match=r"\{key\}"):
+        rq.unpark(changed, parked)
+    # a request parked by an earlier version (the URL itself in a header) is still sent
+    legacy = {k: v for k, v in headers.items() if k != "sluice.push.url.values"}
+    legacy["sluice.push.url"] = "http://old/x"
+    old = ConnectRecord(value=b"", topic="hook-push-retry", extensions=legacy)
+    assert rq.is_parked(old) and rq.unpark(config, old)[0].url == "http://old/x"
+
+
 def test_push_settings_validate_and_merge(tmp_path) -> None:
     assert parse_limits({"maxThreadSize": "12", "coreThreadSize": 12}) == {
         "concurrency": 12,

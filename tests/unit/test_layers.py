@@ -14,7 +14,9 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "sluice"
 #: drawing, each for a reason: `push` is the push runtime of DESIGN §5a (itself on `sdk` only), used
 #: by push sinks and tuned by the runtime; `runtime` lists the built-in connectors, converters and
 #: transforms in its plugin registry; `bus` and `store` share the SQLite opener `_sqlite` and the
-#: PostgreSQL one `_pg` (the commit journal and the stores of distributed mode); the CLI
+#: PostgreSQL one `_pg` (the commit journal and the stores of distributed mode), and with `push`
+#: (whose board is a SQLite file) the creation of files private to the worker's user
+#: (`_private`: mode 0600, folders 0700); the CLI
 #: runs a worker (`worker_main`, for `sluice worker`) and writes the REST credential file
 #: (`rest._auth`), and is otherwise a client of the REST API over HTTP.
 ALLOWED = {
@@ -23,11 +25,11 @@ ALLOWED = {
     "connectors": {"sdk", "clients", "push"},
     "transforms": {"sdk"},
     "converters": {"sdk"},
-    "push": {"sdk"},
+    "push": {"sdk", "_sqlite", "_private"},
     "testing": {"sdk"},
     "engine": {"sdk", "converters", "transforms"},
-    "bus": {"sdk", "clients", "_sqlite", "_pg"},
-    "store": {"sdk", "_sqlite", "_pg"},
+    "bus": {"sdk", "clients", "_sqlite", "_pg", "_private"},
+    "store": {"sdk", "_sqlite", "_pg", "_private"},
     "runtime": {"sdk", "engine", "bus", "store", "converters", "transforms", "connectors", "push"},
     "rest": {"sdk", "runtime"},
     "cli": {"rest", "worker_main"},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,6 @@ from sluice.rest._auth import (
     RestSecurity,
     add_credential,
     hash_secret,
-    is_mutation,
     new_token,
     read_credentials,
     verify_secret,
@@ -30,7 +30,13 @@ def test_providers_resolve_kafka_syntax(tmp_path: Path, monkeypatch: pytest.Monk
     monkeypatch.setenv("OPS_T_PW", "envsecret1")
     props = tmp_path / "db.properties"
     props.write_text("password=filesecret1\n# comment\nuser: bob\n")
-    providers = ConfigProviders.from_worker({"config.providers": "env,file"})
+    providers = ConfigProviders.from_worker(
+        {
+            "config.providers": "env,file",
+            "config.providers.env.param.allowlist.pattern": "OPS_T_.*",
+            "config.providers.file.param.allowed.paths": f"{tmp_path},/nonexistent",
+        }
+    )
     out = providers.resolve(
         {
             "a": "${env:OPS_T_PW}",
@@ -151,9 +157,6 @@ def test_credentials_file_and_roles(tmp_path: Path) -> None:
     with pytest.raises(ConfigException) as caught:
         RestSecurity.from_properties({"rest.tls.cert": path})
     assert caught.value.key == "rest.tls.key"
-    assert is_mutation("POST", "/v1/connectors") and is_mutation("GET", "/connectors/a/pause")
-    assert is_mutation("GET", "/connectors/a") and not is_mutation("GET", "/connectors/list")
-    assert not is_mutation("GET", "/v1/connectors/a") and is_mutation("GET", "/plugin/reload")
 
 
 def test_token_mode(tmp_path: Path) -> None:
@@ -250,3 +253,140 @@ def test_a_loopback_worker_answers_only_for_loopback_hosts() -> None:
         False,
         True,
     ]
+
+
+def _refused(providers: ConfigProviders, key: str, value: str) -> str:
+    """The message of the refusal of `{key: value}`, by `check` and by `resolve` alike."""
+    with pytest.raises(ConfigException) as checked:
+        providers.check({"name": "x", key: value})
+    with pytest.raises(ConfigException) as resolved:
+        providers.resolve({key: value})
+    assert checked.value.key == resolved.value.key == key
+    assert str(checked.value) == str(resolved.value)
+    return str(checked.value)
+
+
+def test_file_provider_reads_only_allowed_paths(tmp_path: Path) -> None:
+    allowed, outside = tmp_path / "secrets", tmp_path / "other"
+    allowed.mkdir()
+    outside.mkdir()
+    (allowed / "db.properties").write_text("password=inside-secret\n")
+    (outside / "db.properties").write_text("password=outside-secret\n")
+    (allowed / "escape").symlink_to(outside)
+    (allowed / "users").write_text("alice=admin:scrypt$hash\n")
+    providers = ConfigProviders.from_worker(
+        {
+            "config.providers": "file",
+            "config.providers.file.param.allowed.paths": str(allowed),
+            "rest.auth.file": str(allowed / "users"),
+        }
+    )
+    ref = f"${{file:{allowed}/db.properties:password}}"
+    assert providers.resolve({"k": ref}) == {"k": "inside-secret"}
+    # outside (also through `..` and a symlink), relative, no path, the worker's own credentials
+    key = "transforms.t.query"
+    for path in (
+        "/etc/shadow",
+        f"{outside}/db.properties",
+        f"{allowed}/../other/db.properties",
+        f"{allowed}/escape/db.properties",
+        "secrets/db.properties",
+        f"{allowed}/users",
+    ):
+        message = _refused(providers, key, f"SELECT '${{file:{path}:password}}' AS v")
+        assert "config.providers.file.param.allowed.paths" in message, message
+        assert "outside-secret" not in message and "No such file" not in message
+    # no oracle: a file that exists and one that does not get the same words
+    exists = _refused(providers, key, "${file:/etc/passwd:root}")
+    missing = _refused(providers, key, "${file:/etc/no-such-file-here:root}")
+    assert exists.replace("/etc/passwd", "P") == missing.replace("/etc/no-such-file-here", "P")
+
+
+def test_providers_read_nothing_unless_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPS_T_SET", "value-1")
+    providers = ConfigProviders.from_worker({"config.providers": "env,file"})
+    for ref in ("${env:OPS_T_SET}", "${env:HOME}", "${file:/etc/passwd:root}"):
+        assert "is refused" in _refused(providers, "connection.password", ref)
+    # the env allowlist is a whole-name regular expression; set or not, the same refusal
+    providers = ConfigProviders.from_worker(
+        {"config.providers": "env", "config.providers.env.param.allowlist.pattern": "OPS_T_.*"}
+    )
+    assert providers.resolve({"a": "${env:OPS_T_SET}"}) == {"a": "value-1"}
+    set_var = _refused(providers, "a", "${env:PATH}")
+    unset_var = _refused(providers, "a", "${env:NO_SUCH_VAR_OPS}")
+    assert "config.providers.env.param.allowlist.pattern" in set_var
+    assert set_var.replace("PATH", "V") == unset_var.replace("NO_SUCH_VAR_OPS", "V")
+    _refused(providers, "a", "${env:X_OPS_T_SET}")  # fullmatch, not search
+    # a provider the worker did not enable stays as written, checked or resolved
+    providers.check({"a": "${file:/etc/shadow:root}"})
+    # bad parameters name the worker key
+    for props, key in (
+        ({"config.providers.file.param.allowed.paths": "relative/dir"}, "allowed.paths"),
+        ({"config.providers.env.param.allowlist.pattern": "("}, "allowlist.pattern"),
+    ):
+        with pytest.raises(ConfigException) as caught:
+            ConfigProviders.from_worker({"config.providers": "env,file", **props})
+        provider = "file" if "file" in key or "paths" in key else "env"
+        assert caught.value.key == f"config.providers.{provider}.param.{key}"
+
+
+def test_url_credentials_masked_wherever_configs_are_shown() -> None:
+    config = {
+        "connection.url": "postgresql://app:s3cr3t-pg@db:5432/shop",
+        "jdbc": "jdbc:mysql://root:s3cr3t-my@h/db?useSSL=false",
+        "redis.url": "redis://:s3cr3t-rd@cache:6379/0",
+        "amqp": "amqp://guest:s3cr3t-mq@rabbit/%2f",
+        "nats.servers": "nats://a:s3cr3t-n1@h1:4222,nats://h2:4222,nats://s3cr3t-tok@h3",
+        "odbc": "jdbc:sqlserver://h;user=sa;password=s3cr3t-ms;db=x",
+        "query": "http://h/p?user=u&password=s3cr3t-q&x=1",
+        "ref": "postgresql://app:${env:SLUICE_SECRET_PW}@db/shop",
+        "plain": "http://user@host/path?email=a@b",
+        "connection.password": "s3cr3t-lit",
+    }
+    shown = redact(config, ["connection.password"])
+    assert "s3cr3t" not in repr(shown), shown
+    assert shown["connection.url"] == f"postgresql://app:{PASSWORD_MASK}@db:5432/shop"
+    assert shown["redis.url"] == f"redis://:{PASSWORD_MASK}@cache:6379/0"
+    assert shown["nats.servers"] == (
+        f"nats://a:{PASSWORD_MASK}@h1:4222,nats://h2:4222,nats://{PASSWORD_MASK}@h3"
+    )
+    assert shown["ref"] == config["ref"] and shown["plain"] == config["plain"]
+    # PUT back as shown: the stored credentials stay; a changed URL is taken as given
+    assert keep_masked(shown, config, ["connection.password"]) == config
+    changed = dict(shown, **{"connection.url": f"postgresql://app:{PASSWORD_MASK}@db2/shop"})
+    assert keep_masked(changed, config, [])["connection.url"] == changed["connection.url"]
+    # resolving a config teaches the scrubber its URL passwords (log lines, traces)
+    ConfigProviders().resolve(config)
+    assert secrets.scrub("connect to redis://:s3cr3t-rd@cache failed") == (
+        f"connect to redis://:{PASSWORD_MASK}@cache failed"
+    )
+    assert PASSWORD_MASK in secrets.scrub("token s3cr3t-tok rejected")
+
+
+def test_the_shipped_worker_configs_allow_the_references_the_docs_show() -> None:
+    """A worker started from conf/*.conf runs the pages' `${env:…}`/`${file:…}` examples."""
+    root = Path(__file__).parents[2]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    blocks = [b for page in pages for b in re.findall(r"```.*?```", page.read_text(), re.S)]
+    examples = {m.group(0) for block in blocks for m in secrets.REFERENCE.finditer(block)}
+    assert len(examples) >= 5, examples
+    for conf in ("connect-standalone.conf", "connect-distributed.conf"):
+        props = {}
+        for line in (root / "conf" / conf).read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                props[key.strip()] = value.strip()
+        providers = ConfigProviders.from_worker(props)
+        for ref in sorted(examples):
+            providers.check({"k": ref})  # raises naming the reference if the conf refuses it
+        with pytest.raises(ConfigException):
+            providers.check({"k": "${env:HOME}"})
+
+
+def test_scrub_data_masks_secrets_in_keys_and_values() -> None:
+    secrets._SECRETS.add("hooks-path-secret-1")
+    progress = {"targets": {"https://h/services/hooks-path-secret-1": {"queued": 1}}, "n": [2]}
+    assert secrets.scrub_data(progress) == {
+        "targets": {f"https://h/services/{PASSWORD_MASK}": {"queued": 1}},
+        "n": [2],
+    }

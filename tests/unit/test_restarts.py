@@ -3,7 +3,7 @@ failures qualify, the backoff, the attempt limit and when the count starts again
 
 from __future__ import annotations
 
-from sluice.runtime.restarts import TransientRestarts, is_transient
+from sluice.runtime.restarts import TransientRestarts, is_transient, requested_reason
 
 CONNECT_BACK = (
     "PythonException: org.apache.spark.SparkException: Python worker failed to connect back."
@@ -37,6 +37,23 @@ def test_a_task_that_asks_for_a_restart_gets_one() -> None:
     assert is_transient(f"StreamingQueryException: ...\nConnectException: {asked}")
     assert is_transient(str(SchemaChanged("s.t", "added: x")))
     assert not is_transient(str(ConnectException("table t changed its columns while running")))
+
+
+def test_the_reason_of_a_requested_restart_is_found_in_sparks_failure_text() -> None:
+    from sluice.connectors.cdc._evolve import SchemaChanged
+
+    asked = SchemaChanged("shop.orders", "ADD COLUMN qty")
+    failure = (
+        "[PYTHON_STREAMING_DATA_SOURCE_RUNTIME_ERROR] Failed when Python streaming data source "
+        'perform latestOffset: Traceback (most recent call last):\n  File "x.py", line 3\n'
+        f"sluice.connectors.cdc._evolve.SchemaChanged: {asked}\n"
+    )
+    reason = requested_reason(failure)
+    assert reason is not None and reason.startswith(
+        "schema of shop.orders changed: ADD COLUMN qty; restarting the source"
+    ), reason
+    assert "Traceback" not in reason and "(restart requested)" not in reason
+    assert requested_reason("ValueError: line 3 is not JSON") is None
 
 
 def test_restarts_back_off_and_stop_after_the_limit() -> None:
@@ -106,3 +123,83 @@ def test_requested_restarts_are_at_once_and_do_not_use_up_the_transient_attempts
         TransientRestarts(clock).schedule("d", asked, {"restart.transient.max.attempts": "0"})
         is None
     )
+
+
+def test_a_server_that_is_away_restarts_with_backoff_for_a_bounded_time() -> None:
+    from sluice.runtime.restarts import is_retriable
+
+    gave_up = (
+        "ConnectException: put failed after 9 retries in 2000 ms (errors.retry.timeout=2000): "
+        "orders: db unavailable\nsluice.sdk._errors.RetriableException: orders: db unavailable"
+    )
+    assert is_retriable(gave_up)
+    assert is_retriable(gave_up.splitlines()[0])  # as Spark reports it: the last error only
+    assert is_retriable("OperationalError: database or disk is full")
+    assert not is_retriable("ValueError: bad record")
+    # a config error is the config's, whatever driver error it quotes
+    assert not is_retriable("ConfigException: connection.password: OperationalError: refused")
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    config = {"restart.retriable.timeout.ms": "30000", "restart.transient.backoff.max.ms": "4000"}
+    restarts.started("c")
+    delays = []
+    while (restart := restarts.schedule("c", gave_up, config)) is not None:
+        assert restart.kind == "retriable" and restart.of == 0  # bounded by time, not count
+        delays.append(restart.delay_s)
+        clock.now += restart.delay_s
+        restarts.started("c")
+        clock.now += 1  # fails again a second later
+    assert delays[:4] == [1.0, 2.0, 4.0, 4.0]  # doubling, capped
+    assert 25 <= sum(delays) + len(delays) <= 35  # … for restart.retriable.timeout.ms
+    assert restarts.schedule("d", gave_up, {"restart.retriable.timeout.ms": "0"}) is None
+    assert restarts.schedule("d", gave_up, {"restart.transient.max.attempts": "0"}) is None
+    forever = {"restart.retriable.timeout.ms": "-1"}
+    for _ in range(100):
+        assert restarts.schedule("e", gave_up, forever) is not None
+        clock.now += 1
+
+
+def test_hasten_makes_the_retriable_restarts_due_now() -> None:
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    restarts.schedule("c", "OperationalError: connection refused", {})
+    restarts.schedule("d", CRASHED, {})  # the machine's: keeps its backoff
+    assert restarts.waiting("c") and restarts.waiting("d")
+    assert restarts.hasten() == ["c"]
+    assert not restarts.waiting("c") and restarts.waiting("d")
+
+
+def test_a_start_that_met_a_server_away_is_retriable_unless_the_config_is_at_fault() -> None:
+    import sqlite3
+
+    from sluice.runtime.restarts import retriable_start_error
+    from sluice.sdk import ConfigException, RetriableException
+
+    def raised(make):  # the exception with the chain Python gives it
+        try:
+            make()
+        except Exception as exc:
+            return exc
+        raise AssertionError("did not raise")
+
+    def down() -> None:
+        try:
+            raise RetriableException("cannot connect to db: Connection refused")
+        except RetriableException as exc:
+            raise ConfigException("connection.url", exc.message) from None
+
+    def wrong_password() -> None:
+        try:
+            raise sqlite3.OperationalError("password authentication failed")
+        except sqlite3.OperationalError:
+            raise ConfigException("connection.password", "refused the credentials") from None
+
+    def store_away() -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    assert retriable_start_error(raised(down))
+    assert not retriable_start_error(raised(wrong_password))
+    assert retriable_start_error(raised(store_away))
+    assert retriable_start_error(ConnectionRefusedError("refused"))
+    assert retriable_start_error(OSError(28, "No space left on device"))
+    assert not retriable_start_error(ValueError("no"))

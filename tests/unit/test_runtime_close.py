@@ -41,5 +41,5 @@ def test_a_dead_jvm_does_not_stop_the_shutdown(caplog: pytest.LogCaptureFixture)
     )
     runtime.close()
     assert herder.closed and spark.stopped
-    assert "could not quiet Spark's batch-interrupt loggers" in caplog.text
+    assert "Spark's batch-interrupt loggers not quieted: Py4JNetworkError" in caplog.text
     assert "Answer from Java side is empty" in caplog.text

@@ -62,7 +62,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice._sqlite import connect_shared
+from sluice._private import private_dir
+from sluice._sqlite import connect_shared, create_database
 from sluice.bus.base import (
     STORED_SCHEMA,
     Bus,
@@ -122,7 +123,8 @@ class CommitJournal:
 
     def _db(self) -> Any:
         if self._conn is None or self._pid != os.getpid():
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            private_dir(os.path.dirname(self.path))
+            create_database(self.path, f"{_SCHEMA};\n{_FENCES}")  # 0600, never without tables
             conn = connect_shared(self.path)
             conn.execute(_SCHEMA)
             conn.execute(_FENCES)

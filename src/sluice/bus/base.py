@@ -28,6 +28,10 @@ Errors::
     ├── UnknownTopic (KeyError)    the topic does not exist
     ├── WriterFenced               a commit by a writer whose epoch (a connector's lease
     │                              generation) was superseded: refused, nothing published
+    ├── TopicDamaged               a topic's files disagree (an index emptied, a segment truncated
+    │                              or gone): whoever opens or reads it fails, naming the file
+    ├── PositionBeyondEnd          a reader's position is past its queue's end (the topic was
+    │                              emptied or re-created): fails, never skips what comes next
     └── BusUnavailable             the broker cannot be reached or refused a request; retriable
                                    (also a sluice.sdk.RetriableException)
 """
@@ -55,8 +59,10 @@ __all__ = [
     "BusError",
     "BusUnavailable",
     "OffsetOutOfRange",
+    "PositionBeyondEnd",
     "QueueRange",
     "StagedSegment",
+    "TopicDamaged",
     "TopicInfo",
     "TopicLog",
     "UnknownTopic",
@@ -176,6 +182,48 @@ class WriterFenced(BusError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.epoch, self.current, self.topic))
+
+
+class TopicDamaged(BusError):
+    """A topic's files disagree with each other: its index was emptied or truncated, or a segment
+    file it lists is truncated or gone. Raised where the topic is opened or read, naming the
+    file; never a reason to start the topic afresh (offsets would restart below every reader's
+    position, and what was written since would be skipped)."""
+
+    def __init__(self, topic: str, path: str, problem: str) -> None:
+        super().__init__(
+            f"topic {topic!r} is damaged: {path}: {problem}; restore the topic's folder from a "
+            "backup, or delete the topic (its records are lost) and reset the offsets of the "
+            "connectors that read it"
+        )
+        self.topic, self.path, self.problem = topic, path, problem
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.topic, self.path, self.problem))
+
+
+class PositionBeyondEnd(BusError):
+    """A reader's position in a queue is past the queue's end: the topic lost records it had
+    (emptied, re-created). Reading on would skip every record written until the end passes the
+    position again, so the reader fails instead, naming the topic and queue."""
+
+    def __init__(self, topic: str, queue: int, position: int, end: int, reader: str) -> None:
+        super().__init__(
+            f"{reader}: position {position} in topic {topic!r} queue {queue} is beyond the "
+            f"queue's end ({end}): the topic lost records it had (emptied or re-created?) and "
+            "records written to it now would be skipped; check the topic, then set the "
+            f"connector's offsets (PATCH or DELETE /v1/connectors/{reader}/offsets)"
+        )
+        self.topic, self.queue, self.position, self.end, self.reader = (
+            topic,
+            queue,
+            position,
+            end,
+            reader,
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.topic, self.queue, self.position, self.end, self.reader))
 
 
 def check_commit(writer_id: str, batch_id: int, segs: Sequence[StagedSegment]) -> str:

@@ -51,6 +51,7 @@ from sluice.bus.base import (
     STORED_SCHEMA,
     BusUnavailable,
     OffsetOutOfRange,
+    PositionBeyondEnd,
     StagedSegment,
     TopicLog,
     retry_outage,
@@ -452,6 +453,8 @@ class _TopicReader(DataSourceStreamReader):
                     first = explicit[key] = max(rng.min_offset, min(reset_at[key], rng.max_offset))
                 elif key in begin:
                     first = begin[key]
+                    if first > rng.max_offset:  # never wait there, skipping what comes first
+                        raise PositionBeyondEnd(topic, queue, first, rng.max_offset, self.plan.name)
                 else:
                     first = explicit[key] = rng.min_offset
                 last = first if key in control["paused"] else rng.max_offset

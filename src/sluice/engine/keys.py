@@ -46,7 +46,7 @@ RUNTIME_KEYS = ConfigDef(
         type="int",
         default=5,
         min=0,
-        doc="automatic restarts after a transient Spark failure; 0 = never (Kafka Connect)",
+        doc="automatic restarts after a transient Spark failure; 0 = none of any kind",
     ),
     ConfigKey(
         "restart.transient.backoff.max.ms",
@@ -54,6 +54,13 @@ RUNTIME_KEYS = ConfigDef(
         default=60_000,
         min=1000,
         doc="the restarts' backoff doubles from 1 s up to this",
+    ),
+    ConfigKey(
+        "restart.retriable.timeout.ms",
+        type="int",
+        default=600_000,
+        min=-1,
+        doc="how long a query failed by a server being away is restarted; -1 = forever, 0 = never",
     ),
     # sluice.converters._compatibility: the level of the subjects this connector registers
     ConfigKey(

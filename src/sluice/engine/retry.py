@@ -24,6 +24,10 @@ from sluice.sdk import ConnectException
 from sluice.sdk._retry import Backoff, RetryWatcher, retry, watching
 
 FIRST_DELAY_MS = 300
+#: In the message of the error raised when `errors.retry.*` gives up on a `RetriableException`:
+#: Spark reports only that error's text, so this is how the runtime tells the failure was
+#: retriable (`sluice.runtime.restarts` restarts the query once the server is back).
+GAVE_UP_MARKER = "(errors.retry.timeout="
 #: At most one store write per second per retrying task: a tight loop must not hammer the store.
 NOTE_EVERY_S = 1.0
 #: A note stays meaningful this long after the retry it announces is due: an attempt may take a
@@ -203,7 +207,7 @@ class RetryPolicy:
         def give_up(exc: BaseException, made: int, spent_s: float) -> NoReturn:
             raise ConnectException(
                 f"{what} failed after {made} retries in {spent_s * 1000:.0f} ms "
-                f"(errors.retry.timeout={self.timeout_ms}): {exc}",
+                f"{GAVE_UP_MARKER}{self.timeout_ms}): {exc}",
                 suggestion="raise errors.retry.timeout to retry longer",
             ) from exc
 

@@ -31,6 +31,13 @@ from sluice.sdk._config import normalize_config
 TransformResolver = Callable[[str], type[Transform]]
 _RECORDS = re.compile(r"\brecords\b", re.IGNORECASE)
 
+#: The longest chain `transforms` may name. Each step adds nodes to the query's plan, which Spark
+#: analyses and optimises recursively every micro-batch and ships to its task threads: 200 `sql`
+#: steps overflowed the stack of Spark's threads (`StackOverflowError`; in a task thread Spark
+#: then ends its JVM, and with it every query of the worker), and planning grows faster than the
+#: chain (measured in docs/config.md, *Transform chains*). Far above any chain seen in use.
+MAX_TRANSFORMS = 50
+
 
 def parse_transforms(config: dict[str, str], resolve: TransformResolver) -> list[Transform]:
     """The configured chain, each transform configured with its own options.
@@ -42,6 +49,14 @@ def parse_transforms(config: dict[str, str], resolve: TransformResolver) -> list
     conf = normalize_config(config)
     predicates = _parse_predicates(conf, resolve)
     names = _names(conf, "transforms", "transform")
+    if len(names) > MAX_TRANSFORMS:
+        raise ConfigException(
+            "transforms",
+            f"names {len(names)} transforms; a chain may have at most {MAX_TRANSFORMS} (longer "
+            "plans overflow Spark's stack)",
+            suggestion="merge steps (one `sql` transform can do the work of many), or split "
+            "the flow in two connectors through a topic",
+        )
     chain = [_configured(conf, f"transforms.{name}.", resolve) for name in names]
     for transform, name in zip(chain, names, strict=True):
         prefix = f"transforms.{name}."

@@ -25,6 +25,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from sluice._private import private_dir
+from sluice._sqlite import create_database
 from sluice.sdk import ConfigException
 
 PUSH_BOARD_KEY = "sluice.push.board"
@@ -97,7 +99,8 @@ class PushBoard:
             self._local = threading.local()
         db = getattr(self._local, "db", None)
         if db is None:
-            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            private_dir(os.path.dirname(os.path.abspath(self.path)))
+            create_database(self.path, _SCHEMA)  # 0600, never without its tables
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")

@@ -9,8 +9,9 @@ The credentials file (`rest.auth.file`) has one line per user or token::
 `hash` is scrypt (hashlib, N=2^14, r=8, p=1, 16-byte random salt) of the user's password
 (`rest.auth=basic`) or of the bearer token (`rest.auth=token`). `sluice users add` and
 `sluice users token` write these lines. Roles: `admin` may do everything, `read-only` may only
-read (a mutation answers 403). The file is re-read when it changes; a verified credential is
-remembered (by its SHA-256) so scrypt runs once per credential, not once per request.
+read (a request that writes answers 403: see `sluice.rest._routes`). The file is re-read when it
+changes; a verified credential is remembered (by its SHA-256) so scrypt runs once per credential,
+not once per request, and off the event loop, limited per client (`sluice.rest._logins`).
 """
 
 from __future__ import annotations
@@ -21,25 +22,18 @@ import hmac
 import ipaddress
 import json
 import os
-import re
 import secrets
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from fastapi.responses import JSONResponse
+
+from sluice.rest._logins import DEFAULT_FAILURES_PER_MINUTE, FailureLimit, HashPool
+
 ROLES = ("admin", "read-only")
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
-
-#: RocketMQ Connect's face changes state with GET: these paths are mutations whatever the method
-_GET_MUTATIONS = re.compile(
-    r"^/connectors/(stop|pause|resume)/all$"
-    r"|^/connectors/[^/]+/(stop|pause|resume)$"
-    r"|^/connectors/(?!list$)[^/]+$"
-    r"|^/plugin/reload$"
-    r"|^/v1/connectors/[^/]+/task/adjust$"
-)
-_READS = {"GET", "HEAD", "OPTIONS"}
 
 
 def hash_secret(secret: str, *, salt: bytes | None = None) -> str:
@@ -116,6 +110,7 @@ def add_credential(path: str, name: str, role: str, secret: str) -> None:
             lines = [ln.rstrip("\n") for ln in f if not ln.startswith(f"{name}:")]
     lines.append(f"{name}:{role}:{hash_secret(secret)}")
     fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a leftover .tmp keeps its mode through O_CREAT: never more open
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
@@ -136,6 +131,9 @@ class Credentials:
         self._mtime = -1.0
         self._entries: list[_Entry] = []
         self._verified: dict[bytes, Principal] = {}
+        #: checked instead when no line has the name asked for: an unknown user costs the same
+        #: scrypt work as a wrong password, so timing does not tell which names exist
+        self._dummy = hash_secret(new_token())
         self._load()
 
     def _load(self) -> None:
@@ -145,20 +143,33 @@ class Credentials:
             with self._lock:
                 self._entries, self._mtime, self._verified = entries, mtime, {}
 
-    def check(self, name: str | None, secret: str) -> Principal | None:
-        """The principal whose line matches (`name` None: any line, as for tokens)."""
+    @staticmethod
+    def _memo(name: str | None, secret: str) -> bytes:
+        return hashlib.sha256(f"{name}\0{secret}".encode()).digest()
+
+    def remembered(self, name: str | None, secret: str) -> Principal | None:
+        """The principal of a credential verified before (no hashing: cheap on the loop)."""
         self._load()
-        memo = hashlib.sha256(f"{name}\0{secret}".encode()).digest()
-        found = self._verified.get(memo)
+        return self._verified.get(self._memo(name, secret))
+
+    def check(self, name: str | None, secret: str) -> Principal | None:
+        """The principal whose line matches (`name` None: any line, as for tokens). Runs
+        scrypt once per candidate line, or once against a dummy line when no line has `name`:
+        slow by design, so call it off the event loop (`AuthMiddleware` does)."""
+        found = self.remembered(name, secret)
         if found is not None:
             return found
-        for entry in self._entries:
-            if (name is None or entry.name == name) and verify_secret(secret, entry.encoded):
+        candidates = [e for e in self._entries if name is None or e.name == name]
+        if not candidates:
+            verify_secret(secret, self._dummy)
+            return None
+        for entry in candidates:
+            if verify_secret(secret, entry.encoded):
                 principal = Principal(entry.name, entry.role)
                 with self._lock:
                     if len(self._verified) > 1024:
                         self._verified.clear()
-                    self._verified[memo] = principal
+                    self._verified[self._memo(name, secret)] = principal
                 return principal
         return None
 
@@ -181,14 +192,14 @@ def is_console_file(path: str) -> bool:
     return path in ("/ui", "/ui/") or path.startswith("/ui/static/")
 
 
+#: the health check (Kafka Connect's KIP-1017): open to probes without credentials, and its
+#: answer says only whether the worker is up and ready
+HEALTH_PATH = "/health"
+
+
 def is_v1_face(path: str) -> bool:
-    """True for the routes of the `/v1` face (its error body), `GET /` included."""
-    return path.startswith("/v1") or path == "/"
-
-
-def is_mutation(method: str, path: str) -> bool:
-    """True if the request changes something (what a read-only user may not do)."""
-    return method.upper() not in _READS or bool(_GET_MUTATIONS.match(path))
+    """True for the routes of the `/v1` face (its error body), `GET /` and `/health` included."""
+    return path.startswith("/v1") or path in ("/", HEALTH_PATH)
 
 
 Scope = MutableMapping[str, Any]
@@ -197,8 +208,10 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 
 
 class AuthMiddleware:
-    """Answers 401 to a request without valid credentials and 403 to a read-only user's
-    mutation, in the error shape of the face called; `/metrics` may be left open."""
+    """Answers 401 to a request without valid credentials and 429 to a client past its failed
+    checks (`sluice.rest._logins`), in the error shape of the face called, and leaves the
+    principal in the request's state (a read-only user's request that writes is refused by its
+    route: `sluice.rest._routes`); `/metrics` may be left open."""
 
     def __init__(
         self,
@@ -207,23 +220,53 @@ class AuthMiddleware:
         mode: str,
         credentials: Credentials,
         metrics_open: bool = False,
+        failures_per_minute: int = DEFAULT_FAILURES_PER_MINUTE,
     ) -> None:
         self.app = app
         self.mode = mode
         self.credentials = credentials
         self.metrics_open = metrics_open
+        self.failures = FailureLimit(failures_per_minute)
+        self.hashing = HashPool()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        if (self.metrics_open and path == "/metrics") or (
-            self.mode == "token" and is_console_file(path)
+        if (
+            path == HEALTH_PATH
+            or (self.metrics_open and path == "/metrics")
+            or (self.mode == "token" and is_console_file(path))
         ):
             await self.app(scope, receive, send)
             return
-        principal = self._principal(scope)
+        claim = self._claim(scope)
+        principal = None
+        if claim is not None:
+            principal = self.credentials.remembered(*claim)
+        if principal is None and claim is not None:
+            client = (scope.get("client") or ("unknown", 0))[0]
+            wait = self.failures.reserve(client)
+            if wait is not None:
+                message = (
+                    f"too many failed credential checks from {client}: at most "
+                    f"{self.failures.per_minute} a minute; retry in {wait} s"
+                )
+                await send_error(
+                    send,
+                    path,
+                    429,
+                    message,
+                    code="auth.rate_limited",
+                    key="rest.auth.failures.per.minute",
+                    headers=((b"retry-after", str(wait).encode()),),
+                )
+                return
+            try:
+                principal = await self.hashing.run(self.credentials.check, *claim)
+            finally:
+                self.failures.settle(client, failed=principal is None)
         if principal is None:
             challenge = 'Basic realm="sluice"' if self.mode == "basic" else 'Bearer realm="sluice"'
             await send_error(
@@ -235,14 +278,11 @@ class AuthMiddleware:
                 headers=((b"www-authenticate", challenge.encode()),),
             )
             return
-        if principal.role != "admin" and is_mutation(scope["method"], path):
-            why = f"{principal.name} is {principal.role}: this request changes state"
-            await send_error(send, path, 403, why, code="auth.read_only")
-            return
         scope.setdefault("state", {})["principal"] = principal
         await self.app(scope, receive, send)
 
-    def _principal(self, scope: Scope) -> Principal | None:
+    def _claim(self, scope: Scope) -> tuple[str | None, str] | None:
+        """(user name or None for a token, secret) from the Authorization header, if usable."""
         header = ""
         for key, value in scope.get("headers", ()):
             if key == b"authorization":
@@ -255,9 +295,9 @@ class AuthMiddleware:
                 user, sep, password = base64.b64decode(value).decode("utf-8").partition(":")
             except (ValueError, UnicodeDecodeError):
                 return None
-            return self.credentials.check(user, password) if sep else None
+            return (user, password) if sep else None
         if self.mode == "token" and scheme.lower() == "bearer" and value:
-            return self.credentials.check(None, value)
+            return (None, value)
         return None
 
 
@@ -273,24 +313,42 @@ async def send_error(
 ) -> None:
     """An error answered by an ASGI middleware, before any route: the body in the shape of the
     face `path` belongs to (as `sluice.rest.app.error_body` makes it for the routes)."""
-    status_key = "error_code" if is_v1_face(path) else "errorCode"
-    body = {status_key: status, "message": message, "code": code, "key": key}
-    body.update(suggestion=None, errors=[])
-    data = json.dumps(body).encode()
+    data = json.dumps(_error_payload(path, status, message, code, key)).encode()
     sent = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": [*sent, *headers]})
     await send({"type": "http.response.body", "body": data})
 
 
+def error_json(
+    path: str, status: int, message: str, *, code: str | None = None, key: str | None = None
+) -> JSONResponse:
+    """The same error as a response object (for a route that refuses before it runs)."""
+    return JSONResponse(_error_payload(path, status, message, code, key), status_code=status)
+
+
+def _error_payload(
+    path: str, status: int, message: str, code: str | None, key: str | None
+) -> dict[str, Any]:
+    status_key = "error_code" if is_v1_face(path) else "errorCode"
+    body = {status_key: status, "message": message, "code": code, "key": key}
+    body.update(suggestion=None, errors=[])
+    return body
+
+
 #: `rest.request.max.bytes` by default, 4 MiB: far above any config or offsets list seen (Kafka's
 #: own config topic takes 1 MB per config).
 DEFAULT_MAX_REQUEST_BYTES = 4 << 20
+#: `rest.request.body.timeout.ms` by default: a config of 4 MiB arrives in well under a second
+#: on any network a worker is managed over; a body still arriving after 30 s is a slow client
+#: holding a connection (slowloris), not an upload.
+DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
 class RestSecurity:
     """The worker's REST security keys: `rest.auth`, `rest.auth.file`, `rest.auth.metrics.open`,
-    `rest.tls.cert`, `rest.tls.key`, `rest.request.max.bytes`."""
+    `rest.auth.failures.per.minute`, `rest.tls.cert`, `rest.tls.key`, `rest.request.max.bytes`,
+    `rest.request.body.timeout.ms`."""
 
     mode: str = "none"
     credentials: Credentials | None = None
@@ -301,6 +359,10 @@ class RestSecurity:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     #: `httpHost` is a loopback address: other Hosts are refused (see `sluice.rest._cross_site`)
     loopback_only: bool = False
+    #: `rest.auth.failures.per.minute`: failed credential checks per client address (0: no limit)
+    failures_per_minute: int = DEFAULT_FAILURES_PER_MINUTE
+    #: `rest.request.body.timeout.ms` in seconds: the longest a request body may take to arrive
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
 
     @classmethod
     def from_properties(cls, props: MutableMapping[str, str] | dict[str, str]) -> RestSecurity:
@@ -340,6 +402,8 @@ class RestSecurity:
             key,
             values["rest.request.max.bytes"],
             is_loopback(values["httpHost"]),
+            values["rest.auth.failures.per.minute"],
+            values["rest.request.body.timeout.ms"] / 1000,
         )
 
     @property

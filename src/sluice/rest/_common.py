@@ -45,6 +45,8 @@ def parse_json_object(text: str | bytes, what: str) -> dict[str, Any]:
         value = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadRequest(f"{what} is malformed JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per level
+        raise BadRequest(f"{what} is nested too deeply (a config is a flat JSON object)") from None
     if not isinstance(value, dict):
         raise BadRequest(f"{what} must be a JSON object, got {type(value).__name__}")
     return value

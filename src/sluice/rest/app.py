@@ -3,7 +3,8 @@
 Every error reaches the wire here, in the shape of the face that was called: `/v1` answers
 `{"error_code", "message", "code", "key", "suggestion", "errors"}` (Kafka Connect's two fields
 first), the RocketMQ Connect face `{"errorCode", "message", "code", "key", "suggestion",
-"errors"}`. `errors` lists every problem of a config when there are several.
+"errors"}`. `errors` lists every problem of a config when there are several. A store that does
+not answer (the cluster store's PostgreSQL down, SQLite locked) is a 503 naming it, not a 500.
 """
 
 from __future__ import annotations
@@ -22,12 +23,17 @@ from starlette.exceptions import HTTPException
 
 import sluice
 from sluice.rest import console, metrics, rocketmq, topics, v1
-from sluice.rest._auth import AuthMiddleware, RestSecurity, is_mutation, is_v1_face
+from sluice.rest._auth import HEALTH_PATH, AuthMiddleware, RestSecurity, is_v1_face
 from sluice.rest._common import CONFIG_SCHEMA
-from sluice.rest._cross_site import CrossSiteGuard
-from sluice.rest._limits import DEFAULT_MAX_REQUEST_BYTES, BodyLimit
+from sluice.rest._cross_site import NO_FRAMES, CrossSiteGuard, NoFraming
+from sluice.rest._limits import BodyLimit
+from sluice.rest._listing import SharedRenders
+from sluice.rest._log_lines import install_log_escaper
+from sluice.rest._routes import GuardedRoute, writes
+from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder, HerderError
-from sluice.runtime.secrets import install_log_scrubber
+from sluice.runtime.secrets import install_log_scrubber, scrub
+from sluice.runtime.stores import STORE_ERRORS, store_outage
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +102,15 @@ class RocketMQError(BaseModel):
 _WHY = {
     400: "Invalid request: a bad parameter, body or config key (every bad key in `errors`)",
     404: "No such connector, task, plugin, topic or route",
+    408: "The request body did not arrive within rest.request.body.timeout.ms",
     409: "The request does not fit the connector's state",
+    429: (
+        "Too many: a create past the worker's max.connectors, or (rest.auth) too many failed "
+        "credential checks from this address (`Retry-After` says when to try again)"
+    ),
     500: "The worker failed unexpectedly",
+    503: "The worker is still starting, or a store it needs does not answer (the message says "
+    "which); retry after Retry-After",
     401: "No valid credentials (rest.auth): the `WWW-Authenticate` header names the scheme",
     403: (
         "A change asked by read-only credentials or by a browser's cross-site request, or a "
@@ -109,17 +122,16 @@ _WHY = {
 
 def _statuses(path: str, method: str) -> tuple[int, ...]:
     """The error statuses the route at `path` answers besides 2xx (see `sluice.runtime.herder`:
-    BadRequest 400, NotFound 404, Conflict 409)."""
-    statuses = [400, 404, 500]
+    BadRequest 400, NotFound 404, Conflict 409, TooMany 429; a store down 503)."""
+    statuses = [400, 404, 500, 503]
     mutates_config = method in ("post", "put") and (
         path in ("/v1/connectors", "/connectors/{name}") or path.endswith(("/{name}", "/config"))
     )
-    if (
-        mutates_config
-        or path.endswith("/offsets")
-        or (path == "/connectors/{name}" and method == "get")
-    ):
+    creates = mutates_config or (path == "/connectors/{name}" and method == "get")
+    if creates or path.endswith(("/offsets", "/push", "/task/adjust")):
         statuses.append(409)
+    if creates:
+        statuses.append(429)  # max.connectors
     return tuple(sorted(statuses))
 
 
@@ -129,11 +141,14 @@ def _guarded(path: str, security: RestSecurity | None) -> bool:
     return not (security.metrics_open and path == "/metrics")
 
 
-def _auth_statuses(path: str, method: str, security: RestSecurity | None) -> tuple[int, ...]:
-    """401 on every route `rest.auth` guards, and 403 on those a read-only user may not call."""
+def _auth_statuses(
+    path: str, method: str, operation: dict[str, Any], security: RestSecurity | None
+) -> tuple[int, ...]:
+    """401 and 429 (failed checks) on every route `rest.auth` guards, and 403 on those a
+    read-only user may not call."""
     if not _guarded(path, security):
         return ()
-    return (401, 403) if is_mutation(method, path) else (401,)
+    return (401, 403, 429) if writes(method, operation) else (401, 429)
 
 
 def _document_security(schema: dict[str, Any], security: RestSecurity) -> None:
@@ -201,12 +216,12 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
         for method, operation in operations.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            statuses = _statuses(path, method) + _auth_statuses(path, method, security)
+            statuses = _statuses(path, method) + _auth_statuses(path, method, operation, security)
             if "requestBody" in operation:
-                statuses += (413,)
+                statuses += (408, 413)  # sluice.rest._limits
             if 403 not in statuses:
                 statuses += (403,)  # sluice.rest._cross_site
-            for status in statuses:
+            for status in sorted(set(statuses)):
                 responses[str(status)] = {
                     "description": _WHY[status],
                     "content": {
@@ -263,7 +278,9 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
         version=sluice.__version__,
         summary="RocketMQ Connect compatible REST API, plus a resource API under /v1",
     )
+    app.router.route_class = GuardedRoute  # `GET /` below; the routers set their own
     app.state.herder = herder
+    app.state.renders = SharedRenders()
     app.include_router(rocketmq.router)
     app.include_router(v1.router)
     app.openapi = lambda: _document_errors(app, security)  # type: ignore[method-assign]
@@ -272,6 +289,16 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
     def root() -> dict[str, Any]:
         """The worker's version (Kafka Connect's `GET /`)."""
         return {"version": sluice.__version__, "commit": None, "worker_id": herder.worker_id}
+
+    @app.get(HEALTH_PATH, tags=["v1"], responses={503: {"description": "Still starting"}})
+    def health() -> JSONResponse:
+        """Whether the worker is up and ready to serve requests (Kafka Connect's KIP-1017), for
+        liveness and readiness probes: 200 once its Spark session, stores and herder are built,
+        503 while it starts. Open without credentials; it tells nothing else."""
+        if isinstance(herder, BootingHerder) and not herder.is_ready:
+            body = {"status": "starting", "message": "the worker is still starting"}
+            return JSONResponse(body, status_code=503, headers={"Retry-After": "2"})
+        return JSONResponse({"status": "healthy", "message": "the worker is ready"})
 
     app.include_router(metrics.router)
     app.include_router(topics.router)
@@ -287,6 +314,8 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             key=exc.key,
             suggestion=exc.suggestion,
             errors=exc.errors,
+            # a worker still booting (503): worth asking again soon
+            headers={"Retry-After": "2"} if exc.status == 503 else None,
         )
 
     @app.exception_handler(HTTPException)
@@ -319,11 +348,42 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             headers=headers or None,
         )
 
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    async def _failed(request: Request, exc: Exception) -> JSONResponse:
+        """An exception no route turned into an answer: a store that does not answer is a 503
+        naming it (with `Retry-After`), anything else a 500."""
+        outage = store_outage(exc)
+        if outage is not None:
+            log.warning("%s %s: %s", request.method, request.url.path, outage)
+            return error_response(
+                request,
+                503,
+                scrub(outage),
+                code="store.unavailable",
+                suggestion="retry when the store answers again (Retry-After)",
+                headers={"Retry-After": "5", **dict(_frame_headers())},
+            )
         log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         return error_response(
-            request, 500, f"internal error: {type(exc).__name__}: {exc}", code="internal"
+            request,
+            500,
+            scrub(f"internal error: {type(exc).__name__}: {exc}"),
+            code="internal",
+            headers=dict(_frame_headers()),  # answered outside NoFraming (Starlette's last resort)
+        )
+
+    for store_error in STORE_ERRORS:
+        app.add_exception_handler(store_error, _failed)
+    app.add_exception_handler(Exception, _failed)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(request: Request, exc: RecursionError) -> JSONResponse:
+        # Python's JSON parser recurses once per level: a body nested deeper than the
+        # interpreter's limit fails in the parser (FastAPI's, for /v1 bodies), not as bad JSON
+        return error_response(
+            request,
+            400,
+            "invalid request: the JSON document is nested too deeply",
+            code="request.invalid",
         )
 
     @app.exception_handler(RequestValidationError)
@@ -350,22 +410,31 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
             request, 400, "invalid request: " + "; ".join(problems), code="request.invalid"
         )
 
-    # outermost but for auth: a body is measured only once the caller may send one
-    limit = security.max_request_bytes if security is not None else DEFAULT_MAX_REQUEST_BYTES
-    app.add_middleware(BodyLimit, max_bytes=limit)
+    # The guards, innermost first (Starlette runs the last one added first): the body is read
+    # only once the caller may send one. Roles and cross-site requests are checked by the
+    # route a request reaches, which knows whether it writes (sluice.rest._routes).
+    limits = security if security is not None else RestSecurity()
     app.add_middleware(
-        CrossSiteGuard, loopback_only=security is not None and security.loopback_only
+        BodyLimit, max_bytes=limits.max_request_bytes, timeout_s=limits.body_timeout_s
     )
+    app.add_middleware(CrossSiteGuard, loopback_only=limits.loopback_only)
     if security is not None and security.credentials is not None:
         app.add_middleware(
             AuthMiddleware,
             mode=security.mode,
             credentials=security.credentials,
             metrics_open=security.metrics_open,
+            failures_per_minute=security.failures_per_minute,
         )
+    app.add_middleware(NoFraming)
     # every worker serves this app: its log handlers are set up by now
     install_log_scrubber()
+    install_log_escaper()
     return app
+
+
+def _frame_headers() -> list[tuple[str, str]]:
+    return [(k.decode(), v.decode()) for k, v in NO_FRAMES]
 
 
 __all__ = ["create_app", "error_body", "error_response"]

@@ -13,7 +13,9 @@ from importlib.resources import files
 from fastapi import APIRouter, HTTPException
 from fastapi.responses import FileResponse, RedirectResponse
 
-router = APIRouter(include_in_schema=False)
+from sluice.rest._routes import GuardedRoute
+
+router = APIRouter(include_in_schema=False, route_class=GuardedRoute)
 
 _UI = files("sluice.rest.ui")
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}

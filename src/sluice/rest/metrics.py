@@ -21,9 +21,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.concurrency import run_in_threadpool
 
 from sluice.rest._common import herder_of
+from sluice.rest._routes import GuardedRoute
 from sluice.runtime.source_lag import UNITS
 
-router = APIRouter(tags=["metrics"])
+router = APIRouter(tags=["metrics"], route_class=GuardedRoute)
 
 #: error counters the tasks add (sluice.engine.errors), as Kafka Connect names them
 _ERROR_COUNTERS = (

@@ -1,15 +1,18 @@
-"""RocketMQ Connect's REST endpoints: same paths and methods (GET-style mutations included), the
-`{"status": 200, "body": …}` envelope on success, real HTTP status codes on errors."""
+"""RocketMQ Connect's REST endpoints: same paths and methods (GET-style mutations included, each
+declared `openapi_extra=WRITES`: see `sluice.rest._routes`), the `{"status": 200, "body": …}`
+envelope on success, real HTTP status codes on errors."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from sluice.rest._common import ConnectorName, herder_of, parse_json_object
+from sluice.rest._listing import shared_json
+from sluice.rest._routes import WRITES, GuardedRoute
 from sluice.rest._shapes import (
     allocated_tasks_body,
     info_body,
@@ -19,7 +22,7 @@ from sluice.rest._shapes import (
 )
 from sluice.runtime.herder import BadRequest, ConnectorInfo
 
-router = APIRouter(tags=["RocketMQ Connect"])
+router = APIRouter(tags=["RocketMQ Connect"], route_class=GuardedRoute)
 
 
 def ok(body: Any) -> dict[str, Any]:
@@ -31,23 +34,33 @@ def cluster_info(request: Request) -> dict[str, Any]:
     return ok(herder_of(request).workers())
 
 
-@router.get("/connectors/list")
-def list_connectors(request: Request) -> dict[str, Any]:
+@router.get("/connectors/list", response_model=dict[str, Any])
+async def list_connectors(request: Request) -> Response:
+    """Every connector's status and info (its config: rendered once for the requests that wait
+    together, see `sluice.rest._listing`)."""
     herder = herder_of(request)
-    return ok(
-        {
-            name: {
-                "status": status_body(herder.status(name)),
-                "info": info_body(herder.connector_info(name)),
+
+    def build() -> dict[str, Any]:
+        return ok(
+            {
+                name: {
+                    "status": status_body(herder.status(name)),
+                    "info": info_body(herder.connector_info(name)),
+                }
+                for name in herder.connectors()
             }
-            for name in herder.connectors()
-        }
+        )
+
+    return await shared_json(request, "rocketmq.list", build)
+
+
+@router.get("/allocated/connectors", response_model=dict[str, Any])
+async def allocated_connectors(request: Request) -> Response:
+    """The configs of the connectors this worker runs (shared as `/connectors/list` is)."""
+    herder = herder_of(request)
+    return await shared_json(
+        request, "rocketmq.allocated", lambda: ok(herder.allocated_connectors())
     )
-
-
-@router.get("/allocated/connectors")
-def allocated_connectors(request: Request) -> dict[str, Any]:
-    return ok(herder_of(request).allocated_connectors())
 
 
 @router.get("/allocated/tasks")
@@ -65,17 +78,17 @@ def _all(request: Request, action: str, done: str) -> dict[str, Any]:
     return ok(f"{len(names)} connectors are {done}")
 
 
-@router.get("/connectors/stop/all")
+@router.get("/connectors/stop/all", openapi_extra=WRITES)
 def stop_all(request: Request) -> dict[str, Any]:
     return _all(request, "delete_connector", "deleted")
 
 
-@router.get("/connectors/pause/all")
+@router.get("/connectors/pause/all", openapi_extra=WRITES)
 def pause_all(request: Request) -> dict[str, Any]:
     return _all(request, "pause", "paused")
 
 
-@router.get("/connectors/resume/all")
+@router.get("/connectors/resume/all", openapi_extra=WRITES)
 def resume_all(request: Request) -> dict[str, Any]:
     return _all(request, "resume", "resumed")
 
@@ -100,26 +113,26 @@ def task_status(name: ConnectorName, task: int, request: Request) -> dict[str, A
     return ok(task_status_body(herder_of(request).task_status(name, task)))
 
 
-@router.get("/connectors/{name}/stop")
+@router.get("/connectors/{name}/stop", openapi_extra=WRITES)
 def stop_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).delete_connector(name)
     return ok(f"Connector [{name}] deleted successfully")
 
 
-@router.get("/connectors/{name}/delete")
+@router.get("/connectors/{name}/delete", openapi_extra=WRITES)
 def delete_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     """Remove the connector's config (RocketMQ Connect's README lists it beside `…/stop`)."""
     herder_of(request).delete_connector(name)
     return ok(f"Connector [{name}] deleted successfully")
 
 
-@router.get("/connectors/{name}/pause")
+@router.get("/connectors/{name}/pause", openapi_extra=WRITES)
 def pause_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).pause(name)
     return ok(f"Connector [{name}] paused successfully")
 
 
-@router.get("/connectors/{name}/resume")
+@router.get("/connectors/{name}/resume", openapi_extra=WRITES)
 def resume_connector(name: ConnectorName, request: Request) -> dict[str, Any]:
     herder_of(request).resume(name)
     return ok(f"Connector [{name}] resumed successfully")
@@ -133,7 +146,7 @@ async def create_connector(name: ConnectorName, request: Request) -> dict[str, A
     return _with_warnings(ok(herder_of(request).shown_config(config)), info)  # never a secret
 
 
-@router.get("/connectors/{name}")
+@router.get("/connectors/{name}", openapi_extra=WRITES)
 def create_connector_by_get(
     name: ConnectorName, request: Request, config: str = ""
 ) -> dict[str, Any]:
@@ -150,7 +163,7 @@ def _with_warnings(envelope: dict[str, Any], info: ConnectorInfo) -> dict[str, A
     return envelope
 
 
-@router.get("/plugin/reload")
+@router.get("/plugin/reload", openapi_extra=WRITES)
 def reload_plugins(request: Request) -> dict[str, Any]:
     herder_of(request).reload_plugins()
     return ok("Plugin reload succeeded")
@@ -186,9 +199,10 @@ def plugin_config(request: Request, plugin: str = "") -> dict[str, Any]:
     return ok(herder_of(request).plugin_config(plugin))
 
 
-@router.get("/plugin/config/validate")
+@router.get("/plugin/config/validate", openapi_extra=WRITES)
 def validate_config(request: Request, config: str = "") -> dict[str, Any]:
-    """Validate `?config=<JSON config map with connector.class>`."""
+    """Validate `?config=<JSON config map with connector.class>`. Admin only, and refused to a
+    browser's cross-site request: validating builds the connector's network clients."""
     parsed = parse_json_object(config, "query param 'config'")
     if not parsed.get("connector.class"):
         raise BadRequest("connector.class: required key is missing")

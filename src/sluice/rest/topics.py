@@ -10,9 +10,10 @@ from typing import Any
 from fastapi import APIRouter, Query, Request, Response
 
 from sluice.rest._common import herder_of
+from sluice.rest._routes import GuardedRoute
 from sluice.runtime.topic_records import MAX_LIMIT
 
-router = APIRouter(prefix="/v1", tags=["v1"])
+router = APIRouter(prefix="/v1", tags=["v1"], route_class=GuardedRoute)
 
 
 @router.get("/topics/{name}/records")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request, Response
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from sluice.rest._common import (
     CONFIG_SCHEMA,
@@ -18,6 +19,8 @@ from sluice.rest._common import (
     ConnectorName,
     herder_of,
 )
+from sluice.rest._listing import shared_json
+from sluice.rest._routes import WRITES, GuardedRoute
 from sluice.rest._shapes import (
     info_body,
     position_body,
@@ -28,7 +31,7 @@ from sluice.rest._shapes import (
 )
 from sluice.runtime.herder import BadRequest, NotFound
 
-router = APIRouter(prefix="/v1", tags=["v1"])
+router = APIRouter(prefix="/v1", tags=["v1"], route_class=GuardedRoute)
 
 #: A connector config map as the whole JSON body.
 ConfigBody = Annotated[dict[str, ConfigValue], Body(json_schema_extra=CONFIG_SCHEMA)]
@@ -59,23 +62,28 @@ class Offsets(BaseModel):
 
 
 @router.get("/connectors")
-def list_connectors(
+async def list_connectors(
     request: Request, expand: Annotated[list[Literal["status", "info"]] | None, Query()] = None
 ) -> Any:
     """Connector names; with `?expand=status` and/or `?expand=info` (repeatable, as in Kafka
-    Connect) a map of name to the requested parts."""
+    Connect) a map of name to the requested parts (rendered once for the requests that wait
+    together: see `sluice.rest._listing`)."""
     herder = herder_of(request)
-    names = herder.connectors()
     if not expand:
-        return names
+        return await run_in_threadpool(herder.connectors)
     for part in expand:
         if part not in ("status", "info"):
             raise BadRequest(f"expand must be 'status' or 'info', got {part!r}", key="expand")
+    parts = tuple(dict.fromkeys(expand))
     fetch = {
         "status": lambda name: status_body(herder.status(name)),
         "info": lambda name: info_body(herder.connector_info(name)),
     }
-    return {name: {part: fetch[part](name) for part in dict.fromkeys(expand)} for name in names}
+
+    def build() -> dict[str, Any]:
+        return {name: {part: fetch[part](name) for part in parts} for name in herder.connectors()}
+
+    return await shared_json(request, ("v1.list", parts), build)
 
 
 @router.post("/connectors", status_code=201)
@@ -202,7 +210,7 @@ def tune_push(name: ConnectorName, body: PushBody, request: Request) -> dict[str
     return herder_of(request).tune_push(name, body)
 
 
-@router.get("/connectors/{name}/task/adjust", operation_id="adjust_push_get")
+@router.get("/connectors/{name}/task/adjust", operation_id="adjust_push_get", openapi_extra=WRITES)
 @router.post("/connectors/{name}/task/adjust", operation_id="adjust_push_post")
 def adjust_push(
     name: ConnectorName,
@@ -248,6 +256,8 @@ def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any
 
 @router.put("/connector-plugins/{class_name}/config/validate")
 def validate(class_name: str, request: Request, config: ValidateBody) -> dict[str, Any]:
+    """Validate a config (Kafka Connect's route). Admin only, as every PUT: validating builds
+    the connector's network clients."""
     return herder_of(request).validate(config, class_name)
 
 

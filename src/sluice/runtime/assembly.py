@@ -24,6 +24,7 @@ from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.standalone import StandaloneHerder, build_runner
 from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
+from sluice.store import prepare_store_root
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
 
@@ -49,15 +50,21 @@ class Runtime:
         self.herder.start()
 
     def close(self) -> None:
-        """Stop every connector gracefully, leave the cluster, stop Spark."""
+        """Stop every connector gracefully, leave the cluster, stop Spark (a JVM that is gone
+        already is logged, not raised: the worker exits all the same)."""
         try:  # a micro-batch cut short by the stop is not an error (sluice.engine.shutdown)
             quiet_batch_interrupts(self.spark)
         except Exception as exc:  # the JVM is gone already: nothing to quiet, the stop goes on
-            log.warning("could not quiet Spark's batch-interrupt loggers: %r", exc)
+            log.warning(
+                "Spark's batch-interrupt loggers not quieted: %s: %s", type(exc).__name__, exc
+            )
         try:
             self.herder.close()
         finally:
-            self.spark.stop()
+            try:
+                self.spark.stop()
+            except Exception as exc:
+                log.warning("Spark not stopped cleanly: %s: %s", type(exc).__name__, exc)
 
 
 def assemble(config: WorkerConfig) -> Runtime:
@@ -66,7 +73,8 @@ def assemble(config: WorkerConfig) -> Runtime:
     The cluster store (distributed mode) is opened and checked before Spark starts, so a wrong
     `cluster.store.url`, a foreign cluster or a duplicate `workerId` fails fast.
     """
-    os.makedirs(config.store_root, exist_ok=True)
+    # private to the worker's user; an emptied or truncated store file fails, naming the file
+    prepare_store_root(config.store_root)
     plugins = PluginRegistry(config.plugin_paths)
     if config.cluster_store_url:
         from sluice.runtime.distributed import DistributedHerder

@@ -17,16 +17,22 @@ A worker that was paused or partitioned past the session timeout has lost its le
 queries' commits are refused by the fences (`Fenced`, `WriterFenced`), and at its next round or
 status check it stops those queries and logs it. The REST API of any worker writes to the store;
 the owner picks the change up at its next round (a write on the owner wakes its round at once).
+
+Between rounds the reconciliation (`sluice.runtime.reconcile`, every `status.poll.interval.ms`)
+keeps the queries of the connectors this worker holds running, without the store: a store outage
+stops the rounds, not the queries, and a query that died meanwhile is restarted under its lease
+once the store answers. After an outage every heartbeat is stale, so for one session timeout the
+workers that were live before it still count as live: nothing moves because of the outage alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -35,6 +41,8 @@ from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
 from sluice.runtime.herder import AllocatedTask, Conflict, ConnectorInfo, NotFound
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.reconcile import Duty, NotOurs
+from sluice.runtime.runner import RunningConnector
 from sluice.runtime.standalone import QueryRunner, StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.cluster import ClusterStore, Lease
@@ -45,17 +53,38 @@ log = logging.getLogger(__name__)
 _IDLE_STATE = {"PAUSED": "PAUSED", "STOPPED": "STOPPED"}
 
 
-@dataclass
-class _Owned:
-    """A connector this worker runs (or tried to run) under a lease."""
-
-    generation: int
-    config: dict[str, str]
-    failed: bool = False
-
-
 def _fenced(text: str) -> bool:
     return "fenced:" in text
+
+
+class _Outage:
+    """Whether the cluster store answers, logged once per outage (not at every beat and round),
+    and the moment it answered again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.since: float | None = None
+        self.ended_at: float | None = None
+
+    def failed(self, what: str) -> None:
+        with self._lock:
+            first = self.since is None
+            if first:
+                self.since = time.monotonic()
+        if first:
+            log.exception("%s: the cluster store does not answer (retried every round)", what)
+        else:
+            log.debug("%s failed again", what, exc_info=True)
+
+    def answered(self) -> bool:
+        """Note that the store answered; True when this ends an outage."""
+        with self._lock:
+            since, self.since = self.since, None
+            if since is not None:
+                self.ended_at = time.monotonic()
+        if since is not None:
+            log.warning("the cluster store answers again after %.1f s", time.monotonic() - since)
+        return since is not None
 
 
 class Rebalances:
@@ -130,8 +159,11 @@ class DistributedHerder(StandaloneHerder):
             statuses=cluster.statuses,
         )
         self.cluster = cluster
-        self._owned: dict[str, _Owned] = {}
         self._wake = threading.Event()
+        self._outage = _Outage()
+        #: until when (monotonic) the workers live before a store outage still count as live
+        self._settle_until = 0.0
+        self._known_live: dict[str, str] = {}
         self._hash = HASH_FUNCTIONS[config.hash_func]
         self._round_thread: threading.Thread | None = None
         self.last_assignment: dict[str, str] = {}
@@ -156,9 +188,13 @@ class DistributedHerder(StandaloneHerder):
         self._closed.set()
         self._wake.set()
         with self._lock:
-            for name in list(self._owned):
-                self._give_up(name, "UNASSIGNED")
-            self.runner.close()
+            for name in list(self.reconciler.duties):
+                try:
+                    self._give_up(name, "UNASSIGNED")
+                except Exception:  # the store is down: the session timeout frees the lease
+                    log.exception("connector %s: lease not released", name)
+            with contextlib.suppress(Exception):  # the JVM may be gone
+                self.runner.close()
         try:
             self.cluster.leave(self.worker_id)
         except Exception:  # the store is down: the session timeout frees our leases
@@ -175,7 +211,7 @@ class DistributedHerder(StandaloneHerder):
             try:
                 self._round()
             except Exception:  # an unreachable store: keep trying; the leases fence us if need be
-                log.exception("rebalance round failed")
+                self._outage.failed("rebalance round")
 
     def _beat_loop(self) -> None:
         """Heartbeats on their own thread: a round that is busy starting queries (seconds each)
@@ -185,19 +221,35 @@ class DistributedHerder(StandaloneHerder):
             try:
                 self._beat()
             except Exception:  # the store is unreachable: retried; the others may fence us
-                log.exception("heartbeat failed")
+                self._outage.failed("heartbeat")
 
     def _beat(self) -> None:
         me = self.worker_id
-        if not self.cluster.heartbeat(me):
+        beaten = self.cluster.heartbeat(me)
+        if self._outage.answered():
+            # every worker's heartbeat went stale meanwhile: give them a session to beat again
+            self._settle_until = time.monotonic() + self.config.session_timeout_ms / 1000
+            # what died meanwhile (of the outage, likely) starts at the next reconciliation
+            self.reconciler.restarts.hasten()
+        if not beaten:
             log.warning("membership row of %s was gone: joining again", me)
             self.cluster.join(me, self._url(), self.config.session_timeout_ms)
+
+    def _membership(self) -> dict[str, str]:
+        """The live workers (id -> REST url) this round allocates over: after a store outage,
+        for one session timeout, also those live before it (their heartbeats went stale with
+        everyone's; a worker that really died drops out when the window ends)."""
+        live = self.cluster.live_workers(self.config.session_timeout_ms)
+        if time.monotonic() < self._settle_until:
+            return {**self._known_live, **live}
+        self._known_live = live
+        return live
 
     # -- one round ----------------------------------------------------------------------------
     def _round(self) -> None:
         me = self.worker_id
         self._beat()
-        live = self.cluster.live_workers(self.config.session_timeout_ms)
+        live = self._membership()
         stored = {c.name: c for c in self.configs.all()}
         assignment = allocate(
             self.config.alloc_strategy,
@@ -216,6 +268,8 @@ class DistributedHerder(StandaloneHerder):
             if self._closed.is_set():
                 return
             self._stop_unwanted(stored, assignment, leases)
+            # the leases are checked: a status the store refused is still ours to write
+            self.statuses.flush()
             self._start_allocated(set(live), stored, assignment)
         self.rebalances.end()
 
@@ -227,24 +281,24 @@ class DistributedHerder(StandaloneHerder):
     ) -> None:
         """Stop (or restart) what runs here but should not run so any more (under the lock)."""
         me = self.worker_id
-        for name, owned in list(self._owned.items()):
+        for name, duty in list(self.reconciler.duties.items()):
             lease = leases.get(name)
             if (
                 lease is None
                 or lease.session != self.cluster.session
-                or lease.generation != owned.generation
+                or lease.generation != duty.generation
             ):
                 holder = lease.worker_id if lease else None
                 log.error(
                     "connector %s: lease generation %d lost (now %s, worker %s); its late "
                     "commits are refused; stopping its query",
                     name,
-                    owned.generation,
+                    duty.generation,
                     lease.generation if lease else "none",
                     holder,
                 )
+                self.reconciler.release(name)
                 self.runner.stop(name)
-                del self._owned[name]
                 continue
             current = stored.get(name)
             if current is None:
@@ -258,23 +312,23 @@ class DistributedHerder(StandaloneHerder):
             elif current.target_state != "STARTED":
                 self._give_up(name, None)
                 self._set_idle(current)
-            elif current.config != owned.config:
+            elif current.config != duty.config:
                 log.info("connector %s: config changed, restarting it", name)
                 self.runner.stop(name)
                 self.runner.reset_run(name)
-                self._launch(current, owned.generation)
-            elif self._restart_requested(name) and not self._restarts.waiting(name):
-                self.runner.stop(name)
-                self._launch(current, owned.generation)
+                self.reconciler.assign(name, current.config, duty.generation)
+                self.reconciler.start(name)
+            elif self._restart_requested(name) and not self.reconciler.restarts.waiting(name):
+                self.reconciler.restart(name)
 
     def _start_allocated(
         self, live: set[str], stored: dict[str, StoredConnector], assignment: dict[str, str]
     ) -> None:
         """Take the lease of, fence and start each connector allocated here (under the lock)."""
         me = self.worker_id
-        to_start: list[tuple[StoredConnector, int]] = []
+        to_start: list[str] = []
         for name, current in stored.items():
-            if assignment.get(name) != me or name in self._owned:
+            if assignment.get(name) != me or name in self.reconciler.duties:
                 continue
             if current.target_state != "STARTED":
                 self._show_idle(current)
@@ -285,54 +339,60 @@ class DistributedHerder(StandaloneHerder):
             self.runner.fence(name, generation)
             # visible at once: this worker owns it now and is starting it
             self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
-            to_start.append((current, generation))
+            self.reconciler.assign(name, current.config, generation)
+            to_start.append(name)
         # Starting a query is mostly waiting on Spark (planning, the first Python workers):
         # several at once make a failover take one start, not one per connector.
         if len(to_start) == 1:
-            self._launch(*to_start[0])
+            self.reconciler.start(to_start[0])
         elif to_start:
             with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
-                list(pool.map(lambda job: self._launch(*job), to_start))
+                list(pool.map(self._start_unless_closing, to_start))
 
-    def _launch(self, stored: StoredConnector, generation: int) -> None:
-        name = stored.name
-        self._owned[name] = _Owned(generation, dict(stored.config))
+    def _start_unless_closing(self, name: str) -> None:
+        if not self._closed.is_set():  # the worker is shutting down: a start takes seconds
+            self.reconciler.start(name)
+
+    def _launch(self, name: str, duty: Duty) -> RunningConnector:
+        """Start the query of a connector this worker holds, under its lease (checked first: a
+        restart after a lease was lost must not run)."""
+        assert duty.generation is not None
+        activate(self.spark)  # the JVM's active session is per thread
+        if not self.cluster.holds(name, duty.generation):
+            raise NotOurs(name)
+        return self.runner.start(name, duty.config, generation=duty.generation)
+
+    def _disowned(self, name: str, duty: Duty, failure: tuple[str, str] | None) -> bool:
+        """Whether an ended query's connector is no longer ours: a commit of it was fenced, or
+        its lease is gone (a store that does not answer: still ours; the next round checks)."""
+        if failure is not None and _fenced(failure[1]):
+            log.error(
+                "connector %s: a late commit under lease generation %s was refused (%s); "
+                "query stopped, another worker owns it",
+                *(name, duty.generation, failure[0]),
+            )
+            return True
+        assert duty.generation is not None
         try:
-            activate(self.spark)  # the JVM's active session is per thread
-            running = self.runner.start(name, stored.config, generation=generation)
-        except Exception as exc:  # fails alone; retried when its config changes or on restart
-            self._owned[name].failed = True
-            self._failed(name, exc)
-            return
-        self._restarts.started(name)
-        self.configs.set_task_configs(name, list(running.task_configs))
-        self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
-        log.info(
-            "connector %s started (%s, run %s, lease generation %d)",
-            name,
-            running.kind,
-            running.run,
-            generation,
-        )
+            return not self.cluster.holds(name, duty.generation)
+        except Exception:  # the store is away: the next round checks the lease
+            return False
 
-    def _relaunch(self, stored: StoredConnector) -> None:
-        """An automatic restart is due: start it again under the lease it still holds."""
-        owned = self._owned.get(stored.name)
-        if owned is None or owned.failed:
-            return  # moved, or failed for good meanwhile
-        if self.cluster.holds(stored.name, owned.generation):
-            self._launch(stored, owned.generation)
+    def _flush_statuses(self) -> None:
+        """Nothing between rounds: a refused status is written by the round, once it has
+        checked that the connector's lease is still this worker's."""
 
     def _give_up(self, name: str, state: str | None) -> None:
         """Stop the query here and release the lease (another worker, or nobody, takes it)."""
-        owned = self._owned.pop(name, None)
+        duty = self.reconciler.release(name)
         running = self.runner.running.get(name)
         tasks = len(running.task_configs) if running else 0
         self.runner.stop(name)
-        if owned is not None:
+        if duty is not None:
             if state is not None:
                 self.statuses.put(name, state, self.worker_id, tasks=tasks)
-            self.cluster.release(name, owned.generation)
+            assert duty.generation is not None
+            self.cluster.release(name, duty.generation)
 
     def _show_idle(self, stored: StoredConnector) -> None:
         """A paused/stopped connector allocated here shows its state under this worker."""
@@ -344,40 +404,6 @@ class DistributedHerder(StandaloneHerder):
     def _restart_requested(self, name: str) -> bool:
         own, _tasks = self.statuses.get(name)
         return own is not None and own.state == "RESTARTING"
-
-    def _check_queries(self) -> None:
-        with self._lock:
-            for name, running in list(self.runner.running.items()):
-                if running.query.isActive:
-                    continue
-                failure = running.failure()
-                tasks = len(running.task_configs)
-                self.runner.stop(name)
-                owned = self._owned.get(name)
-                if failure is not None and _fenced(failure[1]):
-                    log.error(
-                        "connector %s: a late commit under lease generation %s was refused (%s); "
-                        "query stopped, another worker owns it",
-                        name,
-                        owned.generation if owned else "?",
-                        failure[0],
-                    )
-                    self._owned.pop(name, None)
-                    continue
-                if owned is None or not self.cluster.holds(name, owned.generation):
-                    self._owned.pop(name, None)
-                    continue  # the status belongs to the new owner
-                if failure is not None and self._restart_transient(name, *failure, tasks):
-                    continue
-                owned.failed = True
-                if failure is None:
-                    self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
-                    continue
-                cause, trace = failure
-                log.error("connector %s failed: %s", name, cause)
-                self.statuses.put(
-                    name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
-                )
 
     def _url(self) -> str:
         host = self.config.http_host
@@ -424,8 +450,8 @@ class DistributedHerder(StandaloneHerder):
 
     def resume(self, name: str) -> None:
         stored = self._stored(name)
-        owned = self._owned.get(name)
-        if owned is not None and owned.failed and stored.target_state == "STARTED":
+        duty = self.reconciler.duties.get(name)
+        if duty is not None and duty.failed and stored.target_state == "STARTED":
             self.statuses.put(name, "RESTARTING", self.worker_id)
         self._set_target(name, "STARTED")
 
@@ -442,11 +468,9 @@ class DistributedHerder(StandaloneHerder):
         owner = own.worker_id if own is not None else self._owner(name)
         self.statuses.put(name, "RESTARTING", owner, tasks=len(stored.task_configs))
         with self._lock:
-            owned = self._owned.get(name)
-            if owned is not None and owned.failed:
-                owned.failed = False
-                self.runner.stop(name)
-                self._launch(stored, owned.generation)
+            duty = self.reconciler.duties.get(name)
+            if duty is not None and duty.failed:
+                self.reconciler.restart(name)
                 return
         self._wake.set()
 
@@ -472,7 +496,7 @@ class DistributedHerder(StandaloneHerder):
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         # a connector deleted through another worker runs here until the next round
         stored = {name: self.configs.get(name) for name in sorted(self.runner.running)}
-        return {name: c.config for name, c in stored.items() if c is not None}
+        return {name: self.shown_config(c.config) for name, c in stored.items() if c is not None}
 
     def allocated_tasks(self) -> dict[str, list[AllocatedTask]]:
         groups = super().allocated_tasks()

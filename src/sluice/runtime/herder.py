@@ -204,6 +204,21 @@ class Conflict(HerderError):
     code = "state.conflict"
 
 
+class TooMany(HerderError):
+    """A limit of the worker is reached (`max.connectors`); the key names the limit."""
+
+    status = 429
+    code = "limit.reached"
+
+
+class Starting(HerderError):
+    """The worker answers REST while its Spark session and stores are still being built; the
+    request can be sent again in a few seconds (`Retry-After`)."""
+
+    status = 503
+    code = "worker.starting"
+
+
 class Herder(ABC):
     """Connector lifecycle, status, offsets, plugins and topics of one Connect cluster.
 

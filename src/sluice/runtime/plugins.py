@@ -261,8 +261,9 @@ class PluginRegistry:
         names.origins[cls] = origin
 
     # -- lookups --------------------------------------------------------------------------------
-    def connector(self, name: str) -> type[Connector]:
-        """The class named by `connector.class`."""
+    def connector(self, name: str, *, load: bool = True) -> type[Connector]:
+        """The class named by `connector.class`. `load=False`: a registered name, or a
+        `module.Class` of a module imported already — never an import (what a read asks)."""
         with self._lock:
             table = self._names.connectors
         return _resolve(
@@ -272,6 +273,7 @@ class PluginRegistry:
             "connector.class",
             "connector",
             "a SourceConnector or SinkConnector",
+            load=load,
         )
 
     def transform(self, name: str) -> type[Transform]:
@@ -323,9 +325,17 @@ def _sluice_version() -> str:
 
 
 def _resolve(
-    name: str, known: dict[str, type], base: type, key: str, kind: str, expected: str
+    name: str,
+    known: dict[str, type],
+    base: type,
+    key: str,
+    kind: str,
+    expected: str,
+    *,
+    load: bool = True,
 ) -> type:
-    """A known name or alias, or `module.Class` / `module:Class` that subclasses `base`."""
+    """A known name or alias, or `module.Class` / `module:Class` that subclasses `base` (with
+    `load=False`, only in a module imported already: no module's code runs)."""
     name = name.strip()
     if name in known:
         return known[name]
@@ -335,6 +345,17 @@ def _resolve(
         raise ConfigException(key, f"unknown {kind} class {name!r}; known: {short}")
     if not module_name or not attr or module_name.startswith(".") or module_name.endswith("."):
         raise ConfigException(key, f"{name!r} is not a class name (module.Class)")
+    if not load:
+        module = sys.modules.get(module_name)
+        # the module's own attributes only: a module __getattr__ may import
+        cls = vars(module).get(attr) if module is not None else None
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise ConfigException(
+                key,
+                f"{name!r} is not a registered {kind} (built-in, entry point or pluginPaths) "
+                f"nor the class of a connector created on this worker",
+            )
+        return cls
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except Exception as exc:  # ImportError, or whatever the module raised while importing

@@ -1,4 +1,5 @@
-"""Automatic restarts of a connector whose query failed for a transient Spark reason.
+"""Automatic restarts of a connector whose query failed for a passing reason: the machine (a
+transient Spark failure), the data (a task asking to be planned again) or a server that was away.
 
 Spark gives a Python worker a hardcoded 10 s to connect back to its JVM; on a loaded machine it
 misses that and the micro-batch fails ("Python worker failed to connect back"), as it does when
@@ -8,8 +9,8 @@ never restarts a failed task by itself (its behaviour is "none"); sluice restart
 failed with one of `TRANSIENT_MARKERS` in its error, with a backoff, because these failures come
 from the machine, not from the connector:
 
-* ``restart.transient.max.attempts`` (default 5; 0 = never, Kafka Connect's behaviour): restarts
-  in a row, after which the connector stays FAILED;
+* ``restart.transient.max.attempts`` (default 5; 0 = no automatic restart of any kind, Kafka
+  Connect's behaviour): restarts in a row, after which the connector stays FAILED;
 * ``restart.transient.backoff.max.ms`` (default 60000): the wait before restart *n* is
   ``min(1 s * 2^(n-1), this)``; a restarted query that runs this long without failing starts
   the count again.
@@ -20,7 +21,17 @@ version. The restart plans them again with the new columns. These restarts are t
 not the machine's, so they neither use up nor wait out the transient attempts (a migration that
 runs six `ALTER TABLE`s in a minute must not leave the connector FAILED); they have their own
 limit, `REQUESTED_LIMIT` in a row, which only a task asking again and again without getting
-anywhere reaches. `restart.transient.max.attempts=0` turns both kinds off.
+anywhere reaches. `restart.transient.max.attempts=0` turns every kind off (also the retriable
+restarts below).
+
+A query that failed for a *retriable* reason, a server it talks to being away
+(`RETRIABLE_MARKERS`: a `RetriableException`, also the one `errors.retry.*` gave up on; a
+database driver's `OperationalError`; a refused or reset connection; a full disk), is restarted
+too, with the same backoff, for as long as `restart.retriable.timeout.ms` (default 600000, 10
+min; -1 = forever) from its first failure of the series: a sink whose database was down longer
+than its `errors.retry.timeout` comes back by itself when the database does, and a query that
+died while the worker's own store was away is started again when it answers (`hasten`). A config
+error (a `ConfigException` naming a key) never is, whatever driver error it quotes.
 
 While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
 connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
@@ -34,7 +45,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sluice.engine.keys import RUNTIME_KEYS
-from sluice.sdk import RestartRequested
+from sluice.engine.retry import GAVE_UP_MARKER
+from sluice.sdk import ConfigException, RestartRequested, RetriableException
 
 #: Text of Spark failures that say the machine, not the connector, failed the micro-batch.
 TRANSIENT_MARKERS = (
@@ -45,10 +57,45 @@ TRANSIENT_MARKERS = (
     # changed under it): `sluice.sdk.RestartRequested`.
     RestartRequested.MARKER,
 )
+#: Text of failures that say a server the query talks to (or the disk it writes) is away: worth a
+#: restart once it is back.
+RETRIABLE_MARKERS = (
+    # sluice.sdk's transient error, and the error `errors.retry.*` raises when it gave up on one
+    # (Spark reports only the last error of a task, not what it was raised from)
+    "RetriableException",
+    GAVE_UP_MARKER,
+    # DB-API drivers (psycopg, SQLAlchemy, sqlite3, PyMySQL): the database is away or refused
+    "OperationalError",
+    "ConnectionRefusedError",
+    "ConnectionResetError",
+    "ConnectionAbortedError",
+    "BrokenPipeError",
+    # a disk that is full or failing (a store file, a checkpoint): the machine's, not the data's
+    "No space left on device",
+    "Disk quota exceeded",
+    "File too large",
+    "Input/output error",
+    "database or disk is full",
+    "disk I/O error",
+)
 _FIRST_DELAY_S = 1.0
 #: requested restarts in a row (none of them running `restart.transient.backoff.max.ms`) after
 #: which the connector stays FAILED: a task that keeps asking is looping, not following DDL
 REQUESTED_LIMIT = 50
+
+
+def requested_reason(failure: str) -> str | None:
+    """The reason a task gave when it asked to be planned again (`RestartRequested`'s message,
+    without the exception's class and the marker), found in a query's failure text (Spark wraps
+    it in its own error and a Python traceback); None if the failure is no such request."""
+    for line in reversed(failure.splitlines()):
+        if RestartRequested.MARKER in line:
+            text = line.strip()
+            head, sep, rest = text.partition(": ")
+            if sep and "." in head and " " not in head:  # `module.ExceptionClass: message`
+                text = rest
+            return text.replace(RestartRequested.MARKER, "").strip()
+    return None
 
 
 def is_transient(failure: str) -> bool:
@@ -56,23 +103,68 @@ def is_transient(failure: str) -> bool:
     return any(marker in failure for marker in TRANSIENT_MARKERS)
 
 
+#: Errors that name a config key: a human must change the config, a restart changes nothing.
+_CONFIG_ERRORS = ("ConfigException", "InvalidConfig")
+
+
+def is_retriable(failure: str) -> bool:
+    """Whether a query's failure text (its cause on the first line) says a server it talks to
+    was away. A config error never is, whatever it wraps (a database that refused the password
+    answers with a driver's `OperationalError` too)."""
+    cause = failure.split("\n", 1)[0].split(":", 1)[0].strip()
+    if cause.rsplit(".", 1)[-1] in _CONFIG_ERRORS:
+        return False
+    return any(marker in failure for marker in RETRIABLE_MARKERS)
+
+
+def retriable_start_error(exc: BaseException) -> bool:
+    """Whether a start that raised `exc` met a server that was away.
+
+    The exception is at hand, with what it was raised from: a `RetriableException` anywhere in
+    its chain counts, also under a config error (a connector's start-time check reports a
+    database that does not answer as a `ConfigException` naming its URL key, raised from the
+    `RetriableException` of its connection attempts); the other markers count only outside a
+    config error (a refused password is a driver's `OperationalError` too)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    if any(isinstance(e, RetriableException) for e in chain):
+        return True
+    if isinstance(exc, ConfigException):
+        return False
+    names = {cls.__name__ for e in chain for cls in type(e).__mro__}
+    texts = " ".join(str(e) for e in chain)
+    return any(marker in names or marker in texts for marker in RETRIABLE_MARKERS)
+
+
 @dataclass
 class _Entry:
     attempts: int = 0
     requested: int = 0
+    retriable: int = 0
+    #: when the current series of retriable failures began (None: not in one)
+    retriable_since: float | None = None
     due: float | None = None
     started: float = 0.0
 
 
 @dataclass(frozen=True)
 class Restart:
-    """A scheduled automatic restart: attempt `attempt` of `of`, in `delay_s`; `requested`
-    when the task asked for it (`RestartRequested`) rather than the machine failing it."""
+    """A scheduled automatic restart: attempt `attempt` of `of` (0: no limit on the count, a
+    retriable failure's restarts are bounded by time), in `delay_s`; `kind` says why:
+    `transient` (the machine failed it), `requested` (the task asked, `RestartRequested`) or
+    `retriable` (a server it talks to was away)."""
 
     attempt: int
     of: int
     delay_s: float
-    requested: bool = False
+    kind: str = "transient"
+
+    @property
+    def requested(self) -> bool:
+        return self.kind == "requested"
 
 
 class TransientRestarts:
@@ -89,28 +181,60 @@ class TransientRestarts:
             entry = self._entries.setdefault(name, _Entry())
             entry.started, entry.due = self._clock(), None
 
-    def schedule(self, name: str, failure: str, config: Mapping[str, str]) -> Restart | None:
-        """After the query of `name` (config `config`) failed with `failure`: the restart to
-        make, or None when the failure is not transient or the attempts are used up."""
-        if not is_transient(failure):
+    def schedule(
+        self,
+        name: str,
+        failure: str,
+        config: Mapping[str, str],
+        *,
+        retriable: bool | None = None,
+    ) -> Restart | None:
+        """After the query of `name` (config `config`) failed with `failure` (or could not
+        start): the restart to make, or None when the failure is none of the kinds restarted
+        automatically or their attempts (or time) are used up. `retriable` overrides what the
+        text says (a start's exception tells it better, `retriable_start_error`)."""
+        transient = is_transient(failure)
+        retriable = is_retriable(failure) if retriable is None else retriable
+        if not transient and not retriable:
             return None
         keys = RUNTIME_KEYS.parse({k: v for k, v in config.items() if k.startswith("restart.")})
         limit = keys["restart.transient.max.attempts"]
         cap_s = keys["restart.transient.backoff.max.ms"] / 1000
+        if limit == 0:  # Kafka Connect's behaviour: no automatic restart of any kind
+            return None
         now = self._clock()
         with self._lock:
             entry = self._entries.setdefault(name, _Entry(started=now))
-            if now - entry.started >= cap_s:
-                entry.attempts = entry.requested = 0  # it ran long enough: a new series
-            if RestartRequested.MARKER in failure and limit > 0:  # 0: no automatic restart
+            if now - entry.started >= cap_s:  # it ran long enough: a new series
+                entry.attempts = entry.requested = entry.retriable = 0
+                entry.retriable_since = None
+            if RestartRequested.MARKER in failure:
                 return self._requested(name, entry, now)
-            if entry.attempts >= limit:
-                self._entries.pop(name, None)
-                return None
-            entry.attempts += 1
-            delay = min(_FIRST_DELAY_S * 2 ** (entry.attempts - 1), cap_s)
-            entry.due = now + delay
-            return Restart(entry.attempts, limit, delay)
+            if transient:
+                return self._transient(name, entry, now, limit, cap_s)
+            return self._retriable(name, entry, now, keys["restart.retriable.timeout.ms"], cap_s)
+
+    def _transient(
+        self, name: str, entry: _Entry, now: float, limit: int, cap_s: float
+    ) -> Restart | None:
+        if entry.attempts >= limit:
+            self._entries.pop(name, None)
+            return None
+        entry.attempts += 1
+        entry.due = now + (delay := min(_FIRST_DELAY_S * 2 ** (entry.attempts - 1), cap_s))
+        return Restart(entry.attempts, limit, delay)
+
+    def _retriable(
+        self, name: str, entry: _Entry, now: float, timeout_ms: int, cap_s: float
+    ) -> Restart | None:
+        if entry.retriable_since is None:
+            entry.retriable_since = now
+        if timeout_ms == 0 or (timeout_ms > 0 and now - entry.retriable_since > timeout_ms / 1000):
+            self._entries.pop(name, None)
+            return None
+        entry.retriable += 1
+        entry.due = now + (delay := min(_FIRST_DELAY_S * 2 ** (entry.retriable - 1), cap_s))
+        return Restart(entry.retriable, 0, delay, kind="retriable")
 
     def _requested(self, name: str, entry: _Entry, now: float) -> Restart | None:
         if entry.requested >= REQUESTED_LIMIT:
@@ -118,7 +242,27 @@ class TransientRestarts:
             return None
         entry.requested += 1
         entry.due = now
-        return Restart(entry.requested, REQUESTED_LIMIT, 0.0, requested=True)
+        return Restart(entry.requested, REQUESTED_LIMIT, 0.0, kind="requested")
+
+    def hasten(self) -> list[str]:
+        """Make the waiting restarts of retriable failures due now (the server that was away
+        answers again: no need to wait out the backoff); the names hastened."""
+        now = self._clock()
+        with self._lock:
+            names = [
+                name
+                for name, e in self._entries.items()
+                if e.retriable_since is not None and e.due is not None and e.due > now
+            ]
+            for name in names:
+                self._entries[name].due = now
+        return sorted(names)
+
+    def forget(self, name: str) -> None:
+        """`name` is no longer this worker's to run: drop its restarts (a later one starts a
+        new series)."""
+        with self._lock:
+            self._entries.pop(name, None)
 
     def waiting(self, name: str) -> bool:
         """Whether an automatic restart of `name` is scheduled and not yet due."""

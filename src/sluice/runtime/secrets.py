@@ -2,19 +2,30 @@
 
 A connector config may hold references instead of secrets::
 
-    connection.password=${env:PG_PASSWORD}
-    connection.password=${file:/etc/sluice/db.properties:password}
+    connection.password=${env:SLUICE_SECRET_PG_PASSWORD}
+    connection.password=${file:/etc/sluice/secrets/db.properties:password}
 
-The worker config names the providers it enables (Kafka's keys)::
+The worker config names the providers it enables (Kafka's keys) and what each may read (Kafka's
+KIP-993 `allowed.paths`; the env provider's `allowlist.pattern`)::
 
     config.providers=env,file
     config.providers.file.class=FileConfigProvider    # optional (Kafka's full name works too)
+    config.providers.file.param.allowed.paths=/etc/sluice/secrets
+    config.providers.env.param.allowlist.pattern=SLUICE_SECRET_.*
+
+Unlike Kafka (whose providers read any file and any variable unless told otherwise), a built-in
+provider reads nothing its parameter does not allow: a REST client that may create connectors
+must not read `/etc/shadow` or the worker's environment. A reference outside is refused when a
+config is created, updated or validated (`ConfigProviders.check`: a 400 naming the key that
+holds it, with one message whether the file or variable exists or not) and, for configs stored
+before, when the query is built.
 
 The stores keep the references; they are resolved only when the connector's query is built
 (`ConfigProviders.resolve`), and what was resolved is never shown: REST answers keep each
-reference as written and show every other value of a key declared `type="password"` as
-`PASSWORD_MASK` (`redact`); log lines and failure traces have every resolved secret replaced by the
-mask (`scrub`, `install_log_scrubber`).
+reference as written, show every other value of a key declared `type="password"` as
+`PASSWORD_MASK`, and mask the password of every URL in any value
+(`postgresql://u:********@db`, `redact`); log lines and failure traces have every resolved
+secret and every literal password replaced by the mask (`scrub`, `install_log_scrubber`).
 """
 
 from __future__ import annotations
@@ -25,7 +36,8 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import unquote
 
 from sluice.sdk import PASSWORD_MASK, ConfigException
 
@@ -42,12 +54,28 @@ class ConfigProvider(Protocol):
 
 
 class EnvProvider:
-    """`${env:NAME}`: the worker process's environment variable NAME."""
+    """`${env:NAME}`: the worker process's environment variable NAME, when NAME matches the
+    `allowlist.pattern` parameter (a regular expression, whole name; none set: no variable)."""
+
+    #: the parameter (`config.providers.<name>.param.<it>`) that says what may be read
+    allow_param = "allowlist.pattern"
 
     def __init__(self, params: Mapping[str, str] | None = None) -> None:
         self.params = dict(params or {})
+        pattern = self.params.get(self.allow_param, "").strip()
+        try:
+            self.allowlist = re.compile(pattern) if pattern else None
+        except re.error as exc:
+            raise ConfigException(self.allow_param, f"not a regular expression: {exc}") from None
+
+    def allows(self, path: str, key: str) -> bool:
+        """Whether `${env:key}` may be read (decided on the name alone, never on the value)."""
+        return self.allowlist is not None and self.allowlist.fullmatch(key) is not None
 
     def get(self, path: str, keys: set[str]) -> dict[str, str]:
+        refused = sorted(k for k in keys if not self.allows(path, k))
+        if refused:
+            raise LookupError(f"environment variable {refused[0]} is not allowed")
         missing = sorted(k for k in keys if k not in os.environ)
         if missing:
             raise LookupError(f"environment variable {missing[0]} is not set on this worker")
@@ -55,10 +83,37 @@ class EnvProvider:
 
 
 class FileProvider:
-    """`${file:/path/to/file.properties:key}`: the `key=value` line of a properties file."""
+    """`${file:/path/to/file.properties:key}`: the `key=value` line of a properties file under
+    one of the `allowed.paths` (comma-separated absolute files or folders, symlinks resolved;
+    none set: no file)."""
+
+    allow_param = "allowed.paths"
 
     def __init__(self, params: Mapping[str, str] | None = None) -> None:
         self.params = dict(params or {})
+        allowed = []
+        for raw in self.params.get(self.allow_param, "").split(","):
+            path = raw.strip()
+            if not path:
+                continue
+            if not os.path.isabs(path):
+                raise ConfigException(
+                    self.allow_param, f"{path!r} is not an absolute path"
+                ) from None
+            allowed.append(os.path.realpath(path))
+        self.allowed = tuple(allowed)
+        #: files never read whatever `allowed.paths` says (the worker's own credentials)
+        self.denied: frozenset[str] = frozenset()
+
+    def allows(self, path: str, key: str) -> bool:
+        """Whether `path` lies in an allowed file or folder once symlinks and `..` are resolved.
+        Decided on the path alone: whether the file exists never changes the answer."""
+        if not path or not os.path.isabs(path):
+            return False
+        real = os.path.realpath(path)
+        if real in self.denied:
+            return False
+        return any(real == a or real.startswith(a.rstrip(os.sep) + os.sep) for a in self.allowed)
 
     def get(self, path: str, keys: set[str]) -> dict[str, str]:
         # imported here: worker_config imports the bus, which this module does not need
@@ -66,8 +121,11 @@ class FileProvider:
 
         if not path:
             raise LookupError("a file reference needs a path: ${file:/path/to/file:key}")
+        if not self.allows(path, ""):
+            raise LookupError(f"{path} is not in an allowed path")
+        real = os.path.realpath(path)  # what was checked is what is opened
         try:
-            with open(path, encoding="utf-8") as f:
+            with open(real, encoding="utf-8") as f:
                 props = parse_properties(f.read(), path)
         except OSError as exc:
             raise LookupError(f"cannot read {path}: {exc.strerror}") from None
@@ -111,6 +169,10 @@ def _load_class(name: str, key: str) -> type:
         ) from None
 
 
+#: worker keys naming files no provider may read, whatever its allowed paths say
+WORKER_PRIVATE_FILES = ("rest.auth.file", "rest.tls.key")
+
+
 class ConfigProviders:
     """The providers a worker enabled; resolves the references of a connector config."""
 
@@ -120,8 +182,12 @@ class ConfigProviders:
     @classmethod
     def from_worker(cls, props: Mapping[str, str]) -> ConfigProviders:
         """From the worker config's `config.providers=a,b` and `config.providers.a.class=…`
-        (`.param.<k>=v` keys are given to the provider's constructor as a dict)."""
+        (`.param.<k>=v` keys are given to the provider's constructor as a dict; a bad one is a
+        `ConfigException` naming the worker key)."""
         names = [n.strip() for n in props.get(PROVIDERS_KEY, "").split(",") if n.strip()]
+        private = frozenset(
+            os.path.realpath(props[k]) for k in WORKER_PRIVATE_FILES if props.get(k, "").strip()
+        )
         providers: dict[str, ConfigProvider] = {}
         for name in names:
             key = f"{PROVIDERS_KEY}.{name}.class"
@@ -134,8 +200,51 @@ class ConfigProviders:
                 )
             prefix = f"{PROVIDERS_KEY}.{name}.param."
             params = {k[len(prefix) :]: v for k, v in props.items() if k.startswith(prefix)}
-            providers[name] = _load_class(class_name, key)(params)
+            try:
+                provider = _load_class(class_name, key)(params)
+            except ConfigException as exc:  # a built-in's parameter: name the worker key
+                if exc.key.startswith(PROVIDERS_KEY):
+                    raise
+                raise ConfigException(
+                    prefix + exc.key, exc.message.split(": ", 1)[-1], suggestion=exc.suggestion
+                ) from None
+            if isinstance(provider, FileProvider):
+                provider.denied = private
+            providers[name] = provider
         return cls(providers)
+
+    def refusal(self, provider: str, path: str, name: str) -> str | None:
+        """Why `${provider:path:name}` may not be read (None: it may, or the provider has no
+        rule of its own). The text names the worker key to change, never what exists."""
+        found = self.providers.get(provider)
+        allows = getattr(found, "allows", None)
+        if allows is None or allows(path, name):
+            return None
+        param = getattr(found, "allow_param", "")
+        where = f"{PROVIDERS_KEY}.{provider}.param.{param}"
+        if isinstance(found, EnvProvider):
+            target = f"variable {name}"
+        else:
+            target = f"path {path or '(none)'}"
+        return f"the worker does not allow this {target} ({where})"
+
+    def check(self, config: Mapping[str, str]) -> None:
+        """Refuse (`ConfigException` naming the key) a reference that an enabled provider may
+        not read. Nothing is read: this is what create, update and validate run first, so the
+        answer is the same whether the file or variable exists or not."""
+        for key, value in config.items():
+            if not isinstance(value, str) or "${" not in value:
+                continue
+            for match in REFERENCE.finditer(value):
+                provider, path, name = match.group(1), match.group(2) or "", match.group(3)
+                why = self.refusal(provider, path, name)
+                if why is not None:
+                    raise ConfigException(
+                        key,
+                        f"{match.group(0)} is refused: {why}",
+                        suggestion="use a secret the operator put where the worker allows "
+                        "(docs/operations.md, Secrets)",
+                    )
 
     def resolve(
         self, config: Mapping[str, str], password_keys: Iterable[str] = ()
@@ -143,15 +252,19 @@ class ConfigProviders:
         """`config` with every reference to an enabled provider replaced by its value.
 
         A reference to a provider the worker did not enable stays as written (as in Kafka); one
-        that cannot be resolved is a `ConfigException` naming the key (never the value). Every
-        resolved value, and every literal value of a password key, is remembered so that logs
-        and traces never show it (`scrub`).
+        that cannot be resolved, or that the provider may not read (`check`), is a
+        `ConfigException` naming the key (never the value). Every resolved value, every literal
+        value of a password key and every password inside a URL is remembered so that logs and
+        traces never show it (`scrub`).
         """
+        self.check(config)
         out: dict[str, str] = {}
         for key, value in config.items():
             out[key] = self._resolve_value(key, value)
             if out[key] != value:
                 _SECRETS.add(out[key])
+            for secret in url_passwords(out[key]):
+                _SECRETS.add(secret)
         for key in password_keys:
             if key in out:
                 _SECRETS.add(out[key])
@@ -189,27 +302,94 @@ def has_reference(value: str) -> bool:
     return REFERENCE.search(value) is not None
 
 
+#: The credentials of a URL anywhere in a value (`postgresql://u:pw@db`, `redis://:pw@h`,
+#: `jdbc:mysql://u:pw@h`, each URL of `nats://a:b@h1,nats://c:d@h2`): scheme, user, password.
+_URL_CREDENTIALS = re.compile(
+    r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://(?P<user>[^\s/@:?#,;]*))"
+    r"(?::(?P<pw>[^\s/@?#]*))?@"
+)
+#: A password given as a URL parameter (`?password=…`, `;password=…`, `&pwd=…`).
+_URL_PARAM = re.compile(r"(?i)(?P<head>[?&;](?:password|passwd|pwd)=)(?P<pw>[^&;#\s,]*)")
+#: Schemes whose user part alone is a secret (NATS' `nats://TOKEN@host`).
+_TOKEN_SCHEMES = ("nats://", "tls://", "nats+tls://")
+
+
+def url_passwords(value: str) -> list[str]:
+    """The literal passwords (and NATS tokens) of the URLs in `value`; references excluded."""
+    found = []
+    for match in _URL_CREDENTIALS.finditer(value):
+        secret = match.group("pw")
+        if secret is None and match.group("head").lower().startswith(_TOKEN_SCHEMES):
+            secret = match.group("user")
+        if secret and "${" not in secret:
+            found += [secret, unquote(secret)]
+    found += [m.group("pw") for m in _URL_PARAM.finditer(value) if "${" not in m.group("pw")]
+    return [s for s in found if s]
+
+
+def mask_url_credentials(value: str) -> str:
+    """`value` with the password of each URL in it masked (a reference is kept as written)."""
+    if "@" not in value and "=" not in value:
+        return value
+
+    def authority(match: re.Match[str]) -> str:
+        pw = match.group("pw")
+        if pw is None:
+            token = match.group("head").lower().startswith(_TOKEN_SCHEMES)
+            user = match.group("user")
+            if token and user and "${" not in user:
+                return match.group("head")[: -len(user)] + PASSWORD_MASK + "@"
+            return match.group(0)
+        if not pw or "${" in pw:
+            return match.group(0)
+        return f"{match.group('head')}:{PASSWORD_MASK}@"
+
+    def param(match: re.Match[str]) -> str:
+        pw = match.group("pw")
+        if not pw or "${" in pw:
+            return match.group(0)
+        return match.group("head") + PASSWORD_MASK
+
+    return _URL_PARAM.sub(param, _URL_CREDENTIALS.sub(authority, value))
+
+
+def _shown(value: str, is_password: bool) -> str:
+    if is_password:
+        return PASSWORD_MASK if value and not has_reference(value) else value
+    return mask_url_credentials(value)
+
+
 def redact(config: Mapping[str, str], password_keys: Iterable[str]) -> dict[str, str]:
     """`config` fit to show: each password key's value masked unless it is a reference (which
-    says where the secret is, not what it is)."""
-    out = dict(config)
-    for key in password_keys:
-        value = out.get(key)
-        if value and not has_reference(value):
-            out[key] = PASSWORD_MASK
-    return out
+    says where the secret is, not what it is), and the password of every URL in any other
+    value masked. The one place configs are masked: every REST route, and so the CLI and the
+    console, shows configs through it."""
+    secret_keys = set(password_keys)
+    return {k: _shown(v, k in secret_keys) if isinstance(v, str) else v for k, v in config.items()}
 
 
 def keep_masked(
     new: Mapping[str, str], old: Mapping[str, str] | None, password_keys: Iterable[str]
 ) -> dict[str, str]:
-    """A config PUT back as it was shown (`********` in a password key) keeps the stored secret."""
+    """A config PUT back as it was shown (`********` in a password key or in a URL) keeps the
+    stored secret."""
     out = dict(new)
     if old is None:
         return out
-    for key in password_keys:
-        if out.get(key) == PASSWORD_MASK and key in old:
-            out[key] = old[key]
+    secret_keys = set(password_keys)
+    for key, value in new.items():
+        before = old.get(key)
+        if (
+            isinstance(value, str)
+            and isinstance(before, str)
+            and value != before
+            and PASSWORD_MASK in value
+            and (
+                (value == PASSWORD_MASK and key in secret_keys)
+                or _shown(before, key in secret_keys) == value
+            )
+        ):
+            out[key] = before
     return out
 
 
@@ -217,11 +397,14 @@ def restore_references(
     written: Mapping[str, str], resolved: Mapping[str, str], derived: Mapping[str, str]
 ) -> dict[str, str]:
     """A config `derived` from the resolved one (a task config) with every resolved value put
-    back as the reference the user wrote, and any other known secret masked, so it can be
-    stored and shown."""
+    back as the reference the user wrote and any other known secret masked, so it can be
+    stored (what is shown of it goes through `redact`). A value the user wrote as it is stays
+    as it is: a task started from the stored config (a lag probe) gets the same literal."""
     out: dict[str, str] = {}
     for key, value in derived.items():
-        if key in written and written[key] != resolved.get(key) and value == resolved.get(key):
+        if key in written and value == written[key]:
+            out[key] = value
+        elif key in written and written[key] != resolved.get(key) and value == resolved.get(key):
             out[key] = written[key]
         else:
             out[key] = scrub(value) if isinstance(value, str) else value
@@ -255,6 +438,18 @@ _SECRETS = _SecretSet()
 def scrub(text: str) -> str:
     """`text` with every secret this process knows replaced by `PASSWORD_MASK`."""
     return _SECRETS.scrub(text)
+
+
+def scrub_data(data: Any) -> Any:
+    """`data` (JSON-like: dicts, lists, strings) with `scrub` applied to every string in it,
+    keys included: a push sink's target names are URLs, secrets in their paths too."""
+    if isinstance(data, str):
+        return scrub(data)
+    if isinstance(data, dict):
+        return {scrub_data(k): scrub_data(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [scrub_data(v) for v in data]
+    return data
 
 
 class ScrubFilter(logging.Filter):

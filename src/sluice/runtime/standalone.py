@@ -12,14 +12,13 @@ import json
 import logging
 import threading
 import time
-import traceback
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Protocol
 
 from pyspark.sql import SparkSession
 
-from sluice.bus.base import Bus, OffsetOutOfRange, UnknownTopic
+from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import ConfigReport, Problem
 from sluice.push import PushBoard
 from sluice.runtime import validation
@@ -39,13 +38,14 @@ from sluice.runtime.herder import (
     TaskConfig,
     TaskId,
     TaskStatus,
+    TooMany,
     TopicSummary,
     check_connector_name,
 )
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.restarts import TransientRestarts
+from sluice.runtime.reconcile import Duty, Reconciler
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -53,8 +53,10 @@ from sluice.runtime.secrets import (
     password_keys,
     redact,
     scrub,
+    scrub_data,
 )
 from sluice.runtime.source_lag import SourceLag
+from sluice.runtime.status_board import StatusBoard
 from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
@@ -90,11 +92,6 @@ def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) ->
     note = notes.get(task) if stored.state == "RUNNING" else None
     retrying = Retrying(note["since_ms"], note["attempts"], scrub(note["error"])) if note else None
     return TaskStatus(task, state, retrying)
-
-
-def _trace(exc: BaseException) -> str:
-    """The cause on the first line (what status tables show), the full traceback after it."""
-    return f"{type(exc).__name__}: {exc}\n\n" + "".join(traceback.format_exception(exc))
 
 
 class QueryRunner(Protocol):
@@ -193,16 +190,26 @@ class StandaloneHerder(Herder):
             self.runner.counters, self.runner.counts_own_records
         ).attach(spark)
         self.configs = configs
-        self.statuses = statuses
+        # a status the store refuses is kept, shown by this worker and written again each round
+        self.statuses = StatusBoard(statuses)
         self._lock = threading.RLock()
         self._last_error: dict[str, float] = {}  # connector -> unix time it last FAILED
         self._closed = threading.Event()
         self._monitor: threading.Thread | None = None
-        self._restarts = TransientRestarts()
+        # what should run here against what runs here, every round (sluice.runtime.reconcile)
+        self.reconciler = Reconciler(
+            self.worker_id,
+            runner,
+            self.statuses,
+            self._launch,
+            on_started=self._started,
+            disowned=self._disowned,
+            last_error=self._last_error,
+        )
         self._metrics = MetricsSnapshot(
             self.worker_id,
             configs,
-            statuses,
+            self.statuses,
             self.runner,
             self.progress,
             SourceLag(
@@ -218,7 +225,7 @@ class StandaloneHerder(Herder):
 
     # -- boot and shutdown ------------------------------------------------------------------------
     def start(self) -> None:
-        """Bring every stored connector to its target state, then watch the queries.
+        """Bring every stored connector to its target state, then reconcile every round.
 
         Called once the REST API is up: every connector to start shows UNASSIGNED first, then
         RUNNING (or FAILED) as its query comes up; the lock is taken per connector so that REST
@@ -228,6 +235,7 @@ class StandaloneHerder(Herder):
         with self._lock:
             for stored in stored_all:
                 if stored.target_state == "STARTED":
+                    self.reconciler.assign(stored.name, stored.config)
                     tasks = len(stored.task_configs)
                     self.statuses.put(stored.name, "UNASSIGNED", self.worker_id, tasks=tasks)
                 else:
@@ -236,13 +244,8 @@ class StandaloneHerder(Herder):
             with self._lock:
                 if self._closed.is_set():
                     return
-                current = self.configs.get(stored.name)
-                if (
-                    current is not None
-                    and current.target_state == "STARTED"
-                    and current.name not in self.runner.running
-                ):
-                    self._start(current)
+                if stored.name in self.reconciler.duties and stored.name not in self.runner.running:
+                    self.reconciler.start(stored.name)
         self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
         self._monitor.start()
 
@@ -251,114 +254,80 @@ class StandaloneHerder(Herder):
         self._closed.set()
         with self._lock:
             for name in list(self.runner.running):
-                n = len(self.runner.running[name].task_configs)
-                self.runner.stop(name)
-                self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=n)
-            self.runner.close()
+                self.reconciler.release(name)
+                self._stop_query(name, "UNASSIGNED")
+            with contextlib.suppress(Exception):  # logged by _stop_query; the JVM may be gone
+                self.runner.close()
         self._metrics.source_lag.close()
+
+    def _stop_query(self, name: str, state: str | None) -> None:
+        """Stop the query of `name` (if it runs) and show `state`; a query that cannot be
+        stopped cleanly (its store or the JVM gone) is logged, not raised: shutting down
+        goes on."""
+        running = self.runner.running.get(name)
+        tasks = len(running.task_configs) if running else 0
+        try:
+            self.runner.stop(name)
+        except Exception as exc:
+            log.warning("connector %s: not stopped cleanly: %s: %s", name, type(exc).__name__, exc)
+        if state is not None:
+            self.statuses.put(name, state, self.worker_id, tasks=tasks)
 
     def _watch(self) -> None:
         interval = self.config.status_poll_ms / 1000
         while not self._closed.wait(interval):
             try:
-                self._check_queries()
-                self._restart_due()
-            except Exception:  # keep watching; one bad check must not blind the worker
-                log.exception("status check failed")
+                self._reconcile()
+            except Exception:  # keep watching; one bad round must not blind the worker
+                log.exception("reconciliation round failed")
 
-    def _restart_transient(self, name: str, cause: str, trace: str, tasks: int) -> bool:
-        """Schedule the automatic restart of a query failed by a transient Spark error
-        (`sluice.runtime.restarts`) and show it RESTARTING; False if it is not one, or its
-        attempts are used up."""
-        stored = self.configs.get(name)
-        restart = self._restarts.schedule(
-            name, f"{cause}\n{trace}", stored.config if stored else {}
-        )
-        if restart is None:
-            return False
-        first_line = cause.splitlines()[0][:300]
-        if restart.requested:
-            log.warning(
-                "connector %s asked to be planned again (%s): restarting it now "
-                "(requested restart %d in a row, at most %d)",
-                *(name, first_line, restart.attempt, restart.of),
-            )
-        else:
-            log.warning(
-                "connector %s failed for a transient Spark reason (%s): restarting it in %.0f s "
-                "(automatic restart %d of %d, restart.transient.max.attempts)",
-                *(name, first_line, restart.delay_s, restart.attempt, restart.of),
-            )
-        self._last_error[name] = time.time()
-        text = f"{cause}\n\n{trace}"
-        self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)
-        return True
-
-    def _restart_due(self) -> None:
-        for name in self._restarts.due():
-            with self._lock:
-                stored = self.configs.get(name)
-                if stored is None or stored.target_state != "STARTED":
-                    continue  # deleted, paused or stopped meanwhile
-                if name not in self.runner.running:
-                    self._relaunch(stored)
-
-    def _relaunch(self, stored: StoredConnector) -> None:
-        """Start a connector whose automatic restart is due."""
-        self._start(stored)
-
-    def _check_queries(self) -> None:
+    def _reconcile(self) -> None:
+        """One round (`sluice.runtime.reconcile`): refused statuses written again, ended
+        queries collected, duties without a query started."""
         with self._lock:
-            for name, running in list(self.runner.running.items()):
-                if running.query.isActive:
-                    continue
-                failure = running.failure()
-                tasks = len(running.task_configs)
-                self.runner.stop(name)
-                if failure is None:
-                    self.statuses.put(name, "UNASSIGNED", self.worker_id, tasks=tasks)
-                    continue
-                cause, trace = failure
-                if self._restart_transient(name, cause, trace, tasks):
-                    continue
-                self._last_error[name] = time.time()
-                log.error("connector %s failed: %s", name, cause)
-                self.statuses.put(
-                    name, "FAILED", self.worker_id, trace=f"{cause}\n\n{trace}", tasks=tasks
-                )
+            if self._closed.is_set():
+                return
+            self._flush_statuses()
+            self.reconciler.round(stopping=self._closed.is_set)
+
+    def _flush_statuses(self) -> None:
+        """Write the statuses the store refused (standalone: this worker is their only writer);
+        when that succeeds, the store is back: queries waiting to restart after a retriable
+        failure (perhaps the store's) start now."""
+        if self.statuses.pending and self.statuses.flush():
+            self.reconciler.restarts.hasten()
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def _start(self, stored: StoredConnector) -> None:
-        name = stored.name
-        try:
-            running = self.runner.start(name, stored.config)
-        except Exception as exc:  # a connector that cannot start fails alone, the worker goes on
-            self._failed(name, exc)
-            return
-        self._running(name, running)
+    def _launch(self, name: str, duty: Duty) -> RunningConnector:
+        """Start the query of a duty (the reconciler judges what it raises)."""
+        return self.runner.start(name, duty.config)
 
-    def _failed(self, name: str, exc: BaseException) -> None:
-        log.error("connector %s failed to start: %s", name, exc)
-        self._last_error[name] = time.time()
-        self.statuses.put(name, "FAILED", self.worker_id, trace=_trace(exc))
-
-    def _running(self, name: str, running: RunningConnector) -> None:
-        self._restarts.started(name)
+    def _started(self, name: str, running: RunningConnector) -> None:
         self.configs.set_task_configs(name, list(running.task_configs))
-        self.statuses.put(name, "RUNNING", self.worker_id, tasks=len(running.task_configs))
-        log.info("connector %s started (%s, run %s)", name, running.kind, running.run)
+
+    def _disowned(self, name: str, duty: Duty, failure: tuple[str, str] | None) -> bool:
+        """Whether an ended query's connector is no longer this worker's (never, standalone)."""
+        return False
+
+    def _start(self, stored: StoredConnector) -> None:
+        """Make a stored connector a duty of this worker and start it now."""
+        self.reconciler.assign(stored.name, stored.config)
+        self.reconciler.start(stored.name)
 
     def _start_checked(self, stored: StoredConnector, previous: StoredConnector | None) -> None:
         """Start a created or changed connector. A transform whose SQL does not analyse against
         the record schema (or drops record columns) shows only when Spark plans the query: such
         a config is refused like any bad key (BadRequest), and the previous one comes back."""
         name = stored.name
+        self.reconciler.assign(name, stored.config)
+
+        def plan_error(exc: Exception) -> bool:
+            return isinstance(exc, ConfigException) and validation.is_plan_error(exc)
+
         try:
-            running = self.runner.start(name, stored.config)
+            self.reconciler.start(name, refuse=plan_error)
         except ConfigException as exc:
-            if not validation.is_plan_error(exc):
-                self._failed(name, exc)
-                return
+            self.reconciler.release(name)
             if previous is None:
                 self.configs.delete(name)
                 self.statuses.delete(name)
@@ -366,10 +335,6 @@ class StandaloneHerder(Herder):
                 self.configs.put(name, previous.config, previous.target_state)
                 self._start(previous)
             raise validation.as_bad_request([Problem.of(exc)]) from None
-        except Exception as exc:  # a connector that cannot start fails alone
-            self._failed(name, exc)
-            return
-        self._running(name, running)
 
     def _set_idle(self, stored: StoredConnector) -> None:
         state = _STATE_OF_TARGET[stored.target_state]
@@ -405,6 +370,7 @@ class StandaloneHerder(Herder):
             config,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def _check_change(self, stored: StoredConnector, conf: dict[str, str]) -> None:
@@ -453,7 +419,22 @@ class StandaloneHerder(Herder):
             return existing, True
         if existing is not None:
             self._check_change(existing, conf)
+        else:
+            self._check_room()
         return existing, False
+
+    def _check_room(self) -> None:
+        """TooMany when the store holds `max.connectors` already (each running connector is a
+        Spark query: ~45 MB of the machine, so the count must be bounded)."""
+        limit = self.config.max_connectors
+        count = len(self.configs.names())
+        if count >= limit:
+            raise TooMany(
+                f"cannot create another connector: {count} exist and max.connectors is {limit}",
+                key="max.connectors",
+                suggestion="delete a connector, or raise max.connectors in the worker config "
+                "if the machine has the memory (docs/config.md)",
+            )
 
     def put_connector(
         self, name: str, config: dict[str, Any], *, create_only: bool = False
@@ -464,6 +445,7 @@ class StandaloneHerder(Herder):
             if identical:
                 return _warned(self.connector_info(name), warnings), False
             if existing is not None:
+                self.reconciler.release(name)
                 self.runner.stop(name)  # positions now say exactly where it ended
             # a new or changed config starts a fresh checkpoint from the stored positions
             self.runner.reset_run(name)
@@ -480,6 +462,7 @@ class StandaloneHerder(Herder):
     def delete_connector(self, name: str) -> None:
         with self._lock:
             self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.delete(name)
             self.statuses.delete(name)
@@ -488,6 +471,7 @@ class StandaloneHerder(Herder):
     def pause(self, name: str) -> None:
         with self._lock:
             stored = self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.set_target_state(name, "PAUSED")
             stored.target_state = "PAUSED"
@@ -504,6 +488,7 @@ class StandaloneHerder(Herder):
     def stop(self, name: str) -> None:
         with self._lock:
             stored = self._stored(name)
+            self.reconciler.release(name)
             self.runner.stop(name)
             self.configs.set_target_state(name, "STOPPED")
             stored.target_state = "STOPPED"
@@ -520,8 +505,8 @@ class StandaloneHerder(Herder):
                 return  # Kafka Connect restarts only what should be running
             tasks = len(stored.task_configs)
             self.statuses.put(name, "RESTARTING", self.worker_id, tasks=tasks)
-            self.runner.stop(name)
-            self._start(stored)
+            self.reconciler.assign(name, stored.config)
+            self.reconciler.restart(name)
 
     # -- reads ------------------------------------------------------------------------------------
     def workers(self) -> list[str]:
@@ -590,7 +575,7 @@ class StandaloneHerder(Herder):
         stored = self._stored(name)
         cls = self._class_of(stored.config)
         if cls is None or not getattr(cls, "push_runtime", False):
-            raise BadRequest(
+            raise Conflict(
                 f"connector {name!r} is not a push sink (connector.class="
                 f"{stored.config.get('connector.class')!r}): it has no push settings"
             )
@@ -620,7 +605,8 @@ class StandaloneHerder(Herder):
             "connector": name,
             # the Spark query's id: live tuning keeps it (no restart)
             "query_id": str(running.query.id) if running is not None else None,
-            **PushBoard(self.runner.push_board_path).progress(name),
+            # target names are the resolved URLs: a secret in one is masked
+            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -690,6 +676,7 @@ class StandaloneHerder(Herder):
             conf,
             prepare=self._prepare,
             topic_problem=self.runner.bus.topic_name_problem,
+            screen=self.providers.check,
         )
 
     def plugins(self) -> list[PluginInfo]:
@@ -700,11 +687,20 @@ class StandaloneHerder(Herder):
             return self.plugins_registry.reload()
 
     def plugin_config(self, class_name: str) -> list[dict[str, Any]]:
+        # a registered plugin only: a read must not import whatever module a request names
         try:
-            cls = self.plugins_registry.connector(class_name)
+            cls = self.plugins_registry.connector(class_name, load=False)
         except ConfigException as exc:
             raise NotFound(str(exc)) from None
         return validation.plugin_keys(cls)
+
+    def password_keys(self, class_name: str) -> list[str]:
+        # the classes of stored configs, found as when they run (plugin_config finds only
+        # registered ones): a secret is masked whatever its connector's class
+        cls = self._class_of({"connector.class": class_name})
+        if cls is None:
+            return []
+        return [d["name"] for d in validation.plugin_keys(cls) if d.get("type") == "password"]
 
     # -- topic data -------------------------------------------------------------------------------
     def _topic_users(self, topic: str) -> list[str]:
@@ -812,16 +808,18 @@ class StandaloneHerder(Herder):
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
         log_ = self.runner.bus.log
-        return [
-            TopicSummary(
-                topic,
-                tuple(
-                    QueueOffsets(q, r.min_offset, r.max_offset)
-                    for q, r in sorted(log_.offsets(topic).items())
-                ),
+        found = []
+        for topic in sorted(log_.topics()):
+            try:
+                ranges = sorted(log_.offsets(topic).items())
+            except TopicDamaged:  # listed without queues: its connectors' status says why
+                ranges = []
+            found.append(
+                TopicSummary(
+                    topic, tuple(QueueOffsets(q, r.min_offset, r.max_offset) for q, r in ranges)
+                )
             )
-            for topic in sorted(log_.topics())
-        ]
+        return found
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         return {name: self.connector_config(name) for name in sorted(self.runner.running)}

@@ -9,8 +9,11 @@ system. The composition root (`runtime.assembly`) picks one; nothing else knows 
 from __future__ import annotations
 
 import os
+import sqlite3
 from dataclasses import dataclass
 from typing import Any
+
+from sqlalchemy import exc as sa_exc
 
 from sluice.bus.base import Bus
 from sluice.store.counters import SqliteCounters
@@ -63,3 +66,30 @@ class WorkerStores:
         if self.journal is not None:
             bus.keep_journal(self.journal)
         return bus
+
+
+#: what the stores raise when the database does not answer (the REST API maps them to 503)
+STORE_ERRORS: tuple[type[Exception], ...] = (
+    sqlite3.OperationalError,
+    sa_exc.OperationalError,
+    sa_exc.InterfaceError,
+    sa_exc.TimeoutError,
+)
+#: SQLite errors that say the file cannot be used now, not that a statement is wrong
+_SQLITE_DOWN = ("locked", "busy", "disk i/o", "unable to open", "readonly", "disk is full")
+
+
+def store_outage(exc: BaseException) -> str | None:
+    """What a REST answer says when `exc` means a store does not answer (the cluster store's
+    PostgreSQL down or refusing connections, a pool exhausted, SQLite locked or unreadable),
+    naming the store; None for any other error."""
+    if isinstance(exc, sa_exc.TimeoutError):
+        return "the cluster store (PostgreSQL) does not answer: no free connection in time"
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
+        cause = str(exc.orig if exc.orig is not None else exc).strip().splitlines()
+        return f"the cluster store (PostgreSQL) does not answer: {cause[0] if cause else exc!r}"
+    if isinstance(exc, sqlite3.OperationalError):
+        text = str(exc)
+        if any(mark in text.lower() for mark in _SQLITE_DOWN):
+            return f"the worker's store (SQLite under storePathRootDir) does not answer: {text}"
+    return None

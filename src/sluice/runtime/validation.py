@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,6 +34,10 @@ from sluice.sdk._config import normalize_config
 
 log = logging.getLogger(__name__)
 
+#: control characters (C0 but tab, DEL, C1, line and paragraph separators): never in a key
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL_KEY = "a config key may not hold control characters (newlines, escapes…)"
+
 
 def kind_of(cls: type[Connector]) -> str:
     """ "source" or "sink"."""
@@ -44,20 +49,35 @@ def kind_of(cls: type[Connector]) -> str:
 #: connector will see it. The report keeps the unresolved values (they are what is stored).
 Prepare = Callable[[dict[str, str], type], dict[str, str]]
 
+#: What a herder refuses before anything else looks at a config, as a 400 even where a
+#: validation result would list problems per key: a `${provider:…}` reference the worker does
+#: not allow (`ConfigProviders.check`). Raises `ConfigException` naming the key.
+Screen = Callable[[Mapping[str, str]], None]
+
 
 def check(
     registry: PluginRegistry,
     config: Mapping[str, Any],
     prepare: Prepare | None = None,
     topic_problem: Callable[[str], str | None] | None = None,
+    screen: Screen | None = None,
 ) -> tuple[ConfigReport, type]:
     """Every problem of `config`, and the connector class. Raises BadRequest only when the
-    config cannot be looked at (not a string map, no or unknown `connector.class`).
-    `topic_problem`: the bus's rule for the topic names the config gives."""
+    config cannot be looked at (not a string map, no or unknown `connector.class`) or `screen`
+    refuses it. `topic_problem`: the bus's rule for the topic names the config gives."""
     try:
         conf = normalize_config(config)
+        if screen is not None:
+            screen(conf)
     except ConfigException as exc:
         raise as_bad_request([Problem.of(exc)]) from None
+    controls = [
+        Problem(k.encode("unicode_escape").decode("ascii"), _CONTROL_KEY)
+        for k in conf
+        if _CONTROL.search(k)
+    ]
+    if controls:  # a newline in a key forged lines of the worker's log
+        raise as_bad_request(controls)
     name = conf.get("connector.class", "").strip()
     if not name:
         raise as_bad_request([Problem("connector.class", "required key is missing")])
@@ -130,10 +150,11 @@ def accepted(
     config: Mapping[str, Any],
     prepare: Prepare | None = None,
     topic_problem: Callable[[str], str | None] | None = None,
+    screen: Screen | None = None,
 ) -> ConfigReport:
     """The report of a config a herder may store: BadRequest with every error otherwise; the
     warnings are logged here (once, where the config is accepted)."""
-    report, _ = check(registry, config, prepare, topic_problem)
+    report, _ = check(registry, config, prepare, topic_problem, screen)
     if report.errors:
         raise as_bad_request(report.errors)
     for warning in report.warnings:
@@ -181,11 +202,12 @@ def validation_result(
     config: Mapping[str, Any],
     prepare: Prepare | None = None,
     topic_problem: Callable[[str], str | None] | None = None,
+    screen: Screen | None = None,
 ) -> dict[str, Any]:
     """Kafka Connect's validation shape, with every error and warning per key:
     `{"name", "error_count", "warning_count", "configs": [{"definition", "value": {"name",
     "value", "errors", "warnings"}}]}`."""
-    report, cls = check(registry, config, prepare, topic_problem)
+    report, cls = check(registry, config, prepare, topic_problem, screen)
     shown = redact(report.config, password_keys(cls))
     definitions = key_definitions(kind_of(cls), cls.config_def)
     errors: dict[str, list[str]] = {k: [] for k in definitions}

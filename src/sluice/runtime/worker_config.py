@@ -112,6 +112,29 @@ WORKER_KEYS = ConfigDef(
         doc="the largest REST request body read; a larger one is a 413",
     ),
     ConfigKey(
+        "rest.request.body.timeout.ms",
+        type="int",
+        default=30_000,
+        min=100,
+        doc="the longest a REST request body may take to arrive; a slower one is a 408",
+    ),
+    ConfigKey(
+        "rest.auth.failures.per.minute",
+        type="int",
+        default=10,
+        min=0,
+        doc="failed credential checks a client address may make in any minute; more are "
+        "answered 429 (0: no limit)",
+    ),
+    ConfigKey(
+        "max.connectors",
+        type="int",
+        default=100,
+        min=1,
+        doc="the most connectors the worker (in distributed mode, the cluster) holds; a create "
+        "past it is a 429",
+    ),
+    ConfigKey(
         "status.poll.interval.ms",
         type="int",
         default=500,
@@ -219,6 +242,8 @@ class WorkerConfig:
     source_lag_interval_ms: int = 10_000
     schema_compatibility: str = DEFAULT_LEVEL
     client_policy: ClientPolicy = field(default_factory=ClientPolicy)
+    #: `max.connectors`: creates past it are refused (see `StandaloneHerder.put_connector`)
+    max_connectors: int = 100
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -283,6 +308,7 @@ class WorkerConfig:
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
             schema_compatibility=values["schema.compatibility"],
             client_policy=ClientPolicy.of(props),
+            max_connectors=values["max.connectors"],
         )
 
     def create_bus(self) -> Bus:

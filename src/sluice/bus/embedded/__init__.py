@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 
-from sluice.bus.base import Bus, OffsetOutOfRange, QueueRange, TopicInfo
+from sluice.bus.base import Bus, OffsetOutOfRange, QueueRange, TopicDamaged, TopicInfo
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.bus.embedded.spark import queue_partition
 
@@ -13,9 +14,12 @@ __all__ = [
     "EmbeddedLog",
     "OffsetOutOfRange",
     "QueueRange",
+    "TopicDamaged",
     "TopicInfo",
     "queue_partition",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 class EmbeddedBus(Bus):
@@ -31,6 +35,7 @@ class EmbeddedBus(Bus):
         self.root = os.fspath(root)
         self.default_queues = default_queues
         self.log: EmbeddedLog = EmbeddedLog(self.root)
+        self._damaged: set[str] = set()  # topics whose damage was logged once already
 
     def maintain(
         self,
@@ -45,15 +50,23 @@ class EmbeddedBus(Bus):
         """
         expired = removed = 0
         for topic in self.log.topics():
-            if retention_ms is not None or retention_bytes is not None:
-                expired += self.log.apply_retention(
-                    topic, max_age_ms=retention_ms, max_bytes=retention_bytes
-                )
-            removed += self.log.remove_orphans(topic, older_than_s=orphan_age_s)
+            try:
+                if retention_ms is not None or retention_bytes is not None:
+                    expired += self.log.apply_retention(
+                        topic, max_age_ms=retention_ms, max_bytes=retention_bytes
+                    )
+                removed += self.log.remove_orphans(topic, older_than_s=orphan_age_s)
+            except TopicDamaged as exc:  # nothing of it is touched: its files are the evidence
+                if topic not in self._damaged:
+                    _log.error("%s", exc)
+                    self._damaged.add(topic)
         return {"segments_expired": expired, "orphans_removed": removed}
 
     def fence(self, key: str, epoch: int) -> None:
         """Record ``epoch`` in every existing topic's ``fences`` table (a topic created later
         records the first epoch that commits to it: see docs/distributed.md)."""
         for topic in self.log.topics():
-            self.log.fence(topic, key, epoch)
+            try:
+                self.log.fence(topic, key, epoch)
+            except TopicDamaged:
+                continue  # whoever writes to it fails at open, fenced or not

@@ -49,6 +49,19 @@ Crash-safety argument
   file still exists under that same lock, so an orphan sweep and a commit cannot interleave in
   a way that publishes a deleted file.
 
+Damage (files changed behind the log's back, e.g. while the worker was down) is never taken for a
+fresh start: a topic is checked when a process first opens it (:meth:`EmbeddedLog._handle`, once
+per process and index file, a few indexed lookups and ``stat`` calls, never per append) and
+whoever opens or reads it gets :class:`TopicDamaged` naming the file when
+
+* its index is missing, emptied, truncated or unreadable while segment files are there (starting
+  it afresh would hand out offsets from 0 again, below every reader's position);
+* the last segment of a queue does not end at the queue's next offset, or the first or last
+  segment file of a queue is gone or has another size than the index says (truncated);
+* a segment being read is gone, has another size than the index says, or is not Arrow data.
+
+Files and folders are created private to the worker's user (0600 and 0700, `sluice._private`).
+
 Concurrency: any number of processes on one host may use the same root.  SQLite connections
 are opened lazily and cached per (process, topic); an :class:`EmbeddedLog` is cheap to pickle
 and carries only its root path.
@@ -71,11 +84,13 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
+from sluice._private import DIR_MODE, open_private, private_dir, private_file
 from sluice._sqlite import connect_shared
 from sluice.bus.base import (
     OffsetOutOfRange,
     QueueRange,
     StagedSegment,
+    TopicDamaged,
     TopicInfo,
     TopicLog,
     UnknownTopic,
@@ -89,6 +104,7 @@ __all__ = [
     "OffsetOutOfRange",
     "QueueRange",
     "StagedSegment",
+    "TopicDamaged",
     "TopicInfo",
     "UnknownTopic",
     "WriterFenced",
@@ -143,6 +159,12 @@ CREATE TABLE IF NOT EXISTS fences (
 # them in the child, so they are parked here forever instead of being garbage collected.
 _ABANDONED: list[Any] = []
 
+# Index files (path, device, inode) this process found in agreement with their segment files:
+# the open-time check runs once per process and index, not on every handle (Spark's tasks open
+# a fresh handle per micro-batch).
+_VERIFIED: set[tuple[str, int, int]] = set()
+_VERIFIED_LOCK = threading.Lock()
+
 
 class _Handle:
     """Per-process state of one open topic: connection, its lock, and immutable metadata."""
@@ -190,9 +212,68 @@ def _ring(topic_dir: Path) -> None:
         os.utime(bell)
     except FileNotFoundError:
         with contextlib.suppress(OSError):
-            bell.touch()
+            bell.touch(mode=0o600)
     except OSError:  # a reader then finds the records at its next trigger
         pass
+
+
+def _segment_files(topic_dir: Path) -> int:
+    """How many segment files (``<queue>/<uuid>.arrow``) a topic folder holds (0 if none)."""
+    found = 0
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for queue in os.scandir(topic_dir):
+            if queue.is_dir(follow_symlinks=False) and queue.name.isdigit():
+                with contextlib.suppress(FileNotFoundError):
+                    found += sum(1 for f in os.scandir(queue.path) if f.name.endswith(".arrow"))
+    return found
+
+
+def _check_index(topic: str, topic_dir: Path, conn: sqlite3.Connection, queues: int) -> None:
+    """Raise :class:`TopicDamaged` unless the index agrees with itself and with the first and
+    last segment file of every queue (a few indexed lookups and stats)."""
+    index = str(topic_dir / _INDEX_NAME)
+    with _transaction(conn, "DEFERRED"):
+        nxt = dict(conn.execute("SELECT queue, next_offset FROM queues").fetchall())
+        if sorted(nxt) != list(range(queues)):
+            raise TopicDamaged(
+                topic, index, f"it lists queues {sorted(nxt)} for a topic of {queues} queues"
+            )
+        ends = []
+        for q in range(queues):
+            for order in ("ASC", "DESC"):
+                row = conn.execute(
+                    "SELECT base_offset, row_count, byte_size, path FROM segments "
+                    f"WHERE queue = ? ORDER BY base_offset {order} LIMIT 1",
+                    (q,),
+                ).fetchone()
+                if row is not None:
+                    ends.append((q, order, *row))
+    for q, order, base, rows, size, rel in ends:
+        if order == "DESC" and base + rows != nxt[q]:
+            raise TopicDamaged(
+                topic,
+                index,
+                f"queue {q}'s last segment ends at offset {base + rows} but its next offset "
+                f"is {nxt[q]}",
+            )
+        problem = _segment_problem(topic_dir / rel, size)
+        if problem is not None and _still_listed(conn, rel):  # retention may have removed it
+            raise TopicDamaged(topic, str(topic_dir / rel), problem)
+
+
+def _segment_problem(path: Path, size: int) -> str | None:
+    try:
+        actual = os.stat(path).st_size
+    except FileNotFoundError:
+        return "the segment file the index lists is gone"
+    if actual != size:
+        return f"the segment file has {actual} bytes, the index says {size} (truncated?)"
+    return None
+
+
+def _still_listed(conn: sqlite3.Connection, rel: str) -> bool:
+    row = conn.execute("SELECT 1 FROM segments WHERE path = ?", (rel,)).fetchone()
+    return row is not None
 
 
 def _connect(index: Path, *, create: bool) -> sqlite3.Connection:
@@ -290,6 +371,10 @@ class EmbeddedLog(TopicLog):
             st = os.stat(index)
         except FileNotFoundError:
             self._drop_handle(topic)
+            if _segment_files(topic_dir):  # a topic is deleted whole (renamed), never like this
+                raise TopicDamaged(
+                    topic, str(index), "the index is gone but the topic's segment files are there"
+                ) from None
             raise UnknownTopic(topic) from None
         ident = (st.st_dev, st.st_ino)
         handle = self._handles.get(topic)
@@ -302,17 +387,23 @@ class EmbeddedLog(TopicLog):
             if "unable to open" not in str(e):
                 raise
             raise UnknownTopic(topic) from None  # removed since the stat
+        except sqlite3.DatabaseError as e:  # not a database (any more)
+            raise TopicDamaged(topic, str(index), f"the index is unreadable ({e})") from None
         try:
-            row = conn.execute("SELECT queues FROM meta WHERE id = 0").fetchone()
-        except sqlite3.OperationalError as e:
-            if "no such table" not in str(e):
-                conn.close()
-                raise
-            row = None  # index created but create_topic never committed its metadata
+            row = self._open_checked(topic, topic_dir, conn, ident)
+        except BaseException:
+            conn.close()
+            raise
         if row is None:
             conn.close()
+            if files := _segment_files(topic_dir):  # segments are staged once the meta is in
+                raise TopicDamaged(
+                    topic,
+                    str(index),
+                    f"the index has no topic metadata (emptied or truncated?) but {files} "
+                    "segment files are there",
+                )
             raise UnknownTopic(topic)
-        conn.execute(_FENCES)  # topics created before fencing existed get the table here
         handle = _Handle(conn, topic_dir, ident, int(row[0]))
         with self._handles_lock:
             other = self._handles.get(topic)
@@ -321,6 +412,31 @@ class EmbeddedLog(TopicLog):
                 return other
             self._handles[topic] = handle
         return handle
+
+    @staticmethod
+    def _open_checked(
+        topic: str, topic_dir: Path, conn: sqlite3.Connection, ident: tuple[int, int]
+    ) -> tuple[int] | None:
+        """The ``meta`` row of a just opened index (None: not created yet, or emptied), once the
+        index was checked against the segment files (once per process and index file)."""
+        index = topic_dir / _INDEX_NAME
+        try:
+            row = conn.execute("SELECT queues FROM meta WHERE id = 0").fetchone()
+            if row is None:
+                return None
+            conn.execute(_FENCES)  # topics created before fencing existed get the table here
+            key = (str(index), *ident)
+            if key not in _VERIFIED:
+                _check_index(topic, topic_dir, conn, int(row[0]))
+                with _VERIFIED_LOCK:
+                    _VERIFIED.add(key)
+            return row
+        except sqlite3.OperationalError as e:
+            if "no such table" in str(e):
+                return None  # index created but create_topic never committed its metadata
+            raise  # locked, busy, I/O: not the file's content
+        except sqlite3.DatabaseError as e:  # malformed, not a database: truncated or damaged
+            raise TopicDamaged(topic, str(index), f"the index is unreadable ({e})") from None
 
     def _drop_handle(self, topic: str) -> None:
         # Not closed explicitly: another thread may still be using it; it closes when the last
@@ -360,13 +476,14 @@ class EmbeddedLog(TopicLog):
                 raise FileExistsError(f"topic {topic!r} already exists")
             return self.describe(topic)
 
-        self._root.mkdir(parents=True, exist_ok=True)
+        private_dir(self._root)
         topic_dir = self._topic_dir(topic)
         try:
-            topic_dir.mkdir()
+            topic_dir.mkdir(DIR_MODE)
             _fsync_dir(self._root)
         except FileExistsError:
             pass  # another process is creating it too; the index transaction decides the winner
+        private_file(topic_dir / _INDEX_NAME)  # 0600: SQLite gives its -wal and -shm this mode
         conn = _connect(topic_dir / _INDEX_NAME, create=True)
         try:
             created = False
@@ -379,7 +496,7 @@ class EmbeddedLog(TopicLog):
                     # Queue directories exist before the metadata commits, so a visible topic
                     # always has them (stage() also recreates one if it went missing).
                     for q in range(queues):
-                        (topic_dir / str(q)).mkdir(exist_ok=True)
+                        (topic_dir / str(q)).mkdir(DIR_MODE, exist_ok=True)
                     _fsync_dir(topic_dir)
                     conn.execute(
                         "INSERT INTO meta (id, queues, created_at, version) VALUES (0, ?, ?, ?)",
@@ -401,11 +518,14 @@ class EmbeddedLog(TopicLog):
         return [str(self._topic_dir(t) / DOORBELL) for t in topics]
 
     def topic_exists(self, topic: str) -> bool:
-        """Whether ``topic`` exists (fully created and not deleted)."""
+        """Whether ``topic`` exists (fully created and not deleted; a damaged topic exists, and
+        fails whoever uses it with :class:`TopicDamaged`)."""
         try:
             self._handle(topic)
         except UnknownTopic:
             return False
+        except TopicDamaged:
+            return True
         return True
 
     def topics(self) -> list[str]:
@@ -502,15 +622,16 @@ class EmbeddedLog(TopicLog):
         final = handle.dir / rel
         try:
             try:
-                sink = pa.OSFile(str(tmp), "wb")
+                os.close(open_private(tmp))  # 0600; Arrow's own open would take the umask's mode
             except FileNotFoundError:
                 # Queue directory missing (e.g. removed by hand).  A non-recursive mkdir cannot
                 # resurrect a deleted topic: it fails if the topic directory itself is gone.
                 try:
-                    queue_dir.mkdir(exist_ok=True)
+                    queue_dir.mkdir(DIR_MODE, exist_ok=True)
                 except FileNotFoundError:
                     raise UnknownTopic(topic) from None
-                sink = pa.OSFile(str(tmp), "wb")
+                os.close(open_private(tmp))
+            sink = pa.OSFile(str(tmp), "wb")
             with sink:
                 with pa.ipc.new_file(sink, schema) as writer:
                     for batch in batches:
@@ -739,7 +860,8 @@ class EmbeddedLog(TopicLog):
             # The segment holding `start` is the last one based at or below it; the PK index on
             # (queue, base_offset) answers both parts without a scan.
             segs = conn.execute(
-                "SELECT base_offset, path FROM segments WHERE queue = ? AND base_offset >= "
+                "SELECT base_offset, path, byte_size FROM segments WHERE queue = ? AND "
+                "base_offset >= "
                 "(SELECT MAX(base_offset) FROM segments WHERE queue = ? AND base_offset <= ?) "
                 "AND base_offset < ? ORDER BY base_offset",
                 (queue, queue, start, stop),
@@ -751,14 +873,21 @@ class EmbeddedLog(TopicLog):
         topic: str,
         queue: int,
         handle: _Handle,
-        segs: list[tuple[int, str]],
+        segs: list[tuple[int, str, int]],
         start: int,
         stop: int,
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        for base, rel in segs:
+        for base, rel, size in segs:
+            path = handle.dir / rel
             try:
-                source = pa.memory_map(str(handle.dir / rel), "r")
+                source = pa.memory_map(str(path), "r")
             except FileNotFoundError:
+                with handle.lock:
+                    listed = _still_listed(handle.conn, rel)
+                if listed:  # not retention: the file went missing behind the log's back
+                    raise TopicDamaged(
+                        topic, str(path), "the segment file the index lists is gone"
+                    ) from None
                 # Retention won the race for this segment since our snapshot.
                 rng = self.offsets(topic)[queue]
                 raise OffsetOutOfRange(
@@ -766,7 +895,18 @@ class EmbeddedLog(TopicLog):
                 ) from None
             # Closing the map early is safe: batches keep the mapped region alive themselves.
             with source:
-                reader = pa.ipc.open_file(source)
+                if source.size() != size:
+                    raise TopicDamaged(
+                        topic,
+                        str(path),
+                        f"the segment file has {source.size()} bytes, the index says {size} "
+                        "(truncated?)",
+                    )
+                try:
+                    reader = pa.ipc.open_file(source)
+                except (pa.ArrowInvalid, OSError) as exc:
+                    why = f"not a readable segment ({exc})"
+                    raise TopicDamaged(topic, str(path), why) from None
                 pos = base
                 for i in range(reader.num_record_batches):
                     if pos >= stop:

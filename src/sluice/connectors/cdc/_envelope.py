@@ -26,7 +26,7 @@ from typing import Any
 from sluice.connectors.cdc._evolve import optional_columns
 from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.connectors.jdbc._values import encode
-from sluice.sdk import ConfigException, ConnectException, FieldType, Schema
+from sluice.sdk import ConfigException, FieldType, Schema
 
 SOURCE_SCHEMA = Schema.struct(
     ("version", Schema.string()),
@@ -106,7 +106,8 @@ def describe_table(
         raise ConfigException("table.include.list", f"there is no table {table} on {db.describe()}")
     pk = db.primary_key(conn, table)
     if not pk:
-        raise ConnectException(
+        raise ConfigException(
+            "table.include.list",
             f"table {table} has no primary key; change events are keyed by it",
             suggestion=f"add a primary key to {table}, or exclude it (table.exclude.list)",
         )
@@ -117,7 +118,9 @@ def describe_table(
         try:
             m = db.dialect.map_column(column)
         except UnmappableType as exc:
-            raise ConnectException(f"table {table}, column {column.name!r}: {exc}") from None
+            raise ConfigException(
+                "table.include.list", f"table {table}, column {column.name!r}: {exc}"
+            ) from None
         schema = replace(m.schema, optional=True) if m.name in defaulted else m.schema
         mapped.append([m.name, schema.to_json()])
     return {

@@ -36,14 +36,11 @@ class SchemaChanged(RestartRequested):
 
     code = "cdc.schema_changed"
 
-    def __init__(self, table: str, change: str, *, resnapshot: bool = False) -> None:
-        #: The table's existing rows took a value for a new column without a change event (a
-        #: default): the table is snapshotted again before the restart (`SnapshotTask.latest`).
-        self.table, self.resnapshot = table, resnapshot
+    def __init__(self, table: str, change: str) -> None:
+        self.table = table
         super().__init__(
-            f"table {table} changed ({change}): schema changed, restart to follow it; the "
-            "restarted connector "
-            "registers the new value schema version and resumes at the change"
+            f"schema of {table} changed: {change}; restarting the source to follow it (it "
+            "registers the new value schema version and resumes at the change)"
         )
 
 
@@ -65,25 +62,41 @@ def check_added(
     NULL (the existing rows then took it without a change event); a clear failure naming the
     table, the column and `change` if one is NOT NULL without a default (no value for the events
     before it)."""
-    columns = db.columns(conn, table) or []
+    names = [c.name for c in db.columns(conn, table) or [] if c.name not in known]
+    return names, bool(filled_columns(db, conn, table, names, change))
+
+
+def filled_columns(
+    db: Any, conn: Any, table: Any, names: Sequence[str], change: str = ""
+) -> list[str]:
+    """Which of `table`'s columns `names` (new to the connector) have a default other than NULL,
+    which the existing rows took without a change event: the table must be read again for them.
+    Fails naming the table and the column if one is NOT NULL without a default: the change events
+    logged before it cannot carry a value for it."""
+    if not names:
+        return []
+    columns = {c.name: c for c in db.columns(conn, table) or []}
     defaulted = optional_columns(conn, table.schema, table.name)
-    filled = conn.exec_driver_sql(
-        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
-        "AND table_name = %s AND column_default IS NOT NULL AND column_default <> 'NULL'",
-        (table.schema, table.name),
-    ).fetchall()
-    added = [c for c in columns if c.name not in known]
-    for column in added:
-        if not column.nullable and column.name not in defaulted:
+    filled = {
+        str(r[0])
+        for r in conn.exec_driver_sql(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s AND column_default IS NOT NULL AND column_default <> 'NULL'",
+            (table.schema, table.name),
+        ).fetchall()
+    }
+    for name in names:
+        column = columns.get(name)
+        if column is not None and not column.nullable and name not in defaulted:
+            what = f" ({change})" if change else ""
             raise ConnectException(
-                f"table {table}: column {column.name!r} was added NOT NULL without a default "
-                f"({change}); the change events before it cannot carry it, so the connector "
-                "cannot follow this change",
-                suggestion=f"give {column.name} a DEFAULT (or make it NULL), then restart the "
+                f"table {table}: column {name!r} was added NOT NULL without a default{what}; "
+                "the change events before it cannot carry it, so the connector cannot follow "
+                "this change",
+                suggestion=f"give {name} a DEFAULT (or make it NULL), then restart the "
                 "connector with reset offsets after re-copying the table",
             )
-    names = [c.name for c in added]
-    return names, bool(set(names) & {str(r[0]) for r in filled})
+    return [n for n in names if n in filled]
 
 
 def verdict(
@@ -124,10 +137,10 @@ def verdict(
         return None
     parts = []
     if unknown:
-        parts.append(f"new column(s) {unknown}")
+        parts.append(f"ADD COLUMN {', '.join(unknown)}")
     if missing:
-        parts.append(f"column(s) {missing} gone")
-    return ", ".join(parts)
+        parts.append(f"DROP COLUMN {', '.join(missing)}")
+    return "; ".join(parts)
 
 
 # -- MySQL/MariaDB DDL statements -------------------------------------------------------------

@@ -1,47 +1,73 @@
 """The incremental snapshot both CDC sources share: chunks of a table read while its log streams,
-handed over to the log without a gap or a duplicate, lock-free (DBLog / Flink CDC's model).
+handed over to the log without a gap, a lost change or a step back in time, lock-free (the
+DBLog watermark algorithm, as Debezium's incremental snapshot and Flink CDC use it).
 
 Progress lives in the stream partition's own position, so it is committed with each micro-batch
 like everything else and a kill -9 resumes at the last committed chunk::
 
-    {"lsn": 1234, "snapshot": {"upto": 8000, "done": false}}   # PostgreSQL; MySQL: file + pos
+    {"lsn": 1234, "columns": ["id", "name"], "snapshot": {"upto": 8000, "done": false}}
 
 `upto` is the greatest value of the table's chunk column (the first primary key column when it
 is an integer; otherwise the whole table is one chunk and `upto` stays null) that the snapshot
 covered; `done` says the last chunk (everything above the previous `upto`) was read. The key is
-absent when the connector does not snapshot (`snapshot.mode=never`) or finished earlier.
+absent when the connector does not snapshot (`snapshot.mode=never`) or finished. `columns` are
+the table's columns in the connector's schema when the range was planned (see "Schema changes").
 
-A micro-batch's range `(start, end]` reads two things for a table:
+A micro-batch's range `(start, end]` reads, for a table:
 
-* the log between the two log positions, keeping only the events of rows the snapshot already
-  covered at `start` (all of them once it is done): a row in a chunk not read yet is not
-  streamed, its chunk will read it;
-* the chunk `(start.upto, end.upto]` (or everything above `start.upto` when `end` is done),
-  with the low watermark at `end`'s log position: the executor selects the chunk, then reads
-  the log from the low watermark to the position after its SELECT (the high watermark) and
-  drops every selected row whose key has an event there. The rows it keeps did not change
-  between the low watermark and the SELECT, so they are the table as of the low watermark and
-  go out as `op='r'`; the dropped ones reach the topic as their change events, which the next
-  micro-batches stream (their keys are covered now) with full after images. Reading more of the
-  log than needed only drops more rows, which is safe; rows whose change is visible to the
-  SELECT always have it before the high watermark.
+1. **the log** between the two log positions: every change event, always, whatever the
+   snapshot's progress (inserts, updates and deletes of rows no chunk read yet included);
+2. then, if the range carries one, **the chunk** `(start.upto, end.upto]` (everything above
+   `start.upto` when `end` is done). Its low watermark is `end`'s log position: the executor
+   SELECTs the chunk (every transaction up to the low watermark is committed, so the SELECT sees
+   at least the table as of the low watermark), then reads the log from the low watermark to its
+   position after the SELECT (the high watermark; a commit the SELECT saw is in the log before
+   it) and **drops every chunk row whose key has an event in that window**. The rows it keeps
+   had no change between the low watermark and the SELECT: they are the table as of the low
+   watermark and go out as `op='r'`, right after the log events up to that watermark.
 
-The runtime cuts a chunk range into sub-ranges read by separate Spark partitions when
-`max.tasks` allows more partitions than the micro-batch has ranges (`split`): the cuts are
-integer steps of the chunk column. A replayed range selects again; each attempt is consistent
-on its own, and the topic keeps only the attempt whose micro-batch committed.
+Why this is exact, for a sink that upserts and deletes by key (the JDBC sink):
+
+* No change is lost: every event goes out, in log order, whatever the snapshot does. A row
+  deleted before its chunk is read gets its delete event (the first sink of an empty table
+  deletes nothing; a re-read's target deletes the row it holds).
+* No row is missed: a row no event touched since the low watermark is in the chunk as it is;
+  a row with an event in the window is dropped from the chunk, and that event (a later range)
+  carries the whole row (MySQL: `binlog_row_image=FULL`; PostgreSQL: the after image, or a
+  failure naming the table for an unchanged TOASTed value under `REPLICA IDENTITY DEFAULT`).
+* No step back in time: for any key the topic holds its events before the low watermark, then
+  at most the chunk row (its state at the low watermark), then its events after the high
+  watermark. Keeping a row that changed inside the window would put its newer state before an
+  older event of the same key.
+* Replays: a replayed range selects again, later; the argument holds for any SELECT made after
+  the range was planned, and the topic keeps only the attempt whose micro-batch committed.
+
+Reading more of the log than the window (up to its end now) only drops more rows, which is
+safe. The runtime cuts a chunk range into sub-ranges read by separate Spark partitions when
+`max.tasks` allows (`split`): integer steps of the chunk column, all with the same watermark.
+
+Schema changes (`sluice.connectors.cdc._evolve`): each position records the table's columns as
+the connector's schema had them. When a (re)started connector's schema has a column its start
+position lacks — added while it ran (it restarted at the change) or while it was stopped — and
+that column has a default the existing rows took without a change event, the table is read
+again: one range with no log part commits a fresh snapshot progress. Its chunks wait until the
+log reaches `since`, the log's position when the change was noticed, so that every event inside
+a chunk's window already has the new column: a row dropped from a chunk then gets the column's
+value from its later event, not a null from an event logged before the column existed. The same
+snapshot runs for a first snapshot (`snapshot.mode=initial`) and when the stored position is no
+longer in the log (`snapshot.mode=when_needed`).
 """
 
 from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from sluice.connectors.cdc._envelope import key_text
-from sluice.connectors.cdc._evolve import SchemaChanged
+from sluice.connectors.cdc._evolve import filled_columns
 from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
     ConfigException,
@@ -58,6 +84,10 @@ MODES = ("initial", "when_needed", "never")
 #: In the end position of the range that restarts a snapshot because the stored position is no
 #: longer in the log (`snapshot.mode=when_needed`): why; that range's log part is not read.
 LOST = "lost"
+#: The table's columns (names) in the connector's schema when the range ending there was planned.
+COLUMNS = "columns"
+#: What a position holds beside the log position itself.
+EXTRA = ("snapshot", LOST, COLUMNS)
 log = logging.getLogger(__name__)
 _INTEGERS = (FieldType.INT8, FieldType.INT16, FieldType.INT32, FieldType.INT64)
 #: chunk rows per micro-batch when the read limit does not bound them
@@ -86,16 +116,6 @@ def progress(offset: Mapping[str, Any] | None, snapshotting: bool) -> dict[str, 
     if offset is None:
         return {"upto": None, "done": False} if snapshotting else None
     return offset.get("snapshot")
-
-
-def covers(state: dict[str, Any] | None, column: str | None) -> Callable[[dict], bool]:
-    """Which rows' events the stream emits at this progress: the rows the snapshot covered."""
-    if state is None or state["done"]:
-        return lambda row: True
-    upto = state["upto"]
-    if column is None or upto is None:
-        return lambda row: False
-    return lambda row: row.get(column) is not None and row[column] <= upto
 
 
 def next_progress(
@@ -157,7 +177,7 @@ def chunk_query(
     """The SELECT of the chunk a range reads (`select`: the column list), or None."""
     first = progress(start, True) if start is None else start.get("snapshot")
     last = end.get("snapshot")
-    if first is None or last is None or first["done"] or first == last:
+    if first is None or last is None or first["done"] or first == last or not started(last):
         return None
     src = db.dialect.table(table)
     if column is None:
@@ -170,16 +190,21 @@ def chunk_query(
     return f"SELECT {select} FROM {src}{where}", params
 
 
+def started(state: dict[str, Any]) -> bool:
+    """True if a range ending at this progress read a chunk (not a fresh or waiting one)."""
+    return (state["done"] or state["upto"] is not None) and "since" not in state
+
+
 def _above(col: str, upto: int | None) -> tuple[str, tuple]:
     return ("", ()) if upto is None else (f" WHERE {col} > %s", (upto,))
 
 
 class SnapshotTask(ABC):
     """The snapshot half of a CDC task (mixed in before `ReplayableSourceTask`): wraps the
-    task's log reading (`stream_latest`, `stream_read`) with the chunk progress and chunk reads
-    described in the module docstring. The task sets `snapshot_mode`, `tables` (name → an
-    object with `name`, `pk`, `columns`, `topic`) and `db` in `start`, and fills in the hooks
-    (abstract: a task class missing one cannot be instantiated)."""
+    task's log reading (`stream_latest`, `stream_read`) with the chunk progress, chunk reads and
+    schema checks described in the module docstring. The task sets `snapshot_mode`, `tables`
+    (name → an object with `name`, `pk`, `columns`, `topic`) and `db` in `start`, and fills in
+    the hooks (abstract: a task class missing one cannot be instantiated)."""
 
     snapshot_mode: str
     tables: dict[str, Any]
@@ -201,6 +226,10 @@ class SnapshotTask(ABC):
         """True if the log part of `(start, end]` is not empty."""
 
     @abstractmethod
+    def log_before(self, a: RecordOffset, b: RecordOffset) -> bool:
+        """True if log position `a` lies before `b`."""
+
+    @abstractmethod
     def stream_read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
@@ -214,6 +243,17 @@ class SnapshotTask(ABC):
     @abstractmethod
     def log_end(self) -> RecordOffset:
         """The log's position now: where a new snapshot's stream starts (driver)."""
+
+    @abstractmethod
+    def log_now(self) -> RecordOffset:
+        """The log's position now, at or after every commit made so far (driver): a
+        re-read's `since`."""
+
+    @abstractmethod
+    def jump(self, here: RecordOffset, since: RecordOffset) -> RecordOffset | None:
+        """`since` if no transaction commits in the log between `here` and it (a range may
+        then end there, which the log's own ranges never reach when nothing commits after
+        it), else None (driver)."""
 
     @abstractmethod
     def select_chunk(self, table: Any, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
@@ -243,25 +283,34 @@ class SnapshotTask(ABC):
     def latest(
         self, partition: RecordPartition, start: RecordOffset | None, limit: ReadLimit
     ) -> RecordOffset | None:
+        table = self.tables[partition["table"]]
+        names = [n for n, _ in table.columns]
         checked = self.__dict__.setdefault("_positions_checked", set())
         if start is not None and LOST not in start and partition["table"] not in checked:
             # once per partition and start of the task: a later loss fails the read instead
             checked.add(partition["table"])
             lost = self.position_lost(start)
             if lost is not None:
-                return self._lost(partition, start, lost)
-        try:
-            end = self.stream_latest(partition, start, limit)
-        except SchemaChanged as exc:
-            return self._resnapshot(exc, partition, start)
-        state = self._progress(start)
-        if state is None:
-            return end
+                return self._lost(partition, start, lost, names)
+        if start is not None and self._reread(table, start):
+            # the existing rows took a new column's default without a change event
+            stream = {k: v for k, v in start.items() if k not in EXTRA}
+            since = {k: v for k, v in self.log_now().items() if k not in EXTRA}
+            fresh = {"upto": None, "done": False, "since": since}
+            return {**stream, COLUMNS: names, "snapshot": fresh}
+        end = self.stream_latest(partition, start, limit)
         base = end if end is not None else (start or self.stream_origin())
-        stream = {k: v for k, v in base.items() if k not in ("snapshot", LOST)}
-        if state["done"]:
-            return stream
-        table = self.tables[partition["table"]]
+        stream = {k: v for k, v in base.items() if k not in EXTRA}
+        state = self._progress(start)
+        if state is None or state["done"]:
+            return {**stream, COLUMNS: names}
+        if "since" in state:  # a re-read waits until the log reaches the change
+            if self.log_before(stream, state["since"]):
+                jumped = self.jump(stream, state["since"])
+                if jumped is None:
+                    return {**stream, COLUMNS: names, "snapshot": state}
+                stream = {k: v for k, v in jumped.items() if k not in EXTRA}
+            state = {k: v for k, v in state.items() if k != "since"}
         with self.db.connect() as conn:
             new = next_progress(
                 conn,
@@ -271,9 +320,33 @@ class SnapshotTask(ABC):
                 state,
                 limit.max_rows or DEFAULT_CHUNK_ROWS,
             )
-        return {**stream, "snapshot": new}
+        return {**stream, COLUMNS: names, "snapshot": new}
 
-    def _lost(self, partition: RecordPartition, start: RecordOffset, why: str) -> RecordOffset:
+    def _reread(self, table: Any, start: RecordOffset) -> bool:
+        """True if the connector's schema of `table` has a column that `start` (planned by an
+        earlier run) did not, and the existing rows took a value for it (a default) without a
+        change event; the table must then be read again. Fails naming the table and the column
+        if one was added NOT NULL without a default (`sluice.connectors.cdc._evolve`)."""
+        known = start.get(COLUMNS)
+        if known is None:  # a position from before columns were recorded, or set by hand
+            return False
+        added = [n for n, _ in table.columns if n not in known]
+        if not added:
+            return False
+        with self.db.connect() as conn:
+            filled = filled_columns(self.db, conn, TableName.parse(table.name), added)
+        if filled:
+            log.info(
+                "schema of %s changed: column(s) %s added with a default the existing rows "
+                "took; reading the table again",
+                table.name,
+                ", ".join(filled),
+            )
+        return bool(filled)
+
+    def _lost(
+        self, partition: RecordPartition, start: RecordOffset, why: str, names: list[str]
+    ) -> RecordOffset:
         """The stored position is gone from the log: with `snapshot.mode=when_needed`, a range
         to the log's end now that starts a new snapshot of the table (its log part is not read:
         `LOST`); otherwise a failure naming the position."""
@@ -288,20 +361,8 @@ class SnapshotTask(ABC):
             partition["table"],
             why,
         )
-        return {**self.log_end(), "snapshot": {"upto": None, "done": False}, LOST: why}
-
-    def _resnapshot(
-        self, exc: SchemaChanged, partition: RecordPartition, start: RecordOffset | None
-    ) -> RecordOffset | None:
-        """At a schema change that filled the existing rows (a new column's default): first a
-        range that only starts a new snapshot of that table (committed like any range), then
-        the restart (`sluice.connectors.cdc._evolve`)."""
         fresh = {"upto": None, "done": False}
-        if not exc.resnapshot or start is None or start.get("snapshot") == fresh:
-            raise exc
-        if partition["table"] != exc.table:
-            return start  # another table: it waits for the restart
-        return {**{k: v for k, v in start.items() if k != "snapshot"}, "snapshot": fresh}
+        return {**self.log_end(), COLUMNS: names, "snapshot": fresh, LOST: why}
 
     def split(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset, parts: int
@@ -320,20 +381,15 @@ class SnapshotTask(ABC):
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
         table = self.tables[partition["table"]]
-        column = self._column(table)
-        state = self._progress(start)
         if self.log_advances(start, end) and LOST not in end:
-            keep = covers(state, column)
-            for record in self.stream_read(partition, start, end):
-                value = record.value
-                if keep(value["after"] if value["after"] is not None else value["before"]):
-                    yield record
+            yield from self.stream_read(partition, start, end)  # every event, always
+        state = self._progress(start)
         if state is None:
             return
         query = chunk_query(
             self.db,
             TableName.parse(table.name),
-            column,
+            self._column(table),
             self.chunk_select(table),
             {**(start or {}), "snapshot": state},
             end,
@@ -341,18 +397,24 @@ class SnapshotTask(ABC):
         if query is not None:
             yield from self._chunk_records(table, query, end)
 
+    def chunk(
+        self, table: Any, query: tuple[str, tuple], end: RecordOffset
+    ) -> tuple[list[dict[str, Any]], set[str]]:
+        """A chunk's rows, and the keys with an event in its window (executor)."""
+        rows = self.select_chunk(table, query)
+        return rows, self.touched_keys(table, end)  # after the SELECT: the high watermark
+
     def _chunk_records(
         self, table: Any, query: tuple[str, tuple], end: RecordOffset
     ) -> Iterator[ConnectRecord]:
-        rows = self.select_chunk(table, query)
-        touched = self.touched_keys(table, end)  # after the SELECT: the high watermark
+        rows, touched = self.chunk(table, query, end)
         source = self.snapshot_source(table, end)
         now = datetime.now(UTC)
         ts_ms = int(now.timestamp() * 1000)
         for row in rows:
             key = key_text(row, table.pk)
             if key in touched:
-                continue  # its change events follow in the stream, with whole rows
+                continue  # changed inside the window: its change events follow, whole rows
             yield ConnectRecord(
                 value={"before": None, "after": row, "source": source, "op": "r", "ts_ms": ts_ms},
                 key=key,

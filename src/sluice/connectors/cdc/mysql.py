@@ -31,6 +31,7 @@ start with a message naming it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -41,7 +42,14 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, config_def, sql_error
+from sluice.connectors.cdc._base import (
+    CdcSourceConnector,
+    CdcTable,
+    CdcTask,
+    TypedKeys,
+    config_def,
+    sql_error,
+)
 from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
 from sluice.connectors.jdbc._config import TableName
@@ -161,22 +169,28 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
         if not values["table.include.list"]:
             raise ConfigException("table.include.list", "names no table")
 
-    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
-        tables, self.initial = _setup(db, conn, self.values)
-        server_id = self.values["database.server.id"]
+    def check(
+        self, db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys
+    ) -> list[dict[str, Any]]:
+        tables, self.initial = _setup(db, conn, values, keys)
+        return tables
+
+    def prepare(self, db: Any, conn: Any, values: Mapping[str, Any]) -> None:
+        server_id = values["database.server.id"]
         if server_id is None:
-            name = self.config.get("name", self.values["topic.prefix"])
+            name = self.config.get("name", values["topic.prefix"])
             server_id = 5400 + zlib.crc32(name.encode()) % 100_000
         self.server_id = server_id
-        return tables
 
     def task_plan(self) -> dict[str, Any]:
         return {"server_id": self.server_id, "initial": self.initial}
 
 
-def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, Any]], dict]:
+def _setup(
+    db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys
+) -> tuple[list[dict[str, Any]], dict]:
     """Check the server's binlog settings and the user's rights, describe the tables, and
-    return them with the binlog position now."""
+    return them with the binlog position now (nothing is changed on the server)."""
     settings = dict(
         conn.exec_driver_sql(
             "SHOW GLOBAL VARIABLES WHERE Variable_name IN "
@@ -186,7 +200,8 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
     for name, (want, problem, fix) in _REQUIRED_SETTINGS.items():
         have = str(settings.get(name, "")).upper()
         if have != want:
-            raise ConnectException(
+            raise ConfigException(
+                keys.server,
                 f"{db.describe()}: {problem.format(v=have or 'unset')}; change data capture "
                 f"needs {name}={want}",
                 suggestion=fix,
@@ -196,17 +211,21 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
     try:
         status = conn.exec_driver_sql("SHOW MASTER STATUS").fetchone()
     except Exception as exc:
-        raise ConnectException(
+        raise ConfigException(
+            keys.user,
             f"{db.describe()}: the user cannot read the binlog status ({sql_error(exc)}); "
             "change data capture needs the REPLICATION SLAVE and REPLICATION CLIENT (MariaDB: "
             "BINLOG MONITOR) privileges",
             suggestion="GRANT REPLICATION SLAVE, REPLICATION CLIENT ON *.* TO the user",
         ) from None
     if status is None:
-        raise ConnectException(f"{db.describe()}: SHOW MASTER STATUS is empty (binlog off?)")
+        raise ConfigException(
+            keys.server, f"{db.describe()}: SHOW MASTER STATUS is empty (binlog off?)"
+        )
     grants = " ".join(str(r[0]) for r in conn.exec_driver_sql("SHOW GRANTS").fetchall()).upper()
     if "ALL PRIVILEGES ON *.*" not in grants and "REPLICATION SLAVE" not in grants:
-        raise ConnectException(
+        raise ConfigException(
+            keys.user,
             f"{db.describe()}: the user has no REPLICATION SLAVE privilege, which reading the "
             "binlog needs",
             suggestion="GRANT REPLICATION SLAVE ON *.* TO the user",
@@ -232,6 +251,13 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> tuple[list[dict[str, A
 class _Table(CdcTable):
     """A captured table whose rows come as mysql-replication decodes them."""
 
+    def key(self, values: dict[str, Any], where: str) -> str:
+        """The record key of a binlog row (its key columns only: a watermark window may hold
+        rows logged after a later ADD COLUMN)."""
+        return key_text(
+            {k: to_schema_value(values.get(k), self.schemas[k], where) for k in self.pk}, self.pk
+        )
+
     def row(self, values: dict[str, Any], where: str) -> dict[str, Any]:
         """A binlog or snapshot row as the row struct."""
         self.check_columns(values, where)
@@ -253,6 +279,7 @@ class MySqlCdcSourceTask(CdcTask):
         self.server_id: int = plan["server_id"]
         self.initial: dict = plan["initial"]
         self._end: dict | None = None
+        self._control: Any = None  # the connection `SHOW BINARY LOGS` runs on
 
     def _stream(self, start: dict, *, rows: bool) -> Any:
         require(MYSQL_BINLOG, "MySqlCdcSourceConnector")
@@ -284,25 +311,45 @@ class MySqlCdcSourceTask(CdcTask):
             # with the capability the library announces, still sends its GTID events.
             is_mariadb=False,
             enable_logging=False,
+            pymysql_wrapper=_connection_class(),
         )
 
     def _binary_logs(self) -> list[tuple[str, int]]:
-        """`SHOW BINARY LOGS`: each binlog's name and size (the last one's is the end)."""
+        """`SHOW BINARY LOGS`: each binlog's name and size (the last one's is the end), on a
+        connection kept for the task's next calls (a driver plans every micro-batch)."""
         import pymysql
 
         c = self.connection
         try:
-            conn = pymysql.connect(
-                host=c.host, port=c.port or 3306, user=c.user, password=c.password
-            )
-            try:
-                with conn.cursor() as cur:
-                    cur.execute("SHOW BINARY LOGS")
-                    return [(r[0], int(r[1])) for r in cur.fetchall()]
-            finally:
-                conn.close()
+            if self._control is None:
+                self._control = _connection_class()(
+                    host=c.host,
+                    port=c.port or 3306,
+                    user=c.user,
+                    password=c.password,
+                    connect_timeout=10,
+                    autocommit=True,
+                )
+            with self._control.cursor() as cur:
+                cur.execute("SHOW BINARY LOGS")
+                return [(r[0], int(r[1])) for r in cur.fetchall()]
         except pymysql.MySQLError as exc:
+            self._close_control()
+            if self.lost_connection(exc):
+                raise self.unreachable(exc, "listing the binlogs") from None
             raise ConnectException(f"listing the binlogs of {c.describe()}: {exc}") from None
+        except BaseException:
+            self._close_control()
+            raise
+
+    def _close_control(self) -> None:
+        control, self._control = self._control, None
+        if control is not None:
+            with contextlib.suppress(Exception):
+                control.close()
+
+    def stop(self) -> None:
+        self._close_control()
 
     def _check_position(self, start: dict) -> None:
         lost = self.position_lost(start)
@@ -345,7 +392,7 @@ class MySqlCdcSourceTask(CdcTask):
                     isinstance(event, QueryEvent) and _ends_transaction(event)
                 ):
                     here = {"file": stream.log_file, "pos": stream.log_pos}
-                    change = self._ddl_change(event, here)
+                    change = self._ddl_change(event)
                     if change is not None:  # a range never spans a schema change
                         if end is None:
                             self._follow(*change)
@@ -390,14 +437,45 @@ class MySqlCdcSourceTask(CdcTask):
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         return start is not None and _after(end, start)
 
+    def log_before(self, a: RecordOffset, b: RecordOffset) -> bool:
+        return _after(b, a)
+
+    log_now = log_end
+
+    def jump(self, here: RecordOffset, since: RecordOffset) -> RecordOffset | None:
+        from pymysqlreplication.event import QueryEvent, XidEvent
+
+        stream = self._stream(here, rows=False)
+        try:
+            for event in stream:
+                if isinstance(event, XidEvent) or (
+                    isinstance(event, QueryEvent) and _ends_transaction(event)
+                ):
+                    at = {"file": stream.log_file, "pos": stream.log_pos}
+                    return None if not _after(at, since) else dict(since)
+        finally:
+            stream.close()
+        return dict(since)
+
     def stream_read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
     ) -> Iterator[ConnectRecord]:
-        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
-
         if start is None:
             return
         table = self.tables[partition["table"]]
+        yield from self.resuming(
+            lambda at: self._transactions(table, at, end),
+            {k: start[k] for k in ("file", "pos")},
+            f"reading the binlog for table {table.name}",
+        )
+
+    def _transactions(
+        self, table: _Table, start: dict, end: RecordOffset
+    ) -> Iterator[tuple[dict, list[ConnectRecord]]]:
+        """The binlog from `start` to `end`: each whole transaction's records of `table`, with
+        the position after it."""
+        from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+
         stream = self._stream(start, rows=True)
         pending: list[ConnectRecord] = []
         gtid = None
@@ -410,12 +488,14 @@ class MySqlCdcSourceTask(CdcTask):
                     if isinstance(event, QueryEvent) and not _ends_transaction(event):
                         continue
                     here = {"file": stream.log_file, "pos": stream.log_pos}
-                    change = self._ddl_change(event, here)
+                    if _after(here, end):
+                        break  # an end that is no transaction's (`jump`): nothing more is in
+                    change = self._ddl_change(event)
                     if change is not None:  # `latest` ends ranges before such a change
                         self._follow(*change)
                     for record in pending:
                         record.value["source"].update(pos=here["pos"], file=here["file"])
-                    yield from pending
+                    yield here, pending
                     pending = []
                     if not _after(end, here):
                         break
@@ -452,7 +532,7 @@ class MySqlCdcSourceTask(CdcTask):
                 for row in getattr(event, "rows", ()):
                     for image in ("values", "before_values", "after_values"):
                         if image in row:
-                            keys.add(key_text(table.row(row[image], where), table.pk))
+                            keys.add(table.key(row[image], where))
         finally:
             stream.close()
         return keys
@@ -460,18 +540,32 @@ class MySqlCdcSourceTask(CdcTask):
     def snapshot_source(self, table: _Table, end: RecordOffset) -> dict[str, Any]:
         return self.source(table, file=end["file"], pos=end["pos"])
 
-    def _ddl_change(self, event: Any, here: dict) -> tuple[_Table, str, str] | None:
-        """(table, kind, statement) of a DDL statement on a captured table logged after the
-        position the connector read the columns at (earlier ones are in its schema)."""
-        if not hasattr(event, "query") or not _after(here, self.initial):
+    def _ddl_change(self, event: Any) -> tuple[_Table, str, str] | None:
+        """(table, kind, statement) of a DDL statement on a captured table that the connector
+        must act on: one it does not follow (it fails), or an ADD COLUMN of columns its schema
+        lacks (it restarts). An ADD COLUMN its schema already has — logged before the connector
+        read the table's columns, while it was stopped — needs nothing here: the re-read a
+        default calls for comes from the position's columns (`sluice.connectors.cdc._snapshot`)."""
+        if not hasattr(event, "query"):
             return None
         query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
         db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         for table in self.tables.values():
             kind = ddl_kind(query, db, table.name)
-            if kind is not None:
+            if kind == "other":
                 return table, kind, query.strip()[:300]
+            if kind == "add" and (added := self._added(table, query)):
+                return table, kind, f"ADD COLUMN {', '.join(added)} ({query.strip()[:300]})"
         return None
+
+    def _added(self, table: _Table, query: str) -> list[str]:
+        """The table's columns now that the connector's schema lacks (checked once per DDL
+        statement and table; a failure if one cannot be followed)."""
+        with self.db.connect() as conn:
+            added, _ = check_added(
+                self.db, conn, TableName.parse(table.name), list(table.schemas), query
+            )
+        return added
 
     def _follow(self, table: _Table, kind: str, query: str) -> None:
         """At a DDL statement: restart to follow an ADD COLUMN, fail naming anything else."""
@@ -482,11 +576,7 @@ class MySqlCdcSourceTask(CdcTask):
                 suggestion="re-copy the table (TRUNCATE, DROP, a changed column) and restart "
                 "the connector with reset offsets",
             )
-        with self.db.connect() as conn:
-            known = [n for n, _ in table.columns]
-            added, filled = check_added(self.db, conn, TableName.parse(table.name), known, query)
-        log.info("table %s changed (%s): restarting the connector to follow", table.name, query)
-        raise SchemaChanged(table.name, f"{query}; new column(s) {added}", resnapshot=filled)
+        raise SchemaChanged(table.name, query)
 
     def _events(self, event: Any, table: _Table, gtid: str | None) -> Iterator[ConnectRecord]:
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
@@ -508,6 +598,37 @@ class MySqlCdcSourceTask(CdcTask):
                 yield from self.change_records(
                     table, "c", None, table.row(row["values"], where), at
                 )
+
+
+_CONNECTION_CLASS: Any = None
+
+
+def _connection_class() -> Any:
+    """PyMySQL's connection, with one TLS context per process. PyMySQL 2.2 (in its default
+    PREFERRED mode, which tries TLS and falls back) builds a new context for each connection,
+    loading every CA certificate of the system: 0.27 s per connection here against 3 ms without,
+    and the binlog reader opens two per stream, several streams per micro-batch. The context is
+    the one PyMySQL would build; sharing it between connections is what contexts are for."""
+    global _CONNECTION_CLASS
+    if _CONNECTION_CLASS is None:
+        import threading
+
+        import pymysql.connections
+
+        lock = threading.Lock()
+        shared: list[Any] = []
+
+        class Connection(pymysql.connections.Connection):  # type: ignore[misc]
+            def _create_ssl_ctx(self, sslp: Any) -> Any:
+                if sslp:  # options of its own: PyMySQL's context for them
+                    return super()._create_ssl_ctx(sslp)
+                with lock:
+                    if not shared:
+                        shared.append(super()._create_ssl_ctx({}))
+                    return shared[0]
+
+        _CONNECTION_CLASS = Connection
+    return _CONNECTION_CLASS
 
 
 def _ends_transaction(event: Any) -> bool:

@@ -51,7 +51,14 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, config_def, sql_error
+from sluice.connectors.cdc._base import (
+    CdcSourceConnector,
+    CdcTable,
+    CdcTask,
+    TypedKeys,
+    config_def,
+    sql_error,
+)
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
@@ -84,6 +91,7 @@ log = logging.getLogger(__name__)
 _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
 _FLUSH_WAIT_S = 60.0
+_INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
 
 CONFIG = config_def(
     "jdbc:postgresql://host:port/database",
@@ -203,22 +211,29 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
             raise ConfigException("database.dbname", "required with database.hostname")
         return f"jdbc:postgresql://{host}:{values['database.port']}/{values['database.dbname']}"
 
-    def setup(self, db: Any, conn: Any) -> list[dict[str, Any]]:
-        return _setup(db, conn, self.values)
+    def check(
+        self, db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys
+    ) -> list[dict[str, Any]]:
+        return _check(db, conn, values, keys)
+
+    def prepare(self, db: Any, conn: Any, values: Mapping[str, Any]) -> None:
+        _prepare(db, conn, values, [TableName.parse(t["table"]) for t in self.tables])
 
     def task_plan(self) -> dict[str, Any]:
         return {"slot": self.values["slot.name"], "publication": self.values["publication.name"]}
 
 
-def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
-    """Check the server, create the publication and slot if missing, describe the tables."""
+def _check(db: Any, conn: Any, values: Mapping[str, Any], keys: TypedKeys) -> list[dict[str, Any]]:
+    """Check the server, the user's rights, the publication and slot if they exist, and describe
+    the tables (nothing is changed on the server)."""
 
     def one(sql: str, *params: Any) -> Any:
         return conn.exec_driver_sql(sql, params).scalar()
 
     wal_level = one("SHOW wal_level")
     if wal_level != "logical":
-        raise ConnectException(
+        raise ConfigException(
+            keys.server,
             f"{db.describe()}: wal_level is {wal_level!r}; change data capture needs "
             "wal_level=logical",
             suggestion="set wal_level = logical in postgresql.conf and restart PostgreSQL",
@@ -228,7 +243,8 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
     )
     if not can_replicate:
         user = one("SELECT current_user")
-        raise ConnectException(
+        raise ConfigException(
+            keys.user,
             f"{db.describe()}: user {user!r} has no REPLICATION privilege, which a logical "
             "replication slot needs",
             suggestion=f'ALTER ROLE "{user}" REPLICATION',
@@ -256,21 +272,52 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
                 "types": _column_types(conn, db.dialect.table(table)),
             }
         )
-    names = ", ".join(db.dialect.table(t) for t in tables)
-    if not exists:
-        conn.exec_driver_sql(
-            f"CREATE PUBLICATION {db.dialect.quote(publication)} FOR TABLE {names}"
-        )
-    else:
+    if exists:
         have = {f"{s}.{t}" for s, t in published}
         all_tables = one("SELECT puballtables FROM pg_publication WHERE pubname = %s", publication)
         missing = [str(t) for t in tables if str(t) not in have]
         if missing and not all_tables:
-            raise ConnectException(
+            raise ConfigException(
+                "publication.name",
                 f"publication {publication!r} does not publish {', '.join(missing)}",
                 suggestion=f"ALTER PUBLICATION {publication} ADD TABLE {', '.join(missing)}, "
                 "or name another publication.name",
             )
+    plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
+    if plugin is not None and plugin != "pgoutput":
+        raise ConfigException(
+            "slot.name",
+            f"replication slot {slot!r} exists with plugin {plugin!r}; this connector needs "
+            "'pgoutput'",
+            suggestion="name another slot.name, or drop that slot",
+        )
+    if plugin is None:
+        used = one("SELECT count(*) FROM pg_replication_slots")
+        most = one("SELECT setting::int FROM pg_settings WHERE name = 'max_replication_slots'")
+        if most is not None and used >= most:
+            raise ConfigException(
+                "slot.name",
+                f"{db.describe()} has no free replication slot for {slot!r} ({used} of "
+                f"max_replication_slots={most} in use)",
+                suggestion="drop a slot nobody reads (pg_drop_replication_slot), or raise "
+                "max_replication_slots and restart PostgreSQL",
+            )
+    return described
+
+
+def _prepare(db: Any, conn: Any, values: Mapping[str, Any], tables: list[TableName]) -> None:
+    """Create the publication and the slot if missing (an invalidated slot is created again
+    under `snapshot.mode=when_needed`)."""
+
+    def one(sql: str, *params: Any) -> Any:
+        return conn.exec_driver_sql(sql, params).scalar()
+
+    publication, slot = values["publication.name"], values["slot.name"]
+    if not one("SELECT count(*) FROM pg_publication WHERE pubname = %s", publication):
+        names = ", ".join(db.dialect.table(t) for t in tables)
+        conn.exec_driver_sql(
+            f"CREATE PUBLICATION {db.dialect.quote(publication)} FOR TABLE {names}"
+        )
     conn.commit()  # a slot cannot be created in a transaction that wrote (the publication)
     plugin = one("SELECT plugin FROM pg_replication_slots WHERE slot_name = %s", slot)
     status = one("SELECT wal_status FROM pg_replication_slots WHERE slot_name = %s", slot)
@@ -291,13 +338,6 @@ def _setup(db: Any, conn: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
             raise ConnectException(
                 f"cannot create replication slot {slot!r} on {db.describe()}: {sql_error(exc)}"
             ) from None
-    elif plugin != "pgoutput":
-        raise ConnectException(
-            f"replication slot {slot!r} exists with plugin {plugin!r}; this connector needs "
-            "'pgoutput'",
-            suggestion="name another slot.name, or drop that slot",
-        )
-    return described
 
 
 def _column_types(conn: Any, quoted: str) -> dict[str, list[int]]:
@@ -358,6 +398,8 @@ class PostgresCdcSourceTask(CdcTask):
                 if _sqlstate(exc) == _OBJECT_IN_USE and time.monotonic() < deadline:
                     time.sleep(0.05)
                     continue
+                if self.lost_connection(exc):
+                    raise self.unreachable(exc, f"reading replication slot {self.slot!r}") from None
                 raise ConnectException(
                     f"reading replication slot {self.slot!r} on {self.db.describe()}: "
                     f"{sql_error(exc)}"
@@ -396,9 +438,12 @@ class PostgresCdcSourceTask(CdcTask):
             return start
         return {"lsn": self._end}
 
-    def stream_origin(self) -> RecordOffset:
+    def _confirmed(self) -> int:
         with self.db.connect() as conn:
-            return {"lsn": self._check_slot(conn)}
+            return self._check_slot(conn)
+
+    def stream_origin(self) -> RecordOffset:
+        return {"lsn": self._confirmed()}
 
     log_end = stream_origin  # a new slot's position: where its changes start
 
@@ -418,6 +463,32 @@ class PostgresCdcSourceTask(CdcTask):
 
     def log_advances(self, start: RecordOffset | None, end: RecordOffset) -> bool:
         return start is None or end["lsn"] > start["lsn"]
+
+    def log_before(self, a: RecordOffset, b: RecordOffset) -> bool:
+        return int(a["lsn"]) < int(b["lsn"])
+
+    def log_now(self) -> RecordOffset:
+        with self.db.connect() as conn:
+            return {"lsn": self._high_watermark(conn)}
+
+    def jump(self, here: RecordOffset, since: RecordOffset) -> RecordOffset | None:
+        # Decoding reads flushed WAL only: first the flush, then a peek that sees every commit
+        # up to `since`.
+        with self.db.connect() as conn:
+            flushed = conn.exec_driver_sql(
+                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (lsn_text(since["lsn"]),)
+            ).scalar()
+        if not flushed:
+            return None
+        rows = self._peek_select(
+            "SELECT substr(data, 1, 26) FROM pg_logical_slot_peek_binary_changes(%s, "
+            "%s::pg_lsn, NULL, 'proto_version', '1', 'publication_names', %s) "
+            "WHERE get_byte(data, 0) = 67",
+            (self.slot, lsn_text(since["lsn"]), self.publication),
+        )
+        if any(here["lsn"] < commit_end(bytes(data)) <= since["lsn"] for (data,) in rows):
+            return None
+        return {"lsn": since["lsn"]}
 
     def _next_end(self, begin: int, budget: int | None) -> int | None:
         """The end LSN of the last transaction after `begin` that keeps the changes after `begin`
@@ -465,10 +536,8 @@ class PostgresCdcSourceTask(CdcTask):
     def _follow(self, table: _Table, change: str) -> None:
         """At a schema change: restart (after checking the added columns can be carried)."""
         with self.db.connect() as conn:
-            known = list(table.schemas)
-            _, filled = check_added(self.db, conn, TableName.parse(table.name), known, change)
-        log.info("table %s changed (%s): restarting the connector to follow", table.name, change)
-        raise SchemaChanged(table.name, change, resnapshot=filled)
+            check_added(self.db, conn, TableName.parse(table.name), list(table.schemas), change)
+        raise SchemaChanged(table.name, change)
 
     def _peek_types(self, window: int | None) -> list[Any]:
         return self._peek_select(
@@ -495,8 +564,7 @@ class PostgresCdcSourceTask(CdcTask):
     ) -> Iterator[ConnectRecord]:
         table = self.tables[partition["table"]]
         begin, stop = (start or {}).get("lsn", 0), end["lsn"]
-        with self.db.connect() as conn:
-            confirmed = self._check_slot(conn)
+        confirmed = self.riding_out(self._confirmed, f"reading replication slot {self.slot!r}")
         # No start: the first range, from wherever the slot is (it was created for this).
         if start is not None and begin < confirmed:
             raise ConnectException(
@@ -504,10 +572,21 @@ class PostgresCdcSourceTask(CdcTask):
                 f"micro-batch's start {lsn_text(begin)}: the changes in between were consumed "
                 "elsewhere (another reader of the slot?)",
             )
+        yield from self.resuming(
+            lambda at: self._transactions(table, at, stop),
+            begin,
+            f"reading replication slot {self.slot!r} for table {table.name}",
+        )
+
+    def _transactions(
+        self, table: _Table, begin: int, stop: int
+    ) -> Iterator[tuple[int, list[ConnectRecord]]]:
+        """The slot's transactions ending in `(begin, stop]`: each one's records of `table`,
+        with its end LSN."""
         rows = self._peek(stop)
         for tx in transactions((data for (data,) in rows), after=begin):
             if begin < tx.end_lsn <= stop:
-                yield from self._events(tx, table)
+                yield tx.end_lsn, list(self._events(tx, table))
 
     # -- the snapshot's chunks (executor) --------------------------------------------------------
     def chunk_select(self, table: _Table) -> str:
@@ -519,24 +598,43 @@ class PostgresCdcSourceTask(CdcTask):
         with self.db.connect() as conn:
             conn.exec_driver_sql("SET TIME ZONE 'UTC'")
             rows = conn.exec_driver_sql(*sql_params).fetchall()
-            # the log's position after the SELECT: every change it saw committed before it
-            high = conn.exec_driver_sql("SELECT pg_current_wal_insert_lsn()::text").scalar()
-            self._high = lsn_int(high)
-            # Decoding reads flushed WAL only, and a commit is visible before it is flushed
-            # under synchronous_commit=off: wait for the flush (the WAL writer's next round).
-            deadline = time.monotonic() + _FLUSH_WAIT_S
-            while not conn.exec_driver_sql(
-                "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
-            ).scalar():
-                if time.monotonic() > deadline:
-                    raise ConnectException(
-                        f"{self.db.describe()}: WAL up to {high} was not flushed within "
-                        f"{_FLUSH_WAIT_S:.0f} s, so the snapshot of {table.name} cannot be "
-                        "reconciled with the log",
-                    )
-                time.sleep(0.01)
+            conn.commit()
+            self._high = self._high_watermark(conn)
         where = f"table {table.name}, snapshot"
         return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
+
+    def _high_watermark(self, conn: Any) -> int:
+        """The log's position after the chunk's SELECT, flushed: every commit the SELECT saw
+        lies before it, and decoding (which reads flushed WAL only) reaches it. Written as
+        DBLog does, a watermark in the log: a logical decoding message (which no pgoutput
+        subscriber without `messages` receives) in a transaction committed with
+        `synchronous_commit=on`, so its commit returns once the WAL up to it is flushed. Waiting
+        for the WAL writer instead (`synchronous_commit=off`) can take seconds when nothing else
+        commits: it hibernates."""
+        try:
+            conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
+            high = conn.exec_driver_sql(
+                "SELECT pg_logical_emit_message(true, 'sluice.watermark', '')::text"
+            ).scalar()
+            conn.commit()
+            return lsn_int(high)
+        except Exception as exc:
+            if self.lost_connection(exc):
+                raise
+            conn.rollback()  # no right to write a message: wait for the WAL writer's flush
+        high = conn.exec_driver_sql(_INSERT_LSN).scalar()
+        deadline = time.monotonic() + _FLUSH_WAIT_S
+        while not conn.exec_driver_sql(
+            "SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (high,)
+        ).scalar():
+            if time.monotonic() > deadline:
+                raise ConnectException(
+                    f"{self.db.describe()}: WAL up to {high} was not flushed within "
+                    f"{_FLUSH_WAIT_S:.0f} s, so a snapshot chunk cannot be reconciled with "
+                    "the log",
+                )
+            time.sleep(0.01)
+        return lsn_int(high)
 
     def touched_keys(self, table: _Table, low: RecordOffset) -> set[str]:
         keys: set[str] = set()

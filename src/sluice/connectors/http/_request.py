@@ -1,5 +1,11 @@
 """Turning records into HTTP requests: URL templates, bodies (raw, JSON, CloudEvents 1.0), headers,
-idempotency keys; and a parked request to and from the headers of a retry-topic record."""
+idempotency keys; and a parked request to and from the headers of a retry-topic record.
+
+A parked request never carries what the config resolved (`${file:…}`/`${env:…}` in `url` or
+`headers`, the auth header): the retry topic is readable over REST, by `sluice topics peek` and
+on disk. It keeps the values the record gave the URL template's placeholders, and the URL is
+rendered again from the config when the request is sent again.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +36,8 @@ class Request:
     key: str  # the idempotency key
     records: list[ConnectRecord] = field(default_factory=list)
     origins: list[dict[str, Any]] = field(default_factory=list)
+    #: the value of each URL placeholder (from the records, never from the config)
+    url_values: dict[str, str] = field(default_factory=dict)
 
 
 def origin(record: ConnectRecord) -> dict[str, Any]:
@@ -54,11 +62,12 @@ def idempotency_key(origins: list[dict[str, Any]]) -> str:
 
 def target_of(url: str, by: str) -> str:
     """The target a URL belongs to (its own queue and limits): the URL without its query, or its
-    scheme://host:port."""
+    scheme://host:port; never its user and password (target names are shown in progress)."""
     parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
     if by == "host":
-        return f"{parts.scheme}://{parts.netloc}"
-    return f"{parts.scheme}://{parts.netloc}{parts.path}"
+        return f"{parts.scheme}://{host}"
+    return f"{parts.scheme}://{host}{parts.path}"
 
 
 def _text(value: Any) -> str:
@@ -67,14 +76,14 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def expand_url(config: HttpConfig, record: ConnectRecord) -> str:
-    """The record's URL (placeholders URL-quoted; a missing header or field is an error)."""
+def url_values(config: HttpConfig, record: ConnectRecord) -> dict[str, str]:
+    """The record's value of each URL placeholder, URL-quoted (a missing header or field is a
+    `LookupError`)."""
     if config.url.fixed:
-        return config.url.text
+        return {}
     o = origin(record)
-
-    def one(match: Any) -> str:
-        name = match.group(1)
+    out = {}
+    for name in config.url.names:
         head, _, rest = name.partition(".")
         if name == "topic":
             value: Any = o["topic"]
@@ -90,9 +99,27 @@ def expand_url(config: HttpConfig, record: ConnectRecord) -> str:
             value = _field(json_value(record.value), rest)
         if value is None:
             raise LookupError(f"URL placeholder {{{name}}} has no value in this record")
-        return quote(_text(value), safe="")
+        out[name] = quote(_text(value), safe="")
+    return out
+
+
+def render_url(config: HttpConfig, values: dict[str, str]) -> str:
+    """The config's URL with each placeholder replaced by its value in `values`."""
+    if config.url.fixed:
+        return config.url.text
+
+    def one(match: Any) -> str:
+        name = match.group(1)
+        if name not in values:
+            raise LookupError(f"URL placeholder {{{name}}} has no value in the parked request")
+        return values[name]
 
     return _PLACEHOLDER.sub(one, config.url.text)
+
+
+def expand_url(config: HttpConfig, record: ConnectRecord) -> str:
+    """The record's URL (placeholders URL-quoted; a missing header or field is an error)."""
+    return render_url(config, url_values(config, record))
 
 
 def _field(value: Any, path: str) -> Any:
@@ -151,8 +178,13 @@ def _event(config: HttpConfig, record: ConnectRecord, key: str) -> dict[str, Any
     return event
 
 
-def build(config: HttpConfig, url: str, records: list[ConnectRecord]) -> Request:
-    """The request carrying `records` (one, or a batch) to `url`."""
+def build(
+    config: HttpConfig,
+    url: str,
+    records: list[ConnectRecord],
+    values: dict[str, str] | None = None,
+) -> Request:
+    """The request carrying `records` (one, or a batch) to `url`, rendered from `values`."""
     origins = [origin(r) for r in records]
     key = idempotency_key(origins)
     headers: dict[str, str] = {}
@@ -187,7 +219,7 @@ def build(config: HttpConfig, url: str, records: list[ConnectRecord]) -> Request
     if config.auth is not None:
         headers[config.auth[0]] = config.auth[1]
     headers[config.idempotency_header] = key
-    return Request(config.method, url, headers, body, key, list(records), origins)
+    return Request(config.method, url, headers, body, key, list(records), origins, values or {})
 
 
 # -- parked requests (the retry topic) ------------------------------------------------------------
@@ -200,13 +232,14 @@ def park_headers(
     status: Any,
     error: str,
 ) -> dict[str, str]:
-    """What a retry-topic record carries to replay `request` later, from any process. Auth headers
-    are not stored (they are added again from the config when it is replayed)."""
+    """What a retry-topic record carries to replay `request` later, from any process: nothing the
+    config gave (the URL is stored as its placeholders' values, the static and auth headers not
+    at all: they are added again from the config when it is replayed)."""
     headers = dict(request.headers)
-    if config.auth is not None:
-        headers.pop(config.auth[0], None)
+    for name in (*config.headers, *(config.auth[:1] if config.auth is not None else ())):
+        headers.pop(name, None)
     return {
-        f"{PARKED}url": request.url,
+        f"{PARKED}url.values": json.dumps(request.url_values, sort_keys=True),
         f"{PARKED}method": request.method,
         f"{PARKED}headers": json.dumps(headers, sort_keys=True),
         f"{PARKED}body": base64.b64encode(request.body).decode("ascii"),
@@ -216,20 +249,35 @@ def park_headers(
         f"{PARKED}first": repr(first),
         f"{PARKED}due": repr(due),
         f"{PARKED}status": "" if status is None else str(status),
-        f"{PARKED}error": error[:500],
+        f"{PARKED}error": without_url(error, request.url)[:500],
     }
 
 
+def without_url(text: str, url: str) -> str:
+    """`text` (an error) with `url` shortened to its scheme and host: the rest may hold a
+    resolved secret, and the text is stored in the retry or dead-letter topic."""
+    return text.replace(url, target_of(url, "host") + "/…") if url else text
+
+
 def is_parked(record: ConnectRecord) -> bool:
-    return f"{PARKED}url" in (record.extensions or {})
+    extensions = record.extensions or {}
+    return f"{PARKED}url.values" in extensions or f"{PARKED}url" in extensions
 
 
 def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, float, float]:
-    """A retry-topic record back into (request, attempts, first attempt, due), epoch seconds."""
+    """A retry-topic record back into (request, attempts, first attempt, due), epoch seconds.
+    The URL is rendered from the config as it is now (`LookupError` if a placeholder it has now
+    was not in the template the request was parked under)."""
     h = record.extensions
     headers = json.loads(h[f"{PARKED}headers"])
+    headers.update(config.headers)
     if config.auth is not None:
         headers[config.auth[0]] = config.auth[1]
+    if f"{PARKED}url.values" in h:
+        values = json.loads(h[f"{PARKED}url.values"])
+        url = render_url(config, values)
+    else:  # parked by an earlier version, which stored the URL itself
+        values, url = {}, h[f"{PARKED}url"]
     origins = json.loads(h[f"{PARKED}origins"])
     body = base64.b64decode(h[f"{PARKED}body"])
     originals = [
@@ -243,13 +291,7 @@ def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, flo
         for o, value in zip(origins, _values(body, len(origins)), strict=True)
     ]
     request = Request(
-        h[f"{PARKED}method"],
-        h[f"{PARKED}url"],
-        headers,
-        body,
-        h[f"{PARKED}key"],
-        originals,
-        origins,
+        h[f"{PARKED}method"], url, headers, body, h[f"{PARKED}key"], originals, origins, values
     )
     first = float(h.get(f"{PARKED}first") or time.time())
     due = float(h.get(f"{PARKED}due") or time.time())

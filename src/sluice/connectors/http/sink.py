@@ -88,6 +88,7 @@ class HttpSinkTask(SinkTask):
         self.runtime.start()
         self._pending: dict[str, list[ConnectRecord]] = {}
         self._pending_bytes: dict[str, int] = {}
+        self._values: dict[str, dict[str, str]] = {}  # URL -> its placeholders' values
         self._stop = threading.Event()
         self._ticker = threading.Thread(target=self._tick, name="sluice-push-board", daemon=True)
         self._ticker.start()
@@ -160,17 +161,25 @@ class HttpSinkTask(SinkTask):
     def put(self, records: list[ConnectRecord]) -> None:
         for record in records:
             if rq.is_parked(record):
-                request, attempts, first, due = rq.unpark(self.config, record)
+                try:
+                    request, attempts, first, due = rq.unpark(self.config, record)
+                except LookupError as exc:  # the URL template changed under it
+                    self.context.dead_letter(
+                        record, str(exc), exception_class=_class(DeliveryFailed)
+                    )
+                    continue
                 target = rq.target_of(request.url, self.config.target_by)
                 self.runtime.submit(
                     target, request, attempts=attempts, first_epoch=first, due_epoch=due
                 )
                 continue
             try:
-                url = rq.expand_url(self.config, record)
+                values = rq.url_values(self.config, record)
+                url = rq.render_url(self.config, values)
             except LookupError as exc:
                 self.context.dead_letter(record, str(exc), exception_class=_class(DeliveryFailed))
                 continue
+            self._values.setdefault(url, values)
             if self.config.batch_records == 1:
                 self._submit(url, [record])
             else:
@@ -191,7 +200,8 @@ class HttpSinkTask(SinkTask):
             self._pending_bytes[url] = 0
 
     def _submit(self, url: str, records: list[ConnectRecord]) -> None:
-        request = rq.build(self.config, url, records)
+        # one URL, one set of placeholder values (the first record's: they render it the same)
+        request = rq.build(self.config, url, records, self._values.get(url))
         self.runtime.submit(rq.target_of(url, self.config.target_by), request)
 
     def flush(self, batch_id: BatchId) -> Any:
@@ -199,13 +209,14 @@ class HttpSinkTask(SinkTask):
             if group:
                 self._submit(url, group)
         self._pending.clear()
+        self._values.clear()
         result = self.runtime.drain(self.deadline)
         for item in result.dead:
             request: rq.Request = item.payload
             for record in request.records:
                 self.context.dead_letter(
                     record,
-                    item.reason,
+                    rq.without_url(item.reason, request.url),
                     exception_class=_class(DeliveryFailed),
                     headers={
                         "__connect.errors.attempts": str(item.attempts),

@@ -35,7 +35,9 @@ URL = "rabbitmq.url"
 CONNECTION_KEYS = (
     ConfigKey(URL, default="", doc="amqp://user:password@host:port/vhost (amqps:// for TLS)"),
     ConfigKey("rabbitmq.username", default="", doc="user (overrides the URL's)"),
-    ConfigKey("rabbitmq.password", default="", doc="password (overrides the URL's)"),
+    ConfigKey(
+        "rabbitmq.password", type="password", default="", doc="password (overrides the URL's)"
+    ),
     ConfigKey("rabbitmq.timeout.ms", type="int", default=5000, min=1, doc="connect/socket timeout"),
     ConfigKey(
         "rabbitmq.heartbeat.s",
@@ -48,7 +50,7 @@ CONNECTION_KEYS = (
     ConfigKey("host", default="", doc="host (RocketMQ Connect name; rabbitmq.url is preferred)"),
     ConfigKey("port", type="int", default=5672, min=1, doc="port (RocketMQ Connect name)"),
     ConfigKey("username", default="guest", doc="user (RocketMQ Connect name)"),
-    ConfigKey("password", default="guest", doc="password (RocketMQ Connect name)"),
+    ConfigKey("password", type="password", default="guest", doc="password (RocketMQ Connect name)"),
     ConfigKey("virtualHost", default="/", doc="virtual host (RocketMQ Connect name)"),
 )
 

@@ -32,12 +32,12 @@ URL = "redis.url"
 CONNECTION_KEYS = (
     ConfigKey(URL, default="", doc="redis://[user:password@]host:port/db (rediss:// for TLS)"),
     ConfigKey("redis.username", default="", doc="ACL user (overrides the URL's)"),
-    ConfigKey("redis.password", default="", doc="password (overrides the URL's)"),
+    ConfigKey("redis.password", type="password", default="", doc="password (overrides the URL's)"),
     ConfigKey("redis.timeout.ms", type="int", default=3000, min=1, doc="socket timeout"),
     # RocketMQ Connect's names, used when redis.url is not set
     ConfigKey("redisAddr", default="", doc="host (RocketMQ Connect name; redis.url is preferred)"),
     ConfigKey("redisPort", type="int", default=6379, min=1, doc="port (RocketMQ Connect name)"),
-    ConfigKey("redisPassword", default="", doc="password (RocketMQ Connect name)"),
+    ConfigKey("redisPassword", type="password", default="", doc="password (RocketMQ Connect name)"),
     ConfigKey("timeout", type="int", default=0, min=0, doc="timeout ms (RocketMQ Connect name)"),
 )
 
