@@ -14,6 +14,10 @@ the one `scripts/servers.sh up kafka` brings up (started if needed, left running
 writes are Kafka transactions (one per micro-batch) and its reads read_committed; hop 1 counts
 offsets there, which include one commit marker per micro-batch and partition (a few hundred).
 
+Besides the rates, it prints the CPU each run took: of this process's tree (the worker: its Spark
+JVM and Python workers) and of the broker's processes (Kafka's server, RocketMQ's name server and
+broker, read from the pid files of `scripts/servers.sh`), in µs per line.
+
 Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq --bus kafka]
 """
 
@@ -33,6 +37,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.file_pipeline import baseline, failed, make_file
+from bench.peers import cpu_seconds, tree
 
 from sluice.engine.session import build_session
 from sluice.runtime.runner import ConnectorRunner
@@ -66,6 +71,25 @@ def kafka_broker(bootstrap: str | None) -> Any:
     return RealKafka(bootstrap)
 
 
+SERVERS = os.environ.get("SLUICE_SERVERS_DIR", "/tmp/sluice-servers")
+BROKER_PIDFILES = {
+    "kafka": ["kafka/run/kafka.pid"],
+    "rocketmq": ["rocketmq/run/namesrv.pid", "rocketmq/run/broker.pid"],
+}
+
+
+def broker_pids(kind: str) -> list[int]:
+    """The broker processes of `kind` that `scripts/servers.sh` runs (none for embedded)."""
+    pids = []
+    for name in BROKER_PIDFILES.get(kind, []):
+        try:
+            with open(os.path.join(SERVERS, name)) as f:
+                pids.append(int(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
 def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Namespace) -> dict:
     root = os.path.join(out, f"store-{kind}")
     shutil.rmtree(root, ignore_errors=True)
@@ -80,7 +104,9 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
         bus.create_topic(topic, 8)
     runner = ConnectorRunner(spark, root, trigger_interval_ms=0, maintenance_interval_s=0, bus=bus)
     size = os.path.getsize(src)
+    brokers = broker_pids(kind)
     try:
+        worker0, broker0 = cpu_seconds(tree(os.getpid())), cpu_seconds(brokers)
         start = time.perf_counter()
         runner.start(
             "src",
@@ -108,6 +134,8 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
                 hop1 = now - start
             if os.path.exists(dst) and os.path.getsize(dst) >= size:
                 end = now - start
+                worker_cpu = cpu_seconds(tree(os.getpid())) - worker0
+                broker_cpu = cpu_seconds(brokers) - broker0 if brokers else float("nan")
                 break
             time.sleep(0.05)
         if hop1 is None:
@@ -116,7 +144,14 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
         runner.close()
         bus.close()
     identical = filecmp.cmp(src, dst, shallow=False)
-    return {"bus": kind, "hop1": hop1, "end": end, "identical": identical}
+    return {
+        "bus": kind,
+        "hop1": hop1,
+        "end": end,
+        "identical": identical,
+        "worker_cpu": worker_cpu,
+        "broker_cpu": broker_cpu,
+    }
 
 
 def main() -> None:
@@ -156,7 +191,7 @@ def main() -> None:
     )
     print(
         f"{'bus':<10} {'hop 1 s':>8} {'hop 1 lines/s':>14} {'end s':>8} {'lines/s':>12}  "
-        f"{'÷embedded':>9} {'÷baseline':>9}  same"
+        f"{'÷embedded':>9} {'÷baseline':>9}  same  {'worker µs/line':>14} {'broker µs/line':>14}"
     )
     print(f"{'PySpark':<10} {'':>8} {'':>14} {base:>8.2f} {args.lines / base:>12,.0f}")
     embedded = next((r["end"] for r in results if r["bus"] == "embedded"), None)
@@ -165,7 +200,9 @@ def main() -> None:
         print(
             f"{r['bus']:<10} {r['hop1']:>8.2f} {args.lines / r['hop1']:>14,.0f} "
             f"{r['end']:>8.2f} {args.lines / r['end']:>12,.0f}  {vs_embedded} "
-            f"{r['end'] / base:>8.2f}x  {r['identical']}"
+            f"{r['end'] / base:>8.2f}x  {r['identical']!s:<5} "
+            f"{r['worker_cpu'] / args.lines * 1e6:>14.2f} "
+            f"{r['broker_cpu'] / args.lines * 1e6:>14.2f}"
         )
     if not all(r["identical"] for r in results):
         raise SystemExit("a sink file differs from its input")

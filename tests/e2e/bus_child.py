@@ -35,6 +35,8 @@ def main() -> None:
             "filename": source,
             "connect.topicname": topic,
             "read.max.rows": "20000",
+            # two tasks over one file: each micro-batch is two parts, the second after the first
+            "max.tasks": "2",
         },
     )
     runner.start(

@@ -3,9 +3,14 @@ Kafka 4 broker of `scripts/servers.sh`) and `bus=rocketmq` (a real broker); rest
 is byte-identical, each line is in the topic exactly once (Kafka: as a `read_committed` consumer
 counts them), and the sink's consumer-group offsets advanced on the broker.
 
-Each test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1, at a random sink fill
-level); `make crash-kafka` and `make crash-rocketmq` run three kills (two at random sink fill
-levels, one at a random instant). `SLUICE_CRASH_SEED` fixes the random choices."""
+The source runs two tasks over one file (Spark cuts each micro-batch's range in two), so every
+micro-batch is two parts sent from the executors, the second after the first (their lines share a
+queue): a kill lands before, during or after any part or the driver's commit.
+
+Each test kills once in the suite (`SLUICE_CRASH_ROUNDS`, default 1, at a random sink fill level)
+on a small file (`SLUICE_CRASH_LINES`, default 40,000 / 100,000); `make crash-kafka` and `make
+crash-rocketmq` run 1,000,000 lines with three kills (two at random sink fill levels, one at a
+random instant). `SLUICE_CRASH_SEED` fixes the random choices."""
 
 from __future__ import annotations
 
@@ -124,13 +129,17 @@ def test_kafka_bus_survives_kill_9(tmp_path: Path, kafka_cluster: RealKafka) -> 
         ends = {r.queue: r.max_offset for r in bus.describe(topic).ranges}
         return bus.log.group_offsets("connect-dst", topic) == ends
 
-    rounds = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
-    source, sink = _crash_and_recover(tmp_path, props, topic, 40_000, settled, rounds)
+    lines = int(os.environ.get("SLUICE_CRASH_LINES", "40000"))
+    source, sink = _crash_and_recover(tmp_path, props, topic, lines, settled, _rounds())
     assert sink == source
     # each line appended exactly once, as a read_committed consumer counts them
     seen = kafka_cluster.committed_values(topic)
-    assert len(seen) == 40_000
+    assert len(seen) == lines
     assert sorted(seen) == sorted(line.encode() for line in source.decode().splitlines())
+
+
+def _rounds() -> int:
+    return int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
 
 
 @pytest.mark.rocketmq
@@ -142,10 +151,18 @@ def test_rocketmq_bus_survives_kill_9(tmp_path: Path) -> None:
     probe.create_topic(topic, 4)
     props = {"bus": "rocketmq", "namesrvAddr": ROCKETMQ_NAMESRV}
 
-    def settled() -> bool:  # what `mqadmin consumerProgress -g connect-dst` shows
-        return sum(probe.log.group_offsets("connect-dst", topic).values()) == 200_000
+    lines = int(os.environ.get("SLUICE_CRASH_LINES", "100000"))
 
-    rounds = int(os.environ.get("SLUICE_CRASH_ROUNDS", "1"))
-    source, sink = _crash_and_recover(tmp_path, props, topic, 200_000, settled, rounds)
+    def settled() -> bool:  # what `mqadmin consumerProgress -g connect-dst` shows
+        return sum(probe.log.group_offsets("connect-dst", topic).values()) == lines
+
+    source, sink = _crash_and_recover(tmp_path, props, topic, lines, settled, _rounds())
     assert sink == source
-    assert probe.count(topic) == 200_000  # each line appended exactly once
+    assert probe.count(topic) == lines  # each line appended exactly once
+    seen = [
+        value
+        for r in probe.describe(topic).ranges
+        for _, batch in probe.log.read(topic, r.queue, r.min_offset, r.max_offset)
+        for value in batch.column("value").to_pylist()
+    ]
+    assert sorted(seen) == sorted(line.encode() for line in source.decode().splitlines())

@@ -9,8 +9,9 @@ and counted in the topics; the failover time is reported, bench/failover.py meas
 more rebalance in the survivor's metrics; only a source's owner reports its lag; a 4th worker
 restarts only the connectors the ring moves to it; a SIGSTOPped worker loses its leases, and
 after SIGCONT its late commits are refused and its queries stopped; REST writes through any
-worker reach the owner; bad cluster configs fail naming the key and a malformed store row
-crashes nothing.
+worker reach the owner; a push sink's live settings change through its owner only (another
+worker answers 404 naming it and writes nothing); bad cluster configs fail naming the key and a
+malformed store row crashes nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ import psycopg
 import pytest
 
 from sluice.bus.embedded.log import EmbeddedLog
+from sluice.push import PushBoard
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
 from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.e2e.test_ops_metrics import scrape, value
 from tests.e2e.worker_process import REPO, DistWorker
+from tests.integration.push_target import serve
 
 # more than the default 300 s on a loaded 2-core machine: a cluster of 3-4 worker processes booted
 # by the module's first test
@@ -274,6 +277,58 @@ def test_rest_writes_through_any_worker_reach_the_owner(cluster: Cluster) -> Non
     )
     for w in live:
         assert sorted(w.body("/connectors/list")) == sorted(cluster.names())
+
+
+def test_push_settings_change_only_through_the_owner(cluster: Cluster) -> None:
+    """A push sink's live settings live on the board its owner's tasks read: a worker that does
+    not run the connector answers 404 naming the owner (as `GET …/push` does) and writes
+    nothing; the owner applies the change."""
+    live = cluster.live()
+    name = "push-0"
+    owner_id = consistent_hash([w.worker_id for w in live], [*cluster.names(), name], VNODES)[name]
+    owner = next(w for w in live if w.worker_id == owner_id)
+    other = next(w for w in live if w is not owner)
+    target, server, thread = serve()
+    try:
+        other.post_connector(
+            name,
+            {
+                "connector.class": "HttpSinkConnector",
+                "connect.topicnames": "topic-0",
+                "url": target.url + "/p",
+            },
+        )
+        wait_until(
+            lambda: (
+                other.owners([name])[name] == ("RUNNING", owner_id)
+                and name in owner.body("/allocated/connectors")
+            ),
+            what="the push sink RUNNING on its owner",
+        )
+        # the workers share storePathRootDir here, so a write on any of them lands on this board
+        board = PushBoard(str(cluster.root / "shared" / "push.sqlite"))
+        for method, path, kwargs in (
+            ("PATCH", f"/v1/connectors/{name}/push", {"json": {"concurrency": 3}}),
+            ("POST", f"/v1/connectors/{name}/task/adjust", {"params": {"maxThreadSize": 3}}),
+        ):
+            r = other.request(method, path, **kwargs)
+            assert r.status_code == 404, r.text
+            assert owner_id in r.json()["message"], r.text
+            assert board.settings(name) == {}, f"{path} through a non-owner wrote settings"
+        assert owner.get(f"/v1/connectors/{name}/push").json()["settings"] == {}
+        r = owner.request("PATCH", f"/v1/connectors/{name}/push", json={"concurrency": 3})
+        assert r.status_code == 200, r.text
+        assert r.json()["settings"] == {"concurrency": 3}
+        assert board.settings(name) == {"concurrency": 3}
+    finally:
+        # before the target goes: a push sink left running against a dead target is slow to stop
+        assert other.request("DELETE", f"/v1/connectors/{name}").status_code < 300
+        wait_until(
+            lambda: name not in owner.body("/allocated/connectors"),
+            what="the owner to stop the deleted push sink",
+        )
+        server.should_exit = True
+        thread.join(timeout=10)
 
 
 def _run_worker_expecting_error(cluster: Cluster, worker_id: str, **extra: str) -> str:

@@ -1,12 +1,15 @@
 """sluice workers on a Spark standalone cluster (master + 2 workers of
 `scripts/servers/spark-cluster.sh`, loopback), with real processes.
 
-- file source → RocketMQ topic → file sink through a `sluice worker` whose `spark.master` is the
-  cluster: the connector queries' tasks run on both executors (Spark's own REST API of the driver
-  says so); `kill -9` of one Spark worker mid-stream (its executor goes with it) → the queries go on
-  on the other executor (the killed worker is started again at the end); the sink file ends
-  byte-identical and each line is in the topic once. `SLUICE_SPARK_CLUSTER_BUS=kafka`
-  runs it on the Kafka bus. The killed worker is started again through
+- file source → broker topic → file sink through a `sluice worker` whose `spark.master` is the
+  cluster, on the Kafka bus and on the RocketMQ bus: the connector queries' tasks run on both
+  executors (Spark's own REST API of the driver says so), and the source's records are sent to
+  the broker from the executors' Python workers (the commit journal names the process that wrote
+  each part; its parent is the cluster's executor, not the driver); `kill -9` of one Spark worker
+  mid-stream (its executor goes with it) → the queries go on on the other executor (the killed
+  worker is started again at the end); the sink file ends byte-identical and each line is in the
+  topic once (Kafka: as a `read_committed` consumer counts them). The killed worker is started
+  again through
   `scripts/servers/spark-cluster.sh`, i.e. `sluice spark-cluster up`, which starts only that one;
   `sluice spark-cluster status` then lists the master and two ALIVE workers;
 - a store root that the driver sees but the executors do not (the driver runs in a mount namespace
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -218,7 +222,7 @@ def _spark_cluster_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 class _Bus:
-    """The bus of the pipeline test: RocketMQ (default) or Kafka (`SLUICE_SPARK_CLUSTER_BUS`)."""
+    """The bus of the pipeline test: Kafka or RocketMQ."""
 
     def __init__(self, kind: str, tmp_path: Path, topic: str) -> None:
         self.kind, self.topic = kind, topic
@@ -245,12 +249,60 @@ class _Bus:
         return values
 
 
-@pytest.mark.rocketmq
+class _PartWriters:
+    """Who sent the source's parts: samples the commit journal's "task finished its part" rows
+    (each names its writer's host/pid) while the pipeline runs, and keeps, per process, the
+    command lines of it and its ancestors (taken at once: the process may go later)."""
+
+    def __init__(self, journal: Path, writer_prefix: str) -> None:
+        self.journal, self.prefix = journal, writer_prefix
+        self.seen: dict[int, list[str]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.3):
+            try:
+                with sqlite3.connect(self.journal, timeout=5) as db:
+                    owners = db.execute(
+                        "SELECT owner FROM parts WHERE topic = '' AND writer_id LIKE ?",
+                        (self.prefix + "%",),
+                    ).fetchall()
+            except sqlite3.Error:  # not created yet
+                continue
+            for (owner,) in owners:
+                pid = int(owner.split("/")[1])
+                if pid not in self.seen:
+                    self.seen[pid] = _ancestry(pid)
+
+    def __enter__(self) -> _PartWriters:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def _ancestry(pid: int) -> list[str]:
+    """The command lines of `pid` and its ancestors (empty if it is gone)."""
+    out = []
+    while pid > 1:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            break
+        out.append(cmd)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["kafka", pytest.param("rocketmq", marks=pytest.mark.rocketmq)])
 def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
-    tmp_path: Path, spark_master: str
+    tmp_path: Path, spark_master: str, kind: str
 ) -> None:
     topic = unique("spark")
-    bus = _Bus(os.environ.get("SLUICE_SPARK_CLUSTER_BUS", "rocketmq"), tmp_path, topic)
+    bus = _Bus(kind, tmp_path, topic)
     ui = free_port()
     src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("")
@@ -270,7 +322,9 @@ def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
     assert f"{Path(sys.executable).parent}/python" in log.split("executors run", 1)[1]
     stop, written = threading.Event(), [0]
     feeder = threading.Thread(target=_feed, args=(src, stop, written), daemon=True)
+    writers = _PartWriters(tmp_path / "w" / "store" / "bus" / "writes.sqlite", "src/")
     try:
+        writers.__enter__()
         app = _App(ui)
         # tasks the executors ran before any connector (the probe's)
         probe_tasks = {i: e["completedTasks"] for i, e in app.executors().items()}
@@ -327,10 +381,17 @@ def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
         assert worker.terminate() == 0
     finally:
         stop.set()
+        writers.__exit__()
         if worker.proc is not None and worker.proc.poll() is None:
             worker.kill9()
         restarted = _cluster_up()
     _check_cluster_cli(restarted)
+    # the source's parts were sent by Python workers of the cluster's executors
+    assert writers.seen, "no part of the source was recorded in the commit journal"
+    for pid, chain in writers.seen.items():
+        assert chain, f"process {pid} was gone before it was looked at"
+        assert any("CoarseGrainedExecutorBackend" in cmd for cmd in chain[1:]), (pid, chain)
+        assert not any("sluice.cli worker" in cmd for cmd in chain), (pid, chain)
     # each line appended exactly once
     seen = bus.values()
     assert len(seen) == written[0]

@@ -224,6 +224,27 @@ def test_outage_longer_than_the_limit_fails_the_commit_and_the_replay_completes_
     assert sorted(got) == sorted(rows) and len(got) == 200
 
 
+def test_a_kept_leader_connection_the_broker_closed_is_replaced(
+    tmp_path: Path, kafka_mock: MockKafkaCluster
+) -> None:
+    """Range reads keep one connection per broker; one the broker closed meanwhile (idle for
+    connections.max.idle.ms, or restarted) is replaced at the next read, which goes through
+    instead of reporting the cluster away."""
+    bus = _outage_bus(kafka_mock, tmp_path, outage_s=0)
+    topic = KafkaHarness(kafka_mock).new_topic(bus, 1)
+    rows = [f"c{i}".encode() for i in range(50)]
+    appender = bus.topic_appender(writer_id="w")
+    appender.commit([appender.write(iter([topic_frame(topic, rows, route=[0] * 50)]), 0)], 0)
+    assert [r["value"] for r in read_all(bus, topic, 0, 0, 1_000)] == rows
+    fetcher = bus.log._fetcher()
+    leader = fetcher.leader(topic, 0)
+    kept = fetcher._connections[leader]  # the read left its connection to the leader open
+    kafka_mock.set_down()  # cuts every connection
+    kafka_mock.set_up()
+    assert [r["value"] for r in read_all(bus, topic, 0, 0, 1_000)] == rows
+    assert fetcher._connections[leader] is not kept
+
+
 def test_a_short_outage_is_ridden_out_by_the_commit(
     tmp_path: Path, kafka_mock: MockKafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:

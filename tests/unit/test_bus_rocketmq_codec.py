@@ -12,15 +12,21 @@ import pytest
 
 from sluice.bus.rocketmq._log import (
     _decode_chunk,
-    _encode_rows,
-    _encode_vectorised,
     _prefetched,
-    _send_bodies,
     _to_batch,
     _to_batch_fast,
 )
 from sluice.clients import rocketmq as rm
+from sluice.clients.rocketmq import batch_bodies
 from tests.conftest import wait_until
+
+
+def _encode_vectorised(table: pa.Table, tag: str) -> Any:
+    return rm._encode_vectorised(table, "sluice.writer", tag)
+
+
+def _encode_rows(table: pa.Table, tag: str) -> Any:
+    return rm._encode_rows(table, "sluice.writer", tag)
 
 
 def _table(keys: list, values: list, stamps: list, headers: list | None = None) -> pa.Table:
@@ -80,7 +86,7 @@ def test_unique_ids_are_unique_hex() -> None:
 
 def test_send_bodies_cut_at_the_size_and_count_limits() -> None:
     messages = _encode_rows(_table([None] * 5_000, [b"x" * 300] * 5_000, [None] * 5_000), "t")
-    bodies = list(_send_bodies(pa.chunked_array([messages.slice(0, 2_500), messages.slice(2_500)])))
+    bodies = list(batch_bodies(pa.chunked_array([messages.slice(0, 2_500), messages.slice(2_500)])))
     assert sum(count for _, count in bodies) == 5_000
     assert b"".join(bytes(body) for body, _ in bodies) == b"".join(messages.to_pylist())
     assert all(len(body) <= 1 << 20 and count <= 2_000 for body, count in bodies)

@@ -1,14 +1,35 @@
-"""Exactly-once appends to a broker: staging plus a commit journal.
+"""Exactly-once appends to a broker: the commit journal, and the driver-side commit.
 
-Used by the Kafka and RocketMQ backends (:class:`ExternalLog`). RocketMQ offers nothing like the
-embedded log's one atomic, idempotent "publish these rows" (its transactional messages are not in
-its remoting client); Kafka has transactions, and its backend sends step 3 below as one Kafka
-transaction (see :mod:`sluice.bus.kafka._log` for why a batch is then visible wholly or not at
-all, and once). So a micro-batch is published in three steps:
+Used by the Kafka and RocketMQ backends (:class:`ExternalLog`). A micro-batch reaches a broker
+topic one of two ways:
 
-1. **Stage** (executor, ``stage_for``): a task's rows for one queue are written to an Arrow file
-   under ``<state>/staging/`` (a backend may store them already encoded as messages). The broker
-   has not seen them: a staged but uncommitted batch is invisible.
+**From the executors** (every topic write inside a Spark micro-batch: source queries, a sink's
+dead-letter and own topics). Each task sends its *part* of the micro-batch — (writer, batch,
+task) — to the broker itself, through the backend's :meth:`ExternalLog.part_writer`; how a part is
+made exactly-once is the backend's (Kafka: a transaction per part with a batch marker inside,
+:mod:`sluice.bus.kafka._log`; RocketMQ: sends keyed by the part and counted on replay,
+:mod:`sluice.bus.rocketmq._log`). The journal (below) serves them in three ways:
+
+* the ``parts`` table: per part and topic, what a backend needs to find a part's prefix again
+  after a crash (RocketMQ: ``starts``, the attempt that owns the part, ``pending``/``sent``);
+* per part, the row ``topic = ''`` that says the task *finished* its part: a task whose records
+  must follow its predecessor's in a queue (see :mod:`sluice.bus.spark`) waits for it;
+* the writers' ``fences``: a task checks its writer's lease generation before it sends.
+
+The driver's :meth:`ExternalLog.commit_parts` only records ``done`` for (writer, batch, topic),
+checked against the lease generation in the same transaction (a fenced writer's micro-batch
+fails), forgets the parts of the writer's older batches (Spark replays only its last one), and
+waits until readers see the parts. Executors reach the journal where the driver does: a
+SQLite file under the bus's state directory, which is under ``storePathRootDir`` (shared with
+the executors on a cluster, checked at worker start), or the PostgreSQL cluster store.
+
+**From the driver** (a write outside a Spark micro-batch, e.g. the contract tests calling the
+topic writer directly: no batch id is known on the executor side). The staged rows are sent
+by the driver's commit in three steps:
+
+1. **Stage** (``stage_for``): a task's rows for one queue are written to an Arrow file under
+   ``<state>/staging/`` (a backend may store them already encoded as messages). The broker has
+   not seen them: a staged but uncommitted batch is invisible.
 2. **Journal** (driver, ``commit``): before anything is sent, one SQLite row keyed by
    ``(writer_id, batch_id, topic)`` records ``pending`` and, for each queue the batch writes, the
    queue's end offset *before* the batch (``starts``).
@@ -52,6 +73,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
@@ -67,9 +89,11 @@ from sluice._sqlite import connect_shared, create_database
 from sluice.bus.base import (
     STORED_SCHEMA,
     Bus,
+    BusError,
     StagedSegment,
     TopicLog,
     WriterFenced,
+    WrittenPart,
     check_commit,
     raise_fence,
     retry_outage,
@@ -87,6 +111,19 @@ CREATE TABLE IF NOT EXISTS fences (
     epoch INTEGER NOT NULL
 )
 """
+_PARTS = """
+CREATE TABLE IF NOT EXISTS parts (
+    writer_id TEXT NOT NULL,
+    batch_id INTEGER NOT NULL,
+    task INTEGER NOT NULL,
+    topic TEXT NOT NULL,
+    state TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    starts TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (writer_id, batch_id, task, topic)
+)
+"""
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS writes (
     writer_id TEXT NOT NULL,
@@ -98,6 +135,11 @@ CREATE TABLE IF NOT EXISTS writes (
     PRIMARY KEY (writer_id, batch_id, topic)
 )
 """
+
+
+def attempt_id() -> str:
+    """Who writes a part: host, process and a random suffix (the journal's ``owner``)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:12]}"
 
 
 def writer_tag(writer_id: str) -> str:
@@ -128,6 +170,7 @@ class CommitJournal:
             conn = connect_shared(self.path)
             conn.execute(_SCHEMA)
             conn.execute(_FENCES)
+            conn.execute(_PARTS)
             self._conn, self._pid = conn, os.getpid()
         return self._conn
 
@@ -199,21 +242,163 @@ class CommitJournal:
         self._write(change)
 
     def prune(self, older_than_s: float = _JOURNAL_KEEP_S) -> int:
-        """Forget old ``done`` rows (a replay only ever concerns a writer's latest batches)."""
+        """Forget old ``done`` rows (a replay only ever concerns a writer's latest batches)
+        and parts rows of writers idle that long (a connector deleted mid-batch)."""
         cutoff = time.time() - older_than_s
         with self._lock:
-            cur = self._db().execute(
+            db = self._db()
+            db.execute("DELETE FROM parts WHERE updated_at < ?", (cutoff,))
+            cur = db.execute(
                 "DELETE FROM writes WHERE state = 'done' AND updated_at < ? AND batch_id < "
                 "(SELECT MAX(batch_id) FROM writes w WHERE w.writer_id = writes.writer_id)",
                 (cutoff,),
             )
             return cur.rowcount
 
+    # -- parts (writes from the executors) -------------------------------------------------------
+    def claim_part(
+        self,
+        writer_id: str,
+        batch_id: int,
+        task: int,
+        topic: str,
+        owner: str,
+        starts: Mapping[int, int],
+        fence: tuple[str, int] | None = None,
+    ) -> tuple[str, dict[int, int]]:
+        """Make ``owner`` (an attempt) the owner of a part's ``topic`` row, in one transaction
+        with the fence check. Returns ``("new", starts)`` when there was no row (it is written
+        ``pending`` with ``starts``), ``("pending", stored starts)`` when an earlier attempt
+        began the part, ``("sent", stored starts)`` when one finished it."""
+        found: list[tuple[str, dict[int, int]]] = []
+
+        def change(db: Any) -> None:
+            if fence is not None:
+                raise_fence(db, fence[0], fence[1], topic)
+            row = db.execute(
+                "SELECT state, starts FROM parts "
+                "WHERE writer_id = ? AND batch_id = ? AND task = ? AND topic = ?",
+                (writer_id, batch_id, task, topic),
+            ).fetchone()
+            if row is None:
+                db.execute(
+                    "INSERT INTO parts (writer_id, batch_id, task, topic, state, owner, starts, "
+                    "updated_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, ?)",
+                    (
+                        writer_id,
+                        batch_id,
+                        task,
+                        topic,
+                        owner,
+                        json.dumps(dict(starts)),
+                        time.time(),
+                    ),
+                )
+                found.append(("new", dict(starts)))
+                return
+            stored = {int(q): int(o) for q, o in json.loads(row[1]).items()}
+            if row[0] != "sent":
+                db.execute(
+                    "UPDATE parts SET owner = ?, updated_at = ? "
+                    "WHERE writer_id = ? AND batch_id = ? AND task = ? AND topic = ?",
+                    (owner, time.time(), writer_id, batch_id, task, topic),
+                )
+            found.append((row[0], stored))
+
+        self._write(change)
+        return found[0]
+
+    def part_owner(self, writer_id: str, batch_id: int, task: int, topic: str) -> str | None:
+        """The attempt that owns a part's ``topic`` row (None: no row)."""
+        with self._lock:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT owner FROM parts "
+                    "WHERE writer_id = ? AND batch_id = ? AND task = ? AND topic = ?",
+                    (writer_id, batch_id, task, topic),
+                )
+                .fetchone()
+            )
+        return None if row is None else str(row[0])
+
+    def finish_part(
+        self,
+        writer_id: str,
+        batch_id: int,
+        task: int,
+        topic: str,
+        owner: str,
+        fence: tuple[str, int] | None = None,
+    ) -> None:
+        """Mark a part's ``topic`` row ``sent`` (``topic=''``: the task finished its part,
+        written if missing); refused with :class:`PartTakenOver` when another attempt owns it
+        now."""
+
+        def change(db: Any) -> None:
+            if fence is not None:
+                raise_fence(db, fence[0], fence[1], topic or "*")
+            key = (writer_id, batch_id, task, topic)
+            row = db.execute(
+                "SELECT owner FROM parts "
+                "WHERE writer_id = ? AND batch_id = ? AND task = ? AND topic = ?",
+                key,
+            ).fetchone()
+            if row is not None and topic and row[0] != owner:
+                raise PartTakenOver(writer_id, batch_id, task, topic)
+            db.execute(
+                "INSERT INTO parts (writer_id, batch_id, task, topic, state, owner, starts, "
+                "updated_at) VALUES (?, ?, ?, ?, 'sent', ?, '{}', ?) "
+                "ON CONFLICT (writer_id, batch_id, task, topic) DO UPDATE "
+                "SET state = 'sent', updated_at = excluded.updated_at",
+                (*key, owner, time.time()),
+            )
+
+        self._write(change)
+
+    def task_finished(self, writer_id: str, batch_id: int, task: int) -> bool:
+        """Whether task ``task`` finished its part of the batch (``finish_part`` with
+        ``topic=''``)."""
+        with self._lock:
+            row = (
+                self._db()
+                .execute(
+                    "SELECT 1 FROM parts WHERE writer_id = ? AND batch_id = ? AND task = ? "
+                    "AND topic = '' AND state = 'sent'",
+                    (writer_id, batch_id, task),
+                )
+                .fetchone()
+            )
+        return row is not None
+
+    def forget_parts(self, writer_id: str, before_batch: int) -> None:
+        """Drop the parts rows of the writer's batches before ``before_batch`` (committed in
+        Spark's log already: never replayed)."""
+        with self._lock:
+            self._db().execute(
+                "DELETE FROM parts WHERE writer_id = ? AND batch_id < ?", (writer_id, before_batch)
+            )
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
+
+
+class PartTakenOver(BusError):
+    """A task attempt's part was taken over by a newer attempt of the same task (Spark ran the
+    task again): this one must send nothing more."""
+
+    def __init__(self, writer_id: str, batch_id: int, task: int, topic: str) -> None:
+        super().__init__(
+            f"part of task {task} of writer {writer_id!r} batch {batch_id} (topic {topic!r}) "
+            "was taken over by a newer attempt of the task"
+        )
+        self.args_ = (writer_id, batch_id, task, topic)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self.args_)
 
 
 class ExternalLog(TopicLog):
@@ -394,6 +579,35 @@ class ExternalLog(TopicLog):
         self._journal.put(writer_id, batch_id, topic, "done", starts, fence)
         self.discard(segs)
         return True
+
+    # -- parts: writes from the executors ------------------------------------------------------
+    def task_finished(self, writer_id: str, batch_id: int, task: int) -> bool:
+        return self._journal.task_finished(writer_id, batch_id, task)
+
+    def commit_parts(
+        self,
+        writer_id: str,
+        batch_id: int,
+        topic: str,
+        parts: Sequence[WrittenPart],
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> None:
+        """Record the micro-batch ``done`` for ``topic`` (fenced), forget the parts rows of the
+        writer's older batches, and wait (bounded, see :meth:`_await_parts`) until readers see
+        what the parts wrote."""
+        ends: dict[int, int] = {}
+        for part in parts:
+            for queue, end in part.ends.get(topic, {}).items():
+                ends[queue] = max(ends.get(queue, 0), end)
+        self._journal.put(writer_id, batch_id, topic, "done", {}, fence)
+        self._journal.forget_parts(writer_id, batch_id)
+        if ends:
+            self._await_parts(topic, ends)
+
+    def _await_parts(self, topic: str, ends: Mapping[int, int]) -> None:
+        """Hook: wait until readers can read every queue of ``topic`` up to ``ends`` (the
+        parts were acknowledged by the broker already)."""
 
     def is_committed(self, writer_id: str, batch_id: int, topic: str) -> bool:
         """Whether ``(writer_id, batch_id)`` was completely published to ``topic``."""

@@ -13,6 +13,15 @@ A backend provides two objects:
   - ``read`` (executor): exactly the offsets ``[start, end)`` of one queue, so a replayed
     micro-batch reads the same records.
 
+  A broker backend (Kafka, RocketMQ) also writes from the executors: ``part_writer``
+  (executor, once per task of a micro-batch) returns a :class:`PartWriter` that sends the task's
+  share of the micro-batch (its *part*, keyed by writer, batch and task) to the broker itself,
+  in parallel with the other tasks, exactly once per part however often Spark runs the task;
+  ``commit_parts`` (driver, once per micro-batch and topic) only records the micro-batch as
+  committed (checked against the writer's lease generation) and waits until readers see it.
+  Each backend's module says how a part is made exactly-once with what its broker offers; the
+  staging primitives stay for writes outside a Spark micro-batch (no batch id is known there).
+
   A log is picklable (Spark ships it to executors) and opens its clients lazily, once per process.
 * a :class:`Bus` — what the runtime holds: the log, the topic writer and topic reader as Spark data
   sources built on it (:mod:`sluice.bus.spark`), the reader control through which sink tasks pause,
@@ -59,6 +68,7 @@ __all__ = [
     "BusError",
     "BusUnavailable",
     "OffsetOutOfRange",
+    "PartWriter",
     "PositionBeyondEnd",
     "QueueRange",
     "StagedSegment",
@@ -67,6 +77,7 @@ __all__ = [
     "TopicLog",
     "UnknownTopic",
     "WriterFenced",
+    "WrittenPart",
 ]
 
 #: The columns a topic stores per record, whatever the backend: key and value bytes, the record's
@@ -99,6 +110,48 @@ class StagedSegment:
     bytes: int
     #: The writer the rows were staged for (broker backends tag messages with it at staging).
     writer: str = ""
+
+
+@dataclass(frozen=True)
+class WrittenPart:
+    """What one task wrote of a micro-batch straight to the broker (a :class:`PartWriter`'s
+    receipt): small and picklable, shipped to the driver's commit.
+
+    ``ends`` maps each topic the part wrote to ``{queue: end offset}`` measured after the part
+    was sent (at or above the part's last record), for the driver to wait until readers can
+    see it. ``replayed`` says an earlier attempt of the task had written (all or some of) the
+    part already, so this attempt sent nothing (or only the rest).
+    """
+
+    writer: str
+    batch: int
+    task: int
+    rows: int
+    ends: dict[str, dict[int, int]]
+    replayed: bool = False
+
+
+class PartWriter(ABC):
+    """One task's part of a micro-batch (writer, batch, task), sent from the executor.
+
+    The topic writer calls :meth:`add` with the part's rows per (topic, queue) in the order
+    they must keep in the queue, then :meth:`finish` once (or :meth:`abort` on failure).
+    Exactly once per part: an attempt that finds the part (or a prefix of it) already written
+    by an earlier attempt sends only what is missing."""
+
+    @abstractmethod
+    def add(self, topic: str, queue: int, rows: pa.RecordBatch) -> None:
+        """Send ``rows`` (columns of :data:`STORED_SCHEMA`) to ``topic``/``queue``, after the
+        rows added before for that queue."""
+
+    @abstractmethod
+    def finish(self) -> WrittenPart:
+        """Make the part durable (Kafka: commit its transaction), wait until it is readable,
+        record in the journal that this task finished, and return the receipt."""
+
+    def abort(self) -> None:
+        """Give up the part (an error in the task): nothing more is sent; what a broker can
+        take back (Kafka's open transaction) is taken back."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +434,57 @@ class TopicLog(ABC):
 
     def discard(self, segments: Sequence[StagedSegment]) -> None:
         """Forget staged segments that will never be committed (an aborted micro-batch)."""
+
+    # -- writes from the executors (broker backends) ----------------------------------------------
+    def part_writer(
+        self,
+        writer_id: str,
+        batch_id: int,
+        task: int,
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> PartWriter | None:
+        """Executor: the writer of task ``task``'s part of micro-batch ``batch_id`` of
+        ``writer_id``, or None when this backend publishes only through :meth:`commit` (the
+        embedded log: its commit moves whole segments). With ``fence`` a part is refused
+        (:class:`WriterFenced`) once a newer lease generation was recorded."""
+        return None
+
+    def task_finished(self, writer_id: str, batch_id: int, task: int) -> bool:
+        """Executor: whether task ``task`` finished its part of the micro-batch (its
+        :meth:`PartWriter.finish` returned, in this or an earlier attempt). Only for backends
+        with :meth:`part_writer`."""
+        raise NotImplementedError(f"{type(self).__name__} writes no parts")
+
+    def wait_task(self, writer_id: str, batch_id: int, task: int, *, timeout_s: float) -> None:
+        """Executor: return once :meth:`task_finished`; :class:`BusError` after ``timeout_s``."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        pause = 0.002
+        while not self.task_finished(writer_id, batch_id, task):
+            if time.monotonic() > deadline:
+                raise BusError(
+                    f"writer {writer_id!r} batch {batch_id}: task {task} did not finish its "
+                    f"part within {timeout_s:.0f}s (the next task's records follow its records "
+                    "in their queues, so it waits for it)"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+
+    def commit_parts(
+        self,
+        writer_id: str,
+        batch_id: int,
+        topic: str,
+        parts: Sequence[WrittenPart],
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> None:
+        """Driver: record micro-batch ``batch_id`` of ``writer_id`` as committed to ``topic``
+        (its parts are already in the topic), refused with :class:`WriterFenced` once a newer
+        lease generation was recorded, and wait (bounded) until readers see the parts."""
+        raise NotImplementedError(f"{type(self).__name__} writes no parts")
 
     def commit_group_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Driver: record a consumer's next offsets per ``(topic, queue)`` under consumer group

@@ -3,11 +3,27 @@
 Both are built on a :class:`~sluice.bus.base.TopicLog`, so the embedded log, Kafka and RocketMQ
 share one implementation of the delivery guarantees.
 
-Writer: each Spark task stages its rows per (topic, queue) with ``TopicLog.stage`` (invisible to
-readers); the driver-side ``commit(messages, batchId)`` publishes them with
-``TopicLog.commit(writer_id, batchId, …)``, which ignores a batch it has already published — a
-replayed micro-batch is not appended twice. Segments of one Spark task are published in the order
-they were written, so a queue keeps its records' order.
+Writer: each Spark task routes its rows to (topic, queue) and then, depending on the backend:
+
+* **from the executor** (Kafka, RocketMQ, inside a Spark micro-batch): the task sends its *part*
+  of the micro-batch to the broker itself through ``TopicLog.part_writer`` (exactly once per
+  (writer, batch, task), see each backend), and the driver-side ``commit(messages, batchId)``
+  only records the micro-batch as committed (``TopicLog.commit_parts``, fenced by the lease
+  generation in distributed mode). The micro-batch id comes from Spark's task-local property
+  ``streaming.sql.batchId``.
+* **staged** (the embedded log, and any write outside a micro-batch): the task stages its rows
+  with ``TopicLog.stage`` (invisible to readers); the driver-side commit publishes them with
+  ``TopicLog.commit(writer_id, batchId, …)``, which ignores a batch it has already published —
+  a replayed micro-batch is not appended twice. Segments are published in task order.
+
+Order in a queue: records of one task keep their order in each queue. Records of one source
+range keep it too when Spark cut the range over several tasks (the engine does when
+``max.tasks`` exceeds a batch's ranges): the staged path publishes tasks in order; on the
+executor path a task whose records follow its predecessor's in their queues (the engine marks
+such a task's frames with :data:`FOLLOWS_KEY`; on the JVM path every task is taken to follow)
+reads and buffers its rows while task *p - 1* writes, and sends them once *p - 1* finished its
+part (the journal says so), so a queue holds *p - 1*'s records, then *p*'s. Tasks that do not
+follow one another send in parallel.
 
 Queue selection: a record with a key goes to ``crc32(key) % queues`` (one key stays ordered), one
 without a key but with a source partition to that partition's hash (one file stays ordered), others
@@ -51,9 +67,11 @@ from sluice.bus.base import (
     STORED_SCHEMA,
     BusUnavailable,
     OffsetOutOfRange,
+    PartWriter,
     PositionBeyondEnd,
     StagedSegment,
     TopicLog,
+    WrittenPart,
     retry_outage,
 )
 from sluice.sdk import RecordOffset, partition_key
@@ -63,6 +81,7 @@ from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "FOLLOWS_KEY",
     "READ_DDL",
     "STORED_SCHEMA",
     "ReaderControl",
@@ -96,13 +115,37 @@ def _modulo(values: pa.Array, n: int) -> pa.Array:
     return pc.subtract(values, pc.multiply(pc.divide(values, n), n))
 
 
+#: Schema metadata of a topic frame whose task's records follow the previous task's in their
+#: queues (the engine cut one source range over both tasks): written by
+#: `sluice.engine.source` (same literal there), read by the topic writer.
+FOLLOWS_KEY = b"sluice.follows"
+#: How long a task whose records follow its predecessor's waits for it (a last resort: a task
+#: that fails fails its stage, which stops the tasks waiting for it).
+_FOLLOW_TIMEOUT_S = 1800.0
+
+
+def spark_batch_id() -> int | None:
+    """The micro-batch this Spark task belongs to (the local property Spark's streaming engine
+    sets for every task of a micro-batch), or None outside one."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    raw = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class TopicWriterPlan:
     """Where and as whom a source query writes topics; also usable directly (fused pipelines).
 
-    `write` (executor) stages a task's rows — columns `topic, key, value, timestamp, headers,
-    route` — per (topic, queue) and returns the staged segments; `commit` (driver) publishes the
-    segments of all tasks of a micro-batch, in task order, once per (writer id, batch id).
+    `write` (executor) routes a task's rows — columns `topic, key, value, timestamp, headers,
+    route` — per (topic, queue) and either sends them (a broker bus inside a micro-batch: the
+    receipt is a `WrittenPart`) or stages them (the receipt is the staged segments); `commit`
+    (driver) records or publishes the receipts of all tasks of a micro-batch, once per (writer
+    id, batch id). See the module docstring.
     """
 
     log: TopicLog
@@ -118,13 +161,30 @@ class TopicWriterPlan:
     def format_name(self) -> str:
         return f"sluice-topic-writer-{self.writer_id}"
 
-    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> list[StagedSegment]:
+    def write(
+        self,
+        batches: Iterator[pa.RecordBatch],
+        partition_id: int,
+        *,
+        batch_id: int | None = None,
+        ordered: bool = False,
+    ) -> list[StagedSegment] | WrittenPart:
+        """Executor: route and write one task's rows. ``batch_id`` defaults to the Spark
+        micro-batch of the calling task; ``ordered`` makes the task's records follow task
+        ``partition_id - 1``'s in their queues (else frames marked :data:`FOLLOWS_KEY` do)."""
+        if batch_id is None:
+            batch_id = spark_batch_id()
+        if batch_id is not None and batch_id >= 0:
+            parts = _PartSender(self, partition_id, batch_id, ordered)
+            if parts.possible():
+                return parts.run(batches)
+        return self._stage(batches, partition_id)
+
+    def _stage(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> list[StagedSegment]:
         the_log = self.log
-        queues: dict[str, int] = {}
         buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
         sizes: dict[tuple[str, int], int] = {}
         staged: list[StagedSegment] = []
-        rotation = partition_id
 
         def stage(slot: tuple[str, int]) -> None:
             parts = buffers.pop(slot, [])
@@ -133,6 +193,24 @@ class TopicWriterPlan:
                 table = pa.Table.from_batches(parts)
                 staged.append(the_log.stage_for(self.writer_id, slot[0], slot[1], table))
 
+        for topic, queue, rows in self.routed(batches, partition_id):
+            slot = (topic, queue)
+            buffers.setdefault(slot, []).append(rows)
+            sizes[slot] = sizes.get(slot, 0) + rows.nbytes
+            if sizes[slot] >= _STAGE_BYTES:
+                stage(slot)
+        for slot in list(buffers):
+            stage(slot)
+        return staged
+
+    def routed(
+        self, batches: Iterator[pa.RecordBatch], partition_id: int
+    ) -> Iterator[tuple[str, int, pa.RecordBatch]]:
+        """``(topic, queue, rows)`` of a task's batches in order (rows in ``STORED_SCHEMA``),
+        creating topics on first sight."""
+        the_log = self.log
+        queues: dict[str, int] = {}
+        rotation = partition_id
         for batch in batches:
             if not batch.num_rows:
                 continue
@@ -163,32 +241,126 @@ class TopicWriterPlan:
                 targets = target.unique()
                 for queue in targets.to_pylist():
                     rows = stored if len(targets) == 1 else stored.filter(pc.equal(target, queue))
-                    slot = (topic, queue)
-                    buffers.setdefault(slot, []).append(rows)
-                    sizes[slot] = sizes.get(slot, 0) + rows.nbytes
-                    if sizes[slot] >= _STAGE_BYTES:
-                        stage(slot)
-        for slot in list(buffers):
-            stage(slot)
-        return staged
+                    yield topic, queue, rows
 
-    def commit(self, receipts: list[list[StagedSegment]], batch_id: int) -> None:
+    def commit(self, receipts: list[Any], batch_id: int) -> None:
+        """Driver: publish (staged) or record (sent) the receipts of a micro-batch's tasks."""
         by_topic: dict[str, list[StagedSegment]] = {}
-        for segments in receipts:
-            for segment in segments:
+        sent: dict[str, list[WrittenPart]] = {}
+        for receipt in receipts:
+            if isinstance(receipt, WrittenPart):
+                if receipt.batch != batch_id or receipt.writer != self.writer_id:
+                    raise ValueError(
+                        f"a part of writer {receipt.writer!r} batch {receipt.batch} was "
+                        f"committed as writer {self.writer_id!r} batch {batch_id}"
+                    )
+                for topic in receipt.ends:
+                    sent.setdefault(topic, []).append(receipt)
+                continue
+            for segment in receipt or []:
                 by_topic.setdefault(segment.topic, []).append(segment)
         with _noting(self.notes):
+            for topic, parts in sorted(sent.items()):
+                retry_outage(
+                    f"commit of {self.writer_id} batch {batch_id} to topic {topic!r}",
+                    lambda t=topic, p=parts: self.log.commit_parts(
+                        self.writer_id, batch_id, t, p, fence=self.fence
+                    ),
+                    self.log.outage_s,
+                    sleep=time.sleep,
+                )
             for _topic, segments in sorted(by_topic.items()):
                 self.log.commit(self.writer_id, batch_id, segments, fence=self.fence)
 
-    def abort(self, receipts: list[list[StagedSegment] | None], batch_id: int) -> None:
-        self.log.discard([segment for segments in receipts for segment in segments or []])
+    def abort(self, receipts: list[Any], batch_id: int) -> None:
+        """Driver: a micro-batch that will not commit. Staged rows are dropped; parts already
+        sent stay (the replay of the batch finds them and sends nothing again)."""
+        self.log.discard([s for r in receipts if not isinstance(r, WrittenPart) for s in r or []])
+
+
+class _PartSender:
+    """One task's part on the executor path (see the module docstring): routes the rows to the
+    backend's `PartWriter`, holding them back while the task waits for its predecessor."""
+
+    #: Rows held back while waiting for the predecessor before the task just waits (memory).
+    HOLD_BYTES = 256 << 20
+
+    def __init__(self, plan: TopicWriterPlan, task: int, batch: int, ordered: bool) -> None:
+        self.plan, self.task, self.batch, self.ordered = plan, task, batch, ordered
+        self.writer: PartWriter | None = None
+        self.held: list[tuple[str, int, pa.RecordBatch]] = []
+        self.held_bytes = 0
+        # for the predecessor: known before any frame on the JVM path (a task without frames
+        # still waits), else said by the frames (the engine's first one may have no rows)
+        self.waiting = task > 0 and ordered
+        self.checked = 0.0
+
+    def possible(self) -> bool:
+        self.writer = self.plan.log.part_writer(
+            self.plan.writer_id, self.batch, self.task, fence=self.plan.fence
+        )
+        return self.writer is not None
+
+    def _frames(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches``, noting from those up to the first with rows whether this task follows
+        its predecessor. A marked frame without rows counts: a partition whose source range
+        gave no records still finishes only after its predecessor, or the task after it would
+        be released too early and send before that one."""
+        deciding = self.task > 0
+        for batch in batches:
+            if deciding:
+                if (batch.schema.metadata or {}).get(FOLLOWS_KEY) == b"1":
+                    self.waiting = True
+                deciding = not batch.num_rows
+            yield batch
+
+    def _released(self, *, block: bool) -> bool:
+        """Whether the predecessor finished (blocking: wait for it)."""
+        if not self.waiting:
+            return True
+        log, plan = self.plan.log, self.plan
+        if block:
+            log.wait_task(plan.writer_id, self.batch, self.task - 1, timeout_s=_FOLLOW_TIMEOUT_S)
+            self.waiting = False
+            return True
+        now = time.monotonic()
+        if now - self.checked < 0.005:  # a journal read at most every 5 ms
+            return False
+        self.checked = now
+        if not log.task_finished(plan.writer_id, self.batch, self.task - 1):
+            return False
+        self.waiting = False
+        return True
+
+    def run(self, batches: Iterator[pa.RecordBatch]) -> WrittenPart:
+        writer = self.writer
+        assert writer is not None
+        try:
+            for piece in self.plan.routed(self._frames(batches), self.task):
+                if self.waiting:
+                    self.held.append(piece)
+                    self.held_bytes += piece[2].nbytes
+                    if self._released(block=self.held_bytes >= self.HOLD_BYTES):
+                        self._flush_held()
+                    continue
+                writer.add(*piece)
+            self._released(block=True)
+            self._flush_held()
+            return writer.finish()
+        except BaseException:
+            writer.abort()
+            raise
+
+    def _flush_held(self) -> None:
+        held, self.held, self.held_bytes = self.held, [], 0
+        for topic, queue, rows in held:
+            self.writer.add(topic, queue, rows)  # type: ignore[union-attr]
 
 
 @dataclass
 class _Staged(WriterCommitMessage):
     partition: int
-    segments: list[StagedSegment]
+    receipt: Any
 
 
 def topic_writer(plan: TopicWriterPlan) -> type[DataSource]:
@@ -220,14 +392,16 @@ class _TopicWriter(DataSourceStreamArrowWriter):
 
         ctx = TaskContext.get()
         partition_id = ctx.partitionId() if ctx else 0
-        return _Staged(partition_id, self.plan.write(iterator, partition_id))
+        # On the JVM path the writer cannot tell which tasks continue a cut source range:
+        # every task's records follow its predecessor's (the order of the staged path).
+        return _Staged(partition_id, self.plan.write(iterator, partition_id, ordered=True))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         ordered = sorted((m for m in messages if isinstance(m, _Staged)), key=lambda m: m.partition)
-        self.plan.commit([m.segments for m in ordered], batchId)
+        self.plan.commit([m.receipt for m in ordered], batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self.plan.abort([m.segments if isinstance(m, _Staged) else None for m in messages], batchId)
+        self.plan.abort([m.receipt if isinstance(m, _Staged) else None for m in messages], batchId)
 
 
 # ---------------------------------------------------------------------------------------- control

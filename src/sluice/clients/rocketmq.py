@@ -704,6 +704,144 @@ def unique_ids(n: int) -> Any:
     )
 
 
+#: User property of a message's record timestamp (ms): a batch send has one born timestamp.
+TIMESTAMP_PROPERTY = "sluice.ts"
+#: User property saying ``KEYS`` holds a binary key, base64-encoded (``b64``).
+KEY_ENCODING_PROPERTY = "sluice.kenc"
+
+
+def encode_messages(table: Any, tag_name: str, tag: str) -> Any:
+    """Each row of ``table`` (columns ``key``, ``value`` binary, ``timestamp``, ``headers``: the
+    text of a JSON object or null) as one message of a SEND_BATCH_MESSAGE body, an Arrow binary
+    array. Properties, in this order: ``tag_name = tag`` (what a replay counts), ``UNIQ_KEY``,
+    ``sluice.ts`` (the timestamp, ms), ``KEYS`` (a key that is not UTF-8 text RocketMQ can carry:
+    base64, with ``sluice.kenc=b64``), then the extensions. Vectorised when the rows have no
+    extensions and text keys (a file source's lines), one f-string per message otherwise."""
+    fast = _encode_vectorised(table, tag_name, tag)
+    return fast if fast is not None else _encode_rows(table, tag_name, tag)
+
+
+def _encode_vectorised(table: Any, tag_name: str, tag: str) -> Any:
+    """The messages built column-wise with Arrow kernels (~20x faster than per row), or None when
+    a row needs the general path (extensions, or a key that is not plain UTF-8 text)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    if table.column("headers").null_count != n:
+        return None
+    keys = table.column("key")
+    key_prop: Any = ""
+    if keys.null_count != n:
+        try:
+            text = keys.cast(pa.string())  # fails on a key that is not UTF-8
+        except pa.ArrowInvalid:
+            return None
+        if pc.any(pc.match_substring_regex(text, "[\x01\x02]")).as_py():
+            return None
+        key_prop = pc.binary_join_element_wise("KEYS\x01", text, "\x02", "").fill_null("")
+    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).cast(pa.string())
+    stamp_prop = pc.binary_join_element_wise(
+        f"{TIMESTAMP_PROPERTY}\x01", millis, "\x02", ""
+    ).fill_null("")
+    props = pc.binary_join_element_wise(
+        f"{tag_name}\x01{tag}\x02UNIQ_KEY\x01", unique_ids(n), "\x02", stamp_prop, key_prop, ""
+    ).cast(pa.binary())
+    bodies = table.column("value").fill_null(b"")
+    body_len = pc.binary_length(bodies).to_numpy()
+    props_len = pc.binary_length(props).to_numpy()
+    head = np.zeros((n, 5), dtype=">i4")  # total size, magic, body CRC, flag, body length
+    head[:, 0] = BATCH_ITEM.size + 2 + body_len + props_len
+    head[:, 4] = body_len
+    head_bin = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(BATCH_ITEM.size), n, [None, pa.py_buffer(head.tobytes())]
+    ).cast(pa.binary())
+    length_bin = pa.FixedSizeBinaryArray.from_buffers(
+        pa.binary(2), n, [None, pa.py_buffer(props_len.astype(">u2").tobytes())]
+    ).cast(pa.binary())
+    joined = pc.binary_join_element_wise(head_bin, bodies, length_bin, props, b"")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+
+
+def _encode_rows(table: Any, tag_name: str, tag: str) -> Any:
+    """Each row as one message of a SEND_BATCH_MESSAGE body (one f-string and two struct packs
+    per message)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    out: list[bytes] = []
+    head = f"{tag_name}\x01{tag}\x02UNIQ_KEY\x01"
+    new_id = unique_id
+    pack_head, pack_len = BATCH_ITEM.pack, UNSIGNED_SHORT.pack
+    fixed = BATCH_ITEM.size + 2
+    for batch in table.to_batches(max_chunksize=SEND_COUNT):
+        keys = batch.column("key").to_pylist()
+        values = batch.column("value").to_pylist()
+        stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+        headers = batch.column("headers").to_pylist()
+        for key, value, stamp, text in zip(keys, values, stamps, headers, strict=True):
+            extra = "" if stamp is None else f"{TIMESTAMP_PROPERTY}\x01{stamp}\x02"
+            if key is not None:
+                text_key = _as_property(key)
+                if text_key is None:  # not text RocketMQ can carry: base64, and say so
+                    encoded = base64.b64encode(key).decode()
+                    extra += f"KEYS\x01{encoded}\x02{KEY_ENCODING_PROPERTY}\x01b64\x02"
+                else:
+                    extra += f"KEYS\x01{text_key}\x02"
+            if text:
+                extra += "".join(
+                    f"{name}\x01{val}\x02"
+                    for name, val in json.loads(text).items()
+                    if val is not None
+                )
+            props = f"{head}{new_id()}\x02{extra}".encode()
+            body = value or b""
+            out.append(
+                b"".join(
+                    (
+                        pack_head(fixed + len(body) + len(props), 0, 0, 0, len(body)),
+                        body,
+                        pack_len(len(props)),
+                        props,
+                    )
+                )
+            )
+    return pa.array(out, pa.binary())
+
+
+def batch_bodies(messages: Any) -> Iterator[tuple[memoryview, int]]:
+    """Consecutive encoded messages (an Arrow binary array or chunked array, `encode_messages`)
+    grouped into SEND_BATCH_MESSAGE bodies of at most ``SEND_BYTES`` (or one message) and
+    ``SEND_COUNT`` messages: zero-copy slices of the Arrow values buffer, with their message
+    counts."""
+    import numpy as np
+
+    if hasattr(messages, "num_chunks"):
+        messages = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
+    array = messages
+    n = len(array)
+    if n == 0:
+        return
+    ends = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset : array.offset + n + 1]
+    data = memoryview(array.buffers()[2])
+    i = 0
+    while i < n:
+        # the last message that still fits, but at least one
+        j = int(np.searchsorted(ends, ends[i] + SEND_BYTES, side="right")) - 1
+        j = min(max(j, i + 1), i + SEND_COUNT, n)
+        yield data[ends[i] : ends[j]], j - i
+        i = j
+
+
+def _as_property(key: bytes) -> str | None:
+    try:
+        text = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x01" in text or "\x02" in text else text
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -1345,6 +1483,21 @@ class RocketMQClient:
                 raise self.failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
             end = int(resp.field("queueOffset")) + (j - i)
             i = j
+        return end
+
+    def send_encoded(
+        self, topic: str, queue: MessageQueue, messages: Any, born_ms: int | None = None
+    ) -> int:
+        """`send` for messages already encoded (`encode_messages`: an Arrow binary array): the
+        bodies are zero-copy slices of it. Returns the queue offset after the last message."""
+        end = -1
+        born = now_ms() if born_ms is None else born_ms
+        for body, count in batch_bodies(messages):
+            ext = send_ext(self.group, topic, queue.queue_id, born)
+            (resp,) = self.broker(queue.address, [(SEND_BATCH_MESSAGE, ext, body)])
+            if resp.code not in STORED_CODES:
+                raise self.failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
+            end = int(resp.field("queueOffset")) + count
         return end
 
     # -- consumer offsets (also used as a small durable journal) ---------------------------------

@@ -48,6 +48,7 @@ from sluice.engine.errors import (
     DEAD_LETTER_TYPE,
     KEY_CONVERTER,
     TASK_POLL,
+    TOPIC_FRAME_SCHEMA,
     VALUE_CONVERTER,
     DeadLetter,
     ErrorPolicy,
@@ -438,12 +439,23 @@ class _Frame:
             yield self.from_records(pending)
 
 
+#: Schema metadata of the topic frames of a Spark partition that continues the source range of
+#: the partition before it (same literal as `sluice.bus.spark.FOLLOWS_KEY`, which reads it: a
+#: topic writer sending from the executors makes this task's records follow that one's).
+FOLLOWS_KEY = b"sluice.follows"
+
+
 def _emit(
-    plan: SourcePlan, batches: Iterator[tuple[int, pa.RecordBatch]], task_id: int
+    plan: SourcePlan,
+    batches: Iterator[tuple[int, pa.RecordBatch]],
+    task_id: int,
+    *,
+    follows: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """What a read task outputs: its batches (each with the index of its shape), or — fused —
     the topic writer's receipt for them. `task_id` is the source task that read them (what
-    dead letters name: one task's range may be cut over several Spark partitions)."""
+    dead letters name: one task's range may be cut over several Spark partitions); `follows`:
+    this partition continues the source range of the one before it (its frames say so)."""
     if plan.direct is None:
         yield from (batch for _, batch in batches)
         return
@@ -462,9 +474,16 @@ def _emit(
         else:
             out = iter([to_topic_frame(batch, codecs[shape])])
         for frame in out:
+            if follows:
+                frame = frame.replace_schema_metadata({FOLLOWS_KEY: b"1"})
             yield with_shape(frame, shape) if tagged else frame
 
-    encoded = (f for shape, batch in batches for f in topic_frames(shape, batch))
+    encoded: Iterator[pa.RecordBatch] = (
+        f for shape, batch in batches for f in topic_frames(shape, batch)
+    )
+    if follows:  # said first, so that even a partition without records says it
+        marker = pa.RecordBatch.from_pylist([], schema=TOPIC_FRAME_SCHEMA)
+        encoded = itertools.chain([marker.replace_schema_metadata({FOLLOWS_KEY: b"1"})], encoded)
     yield receipt_row(pid, plan.direct.write(encoded, pid))
 
 
@@ -602,9 +621,11 @@ class _ReplayableReader(DataSourceStreamReader):
                 planned.append((index, ranges))
         count = sum(len(ranges) for _, ranges in planned)
         if count == 0 or count >= self.plan.max_tasks:
-            return [InputPartition(item) for item in planned]
+            return [InputPartition((index, ranges, False)) for index, ranges in planned]
         # Fewer ranges than max.tasks allows: cut ranges so idle cores can read them in parallel.
-        # Sub-ranges stay in order (Spark partition order is commit order).
+        # Sub-ranges stay in order: the staged topic writer commits in Spark partition order,
+        # and a sub-range after the first is marked as following the partition before it (the
+        # topic writer that sends from the executors waits for that one, see `_emit`).
         parts = self.plan.max_tasks // count
         out = []
         tasks = self._all_tasks()
@@ -612,12 +633,12 @@ class _ReplayableReader(DataSourceStreamReader):
             for partition, first, last in ranges:
                 cuts = tasks[index].split(partition, first, last, parts)[: parts - 1]
                 bounds = [first, *cuts, last]
-                for lo, hi in itertools.pairwise(bounds):
-                    out.append(InputPartition((index, [(partition, lo, hi)])))
+                for n, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+                    out.append(InputPartition((index, [(partition, lo, hi)], n > 0)))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        index, ranges = partition.value
+        index, ranges, follows = partition.value
         task = _new_task(self.plan, index)
         frames: dict[int, _Frame] = {}
 
@@ -630,9 +651,8 @@ class _ReplayableReader(DataSourceStreamReader):
                     yield shape, batch
 
         try:
-            yield from watched(
-                self.plan.counters, self.plan.name, index, _emit(self.plan, batches(), index)
-            )
+            emitted = _emit(self.plan, batches(), index, follows=follows)
+            yield from watched(self.plan.counters, self.plan.name, index, emitted)
         finally:
             task.stop()
 

@@ -523,10 +523,18 @@ class DistributedHerder(StandaloneHerder):
             )
         return super().query_progress(name)
 
-    def push(self, name: str) -> dict[str, Any]:
+    def _push_here(self, name: str, what: str) -> None:
+        """A push sink's board is read by the tasks of the worker that runs it: any other
+        worker answers 404 naming the owner, and writes nothing."""
         if name not in self.runner.running and name in self.configs.names():
             raise NotFound(
-                f"connector {name!r} runs on worker {self._owner(name)!r}: ask that worker for "
-                "its live push settings"
+                f"connector {name!r} runs on worker {self._owner(name)!r}: ask that worker {what}"
             )
+
+    def push(self, name: str) -> dict[str, Any]:
+        self._push_here(name, "for its live push settings")
         return super().push(name)
+
+    def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
+        self._push_here(name, "to change its push settings")
+        return super().tune_push(name, changes)

@@ -1,9 +1,7 @@
 """Topics on Kafka through confluent-kafka (librdkafka): the `TopicLog` of `bus=kafka`.
 
 * A sluice topic is a Kafka topic, a queue is a partition, a queue offset is the Kafka offset.
-* Writes go through the commit journal of :mod:`sluice.bus._external`, and each commit (one
-  micro-batch of one writer to one topic) is **one Kafka transaction**. Key → Kafka key,
-  extensions → headers, timestamp → CreateTime; each message carries the ``sluice.writer`` header.
+* Key → Kafka key, extensions → headers, timestamp → CreateTime.
 * Reads are ``assign`` + position at the exact start offset with ``isolation.level=read_committed``,
   up to the last stable offset (LSO), with ``auto.offset.reset=error``: a range that retention
   removed is reported, never silently skipped. Offsets of a topic are not dense (each transaction
@@ -12,36 +10,94 @@
 * Consumer-group offsets (``commit_group_offsets``) are committed for monitoring only, waiting at
   most ``bus.request.timeout.ms`` for the broker.
 
-Why a batch is published exactly once (the journal plus transactions):
+Writes from the executors (every topic write inside a Spark micro-batch)
+-------------------------------------------------------------------------
+Each Spark task sends its *part* of a micro-batch (writer *W* = ``<connector>/<run>``, batch
+*B*, task *p* = the Spark partition) itself, from the executor that produced the rows, batched
+by librdkafka, in parallel with the other tasks (except where records of one source range must
+follow each other in a queue: :mod:`sluice.bus.spark`).
 
-* The producer of a writer has ``transactional.id = sluice-<writer id>`` (the writer id is
-  ``<connector>/<run>``: the same across restarts of the connector, different for a connector
-  started from a fresh checkpoint). Creating it calls ``init_transactions``: the transaction
-  coordinator bumps the producer epoch, **aborts the open transaction of an older producer with
-  this id** (or completes one whose commit it had already accepted), and from then on refuses
-  that older producer (a zombie: a worker that was thought dead) — its commit fails and nothing
-  it sent becomes visible to ``read_committed`` readers.
+* **One transaction per part.** The part's producer has ``transactional.id =
+  sluice-<W>#<p>`` — the same for every batch and every attempt of task *p* of that writer, so a
+  new attempt fences the old ones. Inside the transaction, before the records, the task commits
+  the part's *marker*: offset *B + 1* of the consumer group named like the transactional id, on
+  partition 0 of the first topic the part writes. Records and marker become visible together or
+  not at all.
+* **Why not one atomic commit of the micro-batch.** Kafka's transactions belong to one producer:
+  a commit spans one producer's partitions, and a transaction that was prepared but not committed
+  does not outlive its producer (KIP-939's two-phase commit is not in librdkafka). A driver that
+  "commits when every task is prepared" would have to ask each executor's producer to commit,
+  and a part whose executor died after preparing could not be committed by anyone: that batch
+  would be half visible with its other half lost for good. So each part commits on its own when
+  its task ends, exactly once, and the driver's commit records the micro-batch in the journal
+  (checked against the writer's lease generation: a fenced writer's micro-batch fails) and waits
+  until ``read_committed`` readers can see the parts.
+* **Exactly once per part, however often the task runs.** An attempt (a) takes its process's
+  producer of the id, or makes one: ``init_transactions`` fences every older producer of the id
+  (its open transaction is aborted, its later requests refused) and first completes a
+  transaction an older producer had already asked to commit; (b) reads the marker with
+  ``isolation.level=read_committed`` (OffsetFetch with RequireStable: a marker whose transaction is
+  still being completed is waited for); (c) if it names *B* or later, the part is in the topic:
+  nothing is produced; (d) else, after the lease check below, begins a transaction and adds the
+  marker first — which fails at once if another producer took the id since (a); the task then
+  makes a new producer and starts again at (b) — then produces its rows and commits. Two commits
+  of one part cannot both succeed: say *P* commits, then *Q*. *Q*'s producer was initialised after
+  *P*'s (else *P*'s initialisation fenced it) and after *P*'s commit (else it fenced *P*), so *Q*'s
+  marker read, which follows its initialisation, saw *B* and *Q* produced nothing. A commit that
+  fails leaves nothing visible (aborted), and the task fails; Spark runs it again (or the query
+  restarts and replays the batch), and that attempt starts at (a).
+* **Zombies.** An attempt whose producer lives on past it (its executor paused, its result
+  lost) cannot make its records visible once a newer attempt or replay initialised the id: its
+  transaction was aborted and its later produce and commit are refused (fenced by epoch). If it
+  committed before that, its records *are* the part, and the newer attempt's marker read finds
+  them.
+* **Lease generations (distributed mode).** Before (d) the task checks the connector's lease
+  generation in the journal (:mod:`sluice.bus._external`). A zombie worker's task that passes the
+  check belongs to a micro-batch whose offsets the zombie had written to its checkpoint before
+  the check, hence before the new owner recorded its generation and copied that checkpoint, so the
+  new owner's batch *B* is the same data and the marker keeps it once; a micro-batch the zombie
+  plans after the takeover fails the check.
+* **After a kill -9** the replay's tasks take the same transactional ids: their
+  ``init_transactions`` aborts what the dead attempts left open (their records never become
+  visible), and parts that committed are skipped by their markers.
+
+**What a plain ``read_committed`` consumer sees**: every record once. A micro-batch appears part
+by part — each task's share all at once when that task ends, possibly before sluice counts the
+micro-batch committed — and a part left open by a dead task holds the partitions' LSO until the
+replay (or ``transaction.timeout.ms``, 60 s by default, ``kafka.transaction.timeout.ms``)
+aborts it. A part of a micro-batch that is never replayed (its connector's offsets were reset
+or the connector deleted right after a crash mid-batch) stays visible. ``read_uncommitted``
+consumers also see aborted records.
+
+Writes from the driver (outside a micro-batch)
+----------------------------------------------
+A topic writer called outside a Spark micro-batch (no batch id on the executor side) stages its
+rows and the driver sends them through the commit journal of :mod:`sluice.bus._external`, each
+commit (one micro-batch of one writer to one topic) as **one Kafka transaction**, every message
+tagged with the ``sluice.writer`` header (stripped by the reader). Why that is exactly once:
+
+* The producer of a writer has ``transactional.id = sluice-<writer id>``. Creating it calls
+  ``init_transactions``: the transaction coordinator bumps the producer epoch, **aborts the open
+  transaction of an older producer with this id** (or completes one whose commit it had already
+  accepted), and from then on refuses that older producer (a zombie).
 * Which producer may use the id is decided by the writer's **lease generation**, not by Kafka:
   Spark runs a query's driver-side commit in whichever of its pooled Python workers is idle, so
   two processes of one live writer may each make a producer, and the newer one fences the older.
-  A commit whose producer was fenced therefore checks the journal's fence
-  (:mod:`sluice.bus._external`): if its generation is still the newest (or there is none, in
-  standalone mode) it makes a new producer, which takes the id back, and completes the batch
-  from its ``pending`` row; if another worker took the connector over, it stops with
-  ``WriterFenced``. A writer whose generation was superseded never makes a producer at all (the
-  fence is checked first), so it cannot fence the new owner's.
+  A commit whose producer was fenced therefore checks the journal's fence: if its generation is
+  still the newest (or there is none, in standalone mode) it makes a new producer, which takes
+  the id back, and completes the batch from its ``pending`` row; if another worker took the
+  connector over, it stops with ``WriterFenced``. A writer whose generation was superseded never
+  makes a producer at all (the fence is checked first), so it cannot fence the new owner's.
 * The journal row is written ``pending`` (with each partition's high watermark) *before* the
   transaction begins, and ``done`` after ``commit_transaction`` returned.
 * A replay that finds no row: nothing was sent; ``done``: everything is visible, send nothing.
   ``pending``: the earlier attempt died somewhere between the journal row and the ``done`` mark.
-  The replay's producer is a fresh one (a failed attempt drops its producer; a new process makes
-  its own), so ``init_transactions`` has settled the earlier transaction: either committed as a
-  whole or aborted as a whole, on every partition at once. Counting this writer's messages from
-  the recorded watermarks as a ``read_committed`` consumer (after waiting for the LSO to pass the
-  high watermark, so no open transaction hides any) therefore gives, per partition, either all of
-  the batch's rows or none — and only the missing rows are sent, in a new transaction. A batch is
-  thus visible to ``read_committed`` readers wholly or not at all, never twice. (The per-queue
-  "send the rest" of the journal stays correct, it is just never partial here.)
+  The replay's producer is a fresh one, so ``init_transactions`` has settled the earlier
+  transaction: committed or aborted as a whole, on every partition at once. Counting this
+  writer's messages from the recorded watermarks as a ``read_committed`` consumer (after waiting
+  for the LSO to pass the high watermark, so no open transaction hides any) therefore gives, per
+  partition, either all of the batch's rows or none — and only the missing rows are sent, in a
+  new transaction.
 
 Clients are created lazily, once per process and configuration (Spark reuses its Python workers,
 so a task usually finds its consumer already connected), and are never pickled.
@@ -49,28 +105,40 @@ so a task usually finds its consumer already connected), and are never pickled.
 
 from __future__ import annotations
 
-import json
+import bisect
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.bus._external import WRITER_TAG, ExternalLog, headers_without_tag, writer_tag
+from sluice.bus._external import (
+    WRITER_TAG,
+    ExternalLog,
+    attempt_id,
+    headers_without_tag,
+    writer_tag,
+)
 from sluice.bus.base import (
     STORED_SCHEMA,
     BusError,
     BusUnavailable,
     OffsetOutOfRange,
+    PartWriter,
     QueueRange,
     TopicInfo,
     UnknownTopic,
+    WrittenPart,
 )
+from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
+from sluice.clients.kafka_fetch import FetchError, LeaderFetcher, Unsupported, decode_records
 from sluice.sdk.extras import KAFKA, require
 
 log = logging.getLogger(__name__)
@@ -83,10 +151,19 @@ _LOCK = threading.Lock()
 # unpickles its own copy of the plan).
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
 _CLIENT_LOCKS: dict[tuple[Any, ...], threading.RLock] = {}
+_LEADERS: dict[tuple[str, str, int], tuple[str, int]] = {}  # (servers, topic, queue) -> leader
 _WRITERS: dict[str, str] = {}  # writer tag -> writer id, for the producer of a commit
 # How many times one commit takes its transactional.id back from another process of the same
 # writer before it gives up (each time costs one init_transactions).
 _REINITS = 3
+
+
+_QUEUE_MESSAGES = 1_000_000  # the part producer's local queue (queue.buffering.max.messages)
+
+
+def part_transactional_id(writer_id: str, task: int) -> str:
+    """The ``transactional.id`` of task ``task``'s part producer (also its marker group)."""
+    return f"sluice-{writer_id}#{task}"
 
 
 def transactional_id(writer_id: str) -> str:
@@ -134,6 +211,210 @@ class _Sender:
             }
         )
         self.producer.init_transactions(timeout_s)
+
+
+class _PartClient:
+    """A part attempt's transactional producer (initialised: every older producer of its id is
+    fenced), the consumer of its marker group (cached per process: it reads the marker and gives
+    the producer the group's metadata), and the delivery errors the producer reported (only
+    errors are reported)."""
+
+    def __init__(self, producer_config: dict[str, Any], consumer: Any, timeout_s: float) -> None:
+        self.errors: list[str] = []
+        self.fatal: str | None = None
+        self.fenced = False  # a newer producer of the id took over (or another fatal error)
+        self.consumer = consumer
+
+        def on_delivery(err: Any, msg: Any) -> None:
+            if err is not None:
+                self.errors.append(f"{msg.topic()} partition {msg.partition()}: {err.str()}")
+
+        def on_error(err: Any) -> None:
+            if err.fatal():
+                self.fatal = err.str()
+                self.fenced = self.fenced or _fenced(err)
+
+        self.producer = _kafka().Producer(
+            {
+                **producer_config,
+                "on_delivery": on_delivery,
+                "error_cb": on_error,
+                "delivery.report.only.error": True,
+            }
+        )
+        try:
+            self.producer.init_transactions(timeout_s)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Let go of the producer (after its transaction ended, or when it failed)."""
+        try:
+            self.producer.purge(in_queue=True, in_flight=True, blocking=False)
+            self.producer.poll(0)
+        except Exception as exc:  # it is being thrown away anyway
+            log.debug("purging a part producer: %s", exc)
+        self.producer = None
+
+
+class _KafkaPart(PartWriter):
+    """One task's part of a micro-batch, in one transaction (see the module docstring)."""
+
+    def __init__(
+        self, log_: KafkaLog, writer_id: str, batch: int, task: int, fence: tuple[str, int] | None
+    ) -> None:
+        self.log, self.writer_id, self.batch, self.task, self.fence = (
+            log_,
+            writer_id,
+            batch,
+            task,
+            fence,
+        )
+        self.txn_id = part_transactional_id(writer_id, task)
+        self.owner = attempt_id()
+        self.client: _PartClient | None = None
+        self.state = "new"  # → "open" (a transaction began) or "replayed" (the marker had it)
+        self.rows = 0
+        self.queues: dict[str, set[int]] = {}
+
+    # -- (a)-(d) of the module docstring ----------------------------------------------------
+    def _start(self, topic: str) -> None:
+        kafka = _kafka()
+        marker = kafka.TopicPartition(topic, 0)
+        for attempt in range(_REINITS + 1):
+            client = self.log._part_client(self.txn_id)  # (a): a new producer, initialised
+            try:
+                (stored,) = client.consumer.committed([marker], timeout=self.log.timeout_s)  # (b)
+            except kafka.KafkaException as exc:
+                raise self.log._error(f"reading the batch marker of {self.txn_id}", exc) from None
+            if stored.error is not None:
+                raise self.log._error(
+                    f"reading the batch marker of {self.txn_id}", kafka.KafkaException(stored.error)
+                )
+            if stored.offset >= self.batch + 1:  # (c)
+                client.close()
+                log.info(
+                    "%s batch %d: its part is in the topic already (marker %d)",
+                    self.txn_id,
+                    self.batch,
+                    stored.offset,
+                )
+                self.state = "replayed"
+                return
+            self.log._journal.check_fence(self.fence, topic)
+            try:  # (d): the marker first, so a producer superseded since (a) fails here
+                client.producer.begin_transaction()
+                client.producer.send_offsets_to_transaction(
+                    [kafka.TopicPartition(topic, 0, self.batch + 1, metadata=self.writer_id)],
+                    client.consumer.consumer_group_metadata(),
+                    self.log.timeout_s,
+                )
+            except kafka.KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                client.close()
+                if hasattr(err, "code") and (_fenced(err) or err.fatal()) and attempt < _REINITS:
+                    # Another process of this task's producer took the id (an earlier batch ran
+                    # task p elsewhere): take it back and read the marker again.
+                    log.info("%s: producer superseded (%s), starting a new one", self.txn_id, err)
+                    continue
+                raise self.log._error(f"beginning the transaction of {self.txn_id}", exc) from None
+            self.client = client
+            self.state = "open"
+            return
+        raise ProducerFenced(f"{self.txn_id}: producer fenced again and again")  # pragma: no cover
+
+    def add(self, topic: str, queue: int, rows: pa.RecordBatch) -> None:
+        if self.state == "new":
+            self._start(topic)
+        if self.state == "replayed" or not rows.num_rows:
+            return
+        client = self.client
+        assert client is not None
+        try:
+            _produce_rows(client.producer, topic, queue, rows)
+        except _kafka().KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            self._fail(client.fatal or (err.str() if hasattr(err, "str") else str(exc)), err)
+        if client.fatal or client.errors:
+            self._fail(client.fatal or client.errors[0])
+        self.rows += rows.num_rows
+        self.queues.setdefault(topic, set()).add(queue)
+
+    def _fail(self, problem: str, error: Any = None) -> None:
+        """Drop the producer (its transaction is aborted by the broker or the next producer of
+        the id) and raise: `ProducerFenced` when a newer attempt took the id, else
+        `BusUnavailable`."""
+        client, self.client = self.client, None
+        fenced = (client is not None and client.fenced) or (
+            hasattr(error, "code") and _fenced(error)
+        )
+        if client is not None:
+            client.close()
+        where = f"kafka bootstrap.servers={self.log.bootstrap_servers}: part {self.txn_id} batch "
+        if fenced:
+            raise ProducerFenced(
+                f"{where}{self.batch} was fenced by a newer attempt of the task: {problem} "
+                "(nothing of this attempt is visible)"
+            )
+        raise BusUnavailable(
+            f"{where}{self.batch} not delivered: {problem} (its transaction is aborted)",
+            suggestion="the task is run again, or the micro-batch replayed",
+        )
+
+    def finish(self) -> WrittenPart:
+        kafka = _kafka()
+        client = self.client
+        ends: dict[str, dict[int, int]] = {}
+        if self.state == "open" and client is not None:
+            try:
+                client.producer.commit_transaction(self.log.timeout_s)
+            except kafka.KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                problem = err.str() if hasattr(err, "str") else str(exc)
+                self._fail(client.fatal or problem, err)
+            if client.fatal or client.errors:
+                self._fail(client.fatal or client.errors[0])
+            self.client = None
+            client.close()
+            for topic, queues in sorted(self.queues.items()):
+                ends[topic] = self.log._list_offsets(
+                    topic, sorted(queues), latest=True, committed=False
+                )
+        # the task finished: a task whose records follow this one's may send now
+        self.log._journal.finish_part(self.writer_id, self.batch, self.task, "", self.owner)
+        return WrittenPart(
+            self.writer_id, self.batch, self.task, self.rows, ends, self.state == "replayed"
+        )
+
+    def abort(self) -> None:
+        client, self.client = self.client, None
+        if client is None or self.state != "open":
+            return
+        try:
+            client.producer.abort_transaction(min(self.log.timeout_s, 10.0))
+        except Exception as exc:  # the next producer of this id aborts it in init_transactions
+            log.info("%s: abort failed (%s)", self.txn_id, exc)
+        client.close()
+
+
+def _new_consumer(config: dict[str, Any]) -> Any:
+    return _kafka().Consumer(config)
+
+
+def _produce_rows(producer: Any, topic: str, queue: int, rows: pa.RecordBatch) -> None:
+    """Queue ``rows`` (STORED_SCHEMA) for ``topic`` partition ``queue``, in order."""
+    keys = rows.column("key")
+    produce_rows(
+        producer,
+        topic,
+        queue,
+        rows.column("value").to_pylist(),
+        keys=None if keys.null_count == len(keys) else keys.to_pylist(),
+        millis=arrow_millis(rows.column("timestamp")),
+        headers=arrow_headers(rows.column("headers")),
+        queue_limit=_QUEUE_MESSAGES,
+    )
 
 
 class KafkaLog(ExternalLog):
@@ -205,6 +486,9 @@ class KafkaLog(ExternalLog):
         "enable.partition.eof": False,
         "fetch.wait.max.ms": 50,
         "isolation.level": "read_committed",
+        # big fetches: a range read takes whole MBs of one partition per round trip
+        "max.partition.fetch.bytes": 8 << 20,
+        "fetch.max.bytes": 64 << 20,
     }
 
     def _consumer(self) -> tuple[Any, threading.RLock]:
@@ -224,6 +508,66 @@ class KafkaLog(ExternalLog):
         return self._client(
             "producer", self._producer_config(writer_id), lambda c: _Sender(c, self.timeout_s)
         )
+
+    # -- writes from the executors: parts ------------------------------------------------------
+    def part_writer(
+        self,
+        writer_id: str,
+        batch_id: int,
+        task: int,
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> PartWriter:
+        """Task ``task``'s part of micro-batch ``batch_id``: one transaction with its marker."""
+        return _KafkaPart(self, writer_id, batch_id, task, fence)
+
+    _PART_PRODUCER = {
+        "linger.ms": 5,
+        "batch.size": 1 << 20,
+        "queue.buffering.max.messages": _QUEUE_MESSAGES,
+    }
+
+    def _part_client(self, txn_id: str) -> _PartClient:
+        """A new producer of ``txn_id``, initialised (which fences every older producer of the
+        id and settles its transaction), with this process's consumer of the marker group."""
+        base = {**self._base(), "logger": _client_log}
+        producer = {
+            **self._PART_PRODUCER,
+            "client.id": f"sluice-part-{socket.gethostname()}-{os.getpid()}",
+            **base,
+            "transactional.id": txn_id,
+        }
+        group = {"group.id": txn_id, "enable.auto.commit": False}
+        consumer, _ = self._client(f"marker:{txn_id}", {**self._CONSUMER, **group}, _new_consumer)
+        try:
+            return _PartClient(producer, consumer, self.timeout_s)
+        except _kafka().KafkaException as exc:
+            raise self._error(f"cannot start the producer of {txn_id}", exc) from None
+
+    def _await_parts(self, topic: str, ends: Mapping[int, int]) -> None:
+        """Wait until the LSO of each queue reached ``ends`` (commit markers are written after
+        ``commit_transaction`` returned). Another writer's open transaction below our parts holds
+        the LSO back: then give up after ``bus.request.timeout.ms`` with a warning (the parts
+        are committed; readers see them when that transaction ends)."""
+        queues = sorted(ends)
+        deadline = time.monotonic() + self.timeout_s
+        pause = 0.002
+        while True:
+            stable = self._list_offsets(topic, queues, latest=True)
+            if all(stable[q] >= ends[q] for q in queues):
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "kafka topic %r: committed records not yet readable after %.0fs (last "
+                    "stable offsets %s, below %s): another writer's transaction is open",
+                    topic,
+                    self.timeout_s,
+                    stable,
+                    dict(ends),
+                )
+                return
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
 
     def _drop_sender(self, writer_id: str, sender: _Sender) -> None:
         """Forget a producer that failed: the next attempt makes a new one, whose
@@ -460,8 +804,119 @@ class KafkaLog(ExternalLog):
     def _read(
         self, topic: str, queue: int, start: int, stop: int
     ) -> Iterator[tuple[int, pa.RecordBatch]]:
-        for first, rows in self._consume(topic, queue, start, stop):
+        """Straight from the partition's leader, decoded column-wise
+        (`sluice.clients.kafka_fetch`), where it can; through librdkafka otherwise (TLS or SASL,
+        compressed batches), from wherever the fast path stopped."""
+        pos = start
+        fetcher = self._fetcher()
+        if fetcher is not None:
+            try:
+                for first, batch, next_offset in self._fetch(fetcher, topic, queue, start, stop):
+                    if batch.num_rows:
+                        yield first, batch
+                    pos = next_offset
+                return
+            except Unsupported as exc:
+                log.info(
+                    "kafka topic %r partition %d: %s; reading with librdkafka", topic, queue, exc
+                )
+        for first, rows in self._consume(topic, queue, pos, stop):
             yield first, _to_batch(rows)
+
+    def _fetcher(self) -> LeaderFetcher | None:
+        """This process's fetcher of the cluster's leaders, or None when the clients talk TLS or
+        SASL (configured through ``kafka.*``), which only librdkafka speaks here."""
+        protocol = str(self.client_config.get("security.protocol", "plaintext")).lower()
+        if protocol != "plaintext" or any(
+            k.startswith(("sasl.", "ssl.")) for k in self.client_config
+        ):
+            return None
+        key = (os.getpid(), "fetcher", self.bootstrap_servers)
+        with _LOCK:
+            found = _CLIENTS.get(key)
+            if found is None:
+                found = _CLIENTS[key] = LeaderFetcher(
+                    self._leader,
+                    self._forget_leader,
+                    timeout_s=self.timeout_s,
+                    max_bytes=8 << 20,
+                    client_id=f"sluice-reader-{socket.gethostname()}-{os.getpid()}",
+                )
+            return found
+
+    def _leader(self, topic: str, queue: int) -> tuple[str, int]:
+        """The ``(host, port)`` of the leader of ``topic`` partition ``queue`` (metadata cached
+        per process until `_forget_leader`)."""
+        key = (self.bootstrap_servers, topic, queue)
+        found = _LEADERS.get(key)
+        if found is not None:
+            return found
+        try:
+            md = self._admin().list_topics(topic, timeout=self.timeout_s)
+        except _kafka().KafkaException as exc:
+            raise self._error(f"cannot read the metadata of topic {topic!r}", exc) from None
+        meta = md.topics.get(topic)
+        part = meta.partitions.get(queue) if meta is not None else None
+        broker = md.brokers.get(part.leader) if part is not None else None
+        if broker is None:
+            raise BusUnavailable(
+                f"kafka bootstrap.servers={self.bootstrap_servers}: topic {topic!r} partition "
+                f"{queue} has no leader now",
+                suggestion="is the Kafka cluster up and reachable?",
+            )
+        found = _LEADERS[key] = (broker.host, broker.port)
+        return found
+
+    def _forget_leader(self, topic: str, queue: int) -> None:
+        _LEADERS.pop((self.bootstrap_servers, topic, queue), None)
+
+    def _fetch(
+        self, fetcher: LeaderFetcher, topic: str, queue: int, start: int, stop: int
+    ) -> Iterator[tuple[int, pa.RecordBatch, int]]:
+        """``(first offset, STORED_SCHEMA batch + offsets, next offset)`` of ``[start, stop)``
+        from the leader; waits out empty fetches for up to ``bus.request.timeout.ms``."""
+        pos = start
+        idle_since = time.monotonic()
+        while pos < stop:
+            try:
+                records, aborted = fetcher.fetch(topic, queue, pos)
+            except FetchError as exc:
+                if exc.code == 1:  # OFFSET_OUT_OF_RANGE
+                    rng = self.offsets(topic)[queue]
+                    raise OffsetOutOfRange(
+                        topic, queue, pos, rng.min_offset, rng.max_offset
+                    ) from None
+                raise BusUnavailable(
+                    f"kafka bootstrap.servers={self.bootstrap_servers}: reading topic {topic!r} "
+                    f"partition {queue} at {pos}: {exc}",
+                    suggestion="is the Kafka cluster up and reachable?",
+                ) from None
+            got = decode_records(records, pos, stop, aborted, drop_header=WRITER_TAG)
+            if got is None or got.next_offset <= pos:
+                if time.monotonic() - idle_since > self.timeout_s:
+                    raise BusUnavailable(
+                        f"kafka bootstrap.servers={self.bootstrap_servers}: no data from topic "
+                        f"{topic!r} partition {queue} at offset {pos} (expected up to {stop}) "
+                        f"for {self.timeout_s:.0f}s"
+                    )
+                continue
+            idle_since = time.monotonic()
+            rows = got.batch
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    rows.column("key"),
+                    rows.column("value"),
+                    pc.multiply(rows.column("timestamp_ms"), 1000).cast(
+                        STORED_SCHEMA.field("timestamp").type
+                    ),
+                    rows.column("headers"),
+                    rows.column("offset"),
+                ],
+                names=[*STORED_SCHEMA.names, "offset"],
+            )
+            first = int(rows.column("offset")[0].as_py()) if rows.num_rows else pos
+            yield first, batch, got.next_offset
+            pos = got.next_offset
 
     def _consume(
         self, topic: str, queue: int, start: int, stop: int
@@ -476,14 +931,13 @@ class KafkaLog(ExternalLog):
                 idle_since = time.monotonic()
                 while pos < stop:
                     msgs = consumer.consume(num_messages=min(stop - pos, _CHUNK), timeout=0.2)
-                    rows = []
-                    for m in msgs:
-                        err = m.error()
-                        if err is not None:
-                            self._raise_read_error(topic, queue, pos, err)
-                        if m.offset() >= stop:
-                            break
-                        rows.append(m)
+                    failed = [m.error() for m in msgs if m.error() is not None]
+                    if failed:
+                        self._raise_read_error(topic, queue, pos, failed[0])
+                    rows = msgs
+                    if msgs and msgs[-1].offset() >= stop:  # in offset order: cut at `stop`
+                        offsets = [m.offset() for m in msgs]
+                        rows = msgs[: bisect.bisect_left(offsets, stop)]
                     if rows:
                         idle_since = time.monotonic()
                         first = rows[0].offset()
@@ -623,24 +1077,20 @@ class KafkaLog(ExternalLog):
     def _produce(
         producer: Any, topic: str, queue: int, batch: pa.RecordBatch, tag: tuple[str, bytes]
     ) -> None:
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).fill_null(0)
-        headers = batch.column("headers").to_pylist()
-        for key, value, stamp, text in zip(keys, values, stamps.to_pylist(), headers, strict=True):
-            hdrs = [tag]
-            if text:
-                hdrs.extend(
-                    (k, None if v is None else str(v).encode()) for k, v in json.loads(text).items()
-                )
-            while True:
-                try:
-                    producer.produce(
-                        topic, value=value, key=key, partition=queue, timestamp=stamp, headers=hdrs
-                    )
-                    break
-                except BufferError:
-                    producer.poll(0.05)  # the local queue is full: let deliveries drain it
+        keys = batch.column("key")
+        extra = arrow_headers(batch.column("headers"))
+        produce_rows(
+            producer,
+            topic,
+            queue,
+            batch.column("value").to_pylist(),
+            keys=None if keys.null_count == len(keys) else keys.to_pylist(),
+            millis=arrow_millis(batch.column("timestamp")),
+            headers=[[tag]] * len(batch)
+            if extra is None
+            else [[tag, *pairs] if pairs else [tag] for pairs in extra],
+            queue_limit=KafkaLog._PRODUCER["queue.buffering.max.messages"],
+        )
 
     # -- monitoring ------------------------------------------------------------------------------
     def _group(self, group: str) -> tuple[_GroupClient, threading.RLock]:
@@ -751,29 +1201,33 @@ def _fenced(err: Any) -> bool:
 
 
 def _to_batch(rows: list[Any]) -> pa.RecordBatch:
-    """Consumed messages as a STORED_SCHEMA batch plus their real offsets."""
-    keys, values, stamps, headers, offsets = [], [], [], [], []
-    for m in rows:
-        keys.append(m.key())
-        values.append(m.value())
-        kind, millis = m.timestamp()
-        stamps.append(millis * 1000 if kind else None)
-        pairs = m.headers()
-        headers.append(
-            headers_without_tag(
-                [(k, v.decode("utf-8", "replace") if v is not None else None) for k, v in pairs]
-            )
-            if pairs
-            else None
+    """Consumed messages as a STORED_SCHEMA batch plus their real offsets: one pass over the
+    messages per column (headers only for the messages that have some)."""
+    # (type, ms) per message; a message without a timestamp has type 0 and ms -1
+    millis = np.array([m.timestamp()[1] for m in rows], dtype=np.int64)
+    pairs = [m.headers() for m in rows]
+    headers: pa.Array = pa.nulls(len(rows), pa.string())
+    if any(pairs):
+        headers = pa.array(
+            [
+                headers_without_tag(
+                    [(k, v.decode("utf-8", "replace") if v is not None else None) for k, v in p]
+                )
+                if p
+                else None
+                for p in pairs
+            ],
+            pa.string(),
         )
-        offsets.append(m.offset())
     return pa.RecordBatch.from_arrays(
         [
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-            pa.array(stamps, pa.int64()).cast(STORED_SCHEMA.field("timestamp").type),
-            pa.array(headers, pa.string()),
-            pa.array(offsets, pa.int64()),
+            pa.array([m.key() for m in rows], pa.binary()),
+            pa.array([m.value() for m in rows], pa.binary()),
+            pa.array(millis * 1000, pa.int64(), mask=millis < 0).cast(
+                STORED_SCHEMA.field("timestamp").type
+            ),
+            headers,
+            pa.array([m.offset() for m in rows], pa.int64()),
         ],
         names=[*STORED_SCHEMA.names, "offset"],
     )

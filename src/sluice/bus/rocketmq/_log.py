@@ -3,14 +3,32 @@
 * A sluice topic is a RocketMQ topic; its queues are the topic's read queues, numbered over the
   brokers in name order (one broker: queue *n* is RocketMQ queue *n*); a queue offset is the
   consume-queue offset. Positions name the real ``brokerName`` and ``queueId``.
-* Writes go through the commit journal of :mod:`sluice.bus._external`. The executors encode the
-  messages when they stage them (the driver's commit only moves bytes); per queue, batches are
-  sent one after the other with SEND_BATCH_MESSAGE to that exact queue (a batch is stored
-  atomically), so what reached a queue is always a prefix of what was sent. Message mapping (as
-  RocketMQ Connect): key → ``KEYS``, extensions → user properties (an extension named ``TAGS``
-  becomes the message tag), the record timestamp → user property ``sluice.ts`` (a batch has one
-  born timestamp), plus ``sluice.writer`` (the commit tag) and ``UNIQ_KEY``. A key that is not
-  UTF-8 is stored base64-encoded with ``sluice.kenc=b64``.
+* Message mapping (as RocketMQ Connect): key → ``KEYS``, extensions → user properties (an
+  extension named ``TAGS`` becomes the message tag), the record timestamp → user property
+  ``sluice.ts`` (a batch has one born timestamp), plus ``sluice.writer`` (the tag a replay
+  counts) and ``UNIQ_KEY``. A key that is not UTF-8 is stored base64-encoded with
+  ``sluice.kenc=b64``. Messages are encoded column-wise on the executors.
+* Per queue, messages are sent one SEND_BATCH_MESSAGE after the other to that exact queue (a
+  batch is stored whole, and the next is sent only once the previous one is stored), so what
+  reached a queue is always a *prefix* of what was meant for it.
+* **Writes from the executors** (inside a Spark micro-batch): each task sends its *part* of the
+  micro-batch (writer *W*, batch *B*, task *p*) itself, every message tagged ``sluice.writer =
+  digest(W, B, p)``; no other part carries that tag. Exactly once per part: before its first send
+  to a topic the attempt records in the journal (:mod:`sluice.bus._external`), in one transaction
+  with the lease check, the part's row for that topic — ``pending``, each queue's end offset taken
+  before the send (``starts``), and itself as the owner. When everything is stored and readable
+  the row becomes ``sent``. An attempt that finds the row ``sent`` sends nothing for that topic;
+  ``pending`` (an earlier attempt died, or still runs): it becomes the owner, waits until the broker
+  made every stored message readable, counts per queue the messages with the part's tag from
+  ``starts`` on — the length of the prefix that arrived — and skips that many of its rows for the
+  queue. This needs the replay to produce the same rows per queue (Spark's offset log makes its
+  input the same; routing is deterministic). An attempt that is no longer the owner stops before
+  its next round trip (each checks the owner and the lease). RocketMQ cannot fence a producer:
+  one round trip an old attempt had in flight when a new one counted can still land (the same
+  window the driver-side commit has when a lease moves). A part is visible as it is sent, before
+  the driver's commit.
+* **Writes from the driver** (outside a micro-batch): staged rows and the commit journal of
+  :mod:`sluice.bus._external`, messages tagged with the writer; the driver's commit sends them.
 * Reads are PULL_MESSAGE from exact offsets, several pulls in flight per queue (a broker returns
   at most 32 messages per pull from memory); messages are decoded here, so binary bodies survive.
 * Consumer-group offsets are committed with UPDATE_CONSUMER_OFFSET, so ``mqadmin consumerProgress``
@@ -27,7 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from queue import Full, Queue
 from typing import Any
 
@@ -35,23 +53,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.bus._external import WRITER_TAG, ExternalLog, writer_tag
+from sluice.bus._external import (
+    WRITER_TAG,
+    ExternalLog,
+    PartTakenOver,
+    attempt_id,
+    writer_tag,
+)
 from sluice.bus.base import (
     STORED_SCHEMA,
     BusError,
     BusUnavailable,
     OffsetOutOfRange,
+    PartWriter,
     QueueRange,
     StagedSegment,
     TopicInfo,
     UnknownTopic,
+    WrittenPart,
 )
 from sluice.clients import rocketmq as rm
 
 log = logging.getLogger(__name__)
 
-TIMESTAMP_PROPERTY = "sluice.ts"
-KEY_ENCODING_PROPERTY = "sluice.kenc"
+TIMESTAMP_PROPERTY = rm.TIMESTAMP_PROPERTY
+KEY_ENCODING_PROPERTY = rm.KEY_ENCODING_PROPERTY
 _PULL_BATCH = rm.PULL_BATCH
 _PULL_WINDOW = 32  # pulls in flight per queue
 _SEND_BYTES = rm.SEND_BYTES
@@ -196,25 +222,40 @@ class RocketMQLog(ExternalLog):
         (one binary ``message`` column): the driver's commit then only moves bytes."""
         table = data if isinstance(data, pa.Table) else pa.Table.from_batches([data])
         if table.num_rows:
-            # Fail the task that produced a record RocketMQ cannot carry, with a clear message,
-            # rather than the commit of the whole micro-batch.
-            headers = table.column("headers")
-            # as raw characters or as JSON escapes (json.dumps writes \x01 as \u0001)
-            bad = pc.match_substring_regex(headers, r"[\x01\x02]|\\u000[12]")
-            if pc.any(bad).as_py():
-                raise ValueError(
-                    f"topic {topic!r}: a record extension contains the control character "
-                    "\\x01 or \\x02, which RocketMQ uses to separate message properties"
-                )
-            biggest = pc.max(pc.binary_length(table.column("value"))).as_py() or 0
-            if biggest > self.max_message_size:
-                raise ValueError(
-                    f"topic {topic!r}: a record value has {biggest} bytes, more than "
-                    f"maxMessageSize={self.max_message_size}"
-                )
-            encoded = _encode(table, writer_tag(writer_id))
+            self._check_encodable(topic, table)
+            encoded = rm.encode_messages(table, WRITER_TAG, writer_tag(writer_id))
             table = pa.table({"message": encoded})
         return self._write_staged(writer_id, topic, queue, table)
+
+    def _check_encodable(self, topic: str, table: pa.Table | pa.RecordBatch) -> None:
+        """Fail the task that produced a record RocketMQ cannot carry, with a clear message,
+        rather than the commit of the whole micro-batch."""
+        headers = table.column("headers")
+        # as raw characters or as JSON escapes (json.dumps writes \x01 as \u0001)
+        bad = pc.match_substring_regex(headers, r"[\x01\x02]|\\u000[12]")
+        if pc.any(bad).as_py():
+            raise ValueError(
+                f"topic {topic!r}: a record extension contains the control character "
+                "\\x01 or \\x02, which RocketMQ uses to separate message properties"
+            )
+        biggest = pc.max(pc.binary_length(table.column("value"))).as_py() or 0
+        if biggest > self.max_message_size:
+            raise ValueError(
+                f"topic {topic!r}: a record value has {biggest} bytes, more than "
+                f"maxMessageSize={self.max_message_size}"
+            )
+
+    # -- writes from the executors: parts ------------------------------------------------------
+    def part_writer(
+        self,
+        writer_id: str,
+        batch_id: int,
+        task: int,
+        *,
+        fence: tuple[str, int] | None = None,
+    ) -> PartWriter:
+        """Task ``task``'s part of micro-batch ``batch_id``: sends counted on replay."""
+        return _RocketMQPart(self, writer_id, batch_id, task, fence)
 
     # -- reading ---------------------------------------------------------------------------------
     @_bus_errors()
@@ -312,8 +353,19 @@ class RocketMQLog(ExternalLog):
         # earlier one is stored), but the queues of one broker share each round trip. RocketMQ
         # cannot fence a producer: the writer's lease generation is checked before each round.
         pending: dict[int, Iterator[tuple[memoryview, int]]] = {
-            q: _send_bodies(table.column("message")) for q, table in sorted(tables.items())
+            q: rm.batch_bodies(table.column("message")) for q, table in sorted(tables.items())
         }
+        self._await_readable(topic, self._send_rounds(topic, pending, check))
+
+    def _send_rounds(
+        self,
+        topic: str,
+        pending: dict[int, Iterator[tuple[memoryview, int]]],
+        check: Callable[[], None],
+    ) -> dict[int, int]:
+        """Send each queue's bodies in order, one per queue in flight (the queues of a broker
+        share each round trip), ``check()`` before each round; return each queue's end offset
+        after its last batch."""
         where = {q: self._queue(topic, q) for q in pending}
         ends: dict[int, int] = {}
         while pending:
@@ -335,7 +387,7 @@ class RocketMQLog(ExternalLog):
                     if resp.code not in rm.STORED_CODES:
                         raise self.client.failed(f"send to topic {topic!r} queue {q}", resp)
                     ends[q] = int(resp.field("queueOffset")) + count
-        self._await_readable(topic, ends)
+        return ends
 
     def _await_readable(self, topic: str, ends: Mapping[int, int]) -> None:
         """Wait until each queue's readable end reaches ``ends``: a broker acknowledges a send
@@ -414,124 +466,131 @@ class RocketMQLog(ExternalLog):
         return out
 
 
-def _encode(table: pa.Table, tag: str) -> pa.Array:
-    """Each row as one message of a SEND_BATCH_MESSAGE body: vectorised when the rows have no
-    extensions and text keys (a file source's lines), one f-string per message otherwise."""
-    fast = _encode_vectorised(table, tag)
-    return fast if fast is not None else _encode_rows(table, tag)
+#: Bytes of encoded messages a part holds before it sends them (all queues together).
+_PART_FLUSH_BYTES = 8 << 20
 
 
-def _encode_vectorised(table: pa.Table, tag: str) -> pa.Array | None:
-    """The messages built column-wise with Arrow kernels (~20x faster than per row), or None when
-    a row needs the general path (extensions, or a key that is not plain UTF-8 text)."""
-    import numpy as np
+@dataclass
+class _TopicPart:
+    """A part's progress on one topic: rows seen and to skip per queue (what an earlier attempt
+    stored), encoded messages not yet sent, end offsets after the last send."""
 
-    n = table.num_rows
-    if table.column("headers").null_count != n:
-        return None
-    keys = table.column("key")
-    key_prop: Any = ""
-    if keys.null_count != n:
-        try:
-            text = keys.cast(pa.string())  # fails on a key that is not UTF-8
-        except pa.ArrowInvalid:
-            return None
-        if pc.any(pc.match_substring_regex(text, "[\x01\x02]")).as_py():
-            return None
-        key_prop = pc.binary_join_element_wise("KEYS\x01", text, "\x02", "").fill_null("")
-    millis = pc.divide(table.column("timestamp").cast(pa.int64()), 1000).cast(pa.string())
-    stamp_prop = pc.binary_join_element_wise(
-        f"{TIMESTAMP_PROPERTY}\x01", millis, "\x02", ""
-    ).fill_null("")
-    props = pc.binary_join_element_wise(
-        f"{WRITER_TAG}\x01{tag}\x02UNIQ_KEY\x01", rm.unique_ids(n), "\x02", stamp_prop, key_prop, ""
-    ).cast(pa.binary())
-    bodies = table.column("value").fill_null(b"")
-    body_len = pc.binary_length(bodies).to_numpy()
-    props_len = pc.binary_length(props).to_numpy()
-    head = np.zeros((n, 5), dtype=">i4")  # total size, magic, body CRC, flag, body length
-    head[:, 0] = rm.BATCH_ITEM.size + 2 + body_len + props_len
-    head[:, 4] = body_len
-    head_bin = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(rm.BATCH_ITEM.size), n, [None, pa.py_buffer(head.tobytes())]
-    ).cast(pa.binary())
-    length_bin = pa.FixedSizeBinaryArray.from_buffers(
-        pa.binary(2), n, [None, pa.py_buffer(props_len.astype(">u2").tobytes())]
-    ).cast(pa.binary())
-    joined = pc.binary_join_element_wise(head_bin, bodies, length_bin, props, b"")
-    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
+    sent: bool = False  # an earlier attempt finished this topic: send nothing
+    skip: dict[int, int] = field(default_factory=dict)
+    seen: dict[int, int] = field(default_factory=dict)
+    held: dict[int, list[pa.Array]] = field(default_factory=dict)
+    held_bytes: int = 0
+    ends: dict[int, int] = field(default_factory=dict)
+    taken_over: bool = False  # an earlier attempt had begun this topic
 
 
-def _encode_rows(table: pa.Table, tag: str) -> pa.Array:
-    """Each row as one message of a SEND_BATCH_MESSAGE body (one f-string and two struct packs
-    per message)."""
-    out: list[bytes] = []
-    head = f"{WRITER_TAG}\x01{tag}\x02UNIQ_KEY\x01"
-    new_id = rm.unique_id
-    pack_head, pack_len = rm.BATCH_ITEM.pack, rm.UNSIGNED_SHORT.pack
-    fixed = rm.BATCH_ITEM.size + 2
-    for batch in table.to_batches(max_chunksize=_SEND_COUNT):
-        keys = batch.column("key").to_pylist()
-        values = batch.column("value").to_pylist()
-        stamps = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        headers = batch.column("headers").to_pylist()
-        for key, value, stamp, text in zip(keys, values, stamps, headers, strict=True):
-            extra = "" if stamp is None else f"{TIMESTAMP_PROPERTY}\x01{stamp}\x02"
-            if key is not None:
-                text_key = _as_property(key)
-                if text_key is None:  # not text RocketMQ can carry: base64, and say so
-                    encoded = base64.b64encode(key).decode()
-                    extra += f"KEYS\x01{encoded}\x02{KEY_ENCODING_PROPERTY}\x01b64\x02"
-                else:
-                    extra += f"KEYS\x01{text_key}\x02"
-            if text:
-                extra += "".join(
-                    f"{name}\x01{val}\x02"
-                    for name, val in json.loads(text).items()
-                    if val is not None
-                )
-            props = f"{head}{new_id()}\x02{extra}".encode()
-            body = value or b""
-            out.append(
-                b"".join(
-                    (
-                        pack_head(fixed + len(body) + len(props), 0, 0, 0, len(body)),
-                        body,
-                        pack_len(len(props)),
-                        props,
-                    )
-                )
+class _RocketMQPart(PartWriter):
+    """One task's part of a micro-batch, sent from the executor (see the module docstring)."""
+
+    def __init__(
+        self,
+        log_: RocketMQLog,
+        writer_id: str,
+        batch: int,
+        task: int,
+        fence: tuple[str, int] | None,
+    ) -> None:
+        self.log, self.writer_id, self.batch, self.task, self.fence = (
+            log_,
+            writer_id,
+            batch,
+            task,
+            fence,
+        )
+        self.tag = writer_tag(f"{writer_id}\x00{batch}\x00{task}")
+        self.owner = attempt_id()
+        self.topics: dict[str, _TopicPart] = {}
+        self.rows = 0
+
+    def _topic(self, topic: str) -> _TopicPart:
+        found = self.topics.get(topic)
+        if found is not None:
+            return found
+        the_log, journal = self.log, self.log._journal
+        with _bus_errors():
+            starts = {q: r.max_offset for q, r in the_log.offsets(topic).items()}
+        state, stored = journal.claim_part(
+            self.writer_id, self.batch, self.task, topic, self.owner, starts, self.fence
+        )
+        part = self.topics[topic] = _TopicPart(sent=state == "sent", taken_over=state != "new")
+        if state == "pending":
+            the_log._before_recount(topic)
+            part.skip = {q: the_log._count_tagged(topic, q, stored[q], self.tag) for q in stored}
+            log.info(
+                "rocketmq: part of task %d of %s batch %d on %r taken over; already stored per "
+                "queue: %s",
+                self.task,
+                self.writer_id,
+                self.batch,
+                topic,
+                {q: n for q, n in part.skip.items() if n},
             )
-    return pa.array(out, pa.binary())
+        return part
 
+    def add(self, topic: str, queue: int, rows: pa.RecordBatch) -> None:
+        part = self._topic(topic)
+        n = rows.num_rows
+        if part.sent or not n:
+            return
+        seen, skip = part.seen.get(queue, 0), part.skip.get(queue, 0)
+        part.seen[queue] = seen + n
+        if seen + n <= skip:
+            return
+        if seen < skip:  # the first rows reached the queue in an earlier attempt
+            rows = rows.slice(skip - seen)
+        self.log._check_encodable(topic, rows)
+        encoded = rm.encode_messages(pa.Table.from_batches([rows]), WRITER_TAG, self.tag)
+        part.held.setdefault(queue, []).append(encoded)
+        part.held_bytes += encoded.nbytes
+        self.rows += len(encoded)
+        if part.held_bytes >= _PART_FLUSH_BYTES:
+            self._send(topic, part)
 
-def _send_bodies(messages: pa.ChunkedArray) -> Iterator[tuple[memoryview, int]]:
-    """Consecutive encoded messages grouped into SEND_BATCH_MESSAGE bodies of at most
-    ``_SEND_BYTES`` (or one message) and ``_SEND_COUNT`` messages: zero-copy slices of the Arrow
-    values buffer, with their message counts."""
-    import numpy as np
+    def _check(self, topic: str) -> None:
+        """Before each round trip: still this attempt's part, and the lease not superseded."""
+        journal = self.log._journal
+        if journal.part_owner(self.writer_id, self.batch, self.task, topic) != self.owner:
+            raise PartTakenOver(self.writer_id, self.batch, self.task, topic)
+        journal.check_fence(self.fence, topic)
 
-    array = messages.combine_chunks() if messages.num_chunks != 1 else messages.chunk(0)
-    n = len(array)
-    if n == 0:
-        return
-    ends = np.frombuffer(array.buffers()[1], dtype=np.int32)[array.offset : array.offset + n + 1]
-    data = memoryview(array.buffers()[2])
-    i = 0
-    while i < n:
-        # the last message that still fits, but at least one
-        j = int(np.searchsorted(ends, ends[i] + _SEND_BYTES, side="right")) - 1
-        j = min(max(j, i + 1), i + _SEND_COUNT, n)
-        yield data[ends[i] : ends[j]], j - i
-        i = j
+    def _send(self, topic: str, part: _TopicPart) -> None:
+        held, part.held, part.held_bytes = part.held, {}, 0
+        pending = {
+            q: rm.batch_bodies(pa.chunked_array(arrays, pa.binary()))
+            for q, arrays in sorted(held.items())
+        }
+        with _bus_errors():
+            ends = self.log._send_rounds(topic, pending, lambda: self._check(topic))
+        part.ends.update(ends)
 
+    def finish(self) -> WrittenPart:
+        journal = self.log._journal
+        for topic, part in sorted(self.topics.items()):
+            if part.sent:
+                continue
+            if part.held:
+                self._send(topic, part)
+            if part.ends:
+                with _bus_errors():
+                    self.log._await_readable(topic, part.ends)
+            journal.finish_part(
+                self.writer_id, self.batch, self.task, topic, self.owner, self.fence
+            )
+        # the task finished: a task whose records follow this one's may send now
+        journal.finish_part(self.writer_id, self.batch, self.task, "", self.owner)
+        ends = {t: dict(p.ends) for t, p in self.topics.items() if p.ends}
+        replayed = any(p.sent or p.taken_over for p in self.topics.values())
+        return WrittenPart(self.writer_id, self.batch, self.task, self.rows, ends, replayed)
 
-def _as_property(key: bytes) -> str | None:
-    try:
-        text = key.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if "\x01" in text or "\x02" in text else text
+    def abort(self) -> None:
+        # What was sent stays (RocketMQ cannot take it back): the next attempt counts it.
+        for part in self.topics.values():
+            part.held.clear()
 
 
 _PREFETCH = 4  # pull windows a reader keeps ahead of its decoding

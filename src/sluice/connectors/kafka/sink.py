@@ -21,13 +21,13 @@ under the worker's client policy (see `sluice.connectors.kafka._client`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
 from sluice.connectors._replication import check_rename, renamed, target_queue
 from sluice.connectors.kafka._client import (
     client,
@@ -126,7 +126,16 @@ class KafkaSinkTask(SinkTask):
             return self._txn
         k = kafka()
         producer = _make_txn(
-            {**self.options, "transactional.id": self.txn_id}, self.timeout_s, KEY, self.servers
+            {
+                **self.options,
+                "transactional.id": self.txn_id,
+                # delivery failures of put_batch's records (put's name their own callback)
+                "on_delivery": self._delivered,
+                "delivery.report.only.error": True,
+            },
+            self.timeout_s,
+            KEY,
+            self.servers,
         )
         self._marker = k.TopicPartition(first_topic, 0)
         group = {**self.options, "group.id": self.txn_id, "isolation.level": "read_committed"}
@@ -192,23 +201,40 @@ class KafkaSinkTask(SinkTask):
     def put_batch(self, batch: pa.RecordBatch) -> None:
         if not batch.num_rows:
             return
-        millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        columns = [
-            batch.column(name).to_pylist()
-            for name in ("topic", "queue_id", "key", "value", "headers")
-        ]
-        for topic in set(columns[0]):  # before producing: a retried put must not produce twice
-            self._partition_count(renamed(self.rename, topic))
-        producer = self._begin(renamed(self.rename, columns[0][0]))
+        topics = batch.column("topic")
+        names = topics.unique().to_pylist()
+        targets = {name: renamed(self.rename, name) for name in names}
+        for target in set(targets.values()):  # before producing: a retried put must not
+            self._partition_count(target)  # produce twice
+        producer = self._begin(targets[topics[0].as_py()])
         if producer is None:
             return
-        for i, (topic, queue, key, value, headers) in enumerate(zip(*columns, strict=True)):
-            key = key.encode() if isinstance(key, str) else key
-            value = value.encode() if isinstance(value, str) else value
-            pairs = [(n, v) for n, v in json.loads(headers).items()] if headers else []
-            self._produce(
-                producer, renamed(self.rename, topic), queue, key, value, millis[i] or 0, pairs
-            )
+        for name in names:
+            rows = batch if len(names) == 1 else batch.filter(pc.equal(topics, name))
+            target = targets[name]
+            count = self._partition_count(target)
+            # sluice queue q → target partition q mod n, each partition's rows in batch order
+            where = pc.cast(rows.column("queue_id"), pa.int64())
+            where = pc.subtract(where, pc.multiply(pc.divide(where, count), count))
+            partitions = where.unique().to_pylist()
+            for partition in partitions:
+                part = rows if len(partitions) == 1 else rows.filter(pc.equal(where, partition))
+                self._produce_batch(producer, target, partition, part)
+
+    def _produce_batch(
+        self, producer: Any, topic: str, partition: int, rows: pa.RecordBatch
+    ) -> None:
+        """One target partition's rows, produced column-wise (`sluice.clients.kafka`)."""
+        keys = rows.column("key")
+        produce_rows(
+            producer,
+            topic,
+            partition,
+            _as_bytes(rows.column("value")).to_pylist(),
+            keys=None if keys.null_count == len(keys) else _as_bytes(keys).to_pylist(),
+            millis=arrow_millis(rows.column("timestamp")),
+            headers=arrow_headers(rows.column("headers")),
+        )
 
     def _produce(
         self,
@@ -276,6 +302,15 @@ class KafkaSinkTask(SinkTask):
                 producer.abort_transaction(self.timeout_s)
             except kafka().KafkaException:
                 pass  # the next producer of this task aborts it in init_transactions
+
+
+def _as_bytes(column: pa.Array) -> pa.Array:
+    """A key or value column as bytes: text as its UTF-8, binary as it is."""
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return column
+    if not pa.types.is_string(column.type):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 def _make_txn(config: dict[str, Any], timeout_s: float, key: str, servers: str) -> Any:

@@ -41,6 +41,7 @@ from sluice.clients.rocketmq import (
     RocketMQClient,
     RocketMQUnavailable,
     acl_credentials,
+    encode_messages,
 )
 from sluice.connectors._replication import check_rename, renamed, target_queue
 from sluice.sdk import (
@@ -65,7 +66,6 @@ CONFIG = ConfigDef(
     ConfigKey("target.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
     *ACL_KEYS.config_keys(),
 )
-_PROPERTY_SEPARATORS = ("\x01", "\x02")
 
 
 def _client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> RocketMQClient:
@@ -87,7 +87,8 @@ class RocketMQSinkTask(SinkTask):
         self.client = _client(values)
         self.rename = values["topic.rename.format"]
         self.queues = values["target.queues"]
-        self._pending: dict[tuple[str, int], list[tuple[bytes, dict[str, str]]]] = {}
+        # (target topic, sluice queue) → encoded messages (`encode_messages`), first born ms
+        self._pending: dict[tuple[str, int], list[pa.Array]] = {}
         self._born: dict[tuple[str, int], int] = {}
 
     def _targets(self, topic: str) -> tuple[MessageQueue, ...]:
@@ -115,13 +116,10 @@ class RocketMQSinkTask(SinkTask):
         self.put_batch(pa.RecordBatch.from_arrays(arrays, names=list(columns)))
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
+        """Encode the batch's messages column-wise (`sluice.clients.rocketmq.encode_messages`),
+        grouped by target topic and sluice queue, for `flush`."""
         if batch.num_rows == 0:
             return
-        values = batch.column("value")
-        if pa.types.is_string(values.type):
-            values = values.view(pa.binary())
-        elif not pa.types.is_binary(values.type):
-            values = values.cast(pa.string()).view(pa.binary())
         keys = batch.column("key")
         if pa.types.is_binary(keys.type):
             try:
@@ -132,38 +130,44 @@ class RocketMQSinkTask(SinkTask):
                     "property cannot carry",
                     suggestion="use key.converter=StringConverter or drop the key",
                 ) from None
-        millis = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
-        batch_tag = f"{self.context.batch_id}/{self.context.task_id}"
-        groups: dict[tuple[str, int], list[tuple[bytes, dict[str, str]]]] = {}
-        born: dict[tuple[str, int], int] = {}
-        topics = batch.column("topic").to_pylist()
-        queue_ids = batch.column("queue_id").to_pylist()
-        for i, (body, key, headers) in enumerate(
-            zip(
-                values.to_pylist(),
-                keys.to_pylist(),
-                batch.column("headers").to_pylist(),
-                strict=True,
-            )
+        elif not pa.types.is_string(keys.type):
+            keys = keys.cast(pa.string())
+        headers = batch.column("headers")
+        for text in (keys, headers):
+            # as raw characters, or as JSON escapes in the extensions' text
+            bad = pc.match_substring_regex(text, r"[\x01\x02]|\\u000[12]").fill_null(False)
+            if pc.any(bad).as_py():
+                i = pc.index(bad, True).as_py()
+                raise ConnectException(
+                    f"record {batch.column('topic')[i]}/{batch.column('queue_id')[i]}: a key or "
+                    "extension contains \\x01 or \\x02, which RocketMQ uses to separate message "
+                    "properties"
+                )
+        rows = pa.table(
+            {
+                "topic": batch.column("topic"),
+                "queue_id": batch.column("queue_id").cast(pa.int64()),
+                "key": keys.cast(pa.binary()),
+                "value": _as_bytes(batch.column("value")).fill_null(b""),
+                "timestamp": batch.column("timestamp"),
+                "headers": headers,
+            }
+        )
+        tag = f"{self.context.batch_id}/{self.context.task_id}"
+        messages = encode_messages(rows, "sluice.batch", tag)
+        topics = rows.column("topic").combine_chunks()
+        queue_ids = rows.column("queue_id").combine_chunks()
+        millis = pc.divide(rows.column("timestamp").cast(pa.int64()), 1000)
+        groups = pa.table({"t": topics, "q": queue_ids}).group_by(["t", "q"]).aggregate([])
+        for topic, queue_id in zip(
+            groups.column("t").to_pylist(), groups.column("q").to_pylist(), strict=True
         ):
-            props = json.loads(headers) if headers else {}
-            if key is not None:
-                props["KEYS"] = key
-            if millis[i] is not None:
-                props["sluice.ts"] = str(millis[i])
-            props["sluice.batch"] = batch_tag
-            for text in props.values():
-                if any(c in str(text) for c in _PROPERTY_SEPARATORS):
-                    raise ConnectException(
-                        f"record {topics[i]}/{queue_ids[i]}: a key or extension contains "
-                        "\\x01 or \\x02, which RocketMQ uses to separate message properties"
-                    )
-            where = (renamed(self.rename, topics[i]), queue_ids[i])
-            groups.setdefault(where, []).append((body or b"", props))
-            born.setdefault(where, millis[i] or 0)
-        for where, messages in groups.items():
-            self._pending.setdefault(where, []).extend(messages)
-            self._born.setdefault(where, born[where])
+            mask = pc.and_(pc.equal(topics, topic), pc.equal(queue_ids, queue_id))
+            where = (renamed(self.rename, topic), queue_id)
+            self._pending.setdefault(where, []).append(messages.filter(mask))
+            if where not in self._born:
+                first = pc.index(mask, True).as_py()
+                self._born[where] = millis[first].as_py() or 0
 
     def flush(self, batch_id: BatchId) -> Any:
         """Send this task's share of the micro-batch, queue by queue, once (see the module
@@ -176,14 +180,15 @@ class RocketMQSinkTask(SinkTask):
         mark = batch_id.number + 1  # stored values are > 0 (see RocketMQClient.query_offset)
         targets: dict[str, tuple[MessageQueue, ...]] = {}
         # sluice queues q and q + n share target queue q mod n: one journal entry, one send
-        merged: dict[tuple[str, MessageQueue], list[tuple[bytes, dict[str, str]]]] = {}
+        merged: dict[tuple[str, MessageQueue], list[pa.Array]] = {}
         first: dict[tuple[str, MessageQueue], int] = {}
         for (topic, queue_id), messages in sorted(pending.items()):
             queues = targets.get(topic) or targets.setdefault(topic, self._targets(topic))
             where = (topic, queues[target_queue(queue_id, len(queues))])
             merged.setdefault(where, []).extend(messages)
             first.setdefault(where, born[(topic, queue_id)])
-        for (topic, queue), messages in merged.items():
+        for (topic, queue), arrays in merged.items():
+            messages = pa.chunked_array(arrays, pa.binary()).combine_chunks()
             self._send_once(journal, tag, mark, topic, queue, messages, first[(topic, queue)])
         return None
 
@@ -194,7 +199,7 @@ class RocketMQSinkTask(SinkTask):
         mark: int,
         topic: str,
         queue: MessageQueue,
-        messages: list[tuple[bytes, dict[str, str]]],
+        messages: pa.Array,
         born_ms: int,
     ) -> None:
         client = self.client
@@ -202,14 +207,23 @@ class RocketMQSinkTask(SinkTask):
             return  # a replay: this queue's share was sent completely
         if client.query_offset(f"{journal}-pending", topic, queue) == mark:
             start = client.query_offset(f"{journal}-start", topic, queue) - 1
-            messages = messages[client.count_tagged(topic, queue, start, "sluice.batch", tag) :]
+            messages = messages.slice(client.count_tagged(topic, queue, start, "sluice.batch", tag))
         else:
             end = client.offsets(topic, [queue])[queue][1]
             client.commit_offset(f"{journal}-start", topic, queue, end + 1)
             client.commit_offset(f"{journal}-pending", topic, queue, mark)
-        if messages:
-            client.send(topic, queue, messages, born_ms=born_ms or None)
+        if len(messages):
+            client.send_encoded(topic, queue, messages, born_ms=born_ms or None)
         client.commit_offset(f"{journal}-done", topic, queue, mark)
+
+
+def _as_bytes(column: pa.Array) -> pa.Array:
+    """A value column as bytes: text as its UTF-8, binary as it is."""
+    if pa.types.is_binary(column.type):
+        return column
+    if not pa.types.is_string(column.type):
+        column = column.cast(pa.string())
+    return column.cast(pa.binary())
 
 
 def _journal_group(connector: str, run: str, task: int) -> str:
