@@ -1,5 +1,6 @@
 # The two commands: `make demo` (a running pipeline on the embedded defaults) and `make test`.
-# Both create .venv and install sluice into it on first use.
+# Both create .venv and install sluice into it on first use: `make demo` only the runtime,
+# `make venv` / `make test` the runtime with every extra and the test tools.
 #
 # Test tiers (docs/testing.md):
 #   make test-quick  unit + integration tests not marked `slow`, on two workers (a developer's loop)
@@ -10,18 +11,27 @@
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 STAMP := $(VENV)/.installed
+RUNTIME_STAMP := $(VENV)/.installed-runtime
+# the demo runs in a venv that has everything (make venv) as well as in one with the runtime only
+DEMO_VENV := $(if $(shell test $(STAMP) -nt pyproject.toml && echo up),$(STAMP),$(RUNTIME_STAMP))
 
 .PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e '.[all,dev]'
 	touch $(STAMP)
+
+$(RUNTIME_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --upgrade pip
+	$(VENV)/bin/pip install -e .
+	touch $(RUNTIME_STAMP)
 
 venv: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_VENV)
 	$(VENV)/bin/python -m sluice.demo
 
 lint: $(STAMP)

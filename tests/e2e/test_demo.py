@@ -90,7 +90,7 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
     output_file = tmp_path / ".demo" / "output.txt"
     worker_log = tmp_path / ".demo" / "worker.log"
 
-    def failed() -> bool:  # the demo prints the connectors' states every 2 s
+    def failed() -> bool:  # the demo prints the connectors' states every 5 s
         return "FAILED" in out.read_text(errors="replace")
 
     try:
@@ -116,6 +116,10 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
     # a demo that failed would show as "make: *** [...] Error N" above
     assert code == -signal.SIGINT, (code, text[-3000:])
     assert "FAILED" not in text, text[-3000:]
+    # it said what it waited for, in order, before the first lines
+    stages = ["starting Spark…", "REST API up on", "connectors created after", "first micro-batch…"]
+    at = [text.find(stage) for stage in [*stages, "first lines in"]]
+    assert -1 not in at and at == sorted(at), text[:3000]
     assert "Stopping the worker…" in text and "Stopped. " in text
     delivered = _lines(output_file)
     assert f"Stopped. {delivered} lines in {output_file}" in text

@@ -48,6 +48,8 @@ class WorkerProcess:
     #: the certificate of a worker that serves HTTPS (`rest.tls.cert` in `extra_conf`): `url` is
     #: https then, and `request` trusts it
     tls_cert: Path | None = None
+    #: the interpreter that runs it (another venv's: see tests/e2e/test_core_install.py)
+    python: str = sys.executable
 
     @property
     def url(self) -> str:
@@ -90,10 +92,13 @@ class WorkerProcess:
             self.write_conf()
         boots = self.log.read_text().count(self.boot) if self.log.exists() else 0
         env = dict(os.environ, PYTHONPATH=str(REPO))
+        if self.python != sys.executable:  # Spark's Python workers too run that interpreter
+            for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
+                env.pop(name, None)
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         # A session of its own, so kill -9 of the group takes the JVM down with it.
         self.proc = spawn(
-            [sys.executable, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
+            [self.python, "-m", "sluice.cli", "worker", "-c", str(self.conf)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -83,12 +83,14 @@ def create_bus(
     embedded log itself, or a broker backend's staged rows and commit journal.
     """
     from sluice.sdk import ConfigException
+    from sluice.sdk.extras import KAFKA, require
 
     if kind == "embedded":
         from sluice.bus.embedded import EmbeddedBus
 
         return EmbeddedBus(state_dir, default_queues=default_queues)
     if kind == "kafka":
+        require(KAFKA, "bus=kafka", key="bus")  # before anything imports it
         from sluice.bus.kafka import KafkaBus
 
         return KafkaBus.from_config(props, state_dir, default_queues=default_queues)

@@ -82,7 +82,7 @@ from sluice.converters._schemas import (
     physical_type,
     to_connect,
 )
-from sluice.sdk import ConfigException
+from sluice.sdk import ConfigException, extras
 
 ENTRY_POINT_GROUP = "sluice.converters"
 DEFAULT = "StringConverter"
@@ -157,7 +157,11 @@ def converter_from_config(
 ) -> Converter:
     """The configured `<role>.converter` (default StringConverter) with its options."""
     key = f"{role}.converter"
-    converter = converter_class(config.get(key) or DEFAULT, key)()
+    cls = converter_class(config.get(key) or DEFAULT, key)
+    missing = extras.problem(cls.requires, cls.__name__)  # e.g. AvroConverter's fastavro
+    if missing is not None:
+        raise ConfigException(key, missing)
+    converter = cls()
     prefix = key + "."
     options = {k[len(prefix) :]: v for k, v in config.items() if k.startswith(prefix)}
     converter.configure(options, role=role, registry=registry)

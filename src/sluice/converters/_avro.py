@@ -7,6 +7,7 @@ those); its Avro form is derived from it by `avro_schema`, deterministically.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
@@ -14,7 +15,6 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-import fastavro
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,6 +41,7 @@ from sluice.converters._schemas import (
     to_physical,
 )
 from sluice.sdk import ConfigException, FieldType, Logical, Schema
+from sluice.sdk.extras import AVRO, require
 
 MAGIC = b"\x00"
 MICROS_PER_DAY = 86_400_000_000
@@ -89,6 +90,7 @@ class AvroConverter(Converter):
 
     uses_registry = True
     decodes_in_sql = False
+    requires = (AVRO,)
 
     def needs_schema(self) -> bool:
         return True
@@ -219,8 +221,14 @@ def _plain(avro: Any) -> Any:
     return avro
 
 
+@functools.cache
+def _fastavro(role: str) -> Any:
+    """fastavro (the ``avro`` extra), imported on first use; missing, an error naming the key."""
+    return require(AVRO, "AvroConverter", key=f"{role}.converter")
+
+
 def _parsed(schema: Schema, role: str) -> Any:
-    return fastavro.parse_schema(_plain(avro_schema(schema, role)))
+    return _fastavro(role).parse_schema(_plain(avro_schema(schema, role)))
 
 
 # -- encoding --------------------------------------------------------------------------------------
@@ -263,6 +271,7 @@ class _AvroEncoder(Encoder):
         if self._state is None:
             self._state = (_parsed(self.schema, self.role), _to_avro(self.schema, self.role))
         parsed, convert = self._state
+        write = _fastavro(self.role).schemaless_writer
         buf = io.BytesIO()
         out: list[bytes | None] = []
         for i, value in enumerate(physical.to_pylist()):
@@ -272,7 +281,7 @@ class _AvroEncoder(Encoder):
             buf.seek(0)
             buf.truncate()
             try:
-                fastavro.schemaless_writer(buf, parsed, convert(value))
+                write(buf, parsed, convert(value))
             except _Bad as exc:
                 raise RecordError(i, str(exc)) from None
             except (ValueError, TypeError, OverflowError) as exc:
@@ -458,6 +467,7 @@ class _AvroDecoder(Decoder):
         if schemas is None:
             raise _Bad(f"{self.role} names Avro schema id {schema_id}, which the registry lacks")
         buf = io.BytesIO(raw[5:])
+        fastavro = _fastavro(self.role)
         try:
             datum = fastavro.schemaless_reader(buf, schemas[0], schemas[1])
         except fastavro.read.SchemaResolutionError as exc:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from sluice.engine.session import build_session
+from sluice.engine.shutdown import quiet_batch_interrupts
 from sluice.runtime.herder import Herder
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.shared_path import check_shared_store_root
@@ -51,6 +52,12 @@ class Runtime:
     def close(self) -> None:
         """Stop every connector gracefully, leave the cluster, stop Spark (a JVM that is gone
         already is logged, not raised: the worker exits all the same)."""
+        try:  # a micro-batch cut short by the stop is not an error (sluice.engine.shutdown)
+            quiet_batch_interrupts(self.spark)
+        except Exception as exc:  # the JVM is gone already: nothing to quiet, the stop goes on
+            log.warning(
+                "Spark's batch-interrupt loggers not quieted: %s: %s", type(exc).__name__, exc
+            )
         try:
             self.herder.close()
         finally:

@@ -27,6 +27,7 @@ from sluice.sdk import (
     SinkConnector,
     SourceConnector,
     count_problem,
+    extras,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
@@ -84,6 +85,9 @@ def check(
         cls = registry.connector(name)
     except ConfigException as exc:
         raise as_bad_request([Problem.of(exc)]) from None
+    missing = extras.problem(cls.requires, cls.__name__)  # its client library's extra
+    if missing is not None:
+        raise as_bad_request([Problem("connector.class", missing)])
     report = check_config(
         conf,
         kind=kind_of(cls),

@@ -29,6 +29,7 @@ from sluice.sdk._config import ConfigDef
 from sluice.sdk._errors import ConfigException, InvalidConfig
 from sluice.sdk._record import ConnectRecord, RecordOffset, RecordPartition
 from sluice.sdk._schema import Schema
+from sluice.sdk.extras import Requirement
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -199,6 +200,9 @@ class Connector(ABC):
     #: other names of its keys (e.g. Kafka's `file` for `filename`): the runtime renames them
     #: before the connector sees the config
     key_aliases: ClassVar[dict[str, str]] = {}
+    #: client libraries its tasks import that the core install may lack (`sluice.sdk.extras`):
+    #: the runtime refuses a create or validation naming the install line when one is missing
+    requires: ClassVar[tuple[Requirement, ...]] = ()
 
     def __init__(self) -> None:
         self.config: dict[str, str] = {}

@@ -25,6 +25,7 @@ import pyarrow as pa
 from sluice.sdk._config import ConfigDef
 from sluice.sdk._errors import ConfigException
 from sluice.sdk._schema import Schema
+from sluice.sdk.extras import Requirement
 
 ROLES = ("key", "value")
 
@@ -158,6 +159,9 @@ class Converter:
     #: False when its decoders never have a Spark SQL form (they run in Arrow): a sink may then
     #: start before a topic's schema is registered and take it when its first records arrive.
     decodes_in_sql: ClassVar[bool] = True
+    #: libraries it imports that the core install may lack (`sluice.sdk.extras`): a config naming
+    #: it is refused, naming the install line, when one is missing
+    requires: ClassVar[tuple[Requirement, ...]] = ()
 
     def __init__(self) -> None:
         self.options: dict[str, Any] = {}

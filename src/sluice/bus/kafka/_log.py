@@ -139,6 +139,7 @@ from sluice.bus.base import (
 )
 from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
 from sluice.clients.kafka_fetch import FetchError, LeaderFetcher, Unsupported, decode_records
+from sluice.sdk.extras import KAFKA, require
 
 log = logging.getLogger(__name__)
 _client_log = logging.getLogger("sluice.bus.kafka.librdkafka")
@@ -176,13 +177,10 @@ class ProducerFenced(BusError):
 
 
 def _kafka() -> Any:
-    try:
-        import confluent_kafka
-        import confluent_kafka.admin  # a submodule the package does not import itself
-    except ImportError as exc:  # pragma: no cover - a dependency of sluice
-        raise BusError(
-            "bus=kafka needs the confluent-kafka package: pip install confluent-kafka"
-        ) from exc
+    require(KAFKA, "bus=kafka", key="bus")
+    import confluent_kafka
+    import confluent_kafka.admin  # a submodule the package does not import itself
+
     return confluent_kafka
 
 

@@ -65,6 +65,7 @@ from sluice.sdk import (
     RecordPartition,
     Schema,
 )
+from sluice.sdk.extras import MYSQL_BINLOG, require
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,7 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
 
     config_def = CONFIG
     offset_counts = ("pos",)
+    requires = (MYSQL_BINLOG,)
 
     def offset_problem(self, partition: RecordPartition, offset: RecordOffset) -> str | None:
         if not isinstance(offset.get("file"), str) or not offset["file"]:
@@ -280,6 +282,7 @@ class MySqlCdcSourceTask(CdcTask):
         self._control: Any = None  # the connection `SHOW BINARY LOGS` runs on
 
     def _stream(self, start: dict, *, rows: bool) -> Any:
+        require(MYSQL_BINLOG, "MySqlCdcSourceConnector")
         from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent

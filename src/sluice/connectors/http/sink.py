@@ -51,6 +51,7 @@ from sluice.sdk import (
     SinkConnector,
     SinkTask,
 )
+from sluice.sdk.extras import HTTP, require
 
 _COUNTERS = ("read", "succeeded", "failed", "retried", "dead_lettered", "parked", "timeouts")
 
@@ -97,7 +98,7 @@ class HttpSinkTask(SinkTask):
         # aiohttp, not httpx: at 64 requests in flight httpx spent ~4.5 ms of CPU per request
         # and aiohttp ~0.17 ms (bench/push.py), which decides how close a task gets to the
         # Little's-law bound on two cores.
-        import aiohttp
+        aiohttp = require(HTTP, "HttpSinkConnector")
 
         if self.config.verify is True:
             tls: ssl.SSLContext | bool = ssl.create_default_context()
@@ -262,6 +263,7 @@ class HttpSinkConnector(SinkConnector):
 
     config_def = KEYS
     task_class = HttpSinkTask
+    requires = (HTTP,)
     #: Its tasks run on `sluice.push`: limits tunable live, progress on `GET …/push`.
     push_runtime = True
 

@@ -19,11 +19,11 @@ from sluice.sdk import (
     ClientFamily,
     ClientOption,
     ConfigException,
-    ConnectException,
     RetriableException,
     prefixed_options,
     refuse_unsafe,
 )
+from sluice.sdk.extras import KAFKA, require
 
 log = logging.getLogger("sluice.connectors.kafka")
 _CLIENTS: dict[tuple[Any, ...], Any] = {}
@@ -31,14 +31,8 @@ _LOCK = threading.Lock()
 
 
 def kafka() -> Any:
-    """The confluent_kafka module, or a clear error naming the package to install."""
-    try:
-        import confluent_kafka
-    except ImportError as exc:  # pragma: no cover - a dependency of sluice
-        raise ConnectException(
-            "the Kafka connectors need the confluent-kafka package: pip install confluent-kafka"
-        ) from exc
-    return confluent_kafka
+    """The confluent_kafka module (the ``kafka`` extra), or an error naming the install line."""
+    return require(KAFKA, "the Kafka connectors")
 
 
 def client_options(

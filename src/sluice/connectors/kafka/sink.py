@@ -52,6 +52,7 @@ from sluice.sdk import (
     SinkConnector,
     SinkTask,
 )
+from sluice.sdk.extras import KAFKA
 
 KEY = "target.bootstrap.servers"
 PREFIX = "target.kafka."
@@ -332,6 +333,7 @@ class KafkaSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = KafkaSinkTask
+    requires = (KAFKA,)
     guarantee = Delivery.EXACTLY_ONCE
 
     @classmethod

@@ -54,6 +54,7 @@ from sluice.sdk import (
     Schema,
     SourceConnector,
 )
+from sluice.sdk.extras import KAFKA
 
 KEY = "source.bootstrap.servers"
 PREFIX = "source.kafka."
@@ -237,6 +238,7 @@ class KafkaSourceConnector(SourceConnector):
 
     config_def = CONFIG
     task_class = KafkaSourceTask
+    requires = (KAFKA,)
     offset_counts = ("offset",)
 
     @classmethod

@@ -37,6 +37,7 @@ from sluice.connectors.lake._staging import (
     remove_stale,
 )
 from sluice.sdk import BatchId, ConfigDef, ConfigException, ConfigKey, ConnectException
+from sluice.sdk.extras import DELTA, require
 
 CONFIG = ConfigDef(
     *ROW_KEYS,
@@ -47,11 +48,7 @@ CONFIG = ConfigDef(
 
 
 def _deltalake() -> Any:
-    try:
-        import deltalake
-    except ImportError:  # pragma: no cover - a pinned dependency
-        raise ConnectException("DeltaSinkConnector needs the `deltalake` package") from None
-    return deltalake
+    return require(DELTA, "DeltaSinkConnector")
 
 
 def _staging(values: Mapping[str, Any]) -> str:
@@ -75,6 +72,7 @@ class DeltaSinkConnector(TableSinkConnector):
 
     config_def = CONFIG
     task_class = DeltaSinkTask
+    requires = (DELTA,)
 
     def validate(self, config: Mapping[str, str]) -> None:
         values = CONFIG.parse(config)

@@ -57,6 +57,7 @@ from sluice.sdk import (
     refuse_unsafe,
     url_options,
 )
+from sluice.sdk.extras import ICEBERG, require
 
 CONFIG = ConfigDef(
     *ROW_KEYS,
@@ -113,6 +114,7 @@ def catalog_client_options(uri: str) -> list[ClientOption]:
 
 def open_catalog(values: Mapping[str, Any]) -> Any:
     """The SQL catalog of `values`; a URL it cannot use is a ConfigException naming the key."""
+    require(ICEBERG, "IcebergSinkConnector")
     from pyiceberg.catalog.sql import SqlCatalog
 
     folder = os.path.abspath(values["iceberg.warehouse"])
@@ -147,6 +149,7 @@ class IcebergSinkConnector(TableSinkConnector):
 
     config_def = CONFIG
     task_class = IcebergSinkTask
+    requires = (ICEBERG,)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:

@@ -21,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
+from sluice.sdk.extras import MQTT, require
 
 URL = "mqtt.url"
 CONNECTION_KEYS = (
@@ -54,14 +55,8 @@ RECONNECT_MAX_S = 10
 
 
 def paho() -> Any:
-    """paho-mqtt's client module, or an install hint."""
-    try:
-        import paho.mqtt.client as client
-    except ImportError:  # pragma: no cover - paho-mqtt is a dependency of sluice
-        raise ConfigException(
-            URL, "the MQTT connectors need paho-mqtt: pip install paho-mqtt"
-        ) from (None)
-    return client
+    """paho-mqtt's client module (the ``mqtt`` extra), or an error naming the install line."""
+    return require(MQTT, "the MQTT connectors")
 
 
 def check_filter(key: str, topic_filter: str) -> None:

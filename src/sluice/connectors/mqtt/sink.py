@@ -40,6 +40,7 @@ from sluice.sdk import (
     RetriableException,
     SinkConnector,
 )
+from sluice.sdk.extras import MQTT
 
 CONFIG = ConfigDef(
     *CONNECTION_KEYS,
@@ -153,6 +154,7 @@ class MqttSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = MqttSinkTask
+    requires = (MQTT,)
     key_aliases = {**ALIASES, "sinkTopic": "mqtt.topic.format"}
 
     def validate(self, config: Mapping[str, str]) -> None:

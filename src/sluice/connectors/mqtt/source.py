@@ -58,6 +58,7 @@ from sluice.sdk import (
     SourceTask,
 )
 from sluice.sdk._retry import LoopReport, current_watcher
+from sluice.sdk.extras import MQTT
 
 TOPIC_EXTENSION = "mqtt.topic"
 # the columns of a polled batch that `commit` reads (the engine stages the frame's columns only)
@@ -231,6 +232,7 @@ class MqttSourceConnector(NamedSourceConnector):
     names_key = "mqtt.topics"
     config_def = CONFIG
     task_class = MqttSourceTask
+    requires = (MQTT,)
     key_aliases = {**ALIASES, "sourceTopic": "mqtt.topics"}
 
     def validate(self, config: Mapping[str, str]) -> None:

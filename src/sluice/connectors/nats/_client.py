@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
+from sluice.sdk.extras import NATS, require
 
 URL = "nats.url"
 CONNECTION_KEYS = (
@@ -36,14 +37,11 @@ T = TypeVar("T")
 
 
 def nats_module() -> Any:
-    """nats-py, or an install hint."""
-    try:
-        import nats
-        import nats.js.api
-    except ImportError:  # pragma: no cover - nats-py is a dependency of sluice
-        raise ConfigException(
-            URL, "the NATS connectors need nats-py: pip install nats-py"
-        ) from None
+    """nats-py (the ``nats`` extra), or an error naming the install line."""
+    require(NATS, "the NATS connectors")
+    import nats
+    import nats.js.api  # a submodule the package does not import itself
+
     return nats
 
 

@@ -45,6 +45,7 @@ from sluice.sdk import (
     Delivery,
     SinkConnector,
 )
+from sluice.sdk.extras import NATS
 
 CONFIG = ConfigDef(
     *CONNECTION_KEYS,
@@ -114,6 +115,7 @@ class NatsSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = NatsSinkTask
+    requires = (NATS,)
     guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:

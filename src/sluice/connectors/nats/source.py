@@ -56,6 +56,7 @@ from sluice.sdk import (
     RecordPartition,
     ReplayableSourceTask,
 )
+from sluice.sdk.extras import NATS
 
 SUBJECT_EXTENSION = "nats.subject"
 CONFIG = ConfigDef(
@@ -227,6 +228,7 @@ class NatsSourceConnector(NamedSourceConnector):
     names_key = "nats.streams"
     config_def = CONFIG
     task_class = NatsSourceTask
+    requires = (NATS,)
     offset_counts = ("seq",)
 
     def validate(self, config: Mapping[str, str]) -> None:

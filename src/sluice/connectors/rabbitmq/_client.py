@@ -29,6 +29,7 @@ from sluice.sdk import (
     refuse_unsafe,
     url_options,
 )
+from sluice.sdk.extras import RABBITMQ, require
 
 URL = "rabbitmq.url"
 CONNECTION_KEYS = (
@@ -55,12 +56,8 @@ CONNECTION_KEYS = (
 
 
 def pika_module() -> Any:
-    """pika, or an install hint."""
-    try:
-        import pika
-    except ImportError:  # pragma: no cover - pika is a dependency of sluice
-        raise ConfigException(URL, "the RabbitMQ connectors need pika: pip install pika") from None
-    return pika
+    """pika (the ``rabbitmq`` extra), or an error naming the install line."""
+    return require(RABBITMQ, "the RabbitMQ connectors")
 
 
 def client_options(config: Mapping[str, str]) -> list[ClientOption]:

@@ -43,6 +43,7 @@ from sluice.sdk import (
     RetriableException,
     SinkConnector,
 )
+from sluice.sdk.extras import RABBITMQ
 
 CONFIG = ConfigDef(
     *CONNECTION_KEYS,
@@ -264,6 +265,7 @@ class RabbitMQSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RabbitMQSinkTask
+    requires = (RABBITMQ,)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:

@@ -50,6 +50,7 @@ from sluice.sdk import (
     SourceTask,
 )
 from sluice.sdk._retry import LoopReport
+from sluice.sdk.extras import RABBITMQ
 
 _COMMON = (
     *CONNECTION_KEYS,
@@ -324,6 +325,7 @@ class RabbitMQStreamSourceConnector(NamedSourceConnector):
     names_key = "rabbitmq.queues"
     config_def = STREAM_CONFIG
     task_class = RabbitMQStreamSourceTask
+    requires = (RABBITMQ,)
     offset_counts = ("offset",)
 
     @classmethod
@@ -442,6 +444,7 @@ class RabbitMQSourceConnector(NamedSourceConnector):
     names_key = "rabbitmq.queues"
     config_def = QUEUE_CONFIG
     task_class = RabbitMQSourceTask
+    requires = (RABBITMQ,)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:

@@ -26,6 +26,7 @@ from sluice.sdk import (
     refuse_unsafe,
     url_options,
 )
+from sluice.sdk.extras import REDIS, require
 
 URL = "redis.url"
 CONNECTION_KEYS = (
@@ -42,14 +43,8 @@ CONNECTION_KEYS = (
 
 
 def redis_module() -> Any:
-    """redis-py, or an install hint."""
-    try:
-        import redis
-    except ImportError:  # pragma: no cover - redis is a dependency of sluice
-        raise ConfigException(
-            URL, "the Redis connectors need redis-py: pip install redis"
-        ) from None
-    return redis
+    """redis-py (the ``redis`` extra), or an error naming the install line."""
+    return require(REDIS, "the Redis connectors")
 
 
 def client_options(config: Mapping[str, str]) -> list[ClientOption]:

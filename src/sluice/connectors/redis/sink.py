@@ -60,6 +60,7 @@ from sluice.sdk import (
     Delivery,
     SinkConnector,
 )
+from sluice.sdk.extras import REDIS
 
 TYPES = ("stream", "list", "string", "hash")
 CONFIG = ConfigDef(
@@ -225,6 +226,7 @@ class RedisSinkConnector(SinkConnector):
 
     config_def = CONFIG
     task_class = RedisSinkTask
+    requires = (REDIS,)
     guarantee = Delivery.EXACTLY_ONCE
 
     @classmethod

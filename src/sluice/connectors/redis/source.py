@@ -50,6 +50,7 @@ from sluice.sdk import (
     ReplayableSourceTask,
     SourceTask,
 )
+from sluice.sdk.extras import REDIS
 
 STREAM_CONFIG = ConfigDef(
     *CONNECTION_KEYS,
@@ -270,6 +271,7 @@ class RedisStreamSourceConnector(NamedSourceConnector):
     names_key = "redis.streams"
     config_def = STREAM_CONFIG
     task_class = RedisStreamSourceTask
+    requires = (REDIS,)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
@@ -381,6 +383,7 @@ class RedisListSourceConnector(NamedSourceConnector):
     names_key = "redis.lists"
     config_def = LIST_CONFIG
     task_class = RedisListSourceTask
+    requires = (REDIS,)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
