@@ -223,14 +223,19 @@ def test_store_files_are_private_to_the_worker_user(tmp_path: Path) -> None:
         root.mkdir(mode=0o755)
         prepare_store_root(root)
         assert stat.S_IMODE(root.stat().st_mode) == 0o700  # tightened
-        SqliteConfigStore(root / "configs.sqlite").put("c", {"k": "v"}, "STARTED")
+        # every store kept open while the files are read: one collected closes its database,
+        # and SQLite removes the -wal and -shm files under the walk
+        configs = SqliteConfigStore(root / "configs.sqlite")
+        configs.put("c", {"k": "v"}, "STARTED")
         positions = SqlitePositionStore(root / "positions.sqlite")
         positions.save("c", {"p": {"queueOffset": 1}})
-        PushBoard(str(root / "push.sqlite")).set_settings("c", {"concurrency": 2})
+        board = PushBoard(str(root / "push.sqlite"))
+        board.set_settings("c", {"concurrency": 2})
         log = EmbeddedLog(root / "bus")
         log.create_topic("t", queues=2)
         log.append("t", 1, ROWS)
         modes = _modes(root)
+        assert configs and board  # (still open above)
         assert modes["configs.sqlite"] == modes["positions.sqlite"] == 0o600, modes
         assert modes["bus/t/index.sqlite"] == 0o600 and modes["bus/t"] == 0o700, modes
         for path, mode in modes.items():
