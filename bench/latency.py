@@ -214,8 +214,11 @@ class Bench:
             return f"the worker exited with {self.worker.proc.returncode}"
         for i in range(self.pairs):
             for name in (f"src-{i}", f"sink-{i}"):
-                response = self.worker.request("GET", f"/v1/connectors/{name}/status")
-                if response.status_code == 404:
+                try:
+                    response = self.worker.request("GET", f"/v1/connectors/{name}/status")
+                except httpx.HTTPError:
+                    return None  # not listening yet (a restart)
+                if response.status_code != 200:  # 404: not created yet; 503: still starting
                     continue
                 connector = response.json()["connector"]
                 if connector["state"] == "FAILED":
@@ -410,7 +413,7 @@ def main() -> None:
             def running() -> bool:
                 try:
                     states = bench.states()
-                except httpx.HTTPError:
+                except (httpx.HTTPError, AssertionError):  # not listening yet, or 503 starting
                     return False
                 return len(states) == names and all(s == "RUNNING" for s in states)
 

@@ -20,7 +20,7 @@ from tests.conftest import wait_until
 @pytest.fixture(scope="module")
 def socket_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("zygote") / "z.sock")
-    proc = subprocess.Popen([sys.executable, "-m", "sluice.engine.zygote", path])
+    proc = subprocess.Popen([sys.executable, "-m", "sluice.engine.zygote", path, str(os.getpid())])
     wait_until(lambda: os.path.exists(path) or proc.poll() is not None, 120, "the zygote")
     assert proc.poll() is None
     yield path
@@ -103,3 +103,29 @@ def test_other_starts_are_not_forked(socket_path: str) -> None:
     env = {**os.environ, zygote.ENV: socket_path}
     done = _launch(["-c", "import sys; print(sys.flags.no_site)"], env).communicate(timeout=60)
     assert done[0].strip() == "0"  # a normal interpreter, not the client's bare one
+
+
+_PARENT = """
+import sys, threading
+from sluice.engine import zygote
+paths = []
+starter = threading.Thread(target=lambda: paths.append(zygote.start()))
+starter.start()
+starter.join()  # the thread that started the zygote is gone: the zygote must live on
+print(paths[0], flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_zygote_outlives_the_starting_thread_and_ends_with_its_process() -> None:
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _PARENT], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert parent.stdout is not None and parent.stdin is not None
+    path = parent.stdout.readline().decode().strip()
+    wait_until(lambda: os.path.exists(path), 120, "the zygote to listen")
+    pid = _zygote_pid(path)
+    parent.stdin.close()
+    assert parent.wait(30) == 0
+    wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 30, "the zygote to end")
+    assert not os.path.exists(path)

@@ -17,9 +17,10 @@ exits with the child's exit status. The child talks to the JVM directly on those
 the sockets its environment names, exactly as a process Spark started would.
 
 Only `python -m pyspark…`/`-m sluice…` starts go to the zygote; anything else, or any failure
-to reach it, and the client `exec`s the interpreter as before. The zygote dies with the process
-that started it (`PR_SET_PDEATHSIG`); its children end when the JVM closes their streams, as
-Spark's own processes do.
+to reach it, and the client `exec`s the interpreter as before. The zygote ends within a second of
+the process that started it (it watches its parent's pid: `PR_SET_PDEATHSIG` would tie it to the
+starting *thread*, and a worker builds Spark on its boot thread, which ends); its children end
+when the JVM closes their streams, as Spark's own processes do.
 
 Wire format (client → zygote): the three descriptors 0, 1, 2 with an 8-byte length, then that
 many bytes: NUL-separated fields `cwd`, the number of arguments, the arguments, then `KEY=VALUE`
@@ -30,8 +31,6 @@ later its exit status (8 bytes).
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import gc
 import os
 import runpy
@@ -49,7 +48,8 @@ ENV = "SLUICE_ZYGOTE"
 #: Module prefixes the zygote starts; anything else is started by the launcher as before.
 MODULES = ("pyspark.", "sluice.")
 _WORD = struct.Struct("!q")
-_PR_SET_PDEATHSIG = 1
+#: how often the zygote checks that the process that started it is still there
+PARENT_CHECK_S = 1.0
 
 #: The launcher's client (run with `python -S -E CLIENT REAL_PYTHON ARGS…`): only the standard
 #: library's builtin modules, so it starts in a few milliseconds and holds ~4 MB.
@@ -100,12 +100,6 @@ while True:
         break
 os._exit(status)
 """
-
-
-def _die_with_parent() -> None:
-    libc_name = ctypes.util.find_library("c")
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(libc_name or "libc.so.6").prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _exact(conn: socket.socket, n: int) -> bytes:
@@ -187,9 +181,9 @@ class _Server:
         signal.set_wakeup_fd(self.wake_w)
         signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    def serve(self) -> None:
-        while True:
-            ready, _, _ = select.select([self.listener, self.wake_r], [], [])
+    def serve(self, parent: int) -> None:
+        while os.getppid() == parent:  # re-parented: the worker is gone, and so is its zygote
+            ready, _, _ = select.select([self.listener, self.wake_r], [], [], PARENT_CHECK_S)
             if self.wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 4096)
@@ -261,8 +255,7 @@ def preload() -> None:
     gc.freeze()
 
 
-def main(path: str) -> None:
-    _die_with_parent()
+def main(path: str, parent: int) -> None:
     preload()
     assert threading.active_count() == 1, "the zygote must not fork with threads running"
     server = _Server(path)
@@ -274,20 +267,21 @@ def main(path: str) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is for the worker, which stops it
-    server.serve()
+    server.serve(parent)
+    with contextlib.suppress(OSError):
+        os.unlink(path)
 
 
 def start() -> str:
-    """Start this process's zygote (from the main thread: it dies with the thread that started
-    it) and name its socket in `ENV`, so that the JVM started next, and the launcher it runs,
-    find it. Returns the socket path. Until the zygote has imported everything and listens,
-    processes start the usual way."""
+    """Start this process's zygote (it ends when this process does) and name its socket in
+    `ENV`, so that the JVM started next, and the launcher it runs, find it. Returns the socket
+    path. Until the zygote has imported everything and listens, processes start the usual way."""
     import subprocess
     import tempfile
 
     path = os.path.join(tempfile.gettempdir(), f"sluice-zygote-{os.getpid()}.sock")
     subprocess.Popen(
-        [sys.executable, "-m", "sluice.engine.zygote", path],
+        [sys.executable, "-m", "sluice.engine.zygote", path, str(os.getpid())],
         stdin=subprocess.DEVNULL,
         close_fds=True,
     )
@@ -296,4 +290,4 @@ def start() -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]))
