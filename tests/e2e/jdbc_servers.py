@@ -135,11 +135,11 @@ class PrivatePostgres:
                 "-E",
                 "UTF8",
                 "--no-sync",
-            ],
-            timeout=300,  # a hang fails naming the command (subprocess.TimeoutExpired)
+            ]
         )
 
     def _run(self, argv: list[str]) -> None:
+        # a hang fails naming the command (subprocess.TimeoutExpired)
         subprocess.run([*self.as_user, *argv], check=True, capture_output=True, timeout=300)
 
     def start(self) -> None:

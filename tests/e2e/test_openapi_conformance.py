@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from sluice.rest._auth import is_v1_face
 from tests.e2e.secured import ADMIN, READER, SecuredWorker
 from tests.e2e.worker_process import WorkerProcess
 
@@ -75,7 +76,7 @@ def test_the_document_describes_errors_and_bodies(own_worker: WorkerProcess) -> 
             assert "422" not in responses, (method, path)  # validation errors are 400s
             for status in ("400", "404", "500"):
                 schema = responses[status]["content"]["application/json"]["schema"]
-                face = "V1Error" if path.startswith("/v1") or path == "/" else "RocketMQError"
+                face = "V1Error" if is_v1_face(path) else "RocketMQError"
                 assert schema == {"$ref": f"#/components/schemas/{face}"}, (method, path)
     entry = doc["components"]["schemas"]["OffsetEntry"]
     assert set(entry["required"]) == {"partition", "offset"}

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from sluice.engine.zygote import CLIENT
+from sluice.engine.zygote import CLIENT, own_socket
 from sluice.engine.zygote import ENV as ZYGOTE_ENV
 from sluice.engine.zygote import start as start_zygote
 
@@ -66,17 +66,25 @@ def build_session(
     Points Spark's Python processes at this interpreter (through `spark_python`): otherwise they
     start whatever `python3` is on PATH, which lacks sluice and fails with "Python worker failed to
     connect back". A `PYSPARK_PYTHON` naming another interpreter is left alone. With `zygote`
-    (and no Spark started yet in this process), the Python processes Spark starts on this machine
-    are forked from one preloaded process (`sluice.engine.zygote`).
+    (and no Spark started yet in this process) and a `local` master, the Python processes Spark
+    starts are forked from one preloaded process (`sluice.engine.zygote`).
     """
-    if zygote and SparkContext._active_spark_context is None and not os.environ.get(ZYGOTE_ENV):
-        start_zygote()
+    master = (conf or {}).get("spark.master", "local[*]")
+    # only where every Python process Spark starts is on this machine and this worker's: the
+    # executors of a cluster (even one on loopback) start their own
+    local = master.startswith("local")
+    if zygote and local and SparkContext._active_spark_context is None:
+        # a zygote named by the environment may be a parent process's (a test run starting
+        # workers): each process uses its own
+        if os.environ.get(ZYGOTE_ENV) != own_socket():
+            start_zygote()
+    elif not local:
+        os.environ.pop(ZYGOTE_ENV, None)
     # The driver-side planners of Python data sources start with PYSPARK_DRIVER_PYTHON.
     for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON"):
         if os.environ.get(name, sys.executable) == sys.executable:
             os.environ[name] = spark_python()
     settings = dict(DEFAULTS)
-    master = (conf or {}).get("spark.master", "local[*]")
     if loopback_master(master):
         # Nothing outside this machine talks to a local driver, or to the driver of a cluster
         # whose master is on loopback (its executors run here too, `scripts/servers/

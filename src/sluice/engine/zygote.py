@@ -272,14 +272,20 @@ def main(path: str, parent: int) -> None:
         os.unlink(path)
 
 
+def own_socket() -> str:
+    """The socket path of this process's zygote."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"sluice-zygote-{os.getpid()}.sock")
+
+
 def start() -> str:
     """Start this process's zygote (it ends when this process does) and name its socket in
     `ENV`, so that the JVM started next, and the launcher it runs, find it. Returns the socket
     path. Until the zygote has imported everything and listens, processes start the usual way."""
     import subprocess
-    import tempfile
 
-    path = os.path.join(tempfile.gettempdir(), f"sluice-zygote-{os.getpid()}.sock")
+    path = own_socket()
     subprocess.Popen(
         [sys.executable, "-m", "sluice.engine.zygote", path, str(os.getpid())],
         stdin=subprocess.DEVNULL,

@@ -138,7 +138,7 @@ def _statuses(path: str, method: str) -> tuple[int, ...]:
 def _guarded(path: str, security: RestSecurity | None) -> bool:
     if security is None or security.mode == "none":
         return False
-    return not (security.metrics_open and path == "/metrics")
+    return path != HEALTH_PATH and not (security.metrics_open and path == "/metrics")
 
 
 def _auth_statuses(
