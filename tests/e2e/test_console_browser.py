@@ -191,6 +191,8 @@ def _retrying_marker(worker: WorkerProcess, page, tmp_path: Path, shot) -> None:
             "connect.topicnames": "uiRetryTopic",
             "errors.retry.timeout": "12000",
             "errors.retry.delay.max.ms": "1000",
+            # once its retries are spent the task stays FAILED (no automatic restart)
+            "restart.retriable.timeout.ms": "0",
         }
         worker.post_connector("uiRetry", sink)
     finally:

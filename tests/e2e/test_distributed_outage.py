@@ -119,7 +119,7 @@ def test_a_store_outage_restarts_the_query_that_died_and_moves_nothing(
         trip.touch()
         _feed(src, 200, 400)
         cluster.feed(100)
-        wait_until(lambda: trip.with_name("trip.tripped").exists(), 60, "the sink's query to die")
+        wait_until(lambda: trip.with_name("trip.tripped").exists(), 240, "the sink's query to die")
 
         def outage_over() -> bool:
             # nobody may say RUNNING for the dead query (the store does not answer: no one can)
