@@ -144,11 +144,21 @@ def _rounds() -> int:
 
 @pytest.mark.rocketmq
 def test_rocketmq_bus_survives_kill_9(tmp_path: Path) -> None:
+    from sluice.bus.base import BusUnavailable
     from sluice.bus.rocketmq import RocketMQBus
 
     topic = unique("crash")
     probe = RocketMQBus(tmp_path / "probe", namesrv_addr=ROCKETMQ_NAMESRV)
-    probe.create_topic(topic, 4)
+
+    def created() -> bool:
+        # a name server the run (re)started a moment ago may not answer yet
+        try:
+            probe.create_topic(topic, 4)
+        except BusUnavailable:
+            return False
+        return True
+
+    wait_until(created, 120, "the name server to answer and the topic to be created")
     props = {"bus": "rocketmq", "namesrvAddr": ROCKETMQ_NAMESRV}
 
     lines = int(os.environ.get("SLUICE_CRASH_LINES", "100000"))
