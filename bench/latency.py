@@ -34,7 +34,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -45,7 +44,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.peers import cpu_seconds, percentile, pss_bytes, size, tree  # noqa: E402
+from bench.peers import cpu_seconds, percentile, pss_bytes, size, tree, trickle_lines  # noqa: E402
 from tests.e2e.worker_process import WorkerProcess  # noqa: E402
 
 PHASES = (
@@ -242,38 +241,7 @@ class Bench:
 def trickle(bench: Bench, seconds: float, every: float) -> list[tuple[float, float]]:
     """Append one stamped line to in-0.txt every `every` s; `(written at, delay)` per line."""
     src, dst = bench.data / "in-0.txt", bench.data / "out-0.txt"
-    count = int(seconds / every)
-    seen: dict[int, tuple[float, float]] = {}
-
-    def feed() -> None:
-        start = time.monotonic()
-        with open(src, "a", encoding="utf-8") as f:
-            for i in range(count):
-                time.sleep(max(0.0, start + i * every - time.monotonic()))
-                f.write(f"trickle {i:06d} written at {time.time():.6f}\n")
-                f.flush()
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    offset, tail = size(dst), b""
-    feeder.start()
-    deadline = time.monotonic() + seconds + 120
-    while len(seen) < count:
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{count - len(seen)} trickle lines never arrived")
-        with open(dst, "rb") as f:
-            f.seek(offset)
-            chunk = f.read()
-        now = time.time()
-        offset += len(chunk)
-        lines = (tail + chunk).split(b"\n")
-        tail = lines.pop()
-        for line in lines:
-            if line.startswith(b"trickle "):
-                written = float(line.split()[-1])
-                seen[int(line.split()[1])] = (written, now - written)
-        time.sleep(0.002)
-    feeder.join()
-    return [seen[i] for i in range(count)]
+    return trickle_lines(src, dst, seconds, every, bench.failed, "pair 0")
 
 
 def batch_times(batches: list[dict]) -> list[tuple[float, float, int]]:

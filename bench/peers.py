@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -310,11 +311,14 @@ def watch(peer: Peer, predicate, timeout: float = 3600, every: float = 0.05) -> 
     return time.perf_counter()
 
 
-def trickle(src: Path, dst: Path, seconds: float, every: float, peer: Peer) -> list[float]:
-    """Append one stamped line every `every` s; the delay of each until it is in `dst`."""
+def trickle_lines(
+    src: Path, dst: Path, seconds: float, every: float, failed: Callable[[], str | None], name: str
+) -> list[tuple[float, float]]:
+    """Append one stamped line to `src` every `every` s for `seconds`; `(written at, delay until
+    it is in dst)` of each line, in order. `failed` (checked every second) ends the wait early
+    with its reason."""
     count = int(seconds / every)
-    written: dict[int, float] = {}
-    seen: dict[int, float] = {}
+    seen: dict[int, tuple[float, float]] = {}
 
     def feed() -> None:
         start = time.monotonic()
@@ -324,7 +328,6 @@ def trickle(src: Path, dst: Path, seconds: float, every: float, peer: Peer) -> l
                 time.sleep(max(0.0, start + i * every - time.monotonic()))
                 f.write(f"trickle {i:06d} written at {time.time():.6f}\n")
                 f.flush()
-                written[i] = time.time()
 
     feeder = threading.Thread(target=feed, daemon=True)
     offset, tail = size(dst), b""
@@ -333,7 +336,7 @@ def trickle(src: Path, dst: Path, seconds: float, every: float, peer: Peer) -> l
     checked = time.monotonic()
     while len(seen) < count:
         if time.monotonic() > deadline:
-            raise SystemExit(f"{peer.name}: {count - len(seen)} trickle lines never arrived")
+            raise SystemExit(f"{name}: {count - len(seen)} trickle lines never arrived")
         with open(dst, "rb") as f:
             f.seek(offset)
             chunk = f.read()
@@ -343,15 +346,21 @@ def trickle(src: Path, dst: Path, seconds: float, every: float, peer: Peer) -> l
         tail = lines.pop()
         for line in lines:
             if line.startswith(b"trickle "):
-                seen[int(line.split()[1])] = now - float(line.split()[-1])
+                written = float(line.split()[-1])
+                seen[int(line.split()[1])] = (written, now - written)
         if time.monotonic() - checked > 1:
             checked = time.monotonic()
-            reason = peer.failed()
+            reason = failed()
             if reason:
-                raise SystemExit(f"{peer.name} failed: {reason}")
-        time.sleep(0.005)
+                raise SystemExit(f"{name} failed: {reason}")
+        time.sleep(0.002)
     feeder.join()
     return [seen[i] for i in range(count)]
+
+
+def trickle(src: Path, dst: Path, seconds: float, every: float, peer: Peer) -> list[float]:
+    """Append one stamped line every `every` s; the delay of each until it is in `dst`."""
+    return [delay for _, delay in trickle_lines(src, dst, seconds, every, peer.failed, peer.name)]
 
 
 def percentile(values: list[float], p: float) -> float:

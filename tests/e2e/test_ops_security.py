@@ -32,13 +32,12 @@ from fastapi.routing import APIRoute
 
 from sluice.rest._auth import add_credential, is_v1_face
 from tests.conftest import wait_until
+from tests.e2e.secured import ADMIN, READER, certificate
 from tests.e2e.worker_process import REPO, WorkerProcess
 from tests.integration.jdbc_db import PG_HOST, require
 
 pytestmark = pytest.mark.slow
 
-ADMIN = ("ops", "admin-Pw-1")
-READER = ("viewer", "read-Pw-2")
 SECRET_FILE_PW = f"fromfile-{uuid.uuid4().hex[:12]}"
 SECRET_LITERAL_PW = f"literal-{uuid.uuid4().hex[:12]}"
 SECRET_URL_PW = f"inurl-{uuid.uuid4().hex[:12]}"
@@ -80,20 +79,6 @@ class Ops:
         return sum(q["max_offset"] - q["min_offset"] for q in response.json()["queues"])
 
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    cert, key = folder / "cert.pem", folder / "key.pem"
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", str(key), "-out", str(cert), "-subj", "/CN=127.0.0.1",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
     tmp = tmp_path_factory.mktemp("ops")
@@ -109,7 +94,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ops]:
         conn.exec_driver_sql(f"CREATE ROLE {role} LOGIN PASSWORD '{SECRET_FILE_PW}'")
         conn.exec_driver_sql(f'GRANT USAGE ON SCHEMA "{schema}" TO {role}')
         conn.exec_driver_sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {role}')
-    cert, key = _certificate(tmp)
+    cert, key = certificate(tmp)
     users = tmp / "users"
     add_credential(str(users), *ADMIN[:1], "admin", ADMIN[1])
     add_credential(str(users), READER[0], "read-only", READER[1])

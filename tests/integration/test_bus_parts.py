@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -143,24 +142,23 @@ def test_a_task_that_follows_its_predecessor_sends_after_it(broker: Broker) -> N
     first = [f"a{i:04d}".encode() for i in range(500)]
     second = [f"b{i:04d}".encode() for i in range(600)]
     receipts: dict[int, Any] = {}
-    started = threading.Event()
+    held = threading.Event()
 
     def follower() -> None:
         def frames() -> Any:
-            started.set()
             yield frame_of(topic, second[:200], [0] * 200, follows=True)
             yield frame_of(topic, second[200:400], [0] * 200, follows=True)
+            # reached once the writer asked for a third frame: it holds the first two
+            held.set()
             # the rest comes once task 0 finished: the task is released in mid-stream
             wait_until(lambda: broker.bus.log.task_finished("c/run-1", 0, 0), 60)
-            time.sleep(0.05)
             yield frame_of(topic, second[400:], [0] * 200, follows=True)
 
         receipts[1] = plan.write(frames(), 1, batch_id=0)
 
     thread = threading.Thread(target=follower)
     thread.start()
-    assert started.wait(30)
-    time.sleep(0.5)  # let the follower get ahead (the order must not depend on who runs first)
+    assert held.wait(30)  # the follower is ahead (the order must not depend on who runs first)
     assert 1 not in receipts and broker.bus.count(topic) == 0  # still waiting for task 0
     receipts[0] = plan.write(iter([frame_of(topic, first, [0] * 500)]), 0, batch_id=0)
     thread.join(60)
