@@ -71,10 +71,13 @@ DEEP := -s --timeout 3600
 PREPARE ?= servers-prepare
 test: $(STAMP) lint $(PREPARE)
 	@mkdir -p $(REPORTS)
+	@rm -f $(REPORTS)/timeline.tsv
 	@rc=0; \
 	$(VENV)/bin/pytest tests/unit $(PYTEST_CI) --junitxml=$(REPORTS)/unit.xml || rc=$$?; \
-	$(VENV)/bin/pytest tests/integration tests/e2e $(XDIST) $(PYTEST_CI) \
+	SLUICE_TEST_TIMELINE=$(REPORTS)/timeline.tsv \
+		$(VENV)/bin/pytest tests/integration tests/e2e $(XDIST) $(PYTEST_CI) \
 		--junitxml=$(REPORTS)/suite.xml || rc=$$?; \
+	$(VENV)/bin/python -m tests.timeline $(REPORTS)/timeline.tsv || true; \
 	exit $$rc
 
 # Unit and integration tests without the `slow` ones, on two workers (about 10 minutes): the

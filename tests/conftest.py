@@ -79,10 +79,24 @@ def pytest_runtest_protocol(
     # pytest-timeout times setup, call and teardown together, from here
     seconds = _timeout_of(item)
     _TEST_DEADLINE[0] = None if seconds is None else time.monotonic() + seconds - _MARGIN_S
+    began = time.time()
     try:
         return (yield)
     finally:
         _TEST_DEADLINE[0] = None
+        _note_timeline(item, began, time.time())
+
+
+def _note_timeline(item: pytest.Item, began: float, ended: float) -> None:
+    """One line per test (xdist worker, start, end, test id) in `SLUICE_TEST_TIMELINE` if set
+    (`make test` sets it): how busy each worker was, and which group kept the run going longest
+    (`python -m tests.timeline`)."""
+    path = os.environ.get("SLUICE_TEST_TIMELINE")
+    if not path:
+        return
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    with open(path, "a") as f:  # one short write per line: the two workers' lines do not mix
+        f.write(f"{worker}\t{began:.3f}\t{ended:.3f}\t{item.nodeid}\n")
 
 
 #: modules (relative to tests/) that run one after another on one xdist worker, in this order:

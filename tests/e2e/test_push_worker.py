@@ -127,22 +127,28 @@ def test_live_tuning_raises_concurrency_without_a_restart_and_counters_match(
     assert target.in_flight_peak("slow") <= 32
 
 
-def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> None:
-    r = push_worker.request("PATCH", "/v1/connectors/tune/push", json={"threads": 4})
+def test_bad_push_input_is_a_400_naming_the_key(
+    push_worker: WorkerProcess, target: Target, tmp_path: Path
+) -> None:
+    # connectors of its own: nothing here depends on what another test left on the worker
+    _source(push_worker, tmp_path, "knobs", ["k0"])
+    _sink(push_worker, "knobs", "knobs", target.url + "/knobs")
+    r = push_worker.request("PATCH", "/v1/connectors/knobs/push", json={"threads": 4})
     assert r.status_code == 400 and "threads" in r.json()["message"], r.text
-    r = push_worker.request("PATCH", "/v1/connectors/tune/push", json={"queue_limit": -1})
+    r = push_worker.request("PATCH", "/v1/connectors/knobs/push", json={"queue_limit": -1})
     assert r.status_code == 400 and "queue_limit" in r.json()["message"], r.text
-    r = push_worker.request("POST", "/v1/connectors/tune/task/adjust?maxThreadSize=4&bogus=1")
+    r = push_worker.request("POST", "/v1/connectors/knobs/task/adjust?maxThreadSize=4&bogus=1")
     assert r.status_code == 400 and "bogus" in r.json()["message"], r.text
     r = push_worker.request(
-        "POST", "/v1/connectors/tune/task/adjust?consumerCurrentQueueSizeLimit=17&maxThreadSize=12"
+        "POST",
+        "/v1/connectors/knobs/task/adjust?consumerCurrentQueueSizeLimit=17&maxThreadSize=12",
     )
     assert r.status_code == 200 and r.json()["settings"]["queue_limit"] == 17, r.text
     # a valid request to a connector that is not a push sink: a conflict, not a bad request
     for method, path in (
-        ("GET", "/v1/connectors/src-tune/push"),
-        ("PATCH", "/v1/connectors/src-tune/push"),
-        ("POST", "/v1/connectors/src-tune/task/adjust?maxThreadSize=4"),
+        ("GET", "/v1/connectors/src-knobs/push"),
+        ("PATCH", "/v1/connectors/src-knobs/push"),
+        ("POST", "/v1/connectors/src-knobs/task/adjust?maxThreadSize=4"),
     ):
         kwargs = {"json": {"concurrency": 2}} if method == "PATCH" else {}
         r = push_worker.request(method, path, **kwargs)
@@ -155,7 +161,7 @@ def test_bad_push_input_is_a_400_naming_the_key(push_worker: WorkerProcess) -> N
             "name": "broken",
             "config": {
                 "connector.class": "HttpSinkConnector",
-                "connect.topicnames": "tune",
+                "connect.topicnames": "knobs",
                 "url": "http://h/{nope}",
             },
         },

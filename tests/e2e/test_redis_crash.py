@@ -38,7 +38,10 @@ from tests.e2e.children import run_then_kill, start_child
 from tests.e2e.topics import topic_count, topic_rows
 from tests.servers import ensure
 
-pytestmark = pytest.mark.slow
+# more than the default 300 s, as the other crash tests: the child's start and restart (two
+# Spark drivers) and 10,000 entries through four sinks take ~160 s on a 2-core machine busy
+# with the other half of the suite
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CHILD = Path(__file__).with_name("redis_child.py")
 ENTRIES, ELEMENTS, POLL = 10_000, 5_000, 500

@@ -252,7 +252,9 @@ class _Bus:
 class _PartWriters:
     """Who sent the source's parts: samples the commit journal's "task finished its part" rows
     (each names its writer's host/pid) while the pipeline runs, and keeps, per process, the
-    command lines of it and its ancestors (taken at once: the process may go later)."""
+    command lines of it and its ancestors (taken at once: the process may go later). A pid whose
+    process started after its row was written belongs to another process now (pids are reused
+    quickly on a busy machine): it is left out, since it says nothing about the writer."""
 
     def __init__(self, journal: Path, writer_prefix: str) -> None:
         self.journal, self.prefix = journal, writer_prefix
@@ -265,15 +267,20 @@ class _PartWriters:
             try:
                 with sqlite3.connect(self.journal, timeout=5) as db:
                     owners = db.execute(
-                        "SELECT owner FROM parts WHERE topic = '' AND writer_id LIKE ?",
+                        "SELECT owner, updated_at FROM parts WHERE topic = '' AND writer_id LIKE ?",
                         (self.prefix + "%",),
                     ).fetchall()
             except sqlite3.Error:  # not created yet
                 continue
-            for (owner,) in owners:
+            for owner, written_at in owners:
                 pid = int(owner.split("/")[1])
-                if pid not in self.seen:
-                    self.seen[pid] = _ancestry(pid)
+                if pid in self.seen:
+                    continue
+                chain = _ancestry(pid)
+                started = _started_at(pid)
+                if started is not None and started > written_at + 1.0:
+                    continue  # a new process under a reused pid
+                self.seen[pid] = chain
 
     def __enter__(self) -> _PartWriters:
         self.thread.start()
@@ -282,6 +289,20 @@ class _PartWriters:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join()
+
+
+def _started_at(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), None if it is gone."""
+    try:
+        ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+        return None
+    boot = next(
+        float(line.split()[1])
+        for line in Path("/proc/stat").read_text().splitlines()
+        if line.startswith("btime ")
+    )
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _ancestry(pid: int) -> list[str]:

@@ -24,6 +24,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.conftest import wait_until
+
 ROCKETMQ_NAMESRV = os.environ.get("SLUICE_ROCKETMQ_NAMESRV") or "127.0.0.1:9876"
 
 
@@ -143,6 +145,19 @@ class RealKafka:
 
         new = NewTopic(name, partitions, replication_factor=replication_factor)
         self.admin.create_topics([new], request_timeout=30)[name].result()
+
+        # CreateTopics answers once the controller has the topic; a broker lists it (with a
+        # leader for every partition) a moment later, and a busy machine makes that moment long
+        def listed() -> bool:
+            topic = self.admin.list_topics(name, timeout=30).topics.get(name)
+            return (
+                topic is not None
+                and topic.error is None
+                and len(topic.partitions) == partitions
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            )
+
+        wait_until(listed, 60, f"topic {name!r} listed with a leader for each partition")
 
     def delete_records(self, topic: str, partition: int, before: int) -> None:
         from confluent_kafka import TopicPartition
