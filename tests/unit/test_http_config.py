@@ -183,3 +183,34 @@ def test_push_settings_validate_and_merge(tmp_path) -> None:
     board.report("c", 0, {"active": 0}, {"read": 1, "succeeded": 2})
     p = board.progress("c")
     assert p["totals"] == {"read": 6, "succeeded": 6} and p["tasks"][0]["active"] == 0
+
+
+def test_a_parked_json_body_keeps_the_topics_bytes_for_its_dead_letters() -> None:
+    """A text value sent as a JSON string (`body=json`) or in a batch: the dead letter of the
+    request read back from the retry topic carries the value as the topic held it, not the
+    body's JSON (found: 10 of 42 dead letters JSON-quoted a second time)."""
+    config = parse({**BASE, "body.format": "json"})
+    for records in ([_record("plain text")], [_record("a b"), _record('{"x": 1}'), _record(None)]):
+        request = rq.build(config, "http://h/x", records)
+        headers = rq.park_headers(config, request, 3, 100.0, 160.0, 503, "HTTP 503")
+        assert "sluice.push.values" in headers  # the body is not the records' bytes
+        parked = ConnectRecord(value=b"", topic="hook-push-retry", extensions=headers)
+        again = rq.unpark(config, parked)[0]
+        assert [r.value for r in again.records] == [rq.topic_bytes(r.value) for r in records]
+        assert again.body == request.body  # what is sent again is unchanged
+    # raw bodies are the records' bytes: nothing is stored twice
+    raw = rq.build(parse(BASE), "http://h/x", [_record(b"\x00\xff")])
+    assert "sluice.push.values" not in rq.park_headers(parse(BASE), raw, 1, 1.0, 2.0, None, "e")
+
+
+def test_a_sink_dead_letter_carries_text_as_its_utf8_bytes() -> None:
+    from sluice.engine.errors import task_letter
+    from sluice.sdk import DeadLetterRequest
+
+    record = ConnectRecord(
+        value="héllo", key="k1", topic="t", partition={"topic": "t", "queueId": "0"}
+    )
+    letter = task_letter(DeadLetterRequest(record, "gave up", "X", {}), "Task")
+    assert (letter.value, letter.key) == ("héllo".encode(), b"k1")  # not '"héllo"'
+    structured = ConnectRecord(value={"a": 1}, topic="t")
+    assert task_letter(DeadLetterRequest(structured, "m", "X", {}), "T").value == b'{"a": 1}'

@@ -390,3 +390,10 @@ def test_scrub_data_masks_secrets_in_keys_and_values() -> None:
         "targets": {f"https://h/services/{PASSWORD_MASK}": {"queued": 1}},
         "n": [2],
     }
+
+
+def test_openapi_description_names_v1_as_kafka_tooling_base_url() -> None:
+    from sluice.rest.app import create_app
+
+    info = create_app(None).openapi()["info"]  # type: ignore[arg-type]
+    assert "Kafka Connect tooling: use `/v1` as the base URL" in info["description"]

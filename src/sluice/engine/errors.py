@@ -426,6 +426,14 @@ def _struct_nulls(array: pa.Array, path: str, found: list[tuple[str, pa.Array]])
         _struct_nulls(child, where, found)
 
 
+def _as_read(value: Any) -> bytes | None:
+    """A sink record's key or value as the topic held it: text as its UTF-8 bytes (a sink
+    record's text is the topic's bytes decoded, never JSON to quote), the rest as `render`."""
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return render(value)
+
+
 def task_letter(request: Any, class_name: str) -> DeadLetter:
     """The dead letter of a record a sink task gave up on (a `sluice.sdk.DeadLetterRequest`):
     its queue position, the task's message, and the task's extra headers beside its own."""
@@ -433,8 +441,8 @@ def task_letter(request: Any, class_name: str) -> DeadLetter:
     partition = record.partition or {}
     offset = (record.offset or {}).get("queueOffset")
     return DeadLetter(
-        key=render(record.key),
-        value=render(record.value),
+        key=_as_read(record.key),
+        value=_as_read(record.value),
         timestamp=record.timestamp,
         headers={**(record.extensions or {}), **request.headers},
         topic=record.topic or partition.get("topic") or "",

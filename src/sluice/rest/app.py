@@ -203,7 +203,11 @@ def _document_errors(app: FastAPI, security: RestSecurity | None = None) -> dict
     if app.openapi_schema:
         return app.openapi_schema
     schema = get_openapi(
-        title=app.title, version=app.version, summary=app.summary, routes=app.routes
+        title=app.title,
+        version=app.version,
+        summary=app.summary,
+        description=app.description,
+        routes=app.routes,
     )
     components = schema.setdefault("components", {}).setdefault("schemas", {})
     for model in (ProblemBody, V1Error, RocketMQError):
@@ -277,6 +281,10 @@ def create_app(herder: Herder, security: RestSecurity | None = None) -> FastAPI:
         title="sluice worker",
         version=sluice.__version__,
         summary="RocketMQ Connect compatible REST API, plus a resource API under /v1",
+        description=(
+            "Kafka Connect tooling: use `/v1` as the base URL (Kafka Connect's bodies and "
+            "errors). The root paths answer in RocketMQ Connect's `{status, body}` envelope."
+        ),
     )
     app.router.route_class = GuardedRoute  # `GET /` below; the routers set their own
     app.state.herder = herder

@@ -6,6 +6,10 @@ A line is the bytes up to and excluding its `\\n`; offsets are byte offsets just
 
 from __future__ import annotations
 
+import base64
+import datetime
+import decimal
+import json
 import os
 from collections.abc import Iterator
 
@@ -181,8 +185,42 @@ def joined_lines(values: pa.Array) -> memoryview | None:
 
 
 def line_bytes(value: object) -> bytes:
-    """One record's line: STRING and BYTES as they are, null as empty, others as `str()`."""
+    """One record's line: STRING and BYTES as they are, null as empty, structs, maps and arrays
+    as JSON text (`json_text`), times as ISO-8601, booleans as `true`/`false`, other scalars as
+    `str()`."""
     if value is None:
         return b"\n"
-    data = value if isinstance(value, bytes) else str(value).encode("utf-8")
-    return data + b"\n"
+    if isinstance(value, bytes):
+        return value + b"\n"
+    if isinstance(value, str):
+        return value.encode("utf-8") + b"\n"
+    return _text(value).encode("utf-8") + b"\n"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list, tuple)):
+        return json_text(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    return str(value)
+
+
+def json_text(value: object) -> str:
+    """A struct (dict), map or array as one line of JSON, as Kafka Connect's JsonConverter would
+    write it without a schema: times as ISO-8601 strings, bytes as base64, decimals as strings
+    (exact, where a JSON number may not be)."""
+    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    return str(value)

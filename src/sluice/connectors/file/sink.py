@@ -4,7 +4,8 @@ Delivery: exactly-once, from the SDK's `AppendSinkConnector`: each task stages i
 micro-batch in a part file; the driver appends the parts in task order, once per batch (a replayed
 batch is skipped, a half-done append rolled back and redone).
 Unit of parallelism: one task per group of queues (`max.tasks`); records of one queue stay in order.
-A null value is written as an empty line; STRING and BYTES values as they are; others as `str()`.
+A null value is written as an empty line; STRING and BYTES values as they are; structs, maps and
+arrays as one line of JSON (times as ISO-8601, bytes as base64); other values as text.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ class FileSinkTask(AppendSinkTask):
         self.append(b"".join(_lines.line_bytes(r.value) for r in records))
 
     def put_batch(self, batch: pa.RecordBatch) -> None:
-        data = _lines.joined_lines(batch.column("value"))  # one buffer, built in C++
-        if data is None:
-            return super().put_batch(batch)
+        values = batch.column("value")
+        data = _lines.joined_lines(values)  # one buffer, built in C++
+        if data is None:  # structs, maps, numbers...: row by row, maps as JSON objects
+            rows = values.to_pylist(maps_as_pydicts="lossy")
+            data = memoryview(b"".join(_lines.line_bytes(v) for v in rows))
         if data:
             self.append(data)
 

@@ -238,7 +238,16 @@ def park_headers(
     headers = dict(request.headers)
     for name in (*config.headers, *(config.auth[:1] if config.auth is not None else ())):
         headers.pop(name, None)
+    extra = {}
+    originals = [topic_bytes(r.value) for r in request.records]
+    if originals != _values(request.body, len(originals)):
+        # the body is not the records' own bytes (e.g. text sent as a JSON string): keep these,
+        # so that a dead letter of a request read back carries what the topic held
+        extra[f"{PARKED}values"] = json.dumps(
+            [None if v is None else base64.b64encode(v).decode("ascii") for v in originals]
+        )
     return {
+        **extra,
         f"{PARKED}url.values": json.dumps(request.url_values, sort_keys=True),
         f"{PARKED}method": request.method,
         f"{PARKED}headers": json.dumps(headers, sort_keys=True),
@@ -280,6 +289,11 @@ def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, flo
         values, url = {}, h[f"{PARKED}url"]
     origins = json.loads(h[f"{PARKED}origins"])
     body = base64.b64decode(h[f"{PARKED}body"])
+    if f"{PARKED}values" in h:
+        stored = json.loads(h[f"{PARKED}values"])
+        kept = [None if v is None else base64.b64decode(v) for v in stored]
+    else:
+        kept = _values(body, len(origins))
     originals = [
         ConnectRecord(
             value=value,
@@ -288,7 +302,7 @@ def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, flo
             offset={"queueOffset": o["offset"] + 1} if isinstance(o["offset"], int) else None,
             timestamp=record.timestamp,
         )
-        for o, value in zip(origins, _values(body, len(origins)), strict=True)
+        for o, value in zip(origins, kept, strict=True)
     ]
     request = Request(
         h[f"{PARKED}method"], url, headers, body, h[f"{PARKED}key"], originals, origins, values
@@ -296,6 +310,18 @@ def unpark(config: HttpConfig, record: ConnectRecord) -> tuple[Request, int, flo
     first = float(h.get(f"{PARKED}first") or time.time())
     due = float(h.get(f"{PARKED}due") or time.time())
     return request, int(h.get(f"{PARKED}attempts") or 0), first, due
+
+
+def topic_bytes(value: Any) -> bytes | None:
+    """A sink record's value as the topic held it: bytes as they are, text as UTF-8 (never
+    quoted), null as null, a struct or map as JSON text."""
+    if value is None:
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return _dumps(value)
 
 
 def _values(body: bytes, n: int) -> list[bytes]:
