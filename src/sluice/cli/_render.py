@@ -213,8 +213,14 @@ def push_table(body: Any) -> RenderableType:
     if not isinstance(body, Mapping):
         return Text(str(body))
     totals = body.get("totals") or {}
+    if totals:
+        counted = ", ".join(f"{k}={v}" for k, v in sorted(totals.items()))
+    elif body.get("tasks"):
+        counted = "none yet (its tasks have not settled a request)"
+    else:
+        counted = "none yet (no task has started: the sink's first micro-batch is still to come)"
     lines = [
-        "totals: " + (", ".join(f"{k}={v}" for k, v in sorted(totals.items())) or "none yet"),
+        "totals: " + counted,
         "settings: " + (_compact_json(body.get("settings") or {})),
     ]
     table = _table("TASK", "ACTIVE", "CORE/MAX", "QUEUED", "LIMIT", "RETRY Q", "P50 MS", "P99 MS")

@@ -36,6 +36,20 @@ _ERROR_COUNTERS = (
     ("deadletterqueue-produce-requests", "records sent to the dead-letter topic"),
     ("deadletterqueue-produce-failures", "dead-letter writes that failed"),
 )
+#: a push sink's own counters (`GET /v1/connectors/{name}/push` totals), per connector
+_PUSH_COUNTERS = (
+    ("succeeded", "requests the target accepted"),
+    ("failed", "failed attempts (each retry of a request counts)"),
+    ("retried", "attempts after a request's first"),
+    ("parked", "requests written to the retry topic to try later"),
+    ("dead-lettered", "records given up on (dead-letter topic)"),
+    ("timeouts", "attempts that timed out"),
+)
+_PUSH_GAUGES = (
+    ("in-flight", "requests the sink's tasks are sending now"),
+    ("queued", "requests waiting for a free connection"),
+    ("waiting-retry", "requests waiting for their next attempt in memory"),
+)
 _STATES = ("RUNNING", "PAUSED", "STOPPED", "FAILED", "UNASSIGNED", "RESTARTING", "DESTROYED")
 
 
@@ -108,7 +122,10 @@ class _Snapshot:
             ),
         }
         errors = {name: counter(name, doc) for name, doc in _ERROR_COUNTERS}
-        last_error = gauge("last-error-timestamp", "unix time of the last failure (FAILED)")
+        last_error = gauge(
+            "last-error-timestamp",
+            "unix time the connector's query last failed (FAILED, or restarted automatically)",
+        )
         lag = gauge(
             "sink-record-lag", "end offset - committed position", ("connector", "topic", "queue")
         )
@@ -128,13 +145,24 @@ class _Snapshot:
         task_count = gauge(
             "connector-task-count", "the connector's tasks by state", ("connector", "state")
         )
+        push = {name: counter(f"push-{name}", doc) for name, doc in _PUSH_COUNTERS}
+        push_now = {name: gauge(f"push-{name}", doc) for name, doc in _PUSH_GAUGES}
         for c in connectors:
             name, kind, counters = c["name"], c["type"], c["counters"]
             label = [name]
             records = counters.get("records-total", 0)
             skipped = counters.get("total-records-skipped", 0)
+            pushed = c.get("push") or {}
+            totals = pushed.get("totals", {})
             for key, _doc in _ERROR_COUNTERS:
-                errors[key].add_metric(label, counters.get(key, 0))
+                # a push sink's delivery retries are retries too (its own loop, not the engine's)
+                extra = totals.get("retried", 0) if key == "total-retries" else 0
+                errors[key].add_metric(label, counters.get(key, 0) + extra)
+            if pushed:
+                for key, _doc in _PUSH_COUNTERS:
+                    push[key].add_metric(label, totals.get(key.replace("-", "_"), 0))
+                for key, _doc in _PUSH_GAUGES:
+                    push_now[key].add_metric(label, pushed.get(key.replace("-", "_"), 0))
             batches = counters.get("batches-total", 0)
             families["offset-commit-completion-total"].add_metric(label, batches)
             families["offset-commit-skip-total"].add_metric(label, 0)
@@ -185,6 +213,8 @@ class _Snapshot:
         yield from families.values()
         yield from errors.values()
         yield from (last_error, lag, *source_lag.values(), state, task_count)
+        yield from push.values()
+        yield from push_now.values()
         # worker: connectors and tasks by state (Kafka Connect's connect-worker-metrics)
         by_state = gauge("connector-count", "connectors of this worker by state", ("state",))
         tasks_by_state = gauge("task-count", "tasks of this worker by state", ("state",))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.engine.keys import SINK_KEYS
+from sluice.push import PushBoard
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.source_lag import SourceLag
@@ -69,6 +70,7 @@ class MetricsSnapshot:
             if entry["type"] == "sink":
                 committed = self.runner.committed_positions(s.name, positions.get(s.name, {}))
                 entry["lag"] = self._sink_lag(s, committed, offsets)
+                entry["push"] = self._push(s.name)
             elif entry["type"] == "source" and self.probes_lag(s.name):
                 entry["source_lag"] = [
                     {"partition": p.partition, "unit": p.unit, "lag": p.lag}
@@ -79,6 +81,24 @@ class MetricsSnapshot:
         return {
             "worker": {"worker_id": self.worker_id, "jvm": self._jvm_memory()},
             "connectors": connectors,
+        }
+
+    def _push(self, name: str) -> dict[str, Any] | None:
+        """A push sink's totals and what its tasks hold now (None for other sinks): the HTTP
+        sink's own counters, which the engine's record counters cannot tell apart (a parked
+        request read back is a new read for the engine)."""
+        try:
+            progress = PushBoard(self.runner.push_board_path).progress(name)
+        except Exception:  # no board yet (no push sink ever ran here): nothing to report
+            return None
+        if not progress["totals"] and not progress["tasks"]:
+            return None
+        tasks = progress["tasks"]
+        return {
+            "totals": progress["totals"],
+            "in_flight": sum(int(t.get("active", 0)) for t in tasks),
+            "queued": sum(int(t.get("queue_size", 0)) for t in tasks),
+            "waiting_retry": sum(int(t.get("retry_queue_size", 0)) for t in tasks),
         }
 
     def _progress(self, name: str) -> dict[str, Any] | None:
