@@ -11,6 +11,7 @@ driven as the runtime drives them on the driver.
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -207,6 +208,50 @@ def test_the_prober_shows_finished_probes_and_redoes_them_after_the_interval(
         assert lag.of(stored) == []  # a deleted connector's figures are gone
     finally:
         lag.close()
+
+
+def test_the_first_scrape_waits_for_a_first_probe_then_never_again(tmp_path: Path) -> None:
+    """`first_figures` (what a scrape calls before reading): a source never probed is probed and
+    shown at once (found: no source lag on the first scrape after minutes of running); a probe
+    that does not finish in time costs that scrape its timeout, and no later one."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a\n" * 10)
+    key = partition_key({"filename": str(path)})
+    lag = SourceLag(
+        task_class=lambda _: FileSourceTask,
+        resolve=lambda _, config: dict(config),
+        committed=lambda _: {},
+        interval_s=3600,
+    )
+    try:
+        stored = _stored(path)
+        lag.first_figures([stored], timeout_s=30)
+        assert lag.of(stored) == [PartitionLag(key, "bytes", 20)]
+    finally:
+        lag.close()
+
+    held = threading.Event()
+
+    class _Slow(FileSourceTask):
+        def lag(self, partition: Any, position: Any) -> int | None:
+            held.wait(30)
+            return super().lag(partition, position)
+
+    slow = SourceLag(
+        task_class=lambda _: _Slow,
+        resolve=lambda _, config: dict(config),
+        committed=lambda _: {},
+        interval_s=3600,
+    )
+    try:
+        slow.first_figures([stored], timeout_s=0.2)  # gives up: the probe is still running
+        assert slow.of(stored) == []
+        held.set()
+        wait_until(lambda: slow.of(stored) == [PartitionLag(key, "bytes", 20)], 10, "the probe")
+        slow.first_figures([stored], timeout_s=30)  # known now: returns without probing
+        assert slow._queued == set()
+    finally:
+        slow.close()
 
 
 class _BadUnit(ReplayableSourceTask):

@@ -51,6 +51,9 @@ class MetricsSnapshot:
         positions = self.runner.positions.load_all()
         offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
         connectors = []
+        self.source_lag.first_figures(
+            [s for s in stored if self.kind_of(s.config) == "source" and self.probes_lag(s.name)]
+        )
         for s in sorted(stored, key=lambda s: s.name):
             own, tasks = statuses.get(s.name, (None, []))
             by_state: dict[str, int] = {}

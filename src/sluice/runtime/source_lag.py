@@ -63,6 +63,7 @@ class SourceLag:
         self._committed = committed
         self.interval_s = interval_s
         self._lock = threading.Lock()
+        self._probed = threading.Condition(self._lock)  # notified after every probe
         self._probes: dict[str, _Probe] = {}
         self._queued: set[str] = set()
         # one daemon thread: a probe stuck on an unreachable system never holds up the exit
@@ -77,15 +78,41 @@ class SourceLag:
             probe = self._probes.get(stored.name)
             fresh = probe is not None and probe.task_configs == stored.task_configs
             due = not fresh or time.monotonic() - probe.at >= self.interval_s  # type: ignore[union-attr]
-            if due and stored.name not in self._queued:
-                self._queued.add(stored.name)
-                self._todo.put(stored)
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._work, name="source-lag", daemon=True
-                    )
-                    self._thread.start()
+            if due:
+                self._queue(stored)
             return list(probe.lags) if fresh else []  # type: ignore[union-attr]
+
+    def first_figures(self, sources: list[StoredConnector], timeout_s: float = 2.0) -> None:
+        """Probe the sources never probed (or whose tasks changed) now and wait for them, at most
+        `timeout_s` in all: the first scrape shows their lag instead of none (a scrape otherwise
+        only reads the last probe). A slow or unreachable system costs one scrape `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+
+        def unknown() -> list[str]:
+            return [
+                s.name
+                for s in sources
+                if (p := self._probes.get(s.name)) is None or p.task_configs != s.task_configs
+            ]
+
+        with self._lock:
+            if not unknown():
+                return
+            for stored in sources:
+                if stored.name in unknown():
+                    self._queue(stored)
+            while unknown() and (left := deadline - time.monotonic()) > 0:
+                self._probed.wait(left)
+
+    def _queue(self, stored: StoredConnector) -> None:
+        """Queue a probe of `stored` unless one is queued (the caller holds the lock)."""
+        if stored.name in self._queued:
+            return
+        self._queued.add(stored.name)
+        self._todo.put(stored)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="source-lag", daemon=True)
+            self._thread.start()
 
     def forget(self, keep: set[str]) -> None:
         """Drop the figures of connectors not in `keep` (deleted ones)."""
@@ -113,6 +140,7 @@ class SourceLag:
         with self._lock:
             self._probes[stored.name] = _Probe(stored.task_configs, time.monotonic(), lags)
             self._queued.discard(stored.name)
+            self._probed.notify_all()
 
     def probe(self, stored: StoredConnector) -> list[PartitionLag]:
         """Ask each task of `stored` now (blocking): what `of` shows after the next refresh."""
