@@ -156,10 +156,19 @@ def _group(item: pytest.Item) -> str:
     return SHARED_GROUPS.get(module, module)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`: each module its xdist group (`_group`), the serial group first
-    (in `SERIAL`'s order), then `HEAVY_FIRST`, then the rest in collection order."""
-    if config.getoption("dist", "no") != "loadgroup":
+    (in `SERIAL`'s order), then `HEAVY_FIRST`, then the rest in collection order.
+
+    First of the hook's implementations: xdist's worker turns the `xdist_group` marks into the
+    node ids its scheduler groups by in its own implementation of this hook, which must see
+    them. (Until 2026-11-28 this hook ran after xdist's and looked at the worker's `dist`, which
+    is always "no": no group was ever applied, every module was split over both workers and the
+    "serial" modules ran beside everything else.)"""
+    # On an xdist worker `dist` is "no" (a worker does not distribute): xdist tells it that the
+    # run is `--dist loadgroup` with the `loadgroup` option instead.
+    if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
