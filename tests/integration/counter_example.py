@@ -1,4 +1,4 @@
-"""The README's "Writing a connector" example, kept runnable (tests import it by class path)."""
+"""A small connector written against `sluice.sdk` only, kept runnable (tests import it)."""
 
 from sluice.sdk import ConfigDef, ConfigKey, ConnectRecord, ReplayableSourceTask, SourceConnector
 

@@ -1,4 +1,4 @@
-"""A connector written against the SDK only (the README example) runs end to end."""
+"""A connector written against the SDK only (the kind docs/sdk.md teaches) runs end to end."""
 
 from __future__ import annotations
 
