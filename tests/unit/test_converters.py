@@ -724,3 +724,17 @@ def test_text_after_an_envelope_is_ignored_but_not_after_a_bare_value() -> None:
     ).values.to_pylist() == [5]
     bare = _converter("JsonConverter", **{"schemas.enable": "false"}).decoder(schema)
     assert bare.arrow(raw.slice(1)).errors.to_pylist()[0].startswith("value is not valid JSON")
+
+
+def test_a_misspelt_converter_gets_did_you_mean() -> None:
+    with pytest.raises(ConfigException) as exc:
+        converter_class("JsonConvertor", "value.converter")
+    assert exc.value.key == "value.converter"
+    assert "unknown converter 'JsonConvertor'; did you mean JsonConverter?" in str(exc.value)
+    assert "known:" not in str(exc.value)  # one suggestion, not the whole list
+    with pytest.raises(ConfigException) as exc:
+        converter_class("org.apache.kafka.connect.json.JsonConvertr", "key.converter")
+    assert "did you mean org.apache.kafka.connect.json.JsonConverter?" in str(exc.value)
+    with pytest.raises(ConfigException) as exc:
+        converter_class("com.example.Mine", "key.converter")
+    assert "did you mean" not in str(exc.value)  # nothing close: no guess

@@ -83,6 +83,7 @@ from sluice.converters._schemas import (
     to_connect,
 )
 from sluice.sdk import ConfigException, extras
+from sluice.sdk._config import closest
 
 ENTRY_POINT_GROUP = "sluice.converters"
 DEFAULT = "StringConverter"
@@ -137,12 +138,18 @@ def converter_class(name: str, key: str) -> type[Converter]:
             return _checked(cls, name, key)
     module_name, sep, attr = name.replace(":", ".").rpartition(".")
     if not sep:
-        known = ", ".join(sorted(k for k in BUILTIN_CONVERTERS if "." not in k))
-        raise ConfigException(key, f"unknown converter {name!r}; known: {known}")
+        short = sorted(k for k in BUILTIN_CONVERTERS if "." not in k)
+        near = closest(name, short, cutoff=0.8)
+        if near is not None:
+            raise ConfigException(key, f"unknown converter {name!r}; did you mean {near}?")
+        raise ConfigException(key, f"unknown converter {name!r}; known: {', '.join(short)}")
     try:
         cls = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigException(key, f"cannot load converter {name!r}: {exc}") from None
+        # a misspelt alias (`org.apache.kafka.connect.json.JsonConvertor`) is not a module
+        near = closest(name, [k for k in BUILTIN_CONVERTERS if "." in k], cutoff=0.9)
+        hint = f"; did you mean {near}?" if near is not None else ""
+        raise ConfigException(key, f"cannot load converter {name!r}: {exc}{hint}") from None
     return _checked(cls, name, key)
 
 
