@@ -217,12 +217,16 @@ def test_the_first_scrape_waits_for_a_first_probe_then_never_again(tmp_path: Pat
     path = tmp_path / "in.txt"
     path.write_bytes(b"a\n" * 10)
     key = partition_key({"filename": str(path)})
-    lag = SourceLag(
-        task_class=lambda _: FileSourceTask,
-        resolve=lambda _, config: dict(config),
-        committed=lambda _: {},
-        interval_s=3600,
-    )
+
+    def prober(task_class: type) -> SourceLag:  # probes once an hour: only what a scrape asks
+        return SourceLag(
+            task_class=lambda _: task_class,
+            resolve=lambda _, config: dict(config),
+            committed=lambda _: {},
+            interval_s=3600,
+        )
+
+    lag = prober(FileSourceTask)
     try:
         stored = _stored(path)
         lag.first_figures([stored], timeout_s=30)
@@ -237,12 +241,7 @@ def test_the_first_scrape_waits_for_a_first_probe_then_never_again(tmp_path: Pat
             held.wait(30)
             return super().lag(partition, position)
 
-    slow = SourceLag(
-        task_class=lambda _: _Slow,
-        resolve=lambda _, config: dict(config),
-        committed=lambda _: {},
-        interval_s=3600,
-    )
+    slow = prober(_Slow)
     try:
         slow.first_figures([stored], timeout_s=0.2)  # gives up: the probe is still running
         assert slow.of(stored) == []

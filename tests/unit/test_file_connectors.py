@@ -113,16 +113,19 @@ def test_sink_commit_rolls_back_a_half_done_append(tmp_path: Path) -> None:
     assert path.read_bytes() == b"one\ntwo\nthree\n"
 
 
-def test_sink_writes_bytes_values_unchanged(tmp_path: Path) -> None:
-    path = tmp_path / "out.bin"
+def _commit_values(path: Path, number: int, values: pa.Array) -> None:
+    """One micro-batch of `values` through a file sink task and its connector's commit."""
     connector = FileSinkConnector()
     connector.start({"filename": str(path), "connect.topicnames": "t"})
-    b0 = BatchId("r", 0)
-    task = _sink_task(path, b0)
-    task.put_batch(
-        pa.RecordBatch.from_arrays([pa.array([b"\xff\x00", b""], pa.binary())], ["value"])
-    )
-    connector.commit(b0, [task.flush(b0)])
+    batch = BatchId("r", number)
+    task = _sink_task(path, batch)
+    task.put_batch(pa.RecordBatch.from_arrays([values], ["value"]))
+    connector.commit(batch, [task.flush(batch)])
+
+
+def test_sink_writes_bytes_values_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "out.bin"
+    _commit_values(path, 0, pa.array([b"\xff\x00", b""], pa.binary()))
     assert path.read_bytes() == b"\xff\x00\n\n"
 
 
@@ -132,10 +135,6 @@ def test_sink_writes_structs_and_maps_as_json_lines(tmp_path: Path) -> None:
     import json
 
     path = tmp_path / "out.jsonl"
-    connector = FileSinkConnector()
-    connector.start({"filename": str(path), "connect.topicnames": "t"})
-    b0 = BatchId("r", 0)
-    task = _sink_task(path, b0)
     when = datetime.datetime(2026, 11, 27, 10, 30, 5, 123000, tzinfo=datetime.UTC)
     struct = pa.array(
         [
@@ -153,17 +152,9 @@ def test_sink_writes_structs_and_maps_as_json_lines(tmp_path: Path) -> None:
             ]
         ),
     )
-    task.put_batch(pa.RecordBatch.from_arrays([struct], ["value"]))
-    connector.commit(b0, [task.flush(b0)])
-    b1 = BatchId("r", 1)
-    task = _sink_task(path, b1)
-    maps = pa.array([[("k", 1), ("é", 2)]], pa.map_(pa.string(), pa.int32()))
-    task.put_batch(pa.RecordBatch.from_arrays([maps], ["value"]))
-    connector.commit(b1, [task.flush(b1)])
-    b2 = BatchId("r", 2)
-    task = _sink_task(path, b2)
-    task.put_batch(pa.RecordBatch.from_arrays([pa.array([True, False])], ["value"]))
-    connector.commit(b2, [task.flush(b2)])
+    _commit_values(path, 0, struct)
+    _commit_values(path, 1, pa.array([[("k", 1), ("é", 2)]], pa.map_(pa.string(), pa.int32())))
+    _commit_values(path, 2, pa.array([True, False]))
     first, empty, mapped, yes, no = path.read_text("utf-8").split("\n")[:5]
     assert json.loads(first) == {
         "line": "alpha",
