@@ -362,3 +362,59 @@ def test_an_undecodable_pull_response_fails_the_read_as_a_bus_error() -> None:
 
     with pytest.raises(BusError, match=r"could not be decoded: .*size 0"):
         list(_decode_chunk(b"\x00" * 100, 10**9))
+
+
+class _BusyBroker:
+    """Stands in for a broker's answers to SEND_BATCH_MESSAGE (the retry logic is what is
+    tested; the real broker's flow control cannot be made to answer busy on demand): queue 1's
+    first `busy` sends are SYSTEM_BUSY, everything else is stored at the next offset."""
+
+    def __init__(self, busy: int) -> None:
+        self.busy, self.sent, self.next = busy, [], {0: 0, 1: 0}
+
+    def broker(self, address: str, requests: list) -> list:
+        out = []
+        for _code, ext, body in requests:
+            q = ext["queueId"]
+            self.sent.append((q, bytes(body)))
+            if q == 1 and self.busy > 0:
+                self.busy -= 1
+                out.append(rm.Response(rm.SYSTEM_BUSY, "[TIMEOUT_CLEAN_QUEUE]broker busy", {}, b""))
+                continue
+            out.append(rm.Response(rm.SUCCESS, "", {"queueOffset": str(self.next[q])}, b""))
+            self.next[q] += 1
+        return out
+
+    def failed(self, where: str, resp: Any) -> Exception:
+        return rm.RocketMQUnavailable(f"{where}: code {resp.code}: {resp.remark}")
+
+
+def test_a_busy_broker_gets_the_same_batch_again_and_each_queue_keeps_its_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from sluice.bus.rocketmq import _log as rocketmq_log
+
+    monkeypatch.setattr(rocketmq_log, "_BUSY_PAUSE_S", 0.001)
+    log_ = object.__new__(rocketmq_log.RocketMQLog)
+    where = {q: SimpleNamespace(address="b1", queue_id=q) for q in (0, 1)}
+    log_._queue = lambda topic, q: where[q]  # type: ignore[method-assign]
+    log_._send_ext = lambda topic, qid: {"queueId": qid}  # type: ignore[method-assign]
+    checks: list[int] = []
+
+    def pending() -> dict:
+        return {q: iter([(b"%d-a" % q, 1), (b"%d-b" % q, 1)]) for q in (0, 1)}
+
+    log_.client = broker = _BusyBroker(busy=3)  # type: ignore[assignment]
+    ends = log_._send_rounds("t", pending(), lambda: checks.append(1))
+    assert ends == {0: 2, 1: 2}
+    queue_1 = [body for q, body in broker.sent if q == 1]
+    assert queue_1 == [b"1-a"] * 4 + [b"1-b"]  # resent until stored, the next one only after
+    assert len(checks) >= 2 + 3  # each round and each resend checks the writer still owns it
+
+    # past the retry time, a busy answer fails the send as retriable (naming topic and queue)
+    monkeypatch.setattr(rocketmq_log, "_BUSY_RETRY_S", 0.0)
+    log_.client = _BusyBroker(busy=1)  # type: ignore[assignment]
+    with pytest.raises(rm.RocketMQUnavailable, match=r"send to topic 't' queue 1: code 2"):
+        log_._send_rounds("t", pending(), lambda: None)

@@ -136,6 +136,14 @@ def test_a_server_that_is_away_restarts_with_backoff_for_a_bounded_time() -> Non
     assert is_retriable(gave_up.splitlines()[0])  # as Spark reports it: the last error only
     assert is_retriable("OperationalError: database or disk is full")
     assert not is_retriable("ValueError: bad record")
+    # a broker away or busy, as a query's failure names it: the subclass, not RetriableException
+    # (found: a private Kafka's coordinator still loading FAILED a new source for good)
+    assert is_retriable(
+        "sluice.bus.base.BusUnavailable: kafka bootstrap.servers=127.0.0.1:35307: cannot start "
+        "the producer of sluice-src/609c6195c555#0: Failed to initialize Producer ID: Broker: "
+        "Coordinator load in progress (COORDINATOR_LOAD_IN_PROGRESS)"
+    )
+    assert is_retriable("sluice.clients.rocketmq.RocketMQUnavailable: code 2: broker busy")
     # a config error is the config's, whatever driver error it quotes
     assert not is_retriable("ConfigException: connection.password: OperationalError: refused")
     clock = _Clock()

@@ -64,6 +64,10 @@ RETRIABLE_MARKERS = (
     # (Spark reports only the last error of a task, not what it was raised from)
     "RetriableException",
     GAVE_UP_MARKER,
+    # its subclasses, as the failure text names them (a class name, not its bases): a broker
+    # away or busy (Kafka's coordinator still loading, RocketMQ's flow control)
+    "BusUnavailable",
+    "RocketMQUnavailable",
     # DB-API drivers (psycopg, SQLAlchemy, sqlite3, PyMySQL): the database is away or refused
     "OperationalError",
     "ConnectionRefusedError",
