@@ -51,8 +51,10 @@ class MetricsSnapshot:
         positions = self.runner.positions.load_all()
         offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
         connectors = []
+        kinds = {s.name: self.kind_of(s.config) for s in stored}
+        board = PushBoard(self.runner.push_board_path) if "sink" in kinds.values() else None
         self.source_lag.first_figures(
-            [s for s in stored if self.kind_of(s.config) == "source" and self.probes_lag(s.name)]
+            [s for s in stored if kinds[s.name] == "source" and self.probes_lag(s.name)]
         )
         for s in sorted(stored, key=lambda s: s.name):
             own, tasks = statuses.get(s.name, (None, []))
@@ -61,7 +63,7 @@ class MetricsSnapshot:
                 by_state[task.state] = by_state.get(task.state, 0) + 1
             entry: dict[str, Any] = {
                 "name": s.name,
-                "type": self.kind_of(s.config),
+                "type": kinds[s.name],
                 "state": own.state if own else "UNASSIGNED",
                 "tasks": by_state,
                 "counters": counters.get(s.name, {}),
@@ -73,7 +75,7 @@ class MetricsSnapshot:
             if entry["type"] == "sink":
                 committed = self.runner.committed_positions(s.name, positions.get(s.name, {}))
                 entry["lag"] = self._sink_lag(s, committed, offsets)
-                entry["push"] = self._push(s.name)
+                entry["push"] = self._push(s.name, board)
             elif entry["type"] == "source" and self.probes_lag(s.name):
                 entry["source_lag"] = [
                     {"partition": p.partition, "unit": p.unit, "lag": p.lag}
@@ -86,12 +88,14 @@ class MetricsSnapshot:
             "connectors": connectors,
         }
 
-    def _push(self, name: str) -> dict[str, Any] | None:
+    def _push(self, name: str, board: PushBoard | None = None) -> dict[str, Any] | None:
         """A push sink's totals and what its tasks hold now (None for other sinks): the HTTP
         sink's own counters, which the engine's record counters cannot tell apart (a parked
-        request read back is a new read for the engine)."""
+        request read back is a new read for the engine). `board`: the scrape's one board."""
         try:
-            progress = PushBoard(self.runner.push_board_path).progress(name)
+            if board is None:
+                board = PushBoard(self.runner.push_board_path)
+            progress = board.progress(name)
         except Exception:  # no board yet (no push sink ever ran here): nothing to report
             return None
         if not progress["totals"] and not progress["tasks"]:

@@ -76,7 +76,7 @@ class SourceLag:
         tasks cannot tell); queues a new probe when that one is older than the interval."""
         with self._lock:
             probe = self._probes.get(stored.name)
-            fresh = probe is not None and probe.task_configs == stored.task_configs
+            fresh = self._fresh(stored)
             due = not fresh or time.monotonic() - probe.at >= self.interval_s  # type: ignore[union-attr]
             if due:
                 self._queue(stored)
@@ -87,22 +87,21 @@ class SourceLag:
         `timeout_s` in all: the first scrape shows their lag instead of none (a scrape otherwise
         only reads the last probe). A slow or unreachable system costs one scrape `timeout_s`."""
         deadline = time.monotonic() + timeout_s
-
-        def unknown() -> list[str]:
-            return [
-                s.name
-                for s in sources
-                if (p := self._probes.get(s.name)) is None or p.task_configs != s.task_configs
-            ]
-
         with self._lock:
-            if not unknown():
-                return
-            for stored in sources:
-                if stored.name in unknown():
-                    self._queue(stored)
-            while unknown() and (left := deadline - time.monotonic()) > 0:
+            unknown = [s for s in sources if not self._fresh(s)]
+            for stored in unknown:
+                self._queue(stored)
+            while (
+                any(not self._fresh(s) for s in unknown)
+                and (left := deadline - time.monotonic()) > 0
+            ):
                 self._probed.wait(left)
+
+    def _fresh(self, stored: StoredConnector) -> bool:
+        """Whether the last probe of `stored` was of its current tasks (the caller holds the
+        lock)."""
+        probe = self._probes.get(stored.name)
+        return probe is not None and probe.task_configs == stored.task_configs
 
     def _queue(self, stored: StoredConnector) -> None:
         """Queue a probe of `stored` unless one is queued (the caller holds the lock)."""
