@@ -87,16 +87,36 @@ def pytest_runtest_protocol(
         _note_timeline(item, began, time.time())
 
 
+#: the worst outcome of each test's phases so far (setup, call, teardown), for the timeline
+_OUTCOMES: dict[str, str] = {}
+
+
+_RANK = {"passed": 0, "skipped": 1, "failed": 2}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, object, object]:
+    report = yield
+    outcome = str(getattr(report, "outcome", "passed"))
+    # a failed setup or teardown is the test's outcome too: the worst phase wins
+    if _RANK.get(outcome, 2) >= _RANK.get(_OUTCOMES.get(item.nodeid, "passed"), 2):
+        _OUTCOMES[item.nodeid] = outcome
+    return report
+
+
 def _note_timeline(item: pytest.Item, began: float, ended: float) -> None:
-    """One line per test (xdist worker, start, end, test id) in `SLUICE_TEST_TIMELINE` if set
-    (`make test` sets it): how busy each worker was, and which group kept the run going longest
-    (`python -m tests.timeline`)."""
+    """One line per test (xdist worker, start, end, test id, outcome) in `SLUICE_TEST_TIMELINE`
+    if set (`make test` sets it): how busy each worker was, which group kept the run going
+    longest, and which tests failed while the suite still runs (`python -m tests.timeline`)."""
     path = os.environ.get("SLUICE_TEST_TIMELINE")
     if not path:
         return
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    outcome = _OUTCOMES.pop(item.nodeid, "unknown")
     with open(path, "a") as f:  # one short write per line: the two workers' lines do not mix
-        f.write(f"{worker}\t{began:.3f}\t{ended:.3f}\t{item.nodeid}\n")
+        f.write(f"{worker}\t{began:.3f}\t{ended:.3f}\t{item.nodeid}\t{outcome}\n")
 
 
 #: modules (relative to tests/) that run one after another on one xdist worker, in this order:
