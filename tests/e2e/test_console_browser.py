@@ -1,13 +1,21 @@
-"""The web console in a real browser: Debian's headless Chromium driven by Playwright.
+"""The web console in a real browser: Debian's headless Chromium driven by Playwright
+(tests/e2e/browser.py).
 
-Playwright never downloads a browser here: it drives /usr/bin/chromium (`scripts/servers.sh
-prepare chromium` installs it). The test creates a file source from the form (a validation error
-shown beside its field first), sees it in the list, pauses and resumes a sink from its page,
-reads that sink's dead letters with their `__connect.errors.*` headers, and resets the offsets of
-the stopped sink. On the way: the list's throughput and lag sparklines (from /metrics samples kept
-in the browser), the sink's page reached and paused by keyboard only, and the cluster page.
-A second worker with `rest.auth=token`: the console asks for a token, refuses a wrong one, shows
-the list once logged in by keyboard, and forgets the token on "Log out".
+The test creates a file source from the form: the class picker shows short names grouped into
+sources and sinks with a one-line summary; the form asks `name` and `connector.class` once,
+shows secrets as password inputs and defaults as typed (`true`); Validate marks a problem far
+down the form, scrolls to it and focuses it, then says the fixed config is valid; a missing
+required key is shown beside its field. It sees the source in the list, pauses and resumes a
+sink from its page, restarts it, reads its dead letters with their `__connect.errors.*`
+headers, and resets the offsets of the stopped sink. On the way: the list's throughput and lag
+sparklines (from /metrics samples kept in the browser), the sink's page reached and paused by
+keyboard only, a new page opening at its top, a long failure line wrapped, the topics page (one
+row per topic, its queues on expand), the cluster page, and Delete from a connector's page.
+A worker with `rest.auth=basic`: a reader sees the list and is refused a pause, an admin
+pauses; without credentials the console says authentication is required. A worker with
+`rest.auth=token`: the console asks for a token, refuses a wrong one, shows the list once
+logged in by keyboard, and forgets the token on "Log out". The cluster page of a multi-worker
+cluster is tested in test_distributed.
 Screenshots go to $SLUICE_ARTIFACTS (default tests/artifacts/console/).
 """
 
@@ -25,29 +33,22 @@ from urllib.parse import quote
 import pytest
 
 from tests.conftest import wait_until
-from tests.e2e.worker_process import REPO, WorkerProcess
+from tests.e2e.browser import ARTIFACTS, chromium, new_page, screenshot
+from tests.e2e.secured import ADMIN, READER
+from tests.e2e.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(os.environ.get("SLUICE_ARTIFACTS", REPO / "tests" / "artifacts")) / "console"
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    with chromium() as b:
+        yield b
 
 
 @pytest.fixture(scope="module")
-def page() -> Iterator[object]:
-    os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    from playwright.sync_api import sync_playwright
-
-    assert Path(CHROMIUM).exists(), "Chromium missing: scripts/servers.sh prepare chromium"
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
-        )
-        page = browser.new_page(viewport={"width": 1366, "height": 800})
-        page.set_default_timeout(60_000)
-        yield page
-        browser.close()
+def page(browser) -> object:
+    return new_page(browser)
 
 
 def _count(worker: WorkerProcess, topic: str) -> int:
@@ -57,23 +58,73 @@ def _count(worker: WorkerProcess, topic: str) -> int:
     return sum(q["max_offset"] - q["min_offset"] for q in response.json()["queues"])
 
 
+def _run_id(worker: WorkerProcess, name: str) -> str | None:
+    """The id of the connector's current query start: a restart changes it."""
+    return worker.get(f"/v1/connectors/{name}/progress").json()["run_id"]
+
+
 def test_console_create_list_pause_resume_dead_letters_reset(
     worker: WorkerProcess, page, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
-    shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # noqa: E731
+    shot = lambda name: screenshot(page, name)  # noqa: E731
     source_file = tmp_path / "in.txt"
     source_file.write_text("alpha\nbeta\ngamma\n")  # plain text: a JSON sink dead-letters it
 
-    # create a file source from the form; a missing required key is shown beside its field
+    # the class picker: short names grouped, each with its summary; the value is the class
     page.goto(worker.url + "/ui/#/new")
+    sources = page.locator("#plugin optgroup[label^='Sources'] option")
+    file_source = sources.filter(has_text="FileSourceConnector")
+    expect(file_source.first).to_have_text(
+        "FileSourceConnector — Streams the lines of one file into a topic, following appends."
+    )
+    expect(file_source.first).to_have_attribute(
+        "value", "sluice.connectors.file.source.FileSourceConnector"
+    )
+    sinks = page.locator("#plugin optgroup[label^='Sinks'] option")
+    expect(sinks.filter(has_text="JdbcSinkConnector")).to_have_count(1)
+    expect(sources.filter(has_text="JdbcSinkConnector")).to_have_count(0)
+    assert not page.locator("#plugin option").filter(has_text="sluice.connectors").count()
+
+    # a secret is a password input
+    page.select_option("#plugin", "sluice.connectors.jdbc.sink.JdbcSinkConnector")
+    expect(page.locator("[id='f-connection.password']")).to_have_attribute("type", "password")
+    shot("0-class-picker-and-password")
+
     page.select_option("#plugin", "sluice.connectors.file.source.FileSourceConnector")
     page.wait_for_selector("#f-filename")
+    expect(page.locator("[id='f-connection.password']")).to_have_count(0)
+    # asked once: no second name field, no connector.class field; defaults as typed
+    expect(page.locator("#create input[name='name']")).to_have_count(1)
+    expect(page.locator("[id='f-connector.class']")).to_have_count(0)
+    expect(page.locator("[id='f-pipeline.fused']")).to_have_attribute("placeholder", "true")
+
+    # Validate: a problem far down the form is scrolled to, marked and focused
     page.fill("#f-name", "uiSource")
     page.fill("[id='f-connect.topicname']", "uiTopic")
+    page.fill("#f-filename", str(source_file))
+    late = page.locator("[id='f-restart.transient.max.attempts']")
+    late.fill("many")
+    page.evaluate("window.scrollTo(0, 0)")
+    assert not late.evaluate("el => el.getBoundingClientRect().top < window.innerHeight")
+    page.click("#validate")
+    expect(page.locator("[id='e-restart.transient.max.attempts']")).not_to_be_empty()
+    expect(late).to_be_focused()
+    expect(late).to_have_attribute("aria-invalid", "true")
+    expect(late).to_be_in_viewport()
+    expect(page.locator("#flash")).to_contain_text("1 problem(s)")
+    shot("1-validate-marks-the-field")
+    late.fill("")
+    page.click("#validate")
+    expect(page.locator("#flash")).to_have_text("The config is valid.")
+    expect(late).not_to_have_attribute("aria-invalid", "true")
+
+    # a missing required key is shown beside its field
+    page.fill("#f-filename", "")
     page.click("#submit")
     expect(page.locator("#e-filename")).to_contain_text("filename")
+    expect(page.locator("#f-filename")).to_be_focused()
     shot("1-validation-error")
     page.fill("#f-filename", str(source_file))
     page.click("#submit")
@@ -134,6 +185,12 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     assert worker.state("uiSink") == "PAUSED"
     page.click("button:has-text('Resume')")
     expect(page.locator("h1")).to_contain_text("RUNNING")
+    run = _run_id(worker, "uiSink")
+    assert run
+    page.click("button:has-text('Restart')")
+    expect(page.locator("#flash")).to_have_text("Restart: done")
+    wait_until(lambda: _run_id(worker, "uiSink") not in (None, run), 60, "the sink's restart")
+    expect(page.locator("h1")).to_contain_text("RUNNING")
     letters = page.locator("#dead-letters tbody tr")
     expect(letters).to_have_count(3)
     expect(letters.first).to_contain_text("__connect.errors.stage")
@@ -151,8 +208,36 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     assert worker.get("/v1/connectors/uiSink/offsets").json() == {"offsets": []}
     shot("4-offsets-reset")
 
+    # a new page opens at its top, not where the last one was scrolled to
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    assert page.evaluate("window.scrollY") > 0
+    page.evaluate("location.hash = '#/new'")
+    page.wait_for_selector("#plugin")
+    assert page.evaluate("window.scrollY") == 0
+
+    # a failure's long first line wraps inside its box instead of running past the edge
+    page.goto(worker.url + "/ui/#/connector/uiSink")
+    wide = page.evaluate(
+        """() => {
+        const pre = document.createElement("pre");
+        pre.className = "trace";
+        pre.textContent = "ConfigException: " + "a-very-long-cause-".repeat(40) + "\\nsecond";
+        document.getElementById("main").append(pre);
+        return [pre.scrollWidth, pre.clientWidth];
+        }"""
+    )
+    assert wide[0] <= wide[1], f"the trace box scrolls sideways: {wide}"
+
+    # topics: one row per topic with its record count; its queues on expand
     page.goto(worker.url + "/ui/#/topics")
-    expect(page.locator("#topics")).to_contain_text("uiTopic-dlq")
+    dlq = page.locator("#topics > tbody > tr[data-topic='uiTopic-dlq']")
+    expect(dlq).to_have_count(1)
+    expect(dlq.locator("td.records-count")).to_have_text("3")
+    queues = worker.get("/v1/topics/uiTopic-dlq").json()["queues"]
+    expect(dlq.locator("summary")).to_have_text(f"{len(queues)} queues")
+    expect(dlq.locator("table.queue-offsets")).to_be_hidden()
+    dlq.locator("summary").click()
+    expect(dlq.locator("table.queue-offsets tbody tr")).to_have_count(len(queues))
     shot("5-topics")
 
     # the cluster's workers and what runs on each
@@ -164,7 +249,16 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     expect(workers.first).to_contain_text("uiSource")
     shot("6-cluster")
     _retrying_marker(worker, page, tmp_path, shot)
-    for name in ("uiSource", "uiSink", "uiRetrySource", "uiRetry"):
+
+    # Delete from the connector's page, after a confirm: back to the list, gone from the worker
+    page.goto(worker.url + "/ui/#/connector/uiSource")
+    expect(page.locator("h1")).to_contain_text("uiSource")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button:has-text('Delete')")
+    page.wait_for_url(re.compile(r".*/ui/#/$"))
+    expect(page.locator("#connectors")).not_to_contain_text("uiSource")
+    assert worker.get("/v1/connectors/uiSource/status").status_code == 404
+    for name in ("uiSink", "uiRetrySource", "uiRetry"):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
 
 
@@ -229,10 +323,66 @@ def _retrying_marker(worker: WorkerProcess, page, tmp_path: Path, shot) -> None:
     shot("9-connector-retries-spent")
 
 
+def test_console_basic_auth_reader_is_refused_a_change_admin_makes_it(
+    browser, basic_worker
+) -> None:
+    """`rest.auth=basic` over HTTPS: the browser sends the user's credentials; a read-only user
+    sees the list and the connector, and Pause answers the worker's 403 in the console; an
+    admin pauses it; a browser without credentials is told authentication is required."""
+    from playwright.sync_api import expect
+
+    worker = basic_worker.worker
+    admin = basic_worker.headers
+    lines = basic_worker.home / "files" / "console-basic.txt"
+    lines.write_text("one\n")
+    source = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(lines),
+        "connect.topicname": "basicTopic",
+    }
+    created = worker.request("PUT", "/v1/connectors/basicSource/config", json=source, headers=admin)
+    assert created.status_code == 201, created.text
+
+    def as_user(credentials: tuple[str, str] | None) -> object:
+        login = {"username": credentials[0], "password": credentials[1]} if credentials else None
+        return new_page(browser, http_credentials=login, ignore_https_errors=True)
+
+    try:
+        reader = as_user(READER)
+        reader.goto(worker.url + "/ui/#/")
+        row = reader.locator("#connectors tbody tr").filter(has_text="basicSource")
+        expect(row).to_contain_text("RUNNING")
+        reader.goto(worker.url + "/ui/#/connector/basicSource")
+        expect(reader.locator("h1")).to_contain_text("RUNNING")
+        reader.click("button:has-text('Pause')")
+        expect(reader.locator("#flash")).to_contain_text(f"Pause: {READER[0]} is read-only")
+        assert (
+            worker.get("/v1/connectors/basicSource/status", headers=admin).json()["connector"][
+                "state"
+            ]
+            == "RUNNING"
+        )
+        screenshot(reader, "10-basic-reader-refused")
+
+        writer = as_user(ADMIN)
+        writer.goto(worker.url + "/ui/#/connector/basicSource")
+        writer.click("button:has-text('Pause')")
+        expect(writer.locator("h1")).to_contain_text("PAUSED")
+        screenshot(writer, "11-basic-admin-paused")
+
+        nobody = as_user(None)
+        nobody.goto(worker.url + "/ui/#/")
+        expect(nobody.locator("#main")).to_contain_text("authentication required")
+        expect(nobody.locator("#connectors")).to_have_count(0)
+        screenshot(nobody, "12-basic-no-credentials")
+    finally:  # the shared worker goes on
+        worker.request("DELETE", "/v1/connectors/basicSource", headers=admin)
+
+
 def test_console_token_login_list_logout(page, token_worker, tmp_path: Path) -> None:
     from playwright.sync_api import expect
 
-    shot = lambda name: page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)  # noqa: E731
+    shot = lambda name: screenshot(page, name)  # noqa: E731
     token = token_worker.token
     worker = token_worker.worker
     bearer = {"Authorization": f"Bearer {token}"}

@@ -4,14 +4,14 @@ connectors) allocated by the consistent hash. Positions, schemas and counters ar
 store.
 
 One cluster for the whole module (tests run in file order and share it): allocation matches the
-strategy; kill -9 of a worker moves its connectors with nothing lost or doubled (in the sinks
-and counted in the topics; the failover time is reported, bench/failover.py measures it), one
-more rebalance in the survivor's metrics; only a source's owner reports its lag; a 4th worker
-restarts only the connectors the ring moves to it; a SIGSTOPped worker loses its leases, and
-after SIGCONT its late commits are refused and its queries stopped; REST writes through any
-worker reach the owner; a push sink's live settings change through its owner only (another
-worker answers 404 naming it and writes nothing); bad cluster configs fail naming the key and a
-malformed store row crashes nothing.
+strategy, and the console's cluster page (in Chromium) shows it; kill -9 of a worker moves its
+connectors with nothing lost or doubled (in the sinks and counted in the topics; the failover time
+is reported, bench/failover.py measures it), one more rebalance in the survivor's metrics; only a
+source's owner reports its lag; a 4th worker restarts only the connectors the ring moves to it; a
+SIGSTOPped worker loses its leases, and after SIGCONT its late commits are refused and its queries
+stopped; REST writes through any worker reach the owner; a push sink's live settings change through
+its owner only (another worker answers 404 naming it and writes nothing); bad cluster configs fail
+naming the key and a malformed store row crashes nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from sluice.bus.embedded.log import EmbeddedLog
 from sluice.push import PushBoard
 from sluice.runtime.allocation import consistent_hash
 from tests.conftest import wait_until
+from tests.e2e.browser import chromium, new_page, screenshot
 from tests.e2e.dist_cluster import Cluster, running_cluster
 from tests.e2e.test_ops_metrics import scrape, value
 from tests.e2e.worker_process import REPO, DistWorker
@@ -65,6 +66,30 @@ def test_allocation_follows_the_ring_and_every_worker_agrees(cluster: Cluster) -
         assert {t["workerId"] for t in tasks} <= {w.worker_id}
         assert sorted({t["connector"] for t in tasks}) == mine
     cluster.assert_exact()
+
+
+def test_the_console_cluster_page_shows_every_worker_and_what_runs_there(
+    cluster: Cluster,
+) -> None:
+    """The console's cluster page, in Chromium, on any worker: one row per live worker with the
+    connectors the ring gave it (each a link to its page)."""
+    from playwright.sync_api import expect
+
+    expected = cluster.wait_allocated()
+    first, *_ = cluster.live()
+    with chromium() as browser:
+        page = new_page(browser)
+        page.goto(first.url + "/ui/#/cluster")
+        expect(page.locator("#main")).to_contain_text("3 live workers (distributed mode)")
+        rows = page.locator("#workers tbody tr")
+        expect(rows).to_have_count(3)
+        for w in cluster.live():
+            mine = sorted(n for n, owner in expected.items() if owner == w.worker_id)
+            row = rows.filter(has=page.locator("td:first-child", has_text=w.worker_id))
+            expect(row.locator("td").nth(1)).to_have_text("live")
+            expect(row.locator("td").nth(2)).to_have_text(str(len(mine)))
+            expect(row.locator("td").nth(4).locator("a")).to_have_text(mine)
+        screenshot(page, "13-cluster-of-three")
 
 
 def test_kill_9_moves_its_connectors_and_loses_nothing(

@@ -126,6 +126,10 @@ def test_v1_gets_of_an_existing_connector(worker: WorkerProcess, scratch: Path) 
     assert [(p["class"], p["type"], p["delivery"]) for p in file_source] == [
         ("sluice.connectors.file.source.FileSourceConnector", "source", "exactly-once")
     ]
+    # what the console's class picker shows beside the short name
+    assert file_source[0]["summary"] == (
+        "Streams the lines of one file into a topic, following appends."
+    )
     # delivery follows the task's base class (poll-only: at-least-once) or a sink's config
     rocketmq_face = {p["className"]: p["delivery"] for p in worker.body("/plugin/list")}
     assert rocketmq_face["sluice.connectors.redis.source.RedisListSourceConnector"] == (

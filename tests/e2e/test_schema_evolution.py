@@ -11,12 +11,16 @@ MariaDB → JdbcSourceConnector → Avro topic → JdbcSinkConnector → Postgre
 * The same with `JsonConverter` (PostgreSQL → JSON topic → PostgreSQL): its sink decodes in
   Spark SQL, whose column types are fixed when the query starts, so it restarts by itself at the
   micro-batch that meets the new version, and then adds the column.
+* A sink created before the source of its topic waits, RUNNING with the reason, and starts by
+  itself once the source registered the topic's schema; transforms on a sink whose topics differ
+  in schema (one sink + RegexRouter for all topics) are refused at create, naming `transforms`.
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -217,3 +221,118 @@ def test_a_json_sink_on_the_jvm_path_restarts_by_itself_for_a_new_version(
     wait_until(lambda: worker.state(sink) == "RUNNING", 60, "the sink RUNNING")
     for name in (source, sink):
         assert worker.request("DELETE", f"/v1/connectors/{name}").status_code == 204
+
+
+def _status(worker: WorkerProcess, name: str) -> dict[str, Any]:
+    return worker.body(f"/connectors/{name}/status")
+
+
+def test_a_sink_created_before_its_source_waits_running_then_starts(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """A JSON sink created before the source of its topic: its decoder needs the topic's schema,
+    which the source registers with its first micro-batch. The sink is RUNNING with the reason
+    as its trace (not FAILED, as it was), and starts by itself once the source runs."""
+    json_values = {"value.converter": "JsonConverter", "key.converter": "StringConverter"}
+    out = tmp_path / "early.txt"
+    sink = {
+        "connector.class": "FileSinkConnector",
+        "filename": str(out),
+        "connect.topicnames": "earlyTopic",
+        **json_values,
+    }
+    _post(worker, "early-sink", sink)
+    wait_until(
+        lambda: (
+            "needs the value schema" in (_status(worker, "early-sink")["connector"]["trace"] or "")
+        ),
+        60,
+        "the sink's waiting note",
+    )
+    waiting = _status(worker, "early-sink")
+    assert waiting["connector"]["state"] == "RUNNING", waiting
+    assert "the sink waits, and starts once the source connector" in waiting["connector"]["trace"]
+
+    lines = tmp_path / "early-in.txt"
+    lines.write_text('"one"\n"two"\n')
+    source = {
+        "connector.class": "FileSourceConnector",
+        "filename": str(lines),
+        "connect.topicname": "earlyTopic",
+        **json_values,
+    }
+    try:
+        _post(worker, "early-source", source)
+        wait_until(
+            lambda: out.exists() and out.read_text().splitlines() == ["one", "two"],
+            120,
+            "the waiting sink to start and write the source's records",
+        )
+        started = _status(worker, "early-sink")
+        assert started["connector"]["state"] == "RUNNING"
+        assert not started["connector"]["trace"], started
+        assert [t["state"] for t in started["tasks"]] == ["RUNNING"]
+    finally:
+        for name in ("early-sink", "early-source"):
+            worker.request("DELETE", f"/v1/connectors/{name}")
+
+
+def test_transforms_over_topics_of_different_schemas_are_refused_at_create(
+    worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """Kafka Connect's "one sink for all topics + RegexRouter": sluice's sink runs its
+    transforms on one Spark frame, so topics of different schemas cannot share them. Refused at
+    create with a 400 naming `transforms` and the way out, instead of a 201 and FAILED."""
+    json_values = {"value.converter": "JsonConverter", "key.converter": "StringConverter"}
+    plain = tmp_path / "plain.txt"
+    plain.write_text('"a"\n')
+    wrapped = tmp_path / "wrapped.txt"
+    wrapped.write_text('"b"\n')
+    hoist = {
+        "transforms": "h",
+        "transforms.h.type": "HoistField$Value",
+        "transforms.h.field": "line",
+    }
+    try:
+        for name, path, topic, extra in (
+            ("mix-plain", plain, "mixPlain", {}),
+            ("mix-wrapped", wrapped, "mixWrapped", hoist),
+        ):
+            config = {
+                "connector.class": "FileSourceConnector",
+                "filename": str(path),
+                "connect.topicname": topic,
+                **json_values,
+                **extra,
+            }
+            _post(worker, name, config)
+        wait_until(
+            lambda: (
+                _topic_count(worker, "mixPlain") == 1 and _topic_count(worker, "mixWrapped") == 1
+            ),
+            120,
+            "both topics' first records (their schemas registered)",
+        )
+        sink = {
+            "connector.class": "FileSinkConnector",
+            "filename": str(tmp_path / "all.txt"),
+            "connect.topicnames": "mixPlain,mixWrapped",
+            "transforms": "route",
+            "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+            "transforms.route.regex": "mix(.*)",
+            "transforms.route.replacement": "all",
+            **json_values,
+        }
+        response = worker.request("POST", "/connectors/mix-sink", content=json.dumps(sink))
+        assert response.status_code == 400, response.text
+        body = response.json()
+        assert (
+            "transforms: a sink cannot transform records when its topics have different"
+            in (body["message"])
+        ), body
+        assert "one sink connector per topic" in body["message"], body
+        assert worker.get("/connectors/mix-sink/status").status_code == 404
+        assert "mix-sink" not in worker.body("/connectors/list")
+    finally:
+        for name in ("mix-plain", "mix-wrapped", "mix-sink"):
+            worker.request("DELETE", f"/v1/connectors/{name}")

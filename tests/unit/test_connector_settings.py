@@ -183,6 +183,36 @@ def test_plugin_keys_list_the_connector_level_keys_too() -> None:
     assert names.count("connect.topicnames") == 1
 
 
+def test_plugin_keys_show_defaults_as_a_user_types_them() -> None:
+    """The console's placeholders and `/plugin/config` show `true`, not Python's `True`."""
+    from sluice.connectors.file import FileSinkConnector
+
+    defaults = {k["name"]: k["default_value"] for k in validation.plugin_keys(FileSinkConnector)}
+    assert defaults["pipeline.fused"] == "true"
+    assert defaults["errors.log.enable"] == "false"
+    assert validation.shown_default(["a", "b"]) == "a,b"
+    assert validation.shown_default(5) == "5"
+
+
+def test_a_plugin_summary_is_its_docstrings_first_line() -> None:
+    from sluice.connectors.file import FileSinkConnector
+    from sluice.runtime.plugins import summary_of
+
+    class Undocumented(FileSinkConnector):
+        pass
+
+    class Documented(FileSinkConnector):
+        """
+
+        Writes somewhere.
+        More detail.
+        """
+
+    assert summary_of(Documented) == "Writes somewhere."
+    assert summary_of(Undocumented) == ""  # not its base's: the summary is the class's own
+    assert summary_of(FileSinkConnector)
+
+
 def test_positions_keys_cannot_change_in_place() -> None:
     old = {"mode": "incrementing", "incrementing.column.name": "id"}
     new = {"mode": "timestamp", "timestamp.column.name": "ts"}

@@ -177,6 +177,23 @@ def test_starts_that_fail_are_judged_like_queries(world) -> None:
     assert "gone" not in reconciler.duties and "gone" not in store.rows
 
 
+def test_a_sink_waiting_for_a_schema_is_running_with_the_reason_until_it_starts(world) -> None:
+    from sluice.engine.converters import SchemaNotRegisteredError
+
+    store, _runner, _board, reconciler, launched, clock = world
+    failures = reconciler.failures  # type: ignore[attr-defined]
+    for _ in range(3):  # not yet, not yet, not yet …
+        failures["early"] = SchemaNotRegisteredError("value.converter", "no schema of topic t")
+        reconciler.assign("early", {})
+        reconciler.round()
+        state, _tasks, trace = store.rows["early"]
+        assert state == "RUNNING" and "value.converter: no schema of topic t" in (trace or "")
+        assert reconciler.restarts.waiting("early") and "early" not in reconciler.last_error
+        clock.now += 5
+    reconciler.round()  # … the schema is there: it starts, its note gone
+    assert launched == ["early"] and store.rows["early"] == ("RUNNING", 1, None)
+
+
 def test_a_refused_config_is_raised_not_judged(world) -> None:
     store, _runner, _board, reconciler, _launched, _clock = world
     reconciler.failures["c"] = ConfigException("transforms.t", "invalid SQL")  # type: ignore[attr-defined]

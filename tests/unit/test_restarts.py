@@ -211,3 +211,30 @@ def test_a_start_that_met_a_server_away_is_retriable_unless_the_config_is_at_fau
     assert retriable_start_error(ConnectionRefusedError("refused"))
     assert retriable_start_error(OSError(28, "No space left on device"))
     assert not retriable_start_error(ValueError("no"))
+
+
+def test_a_sink_waiting_for_its_topics_first_schema_is_started_again_without_limit() -> None:
+    """`SchemaNotRegisteredError` is "not yet", not a failure: restarts every ≤ 5 s, no count or
+    time limit, none of the other kinds' attempts used; off only with max.attempts=0."""
+    from sluice.engine.converters import SchemaNotRegisteredError
+    from sluice.runtime.restarts import WAIT_CAP_S, is_waiting
+
+    clock = _Clock()
+    restarts = TransientRestarts(clock)
+    waiting = (
+        f"SchemaNotRegisteredError: {SchemaNotRegisteredError('value.converter', 'no schema')}"
+    )
+    assert is_waiting(waiting)
+    assert not is_waiting(f"ConfigException: value.converter: x\n  {waiting}")  # cause only
+    delays = []
+    for _ in range(200):  # far past the 10 minutes a retriable failure gets
+        restart = restarts.schedule("sink", waiting, {})
+        assert restart is not None and restart.kind == "waiting" and restart.of == 0
+        delays.append(restart.delay_s)
+        clock.now += restart.delay_s
+        assert restarts.due() == ["sink"]
+    assert delays[:4] == [1.0, 2.0, 4.0, WAIT_CAP_S] and max(delays) == WAIT_CAP_S
+    crash = restarts.schedule("sink", CRASHED, {"restart.transient.max.attempts": "2"})
+    assert crash is not None and (crash.attempt, crash.of) == (1, 2)  # none used by the waits
+    off = {"restart.transient.max.attempts": "0"}
+    assert TransientRestarts(clock).schedule("other", waiting, off) is None

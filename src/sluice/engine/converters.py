@@ -60,6 +60,20 @@ RECORD_COLUMNS = ("topic", "queue_id", "queue_offset", "key", "value", "timestam
 _TMP = "__sluice_"
 
 
+#: what a sink waiting for a schema does (the suggestion of `SchemaNotRegisteredError`)
+WAITS = (
+    "the sink waits, and starts once the source connector that writes {what} has registered "
+    "its schemas (with its first micro-batch)"
+)
+
+
+class SchemaNotRegisteredError(ConfigException):
+    """A sink's converter needs a topic's registered schema and none is registered yet: the
+    source that writes the topic registers it with its first micro-batch, perhaps not yet
+    started. Not the user's mistake to fix: the runtime waits and starts the sink again
+    (`sluice.runtime.restarts`, kind `waiting`) instead of leaving it FAILED."""
+
+
 # -- configuration ---------------------------------------------------------------------------------
 def converter_for(
     config: dict[str, str], key: str, registry: SchemaRegistry | None = None
@@ -172,12 +186,11 @@ def plan_decoders(
         if converter.uses_registry:
             schemas = _topics_schemas(converter, names, registry, late=late)
             if converter.needs_schema() and not late and not any(schemas.values()):
-                raise ConfigException(
+                raise SchemaNotRegisteredError(
                     converter.key,
                     f"{converter.name} needs the {role} schema of topic(s) "
                     f"{', '.join(topics)}, and none is registered",
-                    suggestion="start the source connector that writes them first; it "
-                    "registers its schemas when it starts",
+                    suggestion=WAITS.format(what="them"),
                 )
         made: dict[Schema | None, Decoder] = {}  # one decoder per distinct schema
         decoders[role] = {}
@@ -217,12 +230,11 @@ class _LateDecoder(Decoder):
             registry = self._factory.registry
             found = registry.latest(subject(self.topic, self.role)) if registry else None
             if found is None:
-                raise ConfigException(
+                raise SchemaNotRegisteredError(
                     self._factory.key,
                     f"{self.converter} needs the {self.role} schema of topic {self.topic!r}, and "
                     "none is registered",
-                    suggestion="start the source connector that writes it; it registers its "
-                    "schemas with its first micro-batch",
+                    suggestion=WAITS.format(what="it"),
                 )
             self._inner = self._factory.decoder(from_connect(json.loads(found.schema)))
         return self._inner
@@ -246,12 +258,11 @@ def _topics_schemas(
     known = {t: r for t, r in found.items() if r is not None}
     missing = sorted(t for t, r in found.items() if r is None)
     if known and missing and not late:
-        raise ConfigException(
+        raise SchemaNotRegisteredError(
             converter.key,
             f"topic(s) {', '.join(missing)} have no registered {converter.role} schema yet "
             f"({', '.join(sorted(known))} do)",
-            suggestion="start the sink once the sources writing these topics have committed a "
-            "first batch",
+            suggestion=WAITS.format(what="them"),
         )
     return {t: (from_connect(json.loads(r.schema)) if r else None) for t, r in found.items()}
 

@@ -177,6 +177,7 @@ def _plugin_body(info: Any) -> dict[str, Any]:
         "version": data["version"],
         "aliases": list(data["aliases"]),
         "delivery": data["delivery"],
+        "summary": data["summary"],
     }
 
 

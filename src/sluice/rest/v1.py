@@ -248,6 +248,7 @@ def plugins(request: Request, connectorsOnly: bool = True) -> list[dict[str, Any
             "version": p.version,
             "aliases": list(p.aliases),
             "delivery": p.delivery,
+            "summary": p.summary,
         }
         for p in herder_of(request).plugins()
         if not connectorsOnly or p.type in ("source", "sink")

@@ -354,8 +354,9 @@ class Herder(ABC):
     @abstractmethod
     def query_progress(self, name: str) -> dict[str, Any]:
         """The recent micro-batches of connector `name`'s Spark query as Spark reports them:
-        `{"connector", "query_id", "batches": [{"batchId", "timestamp", "numInputRows",
-        "durationMs": {phase: ms}}]}` (newest last; empty while it does not run here)."""
+        `{"connector", "query_id", "run_id", "batches": [{"batchId", "timestamp",
+        "numInputRows", "durationMs": {phase: ms}}]}` (newest last; empty while it does not run
+        here). `run_id` changes with each start of the query (a restart), `query_id` does not."""
 
     @abstractmethod
     def push(self, name: str) -> dict[str, Any]:

@@ -125,6 +125,14 @@ class PluginInfo:
     origin: str = "builtin"  # builtin | entry-point | plugin-path
     #: a connector's guarantee under its default config (`Connector.delivery({})`), else None
     delivery: str | None = None
+    #: the first line of the class's docstring: what the console's class picker shows
+    summary: str = ""
+
+
+def summary_of(cls: type) -> str:
+    """The first line of a plugin class's own docstring ("" when it has none)."""
+    doc = cls.__dict__.get("__doc__") or ""
+    return next((line.strip() for line in doc.strip().splitlines() if line.strip()), "")
 
 
 def delivery_of(cls: type | None, config: Mapping[str, str]) -> str | None:
@@ -313,6 +321,7 @@ class PluginRegistry:
                     tuple(sorted(a for a in aliases if a != full)),
                     names.origins.get(cls, "builtin"),
                     delivery_of(cls, {}),
+                    summary_of(cls),
                 )
             )
         return sorted(out, key=lambda p: (p.type, p.class_name))

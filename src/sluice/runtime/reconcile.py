@@ -211,6 +211,13 @@ class Reconciler:
         text = f"{cause}\n\n{trace}"
         failure = f"{cause}\n{trace}"
         restart = self.restarts.schedule(name, failure, duty.config, retriable=retriable)
+        if restart is not None and restart.kind == "waiting":
+            # nothing failed: it waits for its topics' first schema, RUNNING with the reason
+            if restart.attempt == 1:
+                log.info("connector %s waits: %s", name, cause.splitlines()[0][:500])
+            self.last_error.pop(name, None)
+            self.statuses.put(name, "RUNNING", self.worker_id, trace=cause, tasks=tasks)
+            return
         if restart is not None:
             _log_restart(name, what, cause, failure, restart)
             self.statuses.put(name, "RESTARTING", self.worker_id, trace=text, tasks=tasks)

@@ -33,8 +33,16 @@ than its `errors.retry.timeout` comes back by itself when the database does, and
 died while the worker's own store was away is started again when it answers (`hasten`). A config
 error (a `ConfigException` naming a key) never is, whatever driver error it quotes.
 
-While it waits the connector shows RESTARTING with the failure's trace. Every other failure (the
-connector's own error, bad data, a fenced commit) stays FAILED until a restart through REST.
+A sink that cannot start because a topic it reads has no registered schema yet
+(`SchemaNotRegisteredError`: its source has not run its first micro-batch, or was not created yet)
+*waits*: it is started again every few seconds (1 s, doubling to `WAIT_CAP_S`), with no limit
+in count or time, and shows RUNNING with the reason as its trace meanwhile — Kafka Connect's
+users create a sink before its source and expect it to pick the topic up. Only
+`restart.transient.max.attempts=0` turns this off (the sink is then FAILED, as before).
+
+While it waits for any other restart the connector shows RESTARTING with the failure's trace.
+Every other failure (the connector's own error, bad data, a fenced commit) stays FAILED until a
+restart through REST.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from sluice.engine.converters import SchemaNotRegisteredError
 from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import GAVE_UP_MARKER
 from sluice.sdk import ConfigException, RestartRequested, RetriableException
@@ -83,6 +92,11 @@ RETRIABLE_MARKERS = (
     "disk I/O error",
 )
 _FIRST_DELAY_S = 1.0
+#: the longest wait between two starts of a sink waiting for a schema: it starts at most this
+#: long after the schema is registered
+WAIT_CAP_S = 5.0
+#: Text of failures that mean "not yet": the start is tried again, without limit
+WAITING_MARKERS = (SchemaNotRegisteredError.__name__,)
 #: requested restarts in a row (none of them running `restart.transient.backoff.max.ms`) after
 #: which the connector stays FAILED: a task that keeps asking is looping, not following DDL
 REQUESTED_LIMIT = 50
@@ -100,6 +114,13 @@ def requested_reason(failure: str) -> str | None:
                 text = rest
             return text.replace(RestartRequested.MARKER, "").strip()
     return None
+
+
+def is_waiting(failure: str) -> bool:
+    """Whether a query's failure (or start's) text says it waits for something to exist (a
+    topic's first schema), not that anything failed."""
+    cause = failure.split("\n", 1)[0]
+    return any(marker in cause for marker in WAITING_MARKERS)
 
 
 def is_transient(failure: str) -> bool:
@@ -148,6 +169,7 @@ class _Entry:
     attempts: int = 0
     requested: int = 0
     retriable: int = 0
+    waits: int = 0
     #: when the current series of retriable failures began (None: not in one)
     retriable_since: float | None = None
     due: float | None = None
@@ -158,8 +180,9 @@ class _Entry:
 class Restart:
     """A scheduled automatic restart: attempt `attempt` of `of` (0: no limit on the count, a
     retriable failure's restarts are bounded by time), in `delay_s`; `kind` says why:
-    `transient` (the machine failed it), `requested` (the task asked, `RestartRequested`) or
-    `retriable` (a server it talks to was away)."""
+    `transient` (the machine failed it), `requested` (the task asked, `RestartRequested`),
+    `retriable` (a server it talks to was away) or `waiting` (a topic it reads has no schema
+    yet, `SchemaNotRegisteredError`: no limit)."""
 
     attempt: int
     of: int
@@ -198,8 +221,9 @@ class TransientRestarts:
         automatically or their attempts (or time) are used up. `retriable` overrides what the
         text says (a start's exception tells it better, `retriable_start_error`)."""
         transient = is_transient(failure)
+        waiting = is_waiting(failure)
         retriable = is_retriable(failure) if retriable is None else retriable
-        if not transient and not retriable:
+        if not transient and not retriable and not waiting:
             return None
         keys = RUNTIME_KEYS.parse({k: v for k, v in config.items() if k.startswith("restart.")})
         limit = keys["restart.transient.max.attempts"]
@@ -210,8 +234,13 @@ class TransientRestarts:
         with self._lock:
             entry = self._entries.setdefault(name, _Entry(started=now))
             if now - entry.started >= cap_s:  # it ran long enough: a new series
-                entry.attempts = entry.requested = entry.retriable = 0
+                entry.attempts = entry.requested = entry.retriable = entry.waits = 0
                 entry.retriable_since = None
+            if waiting:
+                entry.waits += 1
+                delay = min(_FIRST_DELAY_S * 2 ** (entry.waits - 1), WAIT_CAP_S)
+                entry.due = now + delay
+                return Restart(entry.waits, 0, delay, kind="waiting")
             if RestartRequested.MARKER in failure:
                 return self._requested(name, entry, now)
             if transient:

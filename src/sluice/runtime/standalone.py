@@ -585,7 +585,7 @@ class StandaloneHerder(Herder):
         self._stored(name)
         running = self.runner.running.get(name)
         if running is None:
-            return {"connector": name, "query_id": None, "batches": []}
+            return {"connector": name, "query_id": None, "run_id": None, "batches": []}
         batches = []
         for p in running.query.recentProgress:
             batches.append(
@@ -596,15 +596,24 @@ class StandaloneHerder(Herder):
                     "durationMs": dict(p.durationMs or {}),
                 }
             )
-        return {"connector": name, "query_id": str(running.query.id), "batches": batches}
+        return {
+            "connector": name,
+            "query_id": str(running.query.id),
+            # the id of this start of the query (Spark's runId): a restart changes it, while
+            # query_id, kept in the checkpoint, stays
+            "run_id": str(running.query.runId),
+            "batches": batches,
+        }
 
     def push(self, name: str) -> dict[str, Any]:
         self._push_sink(name)
         running = self.runner.running.get(name)
         return {
             "connector": name,
-            # the Spark query's id: live tuning keeps it (no restart)
+            # the Spark query's id, and the id of its current start: live tuning keeps both
+            # (no restart); a restart keeps query_id (the checkpoint's) and changes run_id
             "query_id": str(running.query.id) if running is not None else None,
+            "run_id": str(running.query.runId) if running is not None else None,
             # target names are the resolved URLs: a secret in one is masked
             **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
         }

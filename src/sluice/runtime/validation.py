@@ -165,8 +165,11 @@ def accepted(
 
 def is_plan_error(exc: ConfigException) -> bool:
     """True for a config error found only when Spark plans the connector's query (a transform's
-    SQL that does not analyse, or drops record columns): a herder refuses those at create."""
-    return exc.key.startswith(("transforms.", "predicates."))
+    SQL that does not analyse, or drops record columns; transforms on a sink whose topics differ
+    in schema): a herder refuses those at create."""
+    # `transforms` itself: a sink's transforms over topics whose schemas differ cannot run
+    # (`runner._check_mixed_sink`), which shows only once the topics' schemas are looked up
+    return exc.key == "transforms" or exc.key.startswith(("transforms.", "predicates."))
 
 
 def definition(name: str, key: ConfigKey | None) -> dict[str, Any]:
@@ -184,9 +187,19 @@ def definition(name: str, key: ConfigKey | None) -> dict[str, Any]:
         "name": name,
         "type": key.type,
         "required": key.required,
-        "default_value": None if default is None else str(default),
+        "default_value": None if default is None else shown_default(default),
         "documentation": key.doc,
     }
+
+
+def shown_default(value: Any) -> str:
+    """A key's default as a user would type it: `true`, not Python's `True`; a list
+    comma-separated."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return ",".join(shown_default(v) for v in value)
+    return str(value)
 
 
 def plugin_keys(cls: type[Connector]) -> list[dict[str, Any]]:

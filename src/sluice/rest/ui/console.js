@@ -326,17 +326,33 @@ function recordsTable(body, id) {
 }
 
 // -- create -------------------------------------------------------------------------------------
+// Keys the form asks once, above the class's own keys: never as fields of their own.
+const FORM_KEYS = new Set(["name", "connector.class"]);
+
+function shortName(className) { return className.slice(className.lastIndexOf(".") + 1); }
+
+// The class picker: short names grouped sources / sinks, each with its one-line summary; the
+// option's value is the full class name (what the config stores).
+function classPicker(plugins) {
+  const group = (type, label) => h("optgroup", { label },
+    plugins.filter((p) => p.type === type)
+      .sort((a, b) => shortName(a.class).localeCompare(shortName(b.class)))
+      .map((p) => h("option", { value: p.class, title: p.class },
+        p.summary ? `${shortName(p.class)} — ${p.summary}` : shortName(p.class))));
+  return h("select", { id: "plugin", name: "plugin" },
+    h("option", { value: "" }, "— choose a connector —"),
+    group("source", "Sources (into topics)"), group("sink", "Sinks (out of topics)"));
+}
+
 async function newView() {
-  const plugins = (await api("GET", "/v1/connector-plugins")).sort((a, b) => a.class.localeCompare(b.class));
-  const select = h("select", { id: "plugin", name: "plugin" },
-    h("option", { value: "" }, "— choose a connector class —"),
-    plugins.map((p) => h("option", { value: p.class }, `${p.class} (${p.type})`)));
+  const select = classPicker(await api("GET", "/v1/connector-plugins"));
   const form = h("form", { id: "create", novalidate: true });
   const fields = h("div", { id: "fields" });
-  const nameInput = h("input", { id: "f-name", name: "name", required: true, autocomplete: "off" });
+  const nameInput = h("input", { id: "f-name", name: "name", required: true, autocomplete: "off",
+    "aria-describedby": "e-name" });
   form.append(
     h("div", { class: "field" }, h("label", { for: "f-name" }, "Name"), nameInput,
-      h("span", { class: "error", id: "e-name" })),
+      h("span", { class: "error", id: "e-name", role: "alert" })),
     h("div", { class: "field" }, h("label", { for: "plugin" }, "Connector class"), select),
     fields,
     h("div", { class: "actions" },
@@ -346,15 +362,17 @@ async function newView() {
   select.addEventListener("change", async () => {
     fields.replaceChildren();
     if (!select.value) return;
-    const defs = (await api("GET", `/plugin/config?plugin=${enc(select.value)}`)).body;
+    const defs = (await api("GET", `/plugin/config?plugin=${enc(select.value)}`)).body
+      .filter((d) => !FORM_KEYS.has(d.name));
     defs.sort((a, b) => (b.required - a.required) || a.name.localeCompare(b.name));
     for (const d of defs) {
       const id = `f-${d.name}`;
       const input = h("input", {
-        id, name: d.name, "data-key": d.name,
+        id, name: d.name, "data-key": d.name, "aria-describedby": `e-${d.name}`,
+        // a secret is typed unseen and never offered back by the browser
         type: d.type === "password" ? "password" : "text",
+        autocomplete: d.type === "password" ? "new-password" : "off",
         placeholder: d.default_value === null ? "" : d.default_value,
-        autocomplete: "off",
       });
       fields.append(h("div", { class: d.required ? "field required" : "field" },
         h("label", { for: id }, d.name, d.required ? " *" : ""),
@@ -372,24 +390,42 @@ async function newView() {
     return config;
   }
 
+  // Each problem beside its field, the field marked invalid; the first one scrolled to and
+  // focused, so that a problem below the fold is not only a count in a toast.
+  function mark(key, text) {
+    const slot = document.getElementById(`e-${key}`);
+    const input = document.getElementById(`f-${key}`);
+    if (!slot) return null;
+    slot.textContent = text;
+    if (input) input.setAttribute("aria-invalid", "true");
+    return input || slot;
+  }
+
   async function submit(create) {
     for (const e of form.querySelectorAll(".error")) e.textContent = "";
-    if (!select.value) { flash("Choose a connector class first.", "error"); return; }
+    for (const e of form.querySelectorAll("[aria-invalid]")) e.removeAttribute("aria-invalid");
+    if (!select.value) { flash("Choose a connector class first.", "error"); select.focus(); return; }
     const config = collect();
     const result = await api("PUT", `/v1/connector-plugins/${enc(select.value)}/config/validate`, config);
-    let shown = 0;
+    const marked = [];
+    const elsewhere = [];
+    if (!nameInput.value.trim()) marked.push(mark("name", "a name is required"));
     for (const c of result.configs) {
       if (!c.value.errors.length) continue;
-      const slot = document.getElementById(`e-${c.value.name}`);
-      if (slot) { slot.textContent = c.value.errors.join("; "); shown += 1; }
-      else flash(c.value.errors.join("; "), "error");
+      const text = c.value.errors.join("; ");
+      const at = mark(c.value.name, text);
+      if (at) marked.push(at);
+      else elsewhere.push(`${c.value.name}: ${text}`);
     }
-    if (!nameInput.value.trim()) {
-      document.getElementById("e-name").textContent = "a name is required";
-      shown += 1;
-    }
-    if (result.error_count || shown) {
-      flash(`${result.error_count || shown} problem(s): see the messages beside the fields`, "error");
+    const count = Math.max(result.error_count, marked.length + elsewhere.length);
+    if (count) {
+      const first = marked.find((x) => x);
+      if (first) {
+        first.scrollIntoView({ block: "center" });
+        first.focus({ preventScroll: true });
+      }
+      flash(elsewhere.length ? elsewhere.join(" · ")
+        : `${count} problem(s): see the marked fields`, "error");
       return;
     }
     if (!create) { flash("The config is valid.", "info"); return; }
@@ -403,15 +439,27 @@ async function newView() {
 }
 
 // -- topics -------------------------------------------------------------------------------------
+// One row per topic (its record count over all queues); its queues on expand.
 async function topicsView() {
   const topics = await api("GET", "/v1/topics");
-  return [h("h1", {}, "Topics"), topics.length ? h("table", { id: "topics" },
-    h("thead", {}, h("tr", {}, ["Topic", "Queue", "Min offset", "Max offset", "Records"].map((x) => h("th", {}, x)))),
-    h("tbody", {}, topics.flatMap((t) => t.queues.map((q, i) => h("tr", {},
-      h("td", {}, i === 0 ? h("a", { href: `#/topic/${enc(t.name)}` }, t.name) : ""),
-      h("td", {}, q.queue_id), h("td", {}, q.min_offset), h("td", {}, q.max_offset),
-      h("td", {}, q.max_offset - q.min_offset))))))
-    : h("p", {}, "No topics.")];
+  if (!topics.length) return [h("h1", {}, "Topics"), h("p", {}, "No topics.")];
+  const records = (q) => q.max_offset - q.min_offset;
+  const queues = (t) => h("details", { class: "queues" },
+    h("summary", {}, `${t.queues.length} ${t.queues.length === 1 ? "queue" : "queues"}`),
+    h("table", { class: "queue-offsets" },
+      h("thead", {}, h("tr", {}, ["Queue", "Min offset", "Max offset", "Records"]
+        .map((x) => h("th", {}, x)))),
+      h("tbody", {}, t.queues.map((q) => h("tr", {},
+        h("td", {}, q.queue_id), h("td", {}, q.min_offset), h("td", {}, q.max_offset),
+        h("td", {}, records(q)))))));
+  const row = (t) => h("tr", { "data-topic": t.name },
+    h("td", {}, h("a", { href: `#/topic/${enc(t.name)}` }, t.name)),
+    h("td", {}, queues(t)),
+    h("td", { class: "records-count" },
+      t.queues.reduce((sum, q) => sum + records(q), 0).toLocaleString("en")));
+  return [h("h1", {}, "Topics"), h("table", { id: "topics" },
+    h("thead", {}, h("tr", {}, ["Topic", "Queues", "Records"].map((x) => h("th", {}, x)))),
+    h("tbody", {}, topics.map(row)))];
 }
 
 async function topicView(name) {
@@ -467,8 +515,12 @@ async function render(navigated) {
     else content = await connectorsView();
     main.replaceChildren(...content.filter((x) => x));
     drawSparklines();
-    // keyboard and screen-reader users start at the new page's content, not the old link
-    if (navigated) main.focus({ preventScroll: true });
+    // keyboard and screen-reader users start at the new page's content, not the old link; a
+    // new page opens at its top, not where the last one was scrolled to
+    if (navigated) {
+      window.scrollTo(0, 0);
+      main.focus({ preventScroll: true });
+    }
   } catch (e) {
     if (e instanceof LoginNeeded) {
       if (token()) sessionStorage.removeItem(TOKEN_KEY);
