@@ -46,8 +46,8 @@ from sluice.engine.positions import PositionStore
 from sluice.engine.retry import ConnectorNotes
 from sluice.engine.session import activate
 from sluice.engine.settings import parse_settings
-from sluice.engine.sink import SinkRunner, plan_sink
-from sluice.engine.source import plan_source, source_data_source
+from sluice.engine.sink import SinkPlan, SinkRunner, plan_sink
+from sluice.engine.source import SourcePlan, plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
 from sluice.runtime.metrics import CountingConsumer
@@ -60,6 +60,7 @@ from sluice.sdk import (
     SchemaRegistry,
     SinkConnector,
     SourceConnector,
+    Transform,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
@@ -173,6 +174,23 @@ class RunningConnector:
             return None
         trace = str(exc)
         return failure_cause(trace), trace
+
+
+@dataclass(frozen=True)
+class _Start:
+    """What `ConnectorRunner.start` resolved for one start of a connector, handed to the
+    source or sink planner."""
+
+    name: str
+    conf: dict[str, str]  # references resolved
+    chain: list[Transform]
+    run: str
+    run_dir: str
+    checkpoint: str
+    registry: CheckedRegistry
+    positions: PositionStore
+    fence: tuple[str, int] | None  # (connector, lease generation) in distributed mode
+    fenced: FencedPositions | None
 
 
 class ConnectorRunner:
@@ -348,144 +366,14 @@ class ConnectorRunner:
         registry = connector_registry(self.schemas, self.schema_compatibility, conf)
         self.counts_itself.discard(name)
         self.counters.clear_retrying(name)  # a previous run's notes (its executor died retrying)
+        ctx = _Start(
+            name, conf, chain, run, run_dir, checkpoint, registry, positions, fence, fenced
+        )
         if isinstance(connector, SourceConnector):
-            plan = plan_source(
-                name,
-                connector,
-                conf,
-                run=run,
-                staging_dir=os.path.join(run_dir, "staging"),
-                positions=positions,
-                counters=self.counters,
-                idle_wait_s=self._idle_wait_of(),
-            )
-            if plan.topic:
-                self.bus.create_topic(plan.topic)
-            dlq_topic = plan.errors.policy.dlq_topic if plan.errors else ""
-            if dlq_topic:
-                self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
-            writer_id = f"{name}/{run}"
-            # a broker outage met by its commits shows in the tasks' status (`retrying`)
-            notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
-            codecs = tuple(
-                plan_encoders(conf, plan.key_schema, shape.value_schema, registry)
-                for shape in plan.shapes
-            )
-            if all(fusable(conf, c) for c in codecs):
-                if plan.topic:  # one shape: several are refused with a topic (plan_source)
-                    register_schemas(registry, plan.topic, codecs[0])
-                direct = self.bus.topic_appender(writer_id=writer_id, fence=fence, notes=notes)
-                if any(c.registered for c in codecs):  # register every topic it writes
-                    skip = frozenset([dlq_topic] if dlq_topic else [])
-                    direct = SchemaRegistration(registry, codecs, direct, skip)
-                # its Spark rows are receipts, not records: it counts its records itself
-                direct = CountingConsumer(direct, self.counters, name)
-                self.counts_itself.add(name)
-                plan = replace(plan, direct=direct, codecs=codecs)
-                query = start_fused_query(
-                    self.spark,
-                    f"source:{name}",
-                    source_data_source(plan),
-                    direct,
-                    checkpoint=checkpoint,
-                    trigger=self.trigger,
-                )
-            else:
-                writer = self.bus.topic_writer(writer_id=writer_id, fence=fence, notes=notes)
-                query = start_source_query(
-                    self.spark,
-                    plan,
-                    conf,
-                    writer,
-                    checkpoint=checkpoint,
-                    trigger=self.trigger,
-                    chain=chain,
-                    registry=registry,
-                )
+            plan, query = self._start_source(ctx, connector)
             kind = "source"
         elif isinstance(connector, SinkConnector):
-            settings = parse_settings(conf, "sink")
-            topics = list(settings.topics)
-            if not topics:
-                raise ConfigException("connect.topicnames", "names no topic")
-            control_path = os.path.join(self._connector_dir(name), "control.json")
-            self.counts_itself.add(name)  # SinkRunner.commit counts its records
-            policy = ErrorPolicy.from_config(conf, topics)
-            if policy.dlq_topic:
-                self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
-            # Where push sinks (sluice.push) read live limits and report progress: see push_board.
-            conf[PUSH_BOARD_KEY] = self.push_board_path
-            conf[CONNECTOR_NAME_KEY] = name
-            plan = plan_sink(
-                name,
-                connector,
-                conf,
-                run=run,
-                control=self.bus.reader_control(control_path).apply,
-                counters=self.counters,
-                topics=tuple(topics),
-                registry=registry,
-            )
-            # a broker outage met by its reads or its own topics' commits shows in the tasks'
-            # status (`retrying`): the appenders are made once the tasks are known
-            notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
-            if policy.dlq_topic:
-                dlq = self.bus.topic_appender(
-                    writer_id=f"{name}/{run}/dlq", fence=fence, notes=notes
-                )
-                plan = replace(plan, dlq=dlq)
-            owned = [t for t in connector.owned_topics() if t not in topics]
-            if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
-                for topic in owned:
-                    self.bus.create_topic(topic)
-                own = self.bus.topic_appender(
-                    writer_id=f"{name}/{run}/own", fence=fence, notes=notes
-                )
-                plan = replace(plan, owned=own)
-                topics = [*topics, *owned]
-            fused = plan.codecs is not None and fusable(conf, plan.codecs)
-            if plan.codecs is not None and not fused:
-                plan.codecs.resolve_late()  # Spark needs every type now: the error names it
-            if plan.codecs is not None and plan.codecs.mixed:
-                _check_mixed_sink(conf, plan.codecs, topics)
-                fused = True
-            if fenced is not None:
-                plan = replace(plan, fence=fenced)
-            trigger = self._trigger_of(connector)
-            runner = SinkRunner(plan)
-            reader = self.bus.topic_reader(
-                name=name,
-                topics=topics,
-                max_tasks=len(plan.task_configs),
-                control_path=control_path,
-                positions=positions,
-                max_rows=settings.read_max_rows,
-                split_queues=connector.ordered_commit,
-                downstream=runner if fused else None,
-                downstream_ddl=RECEIPT_DDL if fused else None,
-                group=settings.task_group_id,
-                consume_from=settings.consume_from_where,
-                notes=notes,
-                idle_wait_s=self._idle_wait_of(connector),
-            )
-            if fused:
-                query = start_fused_query(
-                    self.spark,
-                    f"sink:{name}",
-                    reader,
-                    runner,
-                    checkpoint=checkpoint,
-                    trigger=trigger,
-                )
-            else:
-                query = start_sink_query(
-                    self.spark,
-                    plan,
-                    reader,
-                    checkpoint=checkpoint,
-                    trigger=trigger,
-                    chain=chain,
-                )
+            plan, query = self._start_sink(ctx, connector)
             kind = "sink"
         else:  # pragma: no cover - resolve_connector only returns these two
             raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
@@ -494,6 +382,155 @@ class ConnectorRunner:
         running = RunningConnector(name, kind, run, query, shown, checkpoint, generation, positions)
         self.running[name] = running
         return running
+
+    def _start_source(
+        self, ctx: _Start, connector: SourceConnector
+    ) -> tuple[SourcePlan, StreamingQuery]:
+        """Plan and start a source's query: fused (records straight to the bus's appender) when
+        no step needs the JVM, else through Spark's rows to the bus's writer."""
+        name, conf, run, registry = ctx.name, ctx.conf, ctx.run, ctx.registry
+        fence, positions, checkpoint, chain = ctx.fence, ctx.positions, ctx.checkpoint, ctx.chain
+        plan = plan_source(
+            name,
+            connector,
+            conf,
+            run=run,
+            staging_dir=os.path.join(ctx.run_dir, "staging"),
+            positions=positions,
+            counters=self.counters,
+            idle_wait_s=self._idle_wait_of(),
+        )
+        if plan.topic:
+            self.bus.create_topic(plan.topic)
+        dlq_topic = plan.errors.policy.dlq_topic if plan.errors else ""
+        if dlq_topic:
+            self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
+        writer_id = f"{name}/{run}"
+        # a broker outage met by its commits shows in the tasks' status (`retrying`)
+        notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
+        codecs = tuple(
+            plan_encoders(conf, plan.key_schema, shape.value_schema, registry)
+            for shape in plan.shapes
+        )
+        if all(fusable(conf, c) for c in codecs):
+            if plan.topic:  # one shape: several are refused with a topic (plan_source)
+                register_schemas(registry, plan.topic, codecs[0])
+            direct = self.bus.topic_appender(writer_id=writer_id, fence=fence, notes=notes)
+            if any(c.registered for c in codecs):  # register every topic it writes
+                skip = frozenset([dlq_topic] if dlq_topic else [])
+                direct = SchemaRegistration(registry, codecs, direct, skip)
+            # its Spark rows are receipts, not records: it counts its records itself
+            direct = CountingConsumer(direct, self.counters, name)
+            self.counts_itself.add(name)
+            plan = replace(plan, direct=direct, codecs=codecs)
+            query = start_fused_query(
+                self.spark,
+                f"source:{name}",
+                source_data_source(plan),
+                direct,
+                checkpoint=checkpoint,
+                trigger=self.trigger,
+            )
+        else:
+            writer = self.bus.topic_writer(writer_id=writer_id, fence=fence, notes=notes)
+            query = start_source_query(
+                self.spark,
+                plan,
+                conf,
+                writer,
+                checkpoint=checkpoint,
+                trigger=self.trigger,
+                chain=chain,
+                registry=registry,
+            )
+        return plan, query
+
+    def _start_sink(self, ctx: _Start, connector: SinkConnector) -> tuple[SinkPlan, StreamingQuery]:
+        """Plan and start a sink's query: its topics (and those it owns, such as a push sink's
+        retry topic) read by the bus's reader, fused into the sink runner when no step needs
+        the JVM (always when its topics differ in schema), else through Spark's rows."""
+        name, conf, run, registry = ctx.name, ctx.conf, ctx.run, ctx.registry
+        fence, positions, checkpoint, chain = ctx.fence, ctx.positions, ctx.checkpoint, ctx.chain
+        fenced = ctx.fenced
+        settings = parse_settings(conf, "sink")
+        topics = list(settings.topics)
+        if not topics:
+            raise ConfigException("connect.topicnames", "names no topic")
+        control_path = os.path.join(self._connector_dir(name), "control.json")
+        self.counts_itself.add(name)  # SinkRunner.commit counts its records
+        policy = ErrorPolicy.from_config(conf, topics)
+        if policy.dlq_topic:
+            self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
+        # Where push sinks (sluice.push) read live limits and report progress: see push_board.
+        conf[PUSH_BOARD_KEY] = self.push_board_path
+        conf[CONNECTOR_NAME_KEY] = name
+        plan = plan_sink(
+            name,
+            connector,
+            conf,
+            run=run,
+            control=self.bus.reader_control(control_path).apply,
+            counters=self.counters,
+            topics=tuple(topics),
+            registry=registry,
+        )
+        # a broker outage met by its reads or its own topics' commits shows in the tasks'
+        # status (`retrying`): the appenders are made once the tasks are known
+        notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
+        if policy.dlq_topic:
+            dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq", fence=fence, notes=notes)
+            plan = replace(plan, dlq=dlq)
+        owned = [t for t in connector.owned_topics() if t not in topics]
+        if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
+            for topic in owned:
+                self.bus.create_topic(topic)
+            own = self.bus.topic_appender(writer_id=f"{name}/{run}/own", fence=fence, notes=notes)
+            plan = replace(plan, owned=own)
+            topics = [*topics, *owned]
+        fused = plan.codecs is not None and fusable(conf, plan.codecs)
+        if plan.codecs is not None and not fused:
+            plan.codecs.resolve_late()  # Spark needs every type now: the error names it
+        if plan.codecs is not None and plan.codecs.mixed:
+            _check_mixed_sink(conf, plan.codecs, topics)
+            fused = True
+        if fenced is not None:
+            plan = replace(plan, fence=fenced)
+        trigger = self._trigger_of(connector)
+        runner = SinkRunner(plan)
+        reader = self.bus.topic_reader(
+            name=name,
+            topics=topics,
+            max_tasks=len(plan.task_configs),
+            control_path=control_path,
+            positions=positions,
+            max_rows=settings.read_max_rows,
+            split_queues=connector.ordered_commit,
+            downstream=runner if fused else None,
+            downstream_ddl=RECEIPT_DDL if fused else None,
+            group=settings.task_group_id,
+            consume_from=settings.consume_from_where,
+            notes=notes,
+            idle_wait_s=self._idle_wait_of(connector),
+        )
+        if fused:
+            query = start_fused_query(
+                self.spark,
+                f"sink:{name}",
+                reader,
+                runner,
+                checkpoint=checkpoint,
+                trigger=trigger,
+            )
+        else:
+            query = start_sink_query(
+                self.spark,
+                plan,
+                reader,
+                checkpoint=checkpoint,
+                trigger=trigger,
+                chain=chain,
+            )
+        return plan, query
 
     def stop(self, name: str, timeout_s: float = 60.0) -> None:
         """Stop the connector's query (its checkpoint and positions stay)."""
