@@ -605,6 +605,7 @@ class Bus(ABC):
         consume_from: str = "first",
         notes: Any = None,
         idle_wait_s: float | None = None,
+        delayed: Mapping[str, str] | None = None,
     ) -> type[DataSource]:
         """A Spark data source class that reads ``topics`` in exact, replayable queue ranges.
 
@@ -615,7 +616,8 @@ class Bus(ABC):
         is the consumer group the committed offsets are shown under. ``notes``
         (`sluice.bus.spark.TaskNotes`) is whose status shows the reader's broker failures.
         ``idle_wait_s`` bounds how long an idle reader waits for the topics to grow within one
-        trigger (default: `sluice.sdk.wakeup.IDLE_WAIT_S`).
+        trigger (default: `sluice.sdk.wakeup.IDLE_WAIT_S`). ``delayed`` (topic -> due-time
+        header) names topics read as delay queues: a queue only up to its first record not due.
         """
         from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
         from sluice.sdk import ConfigException
@@ -647,6 +649,7 @@ class Bus(ABC):
             group=group or f"connect-{name}",
             consume_from=where,
             notes=notes,
+            delayed=dict(delayed or {}),
             **({} if idle_wait_s is None else {"idle_wait_s": idle_wait_s}),
         )
         return topic_reader(plan)

@@ -45,7 +45,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -485,6 +485,10 @@ class TopicReaderPlan:
     #: How long `latestOffset` waits for the topics' doorbells (or the control file) when
     #: nothing is new (see `sluice.sdk.wakeup.idle_wait`).
     idle_wait_s: float = IDLE_WAIT_S
+    #: Delayed topics (a push sink's retry topic): topic -> the header holding each record's due
+    #: time (unix seconds). A queue of one is read only up to its first record not yet due, so
+    #: a record waits in the topic, not in a micro-batch that would park it again.
+    delayed: Mapping[str, str] = field(default_factory=dict, compare=False)
 
     @property
     def format_name(self) -> str:
@@ -528,6 +532,8 @@ class _TopicReader(DataSourceStreamReader):
         self._failures = 0
         self._outage: RetryWatcher | None = None  # the tasks' notes while planning fails
         self._bells: FileWatch | None = None
+        #: per queue of a delayed topic: (offset, due time) of its first record not due yet
+        self._held: dict[tuple[str, int], tuple[int, float]] = {}
 
     def _watch(self) -> FileWatch | None:
         """The topics' doorbells (the embedded log rings one per commit) and the control file
@@ -632,6 +638,8 @@ class _TopicReader(DataSourceStreamReader):
                 else:
                     first = explicit[key] = rng.min_offset
                 last = first if key in control["paused"] else rng.max_offset
+                if topic in self.plan.delayed and last > first:
+                    last = self._due_end(topic, queue, first, last)
                 if max_rows is not None:
                     last = min(last, first + max_rows)
                 end[key] = max(first, last)
@@ -646,6 +654,29 @@ class _TopicReader(DataSourceStreamReader):
         # (Kafka's) waits for it, and the outage must reach the status first.
         self._commit_group(begin)
         return {"q": end, "r": explicit, "rid": sorted(resets)}
+
+    def _due_end(self, topic: str, queue: int, first: int, last: int) -> int:
+        """Where reading a delayed topic's queue stops now: at its first record whose due time
+        is still ahead (a delay queue: what comes after it waits too, as behind a RocketMQ delay
+        level). Scans only what it has not held before; a record whose due header is missing
+        or unreadable is due."""
+        now = time.time()
+        held = self._held.get((topic, queue))
+        if held is not None and first <= held[0] < last and held[1] > now:
+            return held[0]
+        header = self.plan.delayed[topic]
+        try:
+            for batch in read_range(self.log, topic, queue, first, last):
+                offsets = batch.column("queue_offset").to_pylist()
+                for offset, text in zip(offsets, batch.column("headers").to_pylist(), strict=True):
+                    due = _due_time(text, header)
+                    if due is not None and due > now:
+                        self._held[(topic, queue)] = (offset, due)
+                        return offset
+        except Exception as exc:  # never fail the query for a look-ahead: read it as before
+            log.warning("%s: cannot look ahead in %s/%d: %s", self.plan.name, topic, queue, exc)
+        self._held.pop((topic, queue), None)
+        return last
 
     def partitions(self, start: dict, end: dict) -> list[InputPartition]:
         begin, stop, explicit = start.get("q", {}), end.get("q", {}), end.get("r", {})
@@ -742,6 +773,16 @@ def _arange(n: int) -> pa.Array:
         cached = pa.array(np.arange(max(n, 1 << 20), dtype=np.int64))
         _OFFSETS_CACHE["a"] = cached
     return cached.slice(0, n)
+
+
+def _due_time(headers: str | None, name: str) -> float | None:
+    """The due time a record's headers (stored JSON text) carry under `name`, or None."""
+    if not headers or name not in headers:
+        return None
+    try:
+        return float(json.loads(headers)[name])
+    except (ValueError, TypeError, KeyError):
+        return None
 
 
 def read_range(

@@ -511,6 +511,7 @@ class ConnectorRunner:
             consume_from=settings.consume_from_where,
             notes=notes,
             idle_wait_s=self._idle_wait_of(connector),
+            delayed={t: h for t, h in connector.delayed_topics().items() if t in owned},
         )
         if fused:
             query = start_fused_query(

@@ -341,6 +341,13 @@ class SinkConnector(Connector):
         them. Default: none."""
         return []
 
+    def delayed_topics(self) -> dict[str, str]:
+        """Which of `owned_topics` are delay queues, each with the record header that holds a
+        record's due time (unix seconds, as text): the runtime reads a queue of one only up to
+        its first record not yet due, so a record read back is always due (driver, after
+        `start`). Default: none."""
+        return {}
+
     def commit(self, batch_id: BatchId, messages: list[Any]) -> None:
         """Make a micro-batch's writes visible (driver, once all its tasks returned from `flush`).
 

@@ -23,6 +23,8 @@ from sluice.sdk import ConnectRecord
 
 #: Headers of a parked request in the retry topic (the value is the body, for people to read).
 PARKED = "sluice.push."
+#: the retry-topic header holding a parked request's due time (unix seconds)
+DUE_HEADER = f"{PARKED}due"
 
 
 @dataclass
@@ -256,7 +258,7 @@ def park_headers(
         f"{PARKED}origins": json.dumps(request.origins),
         f"{PARKED}attempts": str(attempts),
         f"{PARKED}first": repr(first),
-        f"{PARKED}due": repr(due),
+        DUE_HEADER: repr(due),
         f"{PARKED}status": "" if status is None else str(status),
         f"{PARKED}error": without_url(error, request.url)[:500],
     }

@@ -288,5 +288,9 @@ class HttpSinkConnector(SinkConnector):
     def owned_topics(self) -> list[str]:
         return [self.parsed.retry_topic]
 
+    def delayed_topics(self) -> dict[str, str]:
+        # a parked request is read back once due: parked once per attempt, not once per read
+        return {self.parsed.retry_topic: rq.DUE_HEADER}
+
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]
