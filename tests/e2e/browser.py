@@ -18,13 +18,18 @@ from tests.e2e.worker_process import REPO
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("SLUICE_ARTIFACTS", REPO / "tests" / "artifacts")) / "console"
 VIEWPORT = {"width": 1366, "height": 800}
+EXPECT_TIMEOUT_MS = 60_000
 
 
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Chromium (Playwright's `Browser`), closed on exit."""
     os.environ.setdefault("PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD", "1")
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
+
+    # a page's assertions wait for the worker's answers (a pause stops a Spark query): on a
+    # loaded 2-core machine that takes longer than Playwright's default 5 s
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
 
     assert Path(CHROMIUM).exists(), "Chromium missing: scripts/servers.sh prepare chromium"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -254,7 +254,7 @@ def test_a_sink_created_before_its_source_waits_running_then_starts(
     assert "the sink waits, and starts once the source connector" in waiting["connector"]["trace"]
 
     lines = tmp_path / "early-in.txt"
-    lines.write_text('"one"\n"two"\n')
+    lines.write_text("one\ntwo\n")  # strings, JSON-encoded by the source's converter
     source = {
         "connector.class": "FileSourceConnector",
         "filename": str(lines),
@@ -330,7 +330,8 @@ def test_transforms_over_topics_of_different_schemas_are_refused_at_create(
             "transforms: a sink cannot transform records when its topics have different"
             in (body["message"])
         ), body
-        assert "one sink connector per topic" in body["message"], body
+        assert body["key"] == "transforms", body
+        assert "one sink connector per topic" in body["errors"][0]["suggestion"], body
         assert worker.get("/connectors/mix-sink/status").status_code == 404
         assert "mix-sink" not in worker.body("/connectors/list")
     finally:

@@ -501,7 +501,12 @@ async function clusterView() {
 }
 
 // -- routing ------------------------------------------------------------------------------------
+// Each render is numbered: a slow page (a connector's, with its dead letters) that answers after
+// the user moved on must not replace the page they moved to.
+let renders = 0;
+
 async function render(navigated) {
+  const mine = ++renders;
   const hash = location.hash || "#/";
   const [, view, ...rest] = hash.slice(1).split("/");
   const arg = decodeURIComponent(rest.join("/"));
@@ -513,6 +518,7 @@ async function render(navigated) {
     else if (view === "topic") content = await topicView(arg);
     else if (view === "cluster") content = await clusterView();
     else content = await connectorsView();
+    if (mine !== renders) return;
     main.replaceChildren(...content.filter((x) => x));
     drawSparklines();
     // keyboard and screen-reader users start at the new page's content, not the old link; a
@@ -522,6 +528,7 @@ async function render(navigated) {
       main.focus({ preventScroll: true });
     }
   } catch (e) {
+    if (mine !== renders) return;
     if (e instanceof LoginNeeded) {
       if (token()) sessionStorage.removeItem(TOKEN_KEY);
       showLogout();
