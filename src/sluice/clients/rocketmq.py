@@ -139,6 +139,43 @@ _REPEATABLE = frozenset(
 TRANSIENT_CODES = {SYSTEM_BUSY, SERVICE_NOT_AVAILABLE}
 #: A send answered with these was stored on the master (only flushing/replication lagged).
 STORED_CODES = {SUCCESS, FLUSH_DISK_TIMEOUT, SLAVE_NOT_AVAILABLE, FLUSH_SLAVE_TIMEOUT}
+#: How long a send the broker answers SYSTEM_BUSY (its flow control dropped it unstored) is sent
+#: again, and the first pause (doubling to 1 s); past it the busy answer is returned as it is
+BUSY_RETRY_S = 30.0
+BUSY_PAUSE_S = 0.05
+
+
+def send_riding_busy(
+    broker: Any,
+    requests: Sequence[tuple[int, Mapping[str, Any], bytes]],
+    *,
+    check: Any = None,
+) -> list[Response]:
+    """`broker(requests)` (one round trip to one broker), the requests answered SYSTEM_BUSY sent
+    again after a pause, as RocketMQ's own producer does, for up to `BUSY_RETRY_S`: a loaded
+    machine keeps a request in the broker's send queue past `waitTimeMillsInSendQueue` and the
+    broker drops it unstored. `check()` runs after each pause (a writer still allowed to send).
+    Returns one response per request, in order; each request is sent again only on its own
+    busy answer, so a caller sending one batch per queue keeps each queue's order."""
+    deadline = time.monotonic() + BUSY_RETRY_S
+    pause = BUSY_PAUSE_S
+    answers: list[Response | None] = [None] * len(requests)
+    todo = list(range(len(requests)))
+    while todo:
+        busy = []
+        for i, resp in zip(todo, broker([requests[i] for i in todo]), strict=True):
+            if resp.code == SYSTEM_BUSY and time.monotonic() < deadline:
+                busy.append(i)
+            else:
+                answers[i] = resp
+        if busy:
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            if check is not None:
+                check()
+        todo = busy
+    return [a for a in answers if a is not None]
+
 
 _READ_AHEAD = 1 << 20  # bytes a connection asks its socket for at a time
 _VERSION = 401  # MQVersion ordinal the requests claim (V4_9_4)
@@ -1494,7 +1531,9 @@ class RocketMQClient:
         born = now_ms() if born_ms is None else born_ms
         for body, count in batch_bodies(messages):
             ext = send_ext(self.group, topic, queue.queue_id, born)
-            (resp,) = self.broker(queue.address, [(SEND_BATCH_MESSAGE, ext, body)])
+            (resp,) = send_riding_busy(
+                lambda reqs: self.broker(queue.address, reqs), [(SEND_BATCH_MESSAGE, ext, body)]
+            )
             if resp.code not in STORED_CODES:
                 raise self.failed(f"send to {topic}/{queue.broker}/{queue.queue_id}", resp)
             end = int(resp.field("queueOffset")) + count

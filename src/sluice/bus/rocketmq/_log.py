@@ -390,34 +390,21 @@ class RocketMQLog(ExternalLog):
         ends: dict[int, int],
         check: Callable[[], None],
     ) -> None:
-        """One round trip to a broker: a batch per queue; the batches the broker refused as busy
-        (SYSTEM_BUSY: its flow control dropped them from its send queue unstored, as when a
-        loaded machine keeps a request waiting past `waitTimeMillsInSendQueue`) are sent again
-        after a pause, as RocketMQ's own producer does, for up to `_BUSY_RETRY_S`; each queue's
-        next batch waits for its busy one, so a queue's order holds."""
-        deadline = time.monotonic() + _BUSY_RETRY_S
-        pause = _BUSY_PAUSE_S
-        while items:
-            requests = [
-                (rm.SEND_BATCH_MESSAGE, self._send_ext(topic, where[q].queue_id), body)
-                for q, body, _ in items
-            ]
-            responses = self.client.broker(address, requests)
-            busy = []
-            for item, resp in zip(items, responses, strict=True):
-                q, _, count = item
-                if resp.code == rm.SYSTEM_BUSY and time.monotonic() < deadline:
-                    busy.append(item)
-                    continue
-                if resp.code not in rm.STORED_CODES:
-                    raise self.client.failed(f"send to topic {topic!r} queue {q}", resp)
-                ends[q] = int(resp.field("queueOffset")) + count
-            if busy:
-                log.debug("rocketmq: %s busy, %d batch(es) of %r again", address, len(busy), topic)
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
-                check()  # still this writer's to send, after the pause
-            items = busy
+        """One round trip to a broker: a batch per queue; a batch the broker refuses as busy
+        (flow control) is sent again after a pause (`rm.send_riding_busy`), the writer's
+        ownership checked after each pause; each queue's next batch waits for its busy one,
+        so a queue's order holds."""
+        requests = [
+            (rm.SEND_BATCH_MESSAGE, self._send_ext(topic, where[q].queue_id), body)
+            for q, body, _ in items
+        ]
+        responses = rm.send_riding_busy(
+            lambda reqs: self.client.broker(address, reqs), requests, check=check
+        )
+        for (q, _, count), resp in zip(items, responses, strict=True):
+            if resp.code not in rm.STORED_CODES:
+                raise self.client.failed(f"send to topic {topic!r} queue {q}", resp)
+            ends[q] = int(resp.field("queueOffset")) + count
 
     def _await_readable(self, topic: str, ends: Mapping[int, int]) -> None:
         """Wait until each queue's readable end reaches ``ends``: a broker acknowledges a send
@@ -498,10 +485,6 @@ class RocketMQLog(ExternalLog):
 
 #: Bytes of encoded messages a part holds before it sends them (all queues together).
 _PART_FLUSH_BYTES = 8 << 20
-#: how long a batch the broker answers SYSTEM_BUSY (flow control) is sent again, and the first
-#: pause (doubling to 1 s): past it the busy answer fails the send as retriable
-_BUSY_RETRY_S = 30.0
-_BUSY_PAUSE_S = 0.05
 
 
 @dataclass
