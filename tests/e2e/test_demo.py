@@ -102,6 +102,13 @@ def test_make_demo_streams_lines_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> 
         )
         assert demo.poll() is None, out.read_text(errors="replace")
         assert not failed(), worker_log.read_text(errors="replace")[-4000:]
+        # the demo's own report of the first lines (it looks every 5 s: the file may hold
+        # them before it says so, and a Ctrl-C in between left the stage unsaid)
+        wait_until(
+            lambda: "first lines in" in out.read_text(errors="replace"),
+            120,
+            "the first-lines stage",
+        )
         wait_until(lambda: "sink lines=" in out.read_text(errors="replace"), 60, "a status line")
         os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C: the whole foreground group gets SIGINT
         code = demo.wait(180)
