@@ -737,7 +737,8 @@ class StandaloneHerder(Herder):
             raise NotFound(f"topic {topic!r} not found")
         ranges = log_.offsets(topic)
         if queue is not None and queue not in ranges:
-            raise BadRequest(f"queue: topic {topic!r} has queues 0..{len(ranges) - 1}, not {queue}")
+            # a queue the topic does not have is a resource that does not exist, as a topic
+            raise NotFound(f"queue: topic {topic!r} has queues 0..{len(ranges) - 1}, not {queue}")
         if offset is not None and offset < 0:
             raise BadRequest(f"offset: must be at least 0, got {offset}")
         writer = None  # the first source (by name) writing the topic
