@@ -666,9 +666,14 @@ class _TopicReader(DataSourceStreamReader):
             return held[0]
         header = self.plan.delayed[topic]
         try:
-            for batch in read_range(self.log, topic, queue, first, last):
-                offsets = batch.column("queue_offset").to_pylist()
-                for offset, text in zip(offsets, batch.column("headers").to_pylist(), strict=True):
+            # the log's own batches (headers only are looked at), not the reader's rows
+            for base, batch in self.log.read(topic, queue, first, last):
+                texts = batch.column("headers").to_pylist()
+                if "offset" in batch.schema.names:
+                    offsets = batch.column("offset").to_pylist()
+                else:
+                    offsets = list(range(base, base + len(texts)))
+                for offset, text in zip(offsets, texts, strict=True):
                     due = _due_time(text, header)
                     if due is not None and due > now:
                         self._held[(topic, queue)] = (offset, due)

@@ -116,6 +116,12 @@ def requested_reason(failure: str) -> str | None:
     return None
 
 
+def _backoff(attempt: int, cap_s: float) -> float:
+    """The wait before automatic restart number `attempt` of a series: 1 s, doubling, at most
+    `cap_s` (every kind of restart backs off the same way)."""
+    return min(_FIRST_DELAY_S * 2 ** (attempt - 1), cap_s)
+
+
 def is_waiting(failure: str) -> bool:
     """Whether a query's failure (or start's) text says it waits for something to exist (a
     topic's first schema), not that anything failed."""
@@ -238,7 +244,7 @@ class TransientRestarts:
                 entry.retriable_since = None
             if waiting:
                 entry.waits += 1
-                delay = min(_FIRST_DELAY_S * 2 ** (entry.waits - 1), WAIT_CAP_S)
+                delay = _backoff(entry.waits, WAIT_CAP_S)
                 entry.due = now + delay
                 return Restart(entry.waits, 0, delay, kind="waiting")
             if RestartRequested.MARKER in failure:
@@ -254,7 +260,7 @@ class TransientRestarts:
             self._entries.pop(name, None)
             return None
         entry.attempts += 1
-        entry.due = now + (delay := min(_FIRST_DELAY_S * 2 ** (entry.attempts - 1), cap_s))
+        entry.due = now + (delay := _backoff(entry.attempts, cap_s))
         return Restart(entry.attempts, limit, delay)
 
     def _retriable(
@@ -266,7 +272,7 @@ class TransientRestarts:
             self._entries.pop(name, None)
             return None
         entry.retriable += 1
-        entry.due = now + (delay := min(_FIRST_DELAY_S * 2 ** (entry.retriable - 1), cap_s))
+        entry.due = now + (delay := _backoff(entry.retriable, cap_s))
         return Restart(entry.retriable, 0, delay, kind="retriable")
 
     def _requested(self, name: str, entry: _Entry, now: float) -> Restart | None:
