@@ -20,6 +20,16 @@ DEFAULTS: dict[str, str] = {
     # Bigger Arrow batches between the JVM and Python workers: fewer, cheaper hand-offs.
     "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+    # Spark's default checkpoint file manager writes through Hadoop's FileContext, whose local file
+    # system (without Hadoop's native library) runs `chmod` in a child process for each file it
+    # creates, and takes several more calls per log entry. The FileSystem-based manager writes the
+    # same temporary file + checksum + rename in about a quarter of the time: 190 -> 50 ms per
+    # log, twice per micro-batch, with 10 connectors on 2 cores (bench/README.md, latency). The
+    # store root is a POSIX path, where its rename is atomic.
+    "spark.sql.streaming.checkpointFileManagerClass": (
+        "org.apache.spark.sql.execution.streaming.checkpointing."
+        "FileSystemBasedCheckpointFileManager"
+    ),
     "spark.driver.memory": "4g",
     "spark.ui.showConsoleProgress": "false",
     # Python workers forked with pyspark, pyarrow and sluice already imported (see the module).
