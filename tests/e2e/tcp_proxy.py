@@ -27,12 +27,15 @@ class TcpProxy:
         server.bind(("127.0.0.1", self.port))
         server.listen(64)
         self.port = server.getsockname()[1]
-        self._server = server
+        with self._lock:
+            self._server = server
         threading.Thread(target=self._accept, args=(server,), daemon=True).start()
 
     def cut(self) -> None:
         """Refuse new connections and reset the open ones."""
-        server, self._server = self._server, None
+        with self._lock:
+            server, self._server = self._server, None
+            sockets, self._open = self._open, []
         if server is not None:
             # close() alone does not wake the thread blocked in accept(): the kernel keeps the
             # listening socket until that call returns, and it goes on accepting (and
@@ -40,8 +43,6 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 server.shutdown(socket.SHUT_RDWR)
             server.close()
-        with self._lock:
-            sockets, self._open = self._open, []
         for s in sockets:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv
@@ -71,8 +72,17 @@ class TcpProxy:
                 client.close()
                 continue
             upstream.settimeout(None)
+            # a connection accepted just before a cut, and joined to its upstream after it, must
+            # not outlive the cut (it would forward through the whole outage): the check and
+            # the registration are one step under the lock cut() takes
             with self._lock:
-                self._open += [client, upstream]
+                live = self._server is server
+                if live:
+                    self._open += [client, upstream]
+            if not live:
+                for s in (client, upstream):
+                    s.close()
+                return
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 

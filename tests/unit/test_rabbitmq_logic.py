@@ -38,8 +38,20 @@ def test_url_or_rocketmq_keys() -> None:
 
 def test_failures_map_to_config_retriable_or_fatal() -> None:
     s = settings(**{"rabbitmq.url": "amqp://h/%2F"})
-    auth = s.failure("connecting", pika.exceptions.ProbableAuthenticationError("x"))
+    auth = s.failure("connecting", pika.exceptions.ProbableAuthenticationError("x"), at_create=True)
     assert isinstance(auth, ConfigException) and auth.key == "rabbitmq.password"
+    vhost = s.failure("connecting", pika.exceptions.ProbableAccessDeniedError("x"), at_create=True)
+    assert isinstance(vhost, ConfigException) and vhost.key == "rabbitmq.url"
+    definite = s.failure("connecting", pika.exceptions.AuthenticationError("PLAIN"))
+    assert isinstance(definite, ConfigException) and definite.key == "rabbitmq.password"
+    # on a running task a connection lost mid-handshake is as likely the server going away
+    for probable in (
+        pika.exceptions.ProbableAuthenticationError("x"),
+        pika.exceptions.ProbableAccessDeniedError("x"),
+    ):
+        err = s.failure("connecting", probable)
+        assert isinstance(err, RetriableException), err
+        assert "rabbitmq.url=amqp://h/%2F" in str(err) and "going away" in str(err)
     lost = s.failure("consuming", pika.exceptions.StreamLostError("gone"))
     assert isinstance(lost, RetriableException) and "rabbitmq.url=amqp://h/%2F" in str(lost)
     missing = pika.exceptions.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'")

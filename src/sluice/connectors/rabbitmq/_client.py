@@ -148,11 +148,25 @@ class Settings:
         except Exception as exc:
             raise self.failure("connecting", exc) from None
 
-    def failure(self, doing: str, exc: BaseException, *, name_key: str = "") -> Exception:
+    def failure(
+        self, doing: str, exc: BaseException, *, name_key: str = "", at_create: bool = False
+    ) -> Exception:
         """The sluice error for a pika exception: bad credentials or a refused vhost are a config
         error, a lost or refused connection is retriable, a queue or exchange that does not exist
-        (404) names `name_key`, anything else names what was being done."""
+        (404) names `name_key`, anything else names what was being done.
+
+        pika's "probable" refusals are its guess from a connection lost during the handshake: at
+        create (`at_create`, the server just answered) they are read as the refusal they
+        probably are; on a running task they are as likely a server going away at that moment
+        (stopping, restarting, a network cut), so they are retried like a lost connection and
+        the retry note says both readings."""
         e = pika_module().exceptions
+        probable = e.ProbableAuthenticationError | e.ProbableAccessDeniedError
+        if isinstance(exc, probable) and not at_create:
+            return RetriableException(
+                f"{self.key}={self.where}: {doing}: the connection closed during its handshake "
+                f"(refused credentials or vhost, or the server going away): {exc!r}"
+            )
         if isinstance(exc, e.ProbableAuthenticationError | e.AuthenticationError):
             return ConfigException(
                 "rabbitmq.password",
@@ -172,7 +186,7 @@ class Settings:
         try:
             return pika_module().BlockingConnection(self.parameters())
         except Exception as exc:
-            err = self.failure(doing, exc)
+            err = self.failure(doing, exc, at_create=True)
             if isinstance(err, ConfigException):
                 raise err from None
             raise ConfigException(
@@ -191,7 +205,9 @@ class Settings:
                     else:
                         channel.queue_declare(name, passive=True)
                 except Exception as exc:
-                    err = self.failure(f"looking up {kind} {name!r}", exc, name_key=key)
+                    err = self.failure(
+                        f"looking up {kind} {name!r}", exc, name_key=key, at_create=True
+                    )
                     if isinstance(err, ConfigException):
                         raise ConfigException(
                             key, f"{kind} {name!r} does not exist on {self.where}"
