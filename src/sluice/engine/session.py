@@ -22,8 +22,8 @@ DEFAULTS: dict[str, str] = {
     "spark.sql.streaming.noDataMicroBatches.enabled": "false",
     # Spark's default checkpoint file manager writes through Hadoop's FileContext, whose local file
     # system (without Hadoop's native library) runs `chmod` in a child process for each file it
-    # creates, and takes several more calls per log entry. The FileSystem-based manager writes the
-    # same temporary file + checksum + rename in about a quarter of the time: 190 -> 50 ms per
+    # creates (seen with strace). The FileSystem-based manager, which still runs that chmod, writes
+    # the same temporary file + checksum + rename in about a quarter of the time: 190 -> 50 ms per
     # log, twice per micro-batch, with 10 connectors on 2 cores (bench/README.md, latency). The
     # store root is a POSIX path, where its rename is atomic.
     "spark.sql.streaming.checkpointFileManagerClass": (
