@@ -15,7 +15,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # the demo runs in a venv that has everything (make venv) as well as in one with the runtime only
 DEMO_VENV := $(if $(shell test $(STAMP) -nt pyproject.toml && echo up),$(STAMP),$(RUNTIME_STAMP))
 
-.PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint jvm-archive bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,12 @@ venv: $(STAMP)
 
 demo: $(DEMO_VENV)
 	$(VENV)/bin/python -m sluice.demo
+
+# The driver JVM's class archive (sluice.engine.class_archive), built once per JVM and Spark
+# installation (~1 min; a worker builds it in the background otherwise): every Spark the tests
+# start then maps Spark's classes instead of loading them (a session starts in about half the time).
+jvm-archive: $(STAMP)
+	-$(VENV)/bin/python -m sluice.engine.class_archive
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
@@ -69,7 +75,7 @@ DEEP := -s --timeout 3600
 # failed. `.ci/run` has prepared the servers already and is starting them (PREPARE= : a prepare
 # now would wait for each server's start to end).
 PREPARE ?= servers-prepare
-test: $(STAMP) lint $(PREPARE)
+test: $(STAMP) lint $(PREPARE) jvm-archive
 	@mkdir -p $(REPORTS)
 	@rm -f $(REPORTS)/timeline.tsv
 	@rc=0; \
@@ -82,7 +88,7 @@ test: $(STAMP) lint $(PREPARE)
 
 # Unit and integration tests without the `slow` ones, on two workers (about 10 minutes): the
 # servers are started on demand as in `make test`.
-test-quick: $(STAMP)
+test-quick: $(STAMP) jvm-archive
 	$(VENV)/bin/pytest tests/unit tests/integration -m "not slow" $(XDIST) $(PYTEST_CI)
 
 # What CI leaves out: the repetitions and the large scales of the crash and stall tests (the suite

@@ -143,6 +143,7 @@ class _Boot:
             log.exception("starting the connectors failed")
             return
         log.info(DISTRIBUTED_BOOT_MESSAGE if config.cluster_store_url else BOOT_MESSAGE)
+        runtime.prepare_next_start()
 
 
 def run_worker(config_path: str) -> int:

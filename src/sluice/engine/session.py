@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from sluice.engine import class_archive as class_archives
 from sluice.engine.zygote import CLIENT, own_socket
 from sluice.engine.zygote import ENV as ZYGOTE_ENV
 from sluice.engine.zygote import start as start_zygote
@@ -69,6 +70,7 @@ def build_session(
     app_name: str = "sluice",
     log_level: str = "WARN",
     zygote: bool = True,
+    class_archive: bool = True,
 ) -> SparkSession:
     """Start (or reuse) the process's SparkSession with sluice's defaults; `conf` wins, except
     over `REQUIRED`.
@@ -77,7 +79,9 @@ def build_session(
     start whatever `python3` is on PATH, which lacks sluice and fails with "Python worker failed to
     connect back". A `PYSPARK_PYTHON` naming another interpreter is left alone. With `zygote`
     (and no Spark started yet in this process) and a `local` master, the Python processes Spark
-    starts are forked from one preloaded process (`sluice.engine.zygote`).
+    starts are forked from one preloaded process (`sluice.engine.zygote`). With `class_archive`
+    the driver JVM maps the class archive of this JVM and Spark when one was built
+    (`sluice.engine.class_archive`).
     """
     master = (conf or {}).get("spark.master", "local[*]")
     # only where every Python process Spark starts is on this machine and this worker's: the
@@ -106,12 +110,22 @@ def build_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings.update(conf or {})
     settings.update(REQUIRED)
+    if class_archive and SparkContext._active_spark_context is None:
+        settings = class_archives.with_archive(settings, class_archives.archive_path())
     builder = SparkSession.builder.appName(app_name).master(settings.pop("spark.master", master))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(log_level)
     return spark
+
+
+def build_class_archive_in_background(conf: Mapping[str, str] | None = None) -> bool:
+    """Start building the driver JVM's class archive if there is none yet (see
+    `sluice.engine.class_archive`); True when a builder was started. Called once a worker is up,
+    so the builder's throwaway Spark does not slow its start."""
+    settings = {**DEFAULTS, **(conf or {})}
+    return class_archives.build_in_background(settings, class_archives.archive_path())
 
 
 def loopback_master(master: str) -> bool:

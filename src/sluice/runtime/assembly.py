@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from sluice.engine.session import build_session
+from sluice.engine.session import build_class_archive_in_background, build_session
 from sluice.engine.shutdown import quiet_batch_interrupts
 from sluice.runtime.herder import Herder
 from sluice.runtime.plugins import PluginRegistry
@@ -48,6 +48,12 @@ class Runtime:
     def start(self) -> None:
         """Bring connectors to their target states (slow: call it once the REST API is up)."""
         self.herder.start()
+
+    def prepare_next_start(self) -> None:
+        """Once the worker is up: have the driver JVM's class archive built if there is none, so
+        that the next start of Spark maps the classes instead of loading them
+        (`sluice.engine.class_archive`)."""
+        build_class_archive_in_background(self.config.spark)
 
     def close(self) -> None:
         """Stop every connector gracefully, leave the cluster, stop Spark (a JVM that is gone
