@@ -1,5 +1,6 @@
 """The driver JVM's class archive (`sluice.engine.class_archive`) with a real JVM: the builder
-writes it (taking over from a builder that died and clearing what that one left), a Spark started
+writes it (taking over from a builder that died, clearing what that one left and the archive of a
+Spark installation that is gone), a Spark started
 afterwards maps it, and a worker's background builder runs outside the worker's process tree."""
 
 from __future__ import annotations
@@ -51,6 +52,9 @@ def test_the_builder_writes_the_archive_and_the_next_spark_maps_it(tmp_path: Pat
     (path.parent / f"{path.name}.lock").write_text(str(dead))  # a builder that was killed ...
     orphan = path.parent / f"{path.name}.{dead}.tmp"
     orphan.write_bytes(b"half an archive")  # ... and what its JVM wrote when it went
+    gone = path.parent / "spark-4.0.0-0123456789abcdef.jsa"  # a deleted venv's archive
+    gone.write_bytes(b"x")
+    (path.parent / f"{gone.name}.from").write_text(str(tmp_path / "deleted-venv" / "jars"))
     done = subprocess.run(
         [sys.executable, "-m", "sluice.engine.class_archive"],
         capture_output=True,
@@ -62,7 +66,12 @@ def test_the_builder_writes_the_archive_and_the_next_spark_maps_it(tmp_path: Pat
     assert done.stdout.strip() == str(path)
     assert done.stderr == ""  # Spark's and the dump's messages are in the log beside it
     assert path.stat().st_size > 10 << 20
-    assert sorted(p.name for p in path.parent.iterdir()) == [path.name, f"{path.name}.log"]
+    assert sorted(p.name for p in path.parent.iterdir()) == [
+        path.name,
+        f"{path.name}.from",
+        f"{path.name}.log",
+    ]
+    assert (path.parent / f"{path.name}.from").read_text() == class_archive._spark_jars()
 
     loads = tmp_path / "class-load.log"
     mapped = subprocess.run(

@@ -64,22 +64,23 @@ def archive_path(directory: Path | None = None) -> Path | None:
     if java is None:
         return None
     from pyspark import __version__ as pyspark_version
-    from pyspark.find_spark_home import _find_spark_home
 
     digest = hashlib.sha256()
-    for part in _identity(java, Path(_find_spark_home()) / "jars"):
+    for part in _identity(java, Path(_spark_jars())):
         digest.update(part.encode() + b"\0")
     name = f"spark-{pyspark_version}-{digest.hexdigest()[:16]}.jsa"
     return (directory or cache_dir()) / name
 
 
 def _identity(java: str, jars: Path) -> Iterator[str]:
-    """What the archive depends on: the JVM binary (and its library) and the jars it loads from."""
+    """What the archive depends on: the JVM binary (and its library), and where the jars it
+    loads from are and what they are."""
     for path in (java, os.path.join(os.path.dirname(os.path.dirname(java)), "lib", "server",
                                     "libjvm.so")):  # fmt: skip
         with contextlib.suppress(OSError):
             st = os.stat(path)
             yield f"{path}:{st.st_size}:{st.st_mtime_ns}"
+    yield str(jars)  # the archive records the class path: another installation needs its own
     with contextlib.suppress(OSError):
         for entry in sorted(os.scandir(jars), key=lambda e: e.name):
             yield f"{entry.name}:{entry.stat().st_size}"
@@ -148,14 +149,32 @@ def _builder_alive(path: Path) -> bool:
     return True
 
 
+def _origin(path: Path) -> Path:
+    """The file beside an archive naming the Spark jars folder it was built from."""
+    return path.with_name(path.name + ".from")
+
+
+def _spark_jars() -> str:
+    from pyspark.find_spark_home import _find_spark_home
+
+    return str(Path(_find_spark_home()) / "jars")
+
+
 def _remove_orphans(path: Path) -> None:
     """Remove the temporary archives of builders that died (a killed builder's JVM still writes
-    its archive when it exits, under the builder's temporary name)."""
+    its archive when it exits, under the builder's temporary name), and the archives of Spark
+    installations that are gone (a deleted venv's: 150+ MiB each)."""
     for tmp in path.parent.glob(f"{path.name}.*.tmp"):
         pid = tmp.name[len(path.name) + 1 : -len(".tmp")]
         if pid.isdigit() and int(pid) != os.getpid():
             with contextlib.suppress(OSError):
                 tmp.unlink()
+    for origin in path.parent.glob("*.jsa.from"):
+        with contextlib.suppress(OSError):
+            if not os.path.isdir(origin.read_text().strip()):
+                archive = origin.with_name(origin.name[: -len(".from")])
+                for stale in (archive, origin, archive.with_name(archive.name + ".log")):
+                    stale.unlink(missing_ok=True)
 
 
 def build(path: Path, *, idle: bool = True) -> bool:
@@ -185,6 +204,7 @@ def build(path: Path, *, idle: bool = True) -> bool:
                 os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
         if _run_and_dump(tmp) and tmp.is_file() and tmp.stat().st_size > 0:
             os.replace(tmp, path)
+            _origin(path).write_text(_spark_jars())
             return True
         return False
     finally:
