@@ -106,3 +106,24 @@ def test_a_workers_background_builder_is_detached_and_alone(tmp_path: Path) -> N
     finally:
         os.killpg(os.getpgid(pid), signal.SIGKILL)
     wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 60, "the builder to end")
+
+
+def test_a_builder_that_cannot_start_spark_says_where_to_look_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.jsa"
+    broken_jdk = tmp_path / "no-jdk"
+    (broken_jdk / "bin").mkdir(parents=True)
+    (broken_jdk / "bin" / "java").write_text("#!/bin/sh\nexit 1\n")
+    (broken_jdk / "bin" / "java").chmod(0o755)
+    done = subprocess.run(
+        [sys.executable, "-m", "sluice.engine.class_archive", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAVA_HOME": str(broken_jdk), "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stdout.strip() == f"class archive not built: see {path}.log"
+    assert "Traceback" in path.with_name("a.jsa.log").read_text()  # why, for whoever looks
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsa.log", "no-jdk"]

@@ -14,8 +14,8 @@ none starts a builder (`python -m sluice.engine.class_archive`) once it is up: a
 idle CPU priority that starts a throwaway Spark, runs a streaming query of a Python data source and
 one of Spark's own, stops, and lets its JVM write the archive under a temporary name, which it
 renames into place only once the JVM exited cleanly — so a half-written archive is never mapped. A
-lock file keeps a second builder from starting while one runs. `make demo`, `make test` and CI
-build it up front.
+lock file keeps a second builder from starting while one runs. `make test` (so CI) builds it up
+front.
 
 A driver whose options already decide about class sharing (`-Xshare:…`, `-XX:SharedArchiveFile`,
 `-XX:ArchiveClassesAtExit` in `spark.driver.extraJavaOptions`) or that changes the JVM's class path
@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -294,7 +295,11 @@ def main(argv: list[str]) -> int:
     with open(path.with_name(path.name + ".log"), "wb") as quiet:
         os.dup2(quiet.fileno(), 1)
         os.dup2(quiet.fileno(), 2)
-    done = build(path, idle=detach)
+    try:
+        done = build(path, idle=detach)
+    except Exception:  # e.g. Spark did not start: said in the log, the exit code says it failed
+        traceback.print_exc()
+        done = False
     os.dup2(shown, 1)
     print(path if done else f"class archive not built: see {path}.log", flush=True)
     return 0 if done else 1
