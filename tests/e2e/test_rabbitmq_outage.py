@@ -121,14 +121,18 @@ def test_server_away_for_20_s(paced_runner, tmp_path) -> None:
         publish(FIRST, MORE)
         total = FIRST + MORE
 
+        last: dict[str, int] = {}
+
         def done() -> bool:
             healthy(runner)
             jobs = {r["value"] for r in topic_rows(root, "jobs")}
-            return (
-                topic_count(root, "events") >= total and count(copy) >= total and len(jobs) >= total
-            )
+            last.update(events=topic_count(root, "events"), copy=count(copy), jobs=len(jobs))
+            return min(last.values()) >= total
 
-        wait_until(done, 300, "everything after the outage", every=0.5)
+        try:
+            wait_until(done, 300, "everything after the outage", every=0.5)
+        except AssertionError as exc:  # which of the three stopped short, and where
+            raise AssertionError(f"{exc}; of {total}: {last}") from None
         await_no_retrying(rest, ["in", "out", "jobs"])
         events = topic_rows(root, "events")
         seqs = sorted(int(json.loads(r["headers"])["seq"]) for r in events)
