@@ -121,7 +121,6 @@ def build_in_background(conf: Mapping[str, str], path: Path | None) -> bool:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
         ).wait(timeout=30)
     except (OSError, subprocess.SubprocessError) as exc:
         log.info("no class archive built for the driver JVM (%s: %s)", type(exc).__name__, exc)
@@ -145,8 +144,8 @@ def _builder_alive(path: Path) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, another user's
+        pass
     return True
 
 
