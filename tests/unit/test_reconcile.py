@@ -7,8 +7,10 @@ processes: tests/e2e/test_worker_faults.py, tests/e2e/test_distributed_outage.py
 from __future__ import annotations
 
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -242,3 +244,33 @@ def test_a_round_starts_nothing_once_the_worker_is_stopping(world) -> None:
         reconciler.assign(name, {})
     reconciler.round(stopping=lambda: bool(launched))  # stopping after the first start
     assert launched == ["a"]
+
+
+def test_several_starts_overlap_and_stop_once_the_worker_is_stopping() -> None:
+    # Each launch waits at a barrier of two: the test finishes only if two starts run at once
+    # (a sequential start_several would break the barrier by its timeout, failing the start).
+    store = _Store()
+    runner = _Runner(store)
+    both = threading.Barrier(2, timeout=30)
+    launched: list[str] = []
+    stopping = threading.Event()
+
+    def launch(name: str, duty: Duty) -> RunningConnector:
+        launched.append(name)
+        if len(launched) == 2:
+            stopping.set()  # before either start ends: no thread can pick a third one
+        both.wait()
+        running = RunningConnector(name, "sink", "r1", _Query(), ({},))  # type: ignore[arg-type]
+        runner.running[name] = running
+        return running
+
+    board = StatusBoard(store)
+    reconciler = Reconciler("w", runner, board, launch, restarts=TransientRestarts(_Clock()))
+    names = ["a", "b", "c", "d", "e", "f"]
+    for name in names:
+        reconciler.assign(name, {})
+    with patch("sluice.runtime.reconcile.PARALLEL_STARTS", 2):
+        reconciler.start_several(names, go_on=lambda: not stopping.is_set())
+    assert sorted(launched) == ["a", "b"]  # the rest were not started: the worker was stopping
+    assert {_state(board, n) for n in ("a", "b")} == {"RUNNING"}
+    assert {_state(board, n) for n in names[2:]} == {None}

@@ -32,7 +32,6 @@ import logging
 import math
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -341,17 +340,7 @@ class DistributedHerder(StandaloneHerder):
             self.statuses.put(name, "UNASSIGNED", me, tasks=len(current.task_configs))
             self.reconciler.assign(name, current.config, generation)
             to_start.append(name)
-        # Starting a query is mostly waiting on Spark (planning, the first Python workers):
-        # several at once make a failover take one start, not one per connector.
-        if len(to_start) == 1:
-            self.reconciler.start(to_start[0])
-        elif to_start:
-            with ThreadPoolExecutor(min(4, len(to_start)), "sluice-start") as pool:
-                list(pool.map(self._start_unless_closing, to_start))
-
-    def _start_unless_closing(self, name: str) -> None:
-        if not self._closed.is_set():  # the worker is shutting down: a start takes seconds
-            self.reconciler.start(name)
+        self.reconciler.start_several(to_start, go_on=lambda: not self._closed.is_set())
 
     def _launch(self, name: str, duty: Duty) -> RunningConnector:
         """Start the query of a connector this worker holds, under its lease (checked first: a

@@ -45,7 +45,7 @@ from sluice.runtime.herder import (
 from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
-from sluice.runtime.reconcile import Duty, Reconciler
+from sluice.runtime.reconcile import PARALLEL_STARTS, Duty, Reconciler
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
     ConfigProviders,
@@ -240,12 +240,18 @@ class StandaloneHerder(Herder):
                     self.statuses.put(stored.name, "UNASSIGNED", self.worker_id, tasks=tasks)
                 else:
                     self._set_idle(stored)
-        for stored in stored_all:
+        # a few at once, the lock held per wave so that REST writes wait one wave at most
+        names = [stored.name for stored in stored_all]
+        for first in range(0, len(names), PARALLEL_STARTS):
             with self._lock:
                 if self._closed.is_set():
                     return
-                if stored.name in self.reconciler.duties and stored.name not in self.runner.running:
-                    self.reconciler.start(stored.name)
+                wave = [
+                    name
+                    for name in names[first : first + PARALLEL_STARTS]
+                    if name in self.reconciler.duties and name not in self.runner.running
+                ]
+                self.reconciler.start_several(wave, go_on=lambda: not self._closed.is_set())
         self._monitor = threading.Thread(target=self._watch, name="sluice-status", daemon=True)
         self._monitor.start()
 
