@@ -9,7 +9,8 @@ file pairs (`src-i`: in-i.txt → topic-i, `sink-i`: topic-i → out-i.txt). Mea
                 is in its output (pair 0 is created last: a pair created on a running worker);
   PSS           of the worker's process tree after each pair delivered (the cost per connector);
   census        every process of the tree, what it is, and its PSS;
-  idle CPU      CPU seconds per second of the whole tree while nothing flows;
+  idle CPU      CPU seconds per second of the whole tree while nothing flows (and, below, while
+                the trickle runs);
   trickle       one stamped line every `--every` s into pair 0 for `--seconds`: p50/p99/max of
                 the delay until it is in out-0.txt; and from the connectors' Spark progress
                 (`GET /v1/connectors/{name}/progress`): each phase of the micro-batches that
@@ -244,15 +245,19 @@ def trickle(bench: Bench, seconds: float, every: float) -> list[tuple[float, flo
     return trickle_lines(src, dst, seconds, every, bench.failed, "pair 0")
 
 
-def batch_times(batches: list[dict]) -> list[tuple[float, float, int]]:
-    """`(trigger start, trigger end, rows)` (epoch seconds) of each batch that carried rows."""
+def batch_times(batches: list[dict]) -> list[tuple[float, float, float, int]]:
+    """`(trigger start, offsets decided, trigger end, rows)` (epoch seconds) of each batch that
+    carried rows. The offsets are decided when `latestOffset` returns: an idle reader waits in
+    it for its input's wake-up, so a batch may start before the records it carries arrive."""
     out = []
     for b in batches:
         if not b["numInputRows"]:
             continue
         start = datetime.fromisoformat(b["timestamp"].replace("Z", "+00:00")).timestamp()
+        durations = b["durationMs"]
+        decided = start + durations.get("latestOffset", 0) / 1000
         out.append(
-            (start, start + b["durationMs"].get("triggerExecution", 0) / 1000, b["numInputRows"])
+            (start, decided, start + durations.get("triggerExecution", 0) / 1000, b["numInputRows"])
         )
     return out
 
@@ -260,23 +265,24 @@ def batch_times(batches: list[dict]) -> list[tuple[float, float, int]]:
 def split_delays(
     lines: list[tuple[float, float]], source: list[dict], sink: list[dict]
 ) -> dict[str, float]:
-    """Median split of the lines' delays: waiting for the source's next trigger, the source
-    batch, waiting for the sink's next trigger, the sink batch (from the batches' own times)."""
+    """Median split of the lines' delays: until the source's batch decided the offsets that
+    carry the line (its trigger's wait, or nothing when it was waiting for input), the rest of
+    that batch, then the same two for the sink batch that read the source batch's commit."""
     src, dst = batch_times(source), batch_times(sink)
     parts: dict[str, list[float]] = {
         k: [] for k in ("source wait", "source batch", "sink wait", "sink batch")
     }
     for written, _delay in lines:
-        s = next((b for b in src if b[0] >= written), None)
+        s = next((b for b in src if b[1] >= written), None)
         if s is None:
             continue
-        k = next((b for b in dst if b[0] >= s[1]), None)
+        k = next((b for b in dst if b[1] >= s[2]), None)
         if k is None:
             continue
-        parts["source wait"].append(s[0] - written)
-        parts["source batch"].append(s[1] - s[0])
-        parts["sink wait"].append(k[0] - s[1])
-        parts["sink batch"].append(k[1] - k[0])
+        parts["source wait"].append(s[1] - written)
+        parts["source batch"].append(s[2] - s[1])
+        parts["sink wait"].append(k[1] - s[2])
+        parts["sink batch"].append(k[2] - k[1])
     return {k: statistics.median(v) * 1000 for k, v in parts.items() if v}
 
 
@@ -350,7 +356,10 @@ def main() -> None:
         result["idle_cpu_per_s"] = (cpu_seconds(tree(root)) - before) / (time.monotonic() - started)
         print(f"idle CPU: {result['idle_cpu_per_s']:.3f} CPU-s/s", flush=True)
 
+        before, started = cpu_seconds(tree(root)), time.monotonic()
         lines = trickle(bench, args.seconds, args.every)
+        spent = cpu_seconds(tree(root)) - before
+        result["trickle_cpu_per_s"] = spent / (time.monotonic() - started)
         delays = [d for _, d in lines]
         result["trickle_ms"] = {
             "p50": percentile(delays, 50) * 1000,
@@ -362,7 +371,10 @@ def main() -> None:
         result["phases_ms"] = {"src-0": phase_medians(source), "sink-0": phase_medians(sink)}
         result["split_ms"] = split_delays(lines, source, sink)
         t = result["trickle_ms"]
-        print(f"trickle: p50 {t['p50']:.0f} ms, p99 {t['p99']:.0f} ms, max {t['max']:.0f} ms")
+        print(
+            f"trickle: p50 {t['p50']:.0f} ms, p99 {t['p99']:.0f} ms, max {t['max']:.0f} ms; "
+            f"{result['trickle_cpu_per_s']:.2f} CPU-s/s for the tree meanwhile"
+        )
         print(
             f"  split (median): {json.dumps({k: round(v) for k, v in result['split_ms'].items()})}"
         )
