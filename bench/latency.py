@@ -118,6 +118,16 @@ def census(root: int) -> list[tuple[str, int, int]]:
 
 
 # -- the worker -----------------------------------------------------------------------------------
+def shipped_trigger_ms() -> str:
+    """The trigger interval conf/connect-standalone.conf ships (what a user runs with)."""
+    conf = Path(__file__).resolve().parent.parent / "conf" / "connect-standalone.conf"
+    for line in conf.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "offsetCommitIntervalMsConfig":
+            return value.strip()
+    raise SystemExit(f"{conf}: no offsetCommitIntervalMsConfig")
+
+
 class Bench:
     """One worker with `pairs` file pairs under `work`."""
 
@@ -134,7 +144,7 @@ class Bench:
             "httpPort": str(self.worker.port),
             "config.providers": "env,file",
             "storePathRootDir": str(self.worker.tmp / "store"),
-            "offsetCommitIntervalMsConfig": "500",
+            "offsetCommitIntervalMsConfig": shipped_trigger_ms(),
             "bus": "embedded",
             "bus.default.queues": "8",
             "spark.master": "local[*]",
@@ -273,6 +283,9 @@ def split_delays(
         k: [] for k in ("source wait", "source batch", "sink wait", "sink batch")
     }
     for written, _delay in lines:
+        # Spark keeps the last 100 progresses: a line older than them has no batch to look at
+        if not src or not dst or written < src[0][0] or written < dst[0][0]:
+            continue
         s = next((b for b in src if b[1] >= written), None)
         if s is None:
             continue

@@ -112,9 +112,22 @@ def test_wait_for_new_asks_again_at_each_change(tmp_path: Path) -> None:
     assert Background(lambda: wait_for_new(watch, 1, latest, FOREVER_S)).wait("growth") == 3
     # nothing new and nothing happens: the start again once the wait is over
     assert wait_for_new(watch, 3, latest, 0.05) == 3
-    # no watch: asked once, at once
-    assert wait_for_new(None, 3, latest, FOREVER_S) == 3
     watch.close()
+
+
+def test_a_reader_without_a_watch_is_asked_once_and_pauses_only_when_idle(monkeypatch) -> None:
+    # nothing wakes such a reader: after a look that found nothing it pauses (IDLE_PAUSE_S), so an
+    # idle query looks about twice a second whatever the trigger; one that found records does not
+    pauses: list[float] = []
+    monkeypatch.setattr(wakeup.time, "sleep", pauses.append)
+    answers = iter([3, 5])
+    assert wait_for_new(None, 3, lambda: next(answers), FOREVER_S) == 3
+    assert pauses == [wakeup.IDLE_PAUSE_S]
+    assert wait_for_new(None, 3, lambda: next(answers), FOREVER_S) == 5
+    assert pauses == [wakeup.IDLE_PAUSE_S]
+    # the pause is never longer than the wait the caller allows
+    assert wait_for_new(None, 3, lambda: 3, 0.05) == 3
+    assert pauses == [wakeup.IDLE_PAUSE_S, 0.05]
 
 
 def test_idle_wait_covers_the_trigger_interval_within_bounds() -> None:

@@ -44,7 +44,7 @@ def test_worker_config_defaults_paths_and_spark_pass_through(tmp_path: Path) -> 
     assert conf.store_root == str(tmp_path / "store")
     assert conf.plugin_paths == (str(tmp_path / "p1"), str(tmp_path / "p2"))
     assert conf.spark == {"spark.master": "local[1]"}
-    assert conf.retention_bytes is None and conf.trigger_interval_ms == 500
+    assert conf.retention_bytes is None and conf.trigger_interval_ms == 100
 
 
 @pytest.mark.parametrize(

@@ -80,7 +80,7 @@ from sluice.sdk import (
     SourceTaskContext,
     partition_key,
 )
-from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
+from sluice.sdk.wakeup import IDLE_PAUSE_S, IDLE_WAIT_S, FileWatch, wait_for_new
 
 _RECORDS_PER_BATCH = 10_000
 
@@ -768,6 +768,8 @@ class _PollingReader(DataSourceStreamReader):
                 target=self._poll_ahead, daemon=True, name=f"sluice-poll-ahead-{self.plan.name}"
             )
             self._ahead.start()
+        if end == start.get("s", {}):
+            time.sleep(IDLE_PAUSE_S)  # nothing polled: nothing wakes a poll, look again soon
         return {"s": end}
 
     def _poll(self, index: int, task: SourceTask, ahead: bool = False) -> Any:

@@ -201,7 +201,7 @@ class ConnectorRunner:
         spark: SparkSession,
         root: str | os.PathLike[str],
         *,
-        trigger_interval_ms: int = 500,
+        trigger_interval_ms: int = 100,
         default_queues: int = 8,
         retention_ms: int | None = 7 * 24 * 3600 * 1000,
         retention_bytes: int | None = None,

@@ -30,7 +30,7 @@ WORKER_KEYS = ConfigDef(
     ConfigKey(
         "offsetCommitIntervalMsConfig",
         type="int",
-        default=500,
+        default=100,
         min=0,
         doc="micro-batch trigger interval: positions are committed once per micro-batch",
     ),

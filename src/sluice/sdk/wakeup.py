@@ -30,7 +30,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["IDLE_WAIT_S", "MAX_IDLE_WAIT_S", "FileWatch", "idle_wait", "wait_for_new"]
+__all__ = [
+    "IDLE_PAUSE_S",
+    "IDLE_WAIT_S",
+    "MAX_IDLE_WAIT_S",
+    "FileWatch",
+    "idle_wait",
+    "wait_for_new",
+]
 
 _IN_MODIFY = 0x002
 _IN_ATTRIB = 0x004
@@ -55,6 +62,10 @@ POLL_S = 0.02
 IDLE_WAIT_S = 1.0
 #: The longest such wait: a query is stopped within it.
 MAX_IDLE_WAIT_S = 5.0
+#: How long a reader with nothing to wake it (no files to watch: a broker bus, a polled client)
+#: pauses after a look that found nothing new: an idle query then looks about twice a second
+#: whatever its trigger interval (the worker's default is short, for the readers that do wake).
+IDLE_PAUSE_S = 0.4
 
 _libc: ctypes.CDLL | None = None
 
@@ -244,10 +255,14 @@ def wait_for_new(
     up to `timeout_s`; `start` itself if nothing new came (Spark then plans no micro-batch).
 
     `unchanged(end)` says whether an answer of `latest()` holds nothing new (default: it equals
-    `start`). Without a watch, `latest()` is asked once and answered as it is."""
-    if watch is None:
-        return latest()
+    `start`). Without a watch, `latest()` is asked once and answered as it is, after a pause of
+    `IDLE_PAUSE_S` (at most `timeout_s`) when it holds nothing new."""
     same = unchanged or (lambda end: end == start)
+    if watch is None:
+        end = latest()
+        if same(end):
+            time.sleep(min(IDLE_PAUSE_S, timeout_s))
+        return end
     deadline = time.monotonic() + timeout_s
     while True:
         watch.arm()
