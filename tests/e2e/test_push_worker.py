@@ -232,10 +232,10 @@ def test_a_stalled_target_keeps_memory_bounded_and_loses_nothing(
     push_worker: WorkerProcess, target: Target, tmp_path: Path
 ) -> None:
     # 229 MiB waits in the topic while the target hangs every request for 10 s (`make push-stall`
-    # runs the 1M records of 2 KB and 60 s). A push task holds one micro-batch
-    # (read.max.rows=200 per queue, 8 queues: about 6 MiB of values, a few times that as Python
-    # objects, request bodies and parked copies) and parks what it could not deliver after
-    # push.flush.max.ms: no process may grow to the size of the backlog.
+    # runs the 1M records of 2 KB and 60 s). A push task holds one micro-batch (the file
+    # source writes one queue, so read.max.rows=500 is 500 records: about 2 MiB of values, a
+    # few times that as Python objects, request bodies and parked copies) and parks what it could
+    # not deliver after push.flush.max.ms: no process may grow to the size of the backlog.
     n, size = 60_000, 4000
     result = run_stall(
         push_worker,
@@ -245,7 +245,7 @@ def test_a_stalled_target_keeps_memory_bounded_and_loses_nothing(
         records=n,
         value_bytes=size,
         stall_s=10,
-        read_max_rows=200,
+        read_max_rows=500,
     )
     print(result.describe())
     assert result.delivered == {f"{i:010d}" + "x" * (size - 12) for i in range(n)}
