@@ -55,6 +55,7 @@ def test_the_builder_writes_the_archive_and_the_next_spark_maps_it(tmp_path: Pat
     gone = path.parent / "spark-4.0.0-0123456789abcdef.jsa"  # a deleted venv's archive
     gone.write_bytes(b"x")
     (path.parent / f"{gone.name}.from").write_text(str(tmp_path / "deleted-venv" / "jars"))
+    (path.parent / f"{path.name}.failed").touch()  # an earlier build failed: asked, it tries again
     done = subprocess.run(
         [sys.executable, "-m", "sluice.engine.class_archive"],
         capture_output=True,
@@ -126,4 +127,7 @@ def test_a_builder_that_cannot_start_spark_says_where_to_look_and_leaves_nothing
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert done.stdout.strip() == f"class archive not built: see {path}.log"
     assert "Traceback" in path.with_name("a.jsa.log").read_text()  # why, for whoever looks
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsa.log", "no-jdk"]
+    # the failure is marked: a worker does not start another builder for a day
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsa.failed", "a.jsa.log", "no-jdk"]
+    assert class_archive.failed_recently(path)
+    assert class_archive.build_in_background(DEFAULTS, path) is False

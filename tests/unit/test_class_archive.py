@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,16 @@ def test_an_existing_archive_is_not_built_again(tmp_path: Path) -> None:
     )
     assert done.returncode == 0 and done.stdout.strip() == str(path), done
     assert path.read_bytes() == b"x"
+
+
+def test_a_failed_build_is_not_retried_in_the_background_for_a_day(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsa"
+    mark = tmp_path / "a.jsa.failed"
+    assert not class_archive.failed_recently(path)
+    mark.touch()
+    assert class_archive.failed_recently(path)
+    assert class_archive.build_in_background(DEFAULTS, path) is False  # no builder started
+    assert not (tmp_path / "a.jsa.lock").exists()
+    day_ago = time.time() - class_archive.RETRY_FAILED_AFTER_S - 60
+    os.utime(mark, (day_ago, day_ago))
+    assert not class_archive.failed_recently(path)  # a worker would try again now

@@ -14,8 +14,10 @@ none starts a builder (`python -m sluice.engine.class_archive`) once it is up: a
 idle CPU priority that starts a throwaway Spark, runs a streaming query of a Python data source and
 one of Spark's own, stops, and lets its JVM write the archive under a temporary name, which it
 renames into place only once the JVM exited cleanly — so a half-written archive is never mapped. A
-lock file keeps a second builder from starting while one runs. `make test` (so CI) builds it up
-front.
+lock file keeps a second builder from starting while one runs, and a build that failed (its
+reason is in the log beside the archive) is not started again in the background for a day: a
+JVM that cannot build one (a broken or unusual Java) would otherwise cost a throwaway Spark at
+every worker start. `make test` (so CI) builds it up front; `make jvm-archive` tries at once.
 
 A driver whose options already decide about class sharing (`-Xshare:…`, `-XX:SharedArchiveFile`,
 `-XX:ArchiveClassesAtExit` in `spark.driver.extraJavaOptions`) or that changes the JVM's class path
@@ -43,6 +45,8 @@ OPTIONS_KEY = "spark.driver.extraJavaOptions"
 _OWN_DECISION = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit")
 #: how long the builder waits for each step (Spark's start, a micro-batch, the JVM's exit)
 _STEP_TIMEOUT_S = 600.0
+#: how long after a failed build a worker does not start another in the background
+RETRY_FAILED_AFTER_S = 24 * 3600.0
 
 
 def cache_dir() -> Path:
@@ -109,6 +113,9 @@ def build_in_background(conf: Mapping[str, str], path: Path | None) -> bool:
     True when one was started. Never raises: a worker runs as well without an archive."""
     if path is None or path.exists() or not applies(conf):
         return False
+    if failed_recently(path):
+        log.info("no class archive for the driver JVM: its last build failed (see %s.log)", path)
+        return False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if _builder_alive(path):
@@ -131,6 +138,19 @@ def build_in_background(conf: Mapping[str, str], path: Path | None) -> bool:
 
 def _lock(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
+
+
+def _failure_mark(path: Path) -> Path:
+    """The file a failed build leaves beside the archive (its time is the failure's)."""
+    return path.with_name(path.name + ".failed")
+
+
+def failed_recently(path: Path) -> bool:
+    """Whether a build of `path` failed less than `RETRY_FAILED_AFTER_S` ago."""
+    try:
+        return time.time() - _failure_mark(path).stat().st_mtime < RETRY_FAILED_AFTER_S
+    except OSError:
+        return False
 
 
 def _builder_alive(path: Path) -> bool:
@@ -205,6 +225,7 @@ def build(path: Path, *, idle: bool = True) -> bool:
         if _run_and_dump(tmp) and tmp.is_file() and tmp.stat().st_size > 0:
             os.replace(tmp, path)
             _origin(path).write_text(_spark_jars())
+            _failure_mark(path).unlink(missing_ok=True)
             return True
         return False
     finally:
@@ -300,6 +321,9 @@ def main(argv: list[str]) -> int:
         traceback.print_exc()
         done = False
     os.dup2(shown, 1)
+    if not done and not path.exists() and not _builder_alive(path):
+        with contextlib.suppress(OSError):
+            _failure_mark(path).touch()
     print(path if done else f"class archive not built: see {path}.log", flush=True)
     return 0 if done else 1
 
