@@ -151,7 +151,7 @@ def test_the_source_database_away_for_20_s(direction: str, my: Db, pg: Db, runne
         assert ended > 0  # the restart did end the source's sessions
     finally:
         writer.stopped.set()
-        runner.spark.streams.removeListener(herder.progress)
+        herder.progress.detach(runner.spark)
         runner.close()
         proxy.cut()
         if source is pg:

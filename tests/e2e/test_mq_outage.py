@@ -234,7 +234,7 @@ def test_servers_away_for_20_s(paced_runner, tmp_path: Path) -> None:
         assert sorted(sensors) == sorted(_value(i) for i in range(total)), "MQTT lost"
         assert {r[1] for r in copy.received} == sensors
     finally:
-        runner.spark.streams.removeListener(herder.progress)
+        herder.progress.detach(runner.spark)
         runner.close()
         if copy is not None:
             copy.close()

@@ -149,7 +149,7 @@ def test_server_away_for_20_s(paced_runner, tmp_path) -> None:
         jobs = collections.Counter(r["value"] for r in topic_rows(root, "jobs"))
         assert sorted(jobs) == sorted(f"job {i}".encode() for i in range(total)), "jobs lost"
     finally:
-        runner.spark.streams.removeListener(herder.progress)
+        herder.progress.detach(runner.spark)
         runner.close()
         proxy.cut()
         for name in (stream, queue, copy):

@@ -159,6 +159,6 @@ def test_server_away_for_20_s(paced_runner, tmp_path: Path) -> None:
         assert sorted(seqs) == list(range(FIRST + MORE)), "lost or doubled"
         assert runner.bus.count("events") == FIRST + MORE  # each entry once in the topic
     finally:
-        runner.spark.streams.removeListener(herder.progress)
+        herder.progress.detach(runner.spark)
         runner.close()
         server.stop()

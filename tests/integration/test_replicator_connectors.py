@@ -370,6 +370,9 @@ def test_kafka_to_kafka_keeps_keys_headers_timestamps_and_partitions(
 
     try:
         wait_until(all_arrived, 300, f"{n} records in {target}")
+    except AssertionError as exc:  # say how far it got and what each query was doing
+        doing = {name: r.query.status["message"] for name, r in runner.running.items()}
+        raise AssertionError(f"{exc}: {len(got)} arrived; queries: {doing}") from None
     finally:
         consumer.close()
     assert len(got) == n

@@ -79,15 +79,25 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._progress: dict[str, QueryProgress] = {}
         self._totals: dict[str, tuple[int, float]] = {}  # name -> (records-total, when)
+        self._jlistener: Any = None
 
     def attach(self, spark: SparkSession) -> ProgressTracker:
-        gateway = spark.sparkContext._gateway
-        jvm = spark.sparkContext._jvm
-        assert gateway is not None and jvm is not None
-        ensure_callback_server_started(gateway)
-        wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
-        spark._jsparkSession.streams().addListener(wrapper(_JsonListener(self)))
+        """Listen to every query of `spark` (once)."""
+        if self._jlistener is None:
+            gateway = spark.sparkContext._gateway
+            jvm = spark.sparkContext._jvm
+            assert gateway is not None and jvm is not None
+            ensure_callback_server_started(gateway)
+            wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+            self._jlistener = wrapper(_JsonListener(self))
+            spark._jsparkSession.streams().addListener(self._jlistener)
         return self
+
+    def detach(self, spark: SparkSession) -> None:
+        """Stop listening (a session that outlives this tracker: one shared by several herders)."""
+        if self._jlistener is not None:
+            spark._jsparkSession.streams().removeListener(self._jlistener)
+            self._jlistener = None
 
     def started(self, query_name: str | None) -> None:
         """A query started: its connector's total so far is what its first batch adds to."""
