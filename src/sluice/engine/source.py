@@ -80,7 +80,7 @@ from sluice.sdk import (
     SourceTaskContext,
     partition_key,
 )
-from sluice.sdk.wakeup import IDLE_PAUSE_S, IDLE_WAIT_S, FileWatch, wait_for_new
+from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
 
 _RECORDS_PER_BATCH = 10_000
 
@@ -749,7 +749,13 @@ class _PollingReader(DataSourceStreamReader):
         return self._initial
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        end = dict(start.get("s", {}))
+        # nothing wakes a poll: after one that found nothing, wait_for_new pauses before answering
+        begun = start.get("s", {})
+        return {"s": wait_for_new(None, begun, lambda: self._staged(begun), self.plan.idle_wait_s)}
+
+    def _staged(self, begun: dict) -> dict:
+        """Stage what the tasks polled (ahead of Spark, and now); the end of all that is staged."""
+        end = dict(begun)
         with self._lock:
             failure, self._failure = self._failure, None
             if failure is not None:  # the poll-ahead thread's: as if this call had met it
@@ -768,9 +774,7 @@ class _PollingReader(DataSourceStreamReader):
                 target=self._poll_ahead, daemon=True, name=f"sluice-poll-ahead-{self.plan.name}"
             )
             self._ahead.start()
-        if end == start.get("s", {}):
-            time.sleep(IDLE_PAUSE_S)  # nothing polled: nothing wakes a poll, look again soon
-        return {"s": end}
+        return end
 
     def _poll(self, index: int, task: SourceTask, ahead: bool = False) -> Any:
         """Task `index`'s `poll`, retried as `errors.retry.*` says, its retries in its status;
