@@ -5,6 +5,7 @@ and every Python process Spark starts imports pyspark from site-packages, not fr
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from typing import Any
 
@@ -45,6 +46,20 @@ def test_preload_reports_what_it_could_not_import(monkeypatch: Any) -> None:
     monkeypatch.setattr(sys, "argv", ["daemon", "json"])
     assert worker_daemon.preload(("sluice.no_such_module", "csv")) == ["sluice.no_such_module"]
     assert "json" in sys.modules and "csv" in sys.modules
+
+
+def test_every_preloaded_module_imports_and_starts_no_thread() -> None:
+    # a fresh interpreter, as the zygote is: a name that fails would silently leave the import
+    # (and its private memory) to every forked worker; a thread would not survive the fork
+    script = (
+        "import sys, threading; sys.argv[1:] = []\n"
+        "from sluice.engine import worker_daemon\n"
+        "print(worker_daemon.preload(), threading.active_count())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split("\n")[-2] == "[] 1", out.stdout + out.stderr
 
 
 def _imports() -> dict[str, str]:
