@@ -234,6 +234,55 @@ def test_reader_plans_exact_ranges_and_replays_them(
     assert sorted(r["queue_offset"] for r in rows) == sorted(list(range(4, 10)) * 3)
 
 
+def test_an_idle_reader_wakes_when_this_worker_commits(
+    harness: Harness, bus: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that found nothing new waits on the topic's doorbell: a commit of this worker
+    rings it. The pauses are made 10 minutes long, so only the bell can end the wait in time
+    (other writers of a broker's topics do not ring: there the reader looks again after
+    `IDLE_PAUSE_S` anyway)."""
+    import threading
+
+    import sluice.bus.spark as bus_spark
+
+    monkeypatch.setattr(bus_spark, "IDLE_PAUSE_S", 600.0)
+    topic = harness.new_topic(bus, 1)
+    reader = bus.topic_reader(
+        name="snk",
+        topics=[topic],
+        max_tasks=1,
+        control_path=str(tmp_path / "control.json"),
+        positions=None,
+        idle_wait_s=600.0,
+    )(options={}).streamReader(schema=None)
+    start = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
+    assert start["q"] == {f"{topic}/0": 0}
+    looked = threading.Event()
+    latest = reader._latest
+
+    def look(*args: Any) -> Any:
+        try:
+            return latest(*args)
+        finally:
+            looked.set()
+
+    reader._latest = look
+    ends: list[dict] = []
+    waiting = threading.Thread(
+        target=lambda: ends.append(reader.latestOffset(start, reader.getDefaultReadLimit())),
+        daemon=True,
+    )
+    waiting.start()
+    wait_until(looked.is_set, what="the reader's first look")
+    commit(bus, "w", 0, [stage(bus, "w", [topic_frame(topic, [b"rung"], route=[0])])])
+    wait_until(lambda: bool(ends), timeout=60, what="the reader to wake at the commit")
+    rows = [
+        r for p in reader.partitions(start, ends[0]) for b in reader.read(p) for r in b.to_pylist()
+    ]
+    assert values(rows) == [b"rung"]
+    reader.stop()
+
+
 def test_a_new_reader_starts_at_the_first_or_the_last_offset(
     harness: Harness, bus: Any, tmp_path: Path
 ) -> None:

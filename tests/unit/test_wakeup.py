@@ -171,6 +171,21 @@ def test_an_idle_topic_reader_wakes_when_a_commit_publishes(tmp_path: Path) -> N
     reader.stop()
 
 
+def test_ring_creates_a_missing_bell_private_and_wakes_its_watchers(tmp_path: Path) -> None:
+    bell = tmp_path / "bell"
+    watch = FileWatch([str(bell)])
+    watch.arm()
+    wakeup.ring(bell)
+    assert watch.wait(30) is True
+    assert bell.stat().st_mode & 0o777 == 0o600
+    watch.arm()
+    wakeup.ring(bell)  # an existing bell: its times change
+    assert watch.wait(30) is True
+    wakeup.ring(tmp_path / "no-such-folder" / "bell")  # cannot ring: no error, nothing made
+    assert not (tmp_path / "no-such-folder").exists()
+    watch.close()
+
+
 def test_a_commit_whose_doorbell_never_rang_is_still_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

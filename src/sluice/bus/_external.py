@@ -81,6 +81,7 @@ from abc import abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pyarrow as pa
 
@@ -98,6 +99,7 @@ from sluice.bus.base import (
     raise_fence,
     retry_outage,
 )
+from sluice.sdk.wakeup import ring
 
 log = logging.getLogger(__name__)
 
@@ -409,10 +411,22 @@ class ExternalLog(TopicLog):
     :meth:`_end_offsets`, :meth:`_count_tagged` and :meth:`_send`.
     """
 
+    #: This worker's commits ring the topics' doorbells; other writers (other workers, any
+    #: producer of the broker) do not, so a reader still looks at the broker regularly.
+    doorbells_ring_for_every_write = False
+
     def __init__(self, state_dir: str | os.PathLike[str], *, outage_s: float = 300.0) -> None:
         self.state_dir = os.path.abspath(os.fspath(state_dir))
         self.outage_s = outage_s
         self._journal = CommitJournal(os.path.join(self.state_dir, "writes.sqlite"))
+
+    # -- doorbells -------------------------------------------------------------------------------
+    def _bell(self, topic: str) -> str:
+        return os.path.join(self.state_dir, "bells", quote(topic, safe=""))
+
+    def doorbells(self, topics: Sequence[str]) -> list[str]:
+        private_dir(os.path.join(self.state_dir, "bells"))
+        return [self._bell(t) for t in topics]
 
     def __getstate__(self) -> dict[str, Any]:
         # Clients and connections belong to a process: ship only what reopens them.
@@ -578,6 +592,7 @@ class ExternalLog(TopicLog):
             self._send(topic, todo, tag, lambda: self._journal.check_fence(fence, topic))
         self._journal.put(writer_id, batch_id, topic, "done", starts, fence)
         self.discard(segs)
+        ring(self._bell(topic))
         return True
 
     # -- parts: writes from the executors ------------------------------------------------------
@@ -604,6 +619,7 @@ class ExternalLog(TopicLog):
         self._journal.forget_parts(writer_id, batch_id)
         if ends:
             self._await_parts(topic, ends)
+            ring(self._bell(topic))
 
     def _await_parts(self, topic: str, ends: Mapping[int, int]) -> None:
         """Hook: wait until readers can read every queue of ``topic`` up to ``ends`` (the

@@ -355,6 +355,11 @@ class TopicLog(ABC):
             )
         return None
 
+    #: Whether the `doorbells` ring for every write a reader could see (the embedded log: every
+    #: commit rings). When False they ring for some writes only, and a reader that found nothing
+    #: new looks again after `sluice.sdk.wakeup.IDLE_PAUSE_S` whether or not a bell rang.
+    doorbells_ring_for_every_write = True
+
     def doorbells(self, topics: Sequence[str]) -> list[str]:
         """Files that change whenever one of `topics` gets new records (a reader waits on them
         when it found nothing new: see `sluice.sdk.wakeup`). Default: none, the reader asks

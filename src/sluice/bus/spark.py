@@ -76,7 +76,7 @@ from sluice.bus.base import (
 )
 from sluice.sdk import RecordOffset, partition_key
 from sluice.sdk._retry import RetryWatcher, watching
-from sluice.sdk.wakeup import IDLE_WAIT_S, FileWatch, wait_for_new
+from sluice.sdk.wakeup import IDLE_PAUSE_S, IDLE_WAIT_S, FileWatch, wait_for_new
 
 log = logging.getLogger(__name__)
 
@@ -575,11 +575,14 @@ class _TopicReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         try:
+            wait_s = self.plan.idle_wait_s
+            if not self.log.doorbells_ring_for_every_write:
+                wait_s = min(wait_s, IDLE_PAUSE_S)  # the bells only hurry the next look
             end = wait_for_new(
                 self._watch(),
                 start,
                 lambda: self._latest(start, limit),
-                self.plan.idle_wait_s,
+                wait_s,
                 unchanged=lambda end: (
                     end["q"] == start.get("q", {}) and not end["r"] and not end["rid"]
                 ),

@@ -45,6 +45,9 @@ PRELOAD = (
     "sluice.store",
     "sluice.runtime.metrics",
     "sluice.bus.embedded",
+    # the broker buses' executor-side writers (confluent_kafka's ~30 modules on the Kafka bus)
+    "sluice.bus.kafka",
+    "sluice.bus.rocketmq",
     "sluice.engine.direct",
     "sluice.engine.source",
     "sluice.engine.sink",

@@ -36,6 +36,7 @@ __all__ = [
     "MAX_IDLE_WAIT_S",
     "FileWatch",
     "idle_wait",
+    "ring",
     "wait_for_new",
 ]
 
@@ -232,6 +233,19 @@ class FileWatch:
             if left <= 0:
                 return False
             time.sleep(min(POLL_S, left))
+
+
+def ring(bell: str | os.PathLike[str]) -> None:
+    """Wake whoever watches `bell` (a doorbell file): change its times, creating it (0600) if
+    it is missing. Best effort: a bell that cannot ring only makes readers find the data at
+    their next look."""
+    try:
+        os.utime(bell)
+    except FileNotFoundError:
+        with contextlib.suppress(OSError):
+            os.close(os.open(bell, os.O_WRONLY | os.O_CREAT, 0o600))
+    except OSError:
+        pass
 
 
 def idle_wait(trigger_interval_ms: int) -> float:

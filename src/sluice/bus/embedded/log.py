@@ -98,6 +98,7 @@ from sluice.bus.base import (
     check_commit,
     raise_fence,
 )
+from sluice.sdk.wakeup import ring
 
 __all__ = [
     "EmbeddedLog",
@@ -207,14 +208,7 @@ DOORBELL = "doorbell"
 
 
 def _ring(topic_dir: Path) -> None:
-    bell = topic_dir / DOORBELL
-    try:
-        os.utime(bell)
-    except FileNotFoundError:
-        with contextlib.suppress(OSError):
-            bell.touch(mode=0o600)
-    except OSError:  # a reader then finds the records at its next trigger
-        pass
+    ring(topic_dir / DOORBELL)
 
 
 def _segment_files(topic_dir: Path) -> int:
