@@ -255,6 +255,19 @@ def trickle(bench: Bench, seconds: float, every: float) -> list[tuple[float, flo
     return trickle_lines(src, dst, seconds, every, bench.failed, "pair 0")
 
 
+def mismatch(src: Path, dst: Path) -> str:
+    """Where two line files part: line counts, the first differing line, lines seen twice."""
+    a, b = src.read_bytes().splitlines(), dst.read_bytes().splitlines()
+    pairs = enumerate(zip(a, b, strict=False))
+    first = next((n for n, (x, y) in pairs if x != y), min(len(a), len(b)))
+    twice = len(b) - len(set(b))
+    return (
+        f"{len(a)} lines in, {len(b)} out, {twice} repeated; first difference at line {first}: "
+        f"{a[first] if first < len(a) else None!r} vs {b[first] if first < len(b) else None!r} "
+        f"(work folder kept: {src.parent.parent})"
+    )
+
+
 def batch_times(batches: list[dict]) -> list[tuple[float, float, float, int]]:
     """`(trigger start, offsets decided, trigger end, rows)` (epoch seconds) of each batch that
     carried rows. The offsets are decided when `latestOffset` returns: an idle reader waits in
@@ -427,7 +440,8 @@ def main() -> None:
         for i in range(args.pairs):
             src, dst = bench.data / f"in-{i}.txt", bench.data / f"out-{i}.txt"
             if src.read_bytes() != dst.read_bytes():
-                raise SystemExit(f"pair {i}: output differs from input")
+                args.keep = True  # the evidence stays for a look
+                raise SystemExit(f"pair {i}: output differs from input: {mismatch(src, dst)}")
     finally:
         if bench.worker.proc is not None and bench.worker.proc.poll() is None:
             bench.worker.terminate()
