@@ -239,3 +239,22 @@ def test_an_idle_file_source_wakes_when_its_file_grows(tmp_path: Path) -> None:
     end = waiting.wait("the source to wake at the append")
     assert list(end["p"].values()) == [{"position": 7}]
     reader.stop()
+
+
+def test_a_broker_bus_without_room_for_doorbells_reads_without_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The bells are a hint: a state directory where their folder cannot be made (here a file
+    stands where a folder should be) leaves the reader looking every IDLE_PAUSE_S, with a
+    warning, instead of failing its query."""
+    from sluice.bus.kafka import KafkaLog
+
+    (tmp_path / "not-a-folder").write_text("")
+    log = KafkaLog(tmp_path / "not-a-folder" / "bus", bootstrap_servers="127.0.0.1:1")
+    assert log.doorbells_ring_for_every_write is False
+    assert log.doorbells(["t"]) == []
+    assert "no doorbells for topics ['t']" in caplog.text
+    good = KafkaLog(tmp_path / "bus", bootstrap_servers="127.0.0.1:1")
+    (bell,) = good.doorbells(["a.b_c-d"])
+    assert bell == str(tmp_path / "bus" / "bells" / "a.b_c-d")
+    assert (tmp_path / "bus" / "bells").is_dir()
