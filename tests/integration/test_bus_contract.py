@@ -21,6 +21,7 @@ from tests.integration.bus_helpers import (
     harness_for,
     read_all,
     records,
+    sink_reader,
     topic_frame,
     unique,
 )
@@ -247,14 +248,7 @@ def test_an_idle_reader_wakes_when_this_worker_commits(
 
     monkeypatch.setattr(bus_spark, "IDLE_PAUSE_S", 600.0)
     topic = harness.new_topic(bus, 1)
-    reader = bus.topic_reader(
-        name="snk",
-        topics=[topic],
-        max_tasks=1,
-        control_path=str(tmp_path / "control.json"),
-        positions=None,
-        idle_wait_s=600.0,
-    )(options={}).streamReader(schema=None)
+    reader = sink_reader(bus, topic, tmp_path, idle_wait_s=600.0)
     start = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
     assert start["q"] == {f"{topic}/0": 0}
     looked = threading.Event()
