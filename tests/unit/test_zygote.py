@@ -129,3 +129,25 @@ def test_the_zygote_outlives_the_starting_thread_and_ends_with_its_process() -> 
     assert parent.wait(30) == 0
     wait_until(lambda: not os.path.exists(f"/proc/{pid}"), 30, "the zygote to end")
     assert not os.path.exists(path)
+
+
+def test_a_child_ignores_sigpipe_as_a_fresh_interpreter_does(socket_path: str) -> None:
+    # A write to a closed pipe or a reset socket raises BrokenPipeError in Python; a forked child
+    # that had SIGPIPE's default action was killed by it instead (a Python worker whose broker
+    # connection was cut mid-read "exited unexpectedly").
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        env = {**os.environ, zygote.ENV: socket_path}
+        proc = subprocess.Popen(
+            [spark_python(), "-m", "pyspark.find_spark_home"],
+            env=env,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    finally:
+        os.close(write_end)
+    _out, err = proc.communicate(timeout=120)
+    forked = 128 + signal.SIGPIPE  # the client's status for a child a signal ended
+    assert proc.returncode not in (forked, -signal.SIGPIPE), err

@@ -129,8 +129,13 @@ def _run_child(cwd: str, argv: list[str], env: dict[str, str], fds: list[int]) -
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        # what a fresh interpreter starts with: SIGPIPE and SIGXFSZ ignored (CPython ignores them
+        # at start, so that a write to a closed socket raises BrokenPipeError); with SIGPIPE's
+        # default a worker whose broker connection was reset died mid-task ("crashed")
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         for target, fd in enumerate(fds[:3]):
             os.dup2(fd, target)
