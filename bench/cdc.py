@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
 from typing import Any
@@ -129,6 +130,11 @@ def bench_pg(spark: Any, changes: int) -> dict:
         # warm-up: creates the slot, starts Spark's Python workers
         run_connector_warm(spark, config, engine, topic)
         with engine.connect() as c:
+            # a peek of the stopped query may still hold the slot until its backend notices
+            while c.exec_driver_sql(
+                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)
+            ).scalar():
+                time.sleep(0.05)
             c.exec_driver_sql(
                 "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (SLOT,)
             )
@@ -170,6 +176,12 @@ def pg_config(**extra: str) -> dict[str, str]:
 
 def drop_pg(engine: Any) -> None:
     with engine.connect() as c:
+        while c.exec_driver_sql(
+            "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots "
+            "WHERE slot_name = %s",
+            (SLOT,),
+        ).scalar():
+            time.sleep(0.05)
         c.exec_driver_sql(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = %s",
@@ -567,19 +579,31 @@ def bench_lag(spark: Any, rate: int, seconds: float) -> dict:
             runner.start("sink", sink)
             time.sleep(5)  # the source's first (empty) micro-batch fixes its start position
             write(time.perf_counter() + 3)  # warm-up: Spark's Python workers, the target table
-            seen = _wait_seen(pg_engine, max(committed), 0, committed, 120)
+            seen = _wait_seen(pg_engine, max(committed), 0, 120)
             committed.clear()
             start = time.perf_counter()
             writer = threading.Thread(target=write, args=(start + seconds,), daemon=True)
             writer.start()
-            writer.join()
+            # the target is polled while the writer writes: a row's lag is when it first showed
+            # (ids are inserted in order, so each poll's new ids are those above the last max)
+            shown: list[tuple[int, int, float]] = []
+            seen = _poll_seen(pg_engine, seen, writer.is_alive, shown)
             wrote = len(committed)
             last = max(committed)
-            _wait_seen(pg_engine, last, seen, committed, 300, lags)
+            _poll_seen(pg_engine, seen, lambda: False, shown, until=last)
+            timed = [
+                (committed[i] - start, t - committed[i])
+                for low, end, t in shown
+                for i in range(low, end)
+                if i in committed
+            ]
+            lags.extend(lag for _, lag in timed)
             for name in ("cdc", "sink"):
                 failure = runner.running[name].failure()
                 if failure is not None:
                     raise RuntimeError(failure[0])
+                if os.environ.get("BENCH_PROGRESS"):
+                    _print_progress(name, runner.running[name].query)
         finally:
             for name in list(runner.running):
                 runner.stop(name)
@@ -589,8 +613,14 @@ def bench_lag(spark: Any, rate: int, seconds: float) -> dict:
             with pg_engine.connect() as c:
                 c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
                 c.commit()
+    # the median lag of the rows committed in each quarter of the run: steady, or a backlog growing
+    quarters = [
+        statistics.median(lag for at, lag in timed if q * seconds / 4 <= at < (q + 1) * seconds / 4)
+        for q in range(4)
+    ]
     lags.sort()
     return {
+        "quarters": quarters,
         "rows": wrote,
         "rate": wrote / seconds,
         "p50": lags[len(lags) // 2],
@@ -599,15 +629,46 @@ def bench_lag(spark: Any, rate: int, seconds: float) -> dict:
     }
 
 
-def _wait_seen(
+def _print_progress(name: str, query: Any) -> None:
+    """What the query's recent micro-batches spent their time on (Spark's `durationMs`, summed
+    over the batches that moved rows): what bounds the pipeline's rate."""
+    import collections
+
+    busy = [p for p in query.recentProgress if p.numInputRows]
+    total: collections.Counter[str] = collections.Counter()
+    for p in busy:
+        total.update(p.durationMs)
+    rows = sum(p.numInputRows for p in busy)
+    parts = ", ".join(f"{k} {v / max(len(busy), 1):.0f}" for k, v in total.most_common())
+    print(f"{name}: {len(busy)} batches of {rows / max(len(busy), 1):,.0f} rows; ms/batch: {parts}")
+
+
+def _poll_seen(
     engine: Any,
-    last: int,
     seen: int,
-    committed: dict[int, float],
-    timeout: float,
-    lags: list[float] | None = None,
+    going: Any,
+    shown: list[tuple[int, int, float]],
+    until: int = 0,
+    timeout: float = 300,
 ) -> int:
-    """Poll the target until id `last` is there; record each newly seen id's lag."""
+    """Poll the target's highest id every 50 ms while `going()` (and until `until` is there);
+    append (first id, end id, time) for the ids that showed in each poll; return the highest."""
+    deadline = time.perf_counter() + timeout
+    with engine.connect() as c:
+        while going() or seen < until:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"id {until} not in the target after {timeout} s")
+            top = c.exec_driver_sql(f"SELECT max(id) FROM {NS}.t").scalar() or 0
+            c.commit()
+            if top > seen:
+                shown.append((seen + 1, top + 1, time.perf_counter()))
+                seen = top
+            time.sleep(0.05)
+    return seen
+
+
+def _wait_seen(engine: Any, last: int, seen: int, timeout: float) -> int:
+    """Poll the target (which the sink may not have created yet) until id `last` is there."""
     deadline = time.perf_counter() + timeout
     with engine.connect() as c:
         while seen < last:
@@ -619,9 +680,6 @@ def _wait_seen(
                 c.rollback()
                 top = 0
             c.commit()
-            now = time.perf_counter()
-            if lags is not None:
-                lags.extend(now - committed[i] for i in range(seen + 1, top + 1) if i in committed)
             seen = max(seen, top)
             time.sleep(0.05)
     return seen
@@ -700,7 +758,8 @@ def main() -> None:
         r = bench_lag(spark, args.lag, args.lag_seconds)
         print(
             f"lag MariaDB → topic → PostgreSQL: {r['rows']:,} inserts at {r['rate']:,.0f}/s; "
-            f"p50 {r['p50']:.2f}s, p99 {r['p99']:.2f}s, max {r['max']:.2f}s; load "
+            f"p50 {r['p50']:.2f}s, p99 {r['p99']:.2f}s, max {r['max']:.2f}s; median by quarter "
+            f"of the run {' '.join(f'{q:.2f}s' for q in r['quarters'])}; load "
             f"{os.getloadavg()[0]:.1f}"
         )
         return

@@ -280,3 +280,37 @@ def test_snapshot_hands_over_to_the_binlog_exactly(my: Db, row_metadata) -> None
     assert first["tm"] == time(23, 59, 59, 999999) and first["e"] == "green"
     assert first["dt"] == date(9999, 12, 31) and first["bl"] == b"\x00\x00\xff"
     assert first["dtm"] == datetime(2024, 5, 1, 10, 0, 0, 1, tzinfo=UTC)
+
+
+def test_rows_after_an_add_column_inside_one_range_decode_with_the_new_columns(
+    my: Db, row_metadata
+) -> None:
+    """The binlog reader keeps each table's parsed table map (they are costly to parse, one per
+    transaction), never past a change of the table's definition: a range that spans an ADD
+    COLUMN the connector's schema already has (made while it was stopped) decodes the rows after
+    it with the new column, and the rows before it without. (MariaDB gives the altered table a
+    new table id; the reader also drops its maps at every DDL statement, in case one does not.)"""
+    items = my.table("items")
+    my.execute(f"CREATE TABLE {items} (id INT NOT NULL PRIMARY KEY, vc VARCHAR(20))")
+    connector = MySqlCdcSourceConnector()
+    config = _source(my)
+    connector.validate(config)
+    connector.start(config)
+    task = connector.task_class()
+    task.start(connector.task_configs(1)[0])
+    start = task.log_end()
+    for i in range(1, 4):
+        my.execute(f"INSERT INTO {items} VALUES (%s, %s)", (i, f"before {i}"))
+    my.execute(f"ALTER TABLE {items} ADD COLUMN qty INT NOT NULL DEFAULT 7")
+    for i in range(4, 7):
+        my.execute(f"INSERT INTO {items} VALUES (%s, %s, %s)", (i, f"after {i}", i * 10))
+    stream = task._stream(start, rows=True)
+    rows = []
+    try:
+        for event in stream:
+            if getattr(event, "table", None) == "items":
+                rows.extend(row["values"] for row in event.rows)
+    finally:
+        stream.close()
+    assert rows[:3] == [{"id": i, "vc": f"before {i}"} for i in range(1, 4)]
+    assert rows[3:] == [{"id": i, "vc": f"after {i}", "qty": i * 10} for i in range(4, 7)]

@@ -352,3 +352,25 @@ def test_the_shared_table_checks_name_the_columns_and_keys_change_into_delete_an
     assert [(r.value["op"], r.key) for r in moved] == [("d", '{"id":1}'), ("c", '{"id":2}')]
     same = list(task.change_records(table, "u", {"id": 1, "note": "a"}, {"id": 1, "note": "b"}, at))
     assert [(r.value["op"], r.key, r.topic) for r in same] == [("u", '{"id":1}', "p.shop.items")]
+
+
+@pytest.mark.parametrize(
+    ("query", "ddl"),
+    [
+        (b"BEGIN", False),
+        ("COMMIT", False),
+        (b" commit ", False),
+        (b"XA START X'01',X'',1", False),
+        (b"ALTER TABLE t ADD COLUMN qty INT", True),
+        ("CREATE TABLE t (id INT)", True),
+        (b"TRUNCATE t", True),
+    ],
+)
+def test_a_binlog_query_event_is_ddl_unless_it_is_a_transactions_step(
+    query: bytes | str, ddl: bool
+) -> None:
+    from types import SimpleNamespace
+
+    from sluice.connectors.cdc.mysql import _is_ddl
+
+    assert _is_ddl(SimpleNamespace(query=query)) is ddl

@@ -283,7 +283,6 @@ class MySqlCdcSourceTask(CdcTask):
 
     def _stream(self, start: dict, *, rows: bool) -> Any:
         require(MYSQL_BINLOG, "MySqlCdcSourceConnector")
-        from pymysqlreplication import BinLogStreamReader
         from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
         from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
@@ -292,7 +291,7 @@ class MySqlCdcSourceTask(CdcTask):
         if rows:
             events += [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
         c = self.connection
-        return BinLogStreamReader(
+        return _reader_class()(
             connection_settings={
                 "host": c.host,
                 "port": c.port or 3306,
@@ -306,6 +305,9 @@ class MySqlCdcSourceTask(CdcTask):
             log_pos=start["pos"],
             only_events=events,
             only_schemas=sorted({t.split(".", 1)[0] for t in self.tables}) if rows else None,
+            # table maps of the captured tables only, each parsed once (see `_reader_class`)
+            only_tables=sorted({t.split(".", 1)[1] for t in self.tables}) if rows else None,
+            freeze_schema=True,
             # File + position mode: mysql-replication's MariaDB mode starts from a GTID state
             # and ignores log_file/log_pos; MariaDB serves the MySQL dump command as well and,
             # with the capability the library announces, still sends its GTID events.
@@ -601,6 +603,41 @@ class MySqlCdcSourceTask(CdcTask):
 
 
 _CONNECTION_CLASS: Any = None
+
+
+_READER_CLASS: Any = None
+
+
+def _reader_class() -> Any:
+    """mysql-replication's binlog reader, keeping each table's parsed table map until a DDL
+    statement. Every transaction carries a table map of each table it changes, and the reader
+    parses each one in pure Python (optional metadata, charsets, one object per column): with
+    transactions of 50 rows that was most of the CPU of both `latest` and `read`
+    (bench/cdc.py --lag, py-spy). The library's `freeze_schema` keeps the first map of a table id
+    instead; a table's id changes when its definition does, and on top of that the map is
+    dropped at every DDL statement the reader passes (and the library drops them all at each
+    binlog rotation, as after a server restart), so rows are never decoded with an old map."""
+    global _READER_CLASS
+    if _READER_CLASS is None:
+        from pymysqlreplication import BinLogStreamReader
+        from pymysqlreplication.event import QueryEvent
+
+        class Reader(BinLogStreamReader):  # type: ignore[misc]
+            def fetchone(self) -> Any:
+                event = super().fetchone()
+                if isinstance(event, QueryEvent) and _is_ddl(event):
+                    self.table_map.clear()
+                return event
+
+        _READER_CLASS = Reader
+    return _READER_CLASS
+
+
+def _is_ddl(event: Any) -> bool:
+    """A query event that is no transaction's BEGIN, COMMIT or XA step: a DDL statement."""
+    query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
+    text = query.strip().upper()
+    return text not in ("BEGIN", "COMMIT") and not text.startswith("XA ")
 
 
 def _connection_class() -> Any:
