@@ -195,3 +195,15 @@ def test_redact_url_masks_passwords_only(url: str, shown: str) -> None:
 
     assert redact_url(url) == shown
     assert ":pw@" not in redact_url(url) and "password=pw" not in redact_url(url)
+
+
+def test_records_sharing_a_partition_object_and_records_of_others_get_their_own_hashes() -> None:
+    frame = source_frame_schema(Schema.string(), Schema.string())
+    shared, other = {"table": "a"}, {"table": "b"}
+    records = [ConnectRecord(value=str(i), partition=shared) for i in range(3)]
+    records += [ConnectRecord(value="x", partition=other), ConnectRecord(value="y")]
+    records += [ConnectRecord(value="z", partition={"table": "a"})]  # equal, another object
+    hashes = records_to_batch(records, frame, "t").column("partition_hash").to_pylist()
+    a, b = partition_hash(shared), partition_hash(other)
+    assert a != b
+    assert hashes == [a, a, a, b, None, a]

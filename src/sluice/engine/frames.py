@@ -58,13 +58,24 @@ def records_to_batch(
     records: Sequence[ConnectRecord], frame: pa.Schema, default_topic: str | None
 ) -> pa.RecordBatch:
     """Build a source-frame batch from records (the per-record API's slow path)."""
+    # a range's records share one partition object (the engine sets it): hash each once
+    hashes: dict[int, int | None] = {}
+
+    def hashed(partition: RecordPartition | None) -> int | None:
+        if partition is None:
+            return None
+        found = hashes.get(id(partition), -1)
+        if found == -1:
+            found = hashes[id(partition)] = partition_hash(partition)
+        return found
+
     columns = {
         "topic": [r.topic or r.extensions.get("topic") or default_topic for r in records],
         "key": [r.key for r in records],
         "value": [r.value for r in records],
         "timestamp": [r.timestamp for r in records],
         "headers": [list(r.extensions.items()) if r.extensions else None for r in records],
-        "partition_hash": [partition_hash(r.partition) for r in records],
+        "partition_hash": [hashed(r.partition) for r in records],
     }
     arrays = []
     for f in frame:
