@@ -36,7 +36,7 @@ from sluice.runtime.assembly import Runtime, assemble
 from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder
 from sluice.runtime.jvm_watch import JvmWatch
-from sluice.runtime.worker_config import WorkerConfig
+from sluice.runtime.worker_config import WorkerConfig, read_properties
 from sluice.sdk import ConfigException
 
 log = logging.getLogger("sluice.worker")
@@ -150,8 +150,9 @@ def run_worker(config_path: str) -> int:
     """Run a worker until SIGTERM/SIGINT; the process exit code."""
     _configure_logging()
     try:
-        config = WorkerConfig.load(config_path)
-        security = RestSecurity.from_properties(config.raw)
+        props = read_properties(config_path)
+        config = WorkerConfig.from_properties(props)
+        security = RestSecurity.from_properties(props)
     except ConfigException as exc:
         print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
         return 2

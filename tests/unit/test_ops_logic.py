@@ -24,6 +24,7 @@ from sluice.runtime.file_access import check_allowed_paths
 from sluice.runtime.secrets import ConfigProviders, keep_masked, redact, restore_references
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import PASSWORD_MASK, ConfigException
+from sluice.sdk._paths import allowed_dirs
 
 
 def test_providers_resolve_kafka_syntax(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,10 +112,10 @@ def test_masking_scrubbing_and_restoring(caplog: pytest.LogCaptureFixture) -> No
 
 
 def test_file_allowed_dirs(tmp_path: Path) -> None:
-    allowed = {"file.allowed.dirs": str(tmp_path / "in")}
     (tmp_path / "in").mkdir()
+    allowed = allowed_dirs(str(tmp_path / "in"))
     check_allowed_paths(FileSourceConnector, {"filename": str(tmp_path / "in" / "a")}, allowed)
-    check_allowed_paths(FileSourceConnector, {"filename": "/etc/shadow"}, {})  # no limit set
+    check_allowed_paths(FileSourceConnector, {"filename": "/etc/shadow"}, ())  # no limit set
     (tmp_path / "in" / "link").symlink_to("/etc")
     for path in ("/etc/shadow", str(tmp_path / "in" / ".." / "a"), str(tmp_path / "in/link/x")):
         with pytest.raises(ConfigException) as caught:

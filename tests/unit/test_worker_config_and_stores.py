@@ -150,3 +150,36 @@ def test_plugin_folder_scan_reload_and_no_shadowing(tmp_path: Path) -> None:
 def test_missing_plugin_folder_is_reported(tmp_path: Path) -> None:
     registry = PluginRegistry([str(tmp_path / "nope")])
     assert registry.errors == {str(tmp_path / "nope"): "plugin path is not a directory"}
+
+
+def test_worker_keys_are_parsed_once_into_typed_fields(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.properties"
+    secret.write_text("password=s3cret\n")
+    config = WorkerConfig.from_properties(
+        {
+            "storePathRootDir": str(tmp_path / "store"),
+            "cluster.shared.path.check": "false",
+            "cluster.shared.path.check.timeout.ms": "5000",
+            "file.allowed.dirs": str(tmp_path),
+            "bus": "rocketmq",
+            "namesrvAddr": "127.0.0.1:9876",
+            "config.providers": "file",
+            "config.providers.file.param.allowed.paths": str(tmp_path),
+            "rest.auth": "none",
+        }
+    )
+    assert config.shared_path_check is False and config.shared_path_check_timeout_ms == 5000
+    assert config.client_policy.allowed_dirs == (str(tmp_path.resolve()),)
+    # the bus backends' keys only: the bus chosen parses them
+    assert config.bus_props == {"namesrvAddr": "127.0.0.1:9876"}
+    resolved = config.providers.resolve({"p": f"${{file:{secret}:password}}"}, frozenset())
+    assert resolved == {"p": "s3cret"}
+    assert WorkerConfig.from_properties({}).shared_path_check is True
+
+
+def test_an_unreadable_worker_config_names_the_file(tmp_path: Path) -> None:
+    from sluice.runtime.worker_config import read_properties
+
+    with pytest.raises(ConfigException) as caught:
+        read_properties(str(tmp_path / "nope.properties"))
+    assert caught.value.key == "-c" and "nope.properties" in str(caught.value)

@@ -12,26 +12,20 @@ Iceberg sink's catalog), which a connector creates and writes.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sluice.sdk import ClientPolicy, ConfigException
 from sluice.sdk._paths import ALLOWED_DIRS_KEY, inside
-from sluice.sdk._paths import allowed_dirs as _folders
 
 #: SQLAlchemy's SQLite URLs (`sqlite:///relative.db`, `sqlite:////absolute.db`, with a driver).
 _SQLITE_URL = re.compile(r"sqlite(?:\+\w+)?:///([^?]*)")
 
 
-def allowed_dirs(worker_props: Mapping[str, str]) -> list[str]:
-    """The real paths of the allowed folders ([] = anything goes)."""
-    return list(_folders(worker_props.get(ALLOWED_DIRS_KEY, "")))
-
-
 def check_allowed_paths(
-    connector_class: type, config: Mapping[str, str], worker_props: Mapping[str, str]
+    connector_class: type, config: Mapping[str, str], folders: Sequence[str]
 ) -> None:
-    """Raise `ConfigException` naming the key if a path key points outside the allowed folders."""
-    folders = allowed_dirs(worker_props)
+    """Raise `ConfigException` naming the key if a path key points outside `folders` (the real
+    paths of the worker's `file.allowed.dirs`, `ClientPolicy.allowed_dirs`; empty: no limit)."""
     if not folders:
         return
     config_def = getattr(connector_class, "config_def", None)

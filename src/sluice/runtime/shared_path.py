@@ -32,7 +32,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from sluice.runtime.worker_config import WORKER_KEYS, WorkerConfig
+from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 
 log = logging.getLogger(__name__)
@@ -47,8 +47,7 @@ def check_shared_store_root(spark: SparkSession, config: WorkerConfig) -> None:
     `local…` masters or with `cluster.shared.path.check=false`.
     """
     master = spark.sparkContext.master
-    values = WORKER_KEYS.parse(config.raw)
-    if master.startswith("local") or not values["cluster.shared.path.check"]:
+    if master.startswith("local") or not config.shared_path_check:
         return
     probe = os.path.join(config.store_root, PROBE_DIR, uuid.uuid4().hex)
     os.makedirs(probe)
@@ -56,7 +55,7 @@ def check_shared_store_root(spark: SparkSession, config: WorkerConfig) -> None:
         token = uuid.uuid4().hex
         with open(os.path.join(probe, "driver"), "w", encoding="utf-8") as f:
             f.write(token)
-        results = _run_probe(spark, probe, token, values["cluster.shared.path.check.timeout.ms"])
+        results = _run_probe(spark, probe, token, config.shared_path_check_timeout_ms)
         _judge(config.store_root, probe, results)
     finally:
         shutil.rmtree(probe, ignore_errors=True)

@@ -48,7 +48,6 @@ from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
 from sluice.runtime.reconcile import PARALLEL_STARTS, Duty, Reconciler
 from sluice.runtime.runner import ConnectorRunner, RunningConnector
 from sluice.runtime.secrets import (
-    ConfigProviders,
     keep_masked,
     password_keys,
     redact,
@@ -160,7 +159,7 @@ def build_runner(
         retention_bytes=config.retention_bytes,
         plugins=plugins,
         bus=stores.attach(config.create_bus()),
-        providers=ConfigProviders.from_worker(config.raw),
+        providers=config.providers,
         stores=stores,
         schema_compatibility=config.schema_compatibility,
     )
@@ -183,7 +182,7 @@ class StandaloneHerder(Herder):
         self.config = config
         self.worker_id = config.worker_id
         self.plugins_registry = plugins
-        self.providers = ConfigProviders.from_worker(config.raw)
+        self.providers = config.providers
         self.runner = runner
         # record totals, rates and batch times of every query, for /metrics
         self.progress = ProgressTracker(
@@ -391,7 +390,7 @@ class StandaloneHerder(Herder):
         it names are checked against `file.allowed.dirs` and the options it hands to client
         libraries against the worker's client policy; what is stored keeps the references."""
         resolved = self.providers.resolve(config, password_keys(cls))
-        check_allowed_paths(cls, resolved, self.config.raw)
+        check_allowed_paths(cls, resolved, self.config.client_policy.allowed_dirs)
         check_client_options(cls, resolved, self.config.client_policy)
         return resolved
 

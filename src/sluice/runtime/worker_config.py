@@ -243,7 +243,10 @@ class WorkerConfig:
     retention_bytes: int | None
     status_poll_ms: int
     spark: dict[str, str] = field(default_factory=dict)
-    raw: dict[str, str] = field(default_factory=dict)
+    #: the keys of the bus backends as typed (`kafka.*`, `rocketmq.*`…), read by the one `bus` names
+    bus_props: dict[str, str] = field(default_factory=dict)
+    #: `config.providers`: resolves `${provider:path:key}` references in connector configs
+    providers: ConfigProviders = field(default_factory=ConfigProviders)
     cluster_store_url: str = ""
     cluster_name: str = "sluice"
     alloc_strategy: str = "round-robin"
@@ -256,6 +259,9 @@ class WorkerConfig:
     client_policy: ClientPolicy = field(default_factory=ClientPolicy)
     #: `max.connectors`: creates past it are refused (see `StandaloneHerder.put_connector`)
     max_connectors: int = 100
+    #: `cluster.shared.path.check` and its timeout (`sluice.runtime.shared_path`)
+    shared_path_check: bool = True
+    shared_path_check_timeout_ms: int = 120_000
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -285,7 +291,7 @@ class WorkerConfig:
                 suggestion="mount the shared storage (NFS, an HDFS NFS gateway…) and name the "
                 "mount point; see docs/spark-cluster.md",
             )
-        ConfigProviders.from_worker(props)  # a bad provider is reported at once
+        providers = ConfigProviders.from_worker(props)  # a bad provider is reported at once
         store_root = path(values["storePathRootDir"])
         strategy = strategy_name(values["allocTaskStrategy"])
         interval = values["rocketmq.runtime.cluster.rebalance.waitInterval"]
@@ -314,7 +320,8 @@ class WorkerConfig:
             ),
             status_poll_ms=values["status.poll.interval.ms"],
             spark={k: v for k, v in props.items() if k.startswith("spark.")},
-            raw=dict(props),
+            bus_props={k: v for k, v in props.items() if is_bus_key(k)},
+            providers=providers,
             cluster_store_url=values["cluster.store.url"],
             cluster_name=values["cluster.name"],
             alloc_strategy=strategy,
@@ -326,6 +333,8 @@ class WorkerConfig:
             schema_compatibility=values["schema.compatibility"],
             client_policy=ClientPolicy.of(props),
             max_connectors=values["max.connectors"],
+            shared_path_check=values["cluster.shared.path.check"],
+            shared_path_check_timeout_ms=values["cluster.shared.path.check.timeout.ms"],
         )
 
     def create_bus(self) -> Bus:
@@ -333,7 +342,7 @@ class WorkerConfig:
         kafka/rocketmq: their staged rows and commit journal there)."""
         return create_bus(
             self.bus,
-            self.raw,
+            self.bus_props,
             os.path.join(self.store_root, "bus"),
             default_queues=self.default_queues,
         )
@@ -342,12 +351,18 @@ class WorkerConfig:
     def load(cls, path: str) -> WorkerConfig:
         """Read a `key=value` file; relative paths in it are relative to the working directory
         (as RocketMQ Connect's `connect-standalone.sh` resolves them)."""
-        try:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as exc:
-            raise ConfigException("-c", f"cannot read worker config {path!r}: {exc}") from None
-        return cls.from_properties(parse_properties(text, path))
+        return cls.from_properties(read_properties(path))
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """The keys of the worker config file at `path` (for the parts of a worker above the
+    runtime that read keys of their own, as the REST layer reads `rest.*`)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as exc:
+        raise ConfigException("-c", f"cannot read worker config {path!r}: {exc}") from None
+    return parse_properties(text, path)
 
 
 def _refuse_cluster_keys_alone(props: dict[str, str], store_url: str, unknown: list[str]) -> None:
