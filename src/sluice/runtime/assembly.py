@@ -20,8 +20,9 @@ from sluice.engine.session import build_class_archive_in_background, build_sessi
 from sluice.engine.shutdown import quiet_batch_interrupts
 from sluice.runtime.herder import Herder
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.shared_path import check_shared_store_root
-from sluice.runtime.standalone import StandaloneHerder, build_runner
+from sluice.runtime.standalone import QueryRunner, StandaloneHerder
 from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store import prepare_store_root
@@ -29,6 +30,29 @@ from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
 
 log = logging.getLogger(__name__)
+
+
+def build_runner(
+    spark: SparkSession,
+    config: WorkerConfig,
+    plugins: PluginRegistry,
+    stores: WorkerStores | None = None,
+) -> QueryRunner:
+    """The query runner of a worker over `stores` (SQLite under `storePathRootDir` by default)."""
+    stores = stores or WorkerStores.sqlite(config.store_root)
+    return ConnectorRunner(
+        spark,
+        config.store_root,
+        trigger_interval_ms=config.trigger_interval_ms,
+        default_queues=config.default_queues,
+        retention_ms=config.retention_ms,
+        retention_bytes=config.retention_bytes,
+        plugins=plugins,
+        bus=stores.attach(config.create_bus()),
+        providers=config.providers,
+        stores=stores,
+        schema_compatibility=config.schema_compatibility,
+    )
 
 
 @dataclass

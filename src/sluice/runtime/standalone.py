@@ -46,7 +46,7 @@ from sluice.runtime.metrics import ProgressTracker
 from sluice.runtime.metrics_snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
 from sluice.runtime.reconcile import PARALLEL_STARTS, Duty, Reconciler
-from sluice.runtime.runner import ConnectorRunner, RunningConnector
+from sluice.runtime.runner import RunningConnector
 from sluice.runtime.secrets import (
     keep_masked,
     password_keys,
@@ -56,7 +56,7 @@ from sluice.runtime.secrets import (
 )
 from sluice.runtime.source_lag import SourceLag
 from sluice.runtime.status_board import StatusBoard
-from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend, WorkerStores
+from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
@@ -139,30 +139,6 @@ class QueryRunner(Protocol):
 
     def committed_positions(self, name: str) -> dict[str, RecordOffset]:
         """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
-
-
-def build_runner(
-    spark: SparkSession,
-    config: WorkerConfig,
-    plugins: PluginRegistry,
-    stores: WorkerStores | None = None,
-) -> QueryRunner:
-    """The query runner of a worker (called by the composition root, `runtime.assembly`, which
-    chooses `stores`; SQLite under `storePathRootDir` by default)."""
-    stores = stores or WorkerStores.sqlite(config.store_root)
-    return ConnectorRunner(
-        spark,
-        config.store_root,
-        trigger_interval_ms=config.trigger_interval_ms,
-        default_queues=config.default_queues,
-        retention_ms=config.retention_ms,
-        retention_bytes=config.retention_bytes,
-        plugins=plugins,
-        bus=stores.attach(config.create_bus()),
-        providers=config.providers,
-        stores=stores,
-        schema_compatibility=config.schema_compatibility,
-    )
 
 
 class StandaloneHerder(Herder):
