@@ -60,6 +60,7 @@ def test_push_counters_render_and_delivery_retries_count_as_retries() -> None:
 def test_snapshot_reads_the_push_board(tmp_path: Path) -> None:
     class _Runner:
         push_board_path = str(tmp_path / "push.sqlite")
+        push_board = PushBoard(push_board_path)
 
     snapshot = MetricsSnapshot.__new__(MetricsSnapshot)
     snapshot.runner = _Runner()  # type: ignore[assignment]

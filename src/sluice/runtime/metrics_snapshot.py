@@ -52,7 +52,7 @@ class MetricsSnapshot:
         offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
         connectors = []
         kinds = {s.name: self.kind_of(s.config) for s in stored}
-        board = PushBoard(self.runner.push_board_path) if "sink" in kinds.values() else None
+        board = self.runner.push_board if "sink" in kinds.values() else None
         self.source_lag.first_figures(
             [s for s in stored if kinds[s.name] == "source" and self.probes_lag(s.name)]
         )
@@ -94,7 +94,7 @@ class MetricsSnapshot:
         request read back is a new read for the engine). `board`: the scrape's one board."""
         try:
             if board is None:
-                board = PushBoard(self.runner.push_board_path)
+                board = self.runner.push_board
             progress = board.progress(name)
         except Exception:  # no board yet (no push sink ever ran here): nothing to report
             return None

@@ -49,7 +49,7 @@ from sluice.engine.settings import parse_settings
 from sluice.engine.sink import SinkPlan, SinkRunner, plan_sink
 from sluice.engine.source import SourcePlan, plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
-from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY
+from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY, PushBoard
 from sluice.runtime.metrics import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
@@ -230,6 +230,9 @@ class ConnectorRunner:
         self.counters = self.stores.counters
         self.schemas = self.stores.schemas
         self.push_board_path = os.path.join(self.root, "push.sqlite")
+        # one for the worker's REST reads and scrapes (its connection opens on first use, one per
+        # thread); push tasks open their own from the path
+        self.push_board = PushBoard(self.push_board_path)
         self.trigger_interval_ms = trigger_interval_ms
         self.trigger = (
             {"processingTime": f"{trigger_interval_ms} milliseconds"}

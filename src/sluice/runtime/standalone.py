@@ -117,6 +117,9 @@ class QueryRunner(Protocol):
     @property
     def push_board_path(self) -> str: ...
 
+    @property
+    def push_board(self) -> PushBoard: ...
+
     def counts_own_records(self, name: str) -> bool:
         """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
 
@@ -596,7 +599,7 @@ class StandaloneHerder(Herder):
             "query_id": str(running.query.id) if running is not None else None,
             "run_id": str(running.query.runId) if running is not None else None,
             # target names are the resolved URLs: a secret in one is masked
-            **scrub_data(PushBoard(self.runner.push_board_path).progress(name)),
+            **scrub_data(self.runner.push_board.progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -604,7 +607,7 @@ class StandaloneHerder(Herder):
         if not changes:
             raise BadRequest("no push setting to change: give at least one key")
         try:
-            PushBoard(self.runner.push_board_path).set_settings(name, changes)
+            self.runner.push_board.set_settings(name, changes)
         except ConfigException as exc:
             raise BadRequest(str(exc)) from None
         return self.push(name)
