@@ -154,15 +154,23 @@ def test_console_create_list_pause_resume_dead_letters_reset(
     expect(rows.filter(has_text="uiSink")).to_contain_text("RUNNING")
 
     # live figures: throughput and lag sparklines from /metrics samples kept in the browser
-    with source_file.open("a") as f:  # JSON strings: the sink writes them, no new dead letter
-        f.writelines(f'"more {i}"\n' for i in range(300))
-
     def peak(name: str, kind: str) -> float:
         spark = page.locator(f"td.live[data-connector='{name}'][data-kind='{kind}'] svg")
         return float(spark.get_attribute("data-peak") or 0) if spark.count() else 0.0
 
-    wait_until(lambda: peak("uiSource", "rate") > 0, 60, "the source's throughput sparkline")
-    wait_until(lambda: peak("uiSink", "rate") > 0, 60, "the sink's throughput sparkline")
+    written = [0]
+
+    def shown_or_more() -> bool:
+        # A rate is the change between two of the browser's samples: lines the pipeline moved
+        # before the page's first sample never show, so more are written until both rates did.
+        if peak("uiSource", "rate") > 0 and peak("uiSink", "rate") > 0:
+            return True
+        with source_file.open("a") as f:  # JSON strings: the sink writes them, no dead letter
+            f.writelines(f'"more {written[0] + i}"\n' for i in range(100))
+        written[0] += 100
+        return False
+
+    wait_until(shown_or_more, 120, "both throughput sparklines", every=3)
     source_lag = page.locator("td.live[data-connector='uiSource'][data-kind='lag']")
     expect(source_lag).to_contain_text("0 B")  # read to the end: no bytes left
     expect(source_lag.locator("svg")).to_have_attribute("aria-label", "lag, now 0 B")

@@ -105,7 +105,7 @@ def test_unknown_keys_are_created_with_a_warning(worker: WorkerProcess, scratch:
         "suggestion": "did you mean transforms.d.replacement?",
     }
     stored = worker.get(f"/v1/connectors/{name}/config").json()
-    assert stored["max.tasks"] == "1" and "tasks.max" not in stored  # Kafka's name, renamed
+    assert stored["tasks.max"] == "1" and "max.tasks" not in stored  # shown as posted
     wait_until(
         lambda: f"connector {name}: transforms.d.replacment: unknown key" in _log(worker),
         30,
@@ -159,6 +159,15 @@ def test_v1_routes_behave_like_kafka_connect(worker: WorkerProcess, scratch: Pat
         assert created.status_code == 201, created.text
         assert "warnings" not in created.json()
     wait_until(lambda: dst.exists() and dst.read_text() == "one\ntwo\n", 120, "the sink file")
+    # shown as posted (Kafka's `file`, `topic`, `topics`, `tasks.max`), though run under sluice's
+    # names: on both faces, and a PUT of what GET showed changes nothing
+    for name, config in zip(names, (source, sink), strict=True):
+        shown = worker.get(f"/v1/connectors/{name}/config").json()
+        assert {k: v for k, v in shown.items() if k != "name"} == config
+        assert worker.get(f"/v1/connectors/{name}").json()["config"] == shown
+        assert worker.get(f"/connectors/{name}/config").json()["body"]["config"] == shown
+        again = worker.request("PUT", f"/v1/connectors/{name}/config", json=shown)
+        assert again.status_code == 200 and again.json()["config"] == shown
 
     # ?expand=status&expand=info
     both = worker.get("/v1/connectors?expand=status&expand=info").json()

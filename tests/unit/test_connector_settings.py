@@ -296,3 +296,39 @@ def test_every_keys_check_runs_when_validate_skips_the_sdks(tmp_path) -> None:
         registry, {**config, "mode": "${x}"}, prepare=lambda c, cls: {**c, "mode": "b"}
     )
     assert report.errors == []
+
+
+def test_a_config_is_shown_under_the_names_its_user_typed() -> None:
+    from sluice.engine.settings import POSTED_NAMES_KEY, as_posted, posted_names
+
+    typed = {"connector.class": "FileStreamSinkConnector", "topics": "t", "tasks.max": "2"}
+    typed |= {"file": "/tmp/out"}
+    canonical, errors = canonical_keys(typed, {"file": "filename"})
+    assert not errors
+    names = posted_names(typed, canonical, {"file": "filename"})
+    assert names == "connect.topicnames=topics,filename=file,max.tasks=tasks.max"
+    assert as_posted({**canonical, POSTED_NAMES_KEY: names}) == typed
+    # sluice's own names typed: nothing to remember, nothing renamed
+    own = {"connect.topicnames": "t", "max.tasks": "1"}
+    assert posted_names(own, own, None) == "" and as_posted(own) == own
+    # both an alias and its name typed (equal values): stored and shown under sluice's name
+    both = {"topics": "t", "connect.topicnames": "t"}
+    assert posted_names(both, canonical_keys(both)[0], None) == ""
+    # a forged or stale entry never drops or overwrites a key
+    forged = {"a": "1", "b": "2", POSTED_NAMES_KEY: "a=b,zz=y,=x,c"}
+    assert as_posted(forged) == {"a": "1", "b": "2"}
+
+
+def test_a_password_put_back_masked_under_its_alias_keeps_the_stored_value() -> None:
+    # shown as posted, RocketMQ Connect's `mqttSecretKey` comes back as `********`: it must keep
+    # the stored `mqtt.password`, not become it
+    from sluice.connectors.mqtt.source import MqttSourceConnector
+    from sluice.runtime.secrets import PASSWORD_MASK, keep_masked
+    from sluice.runtime.standalone import _as_typed
+
+    stored = {"mqtt.url": "tcp://h:1883", "mqtt.password": "real", "mqtt.username": "u"}
+    shown = {"mqttBrokerUrl": "tcp://h:1883", "mqttSecretKey": PASSWORD_MASK, "mqttAccessKey": "u"}
+    old, secret = _as_typed(stored, shown, ["mqtt.password"], MqttSourceConnector.key_aliases)
+    assert keep_masked(shown, old, secret)["mqttSecretKey"] == "real"
+    changed = {**shown, "mqttSecretKey": "new"}
+    assert keep_masked(changed, old, secret)["mqttSecretKey"] == "new"

@@ -132,6 +132,36 @@ def canonical_keys(
     return out, errors
 
 
+#: The key of a stored config that remembers which aliases its user typed ("max.tasks=tasks.max,
+#: connect.topicnames=topics"): the config runs under sluice's names and is shown as posted.
+POSTED_NAMES_KEY = "sluice.posted.names"
+
+
+def posted_names(
+    typed: Mapping[str, str], canonical: Mapping[str, str], aliases: Mapping[str, str] | None
+) -> str:
+    """The `POSTED_NAMES_KEY` value for a config typed as `typed` and stored as `canonical`
+    (`canonical_keys`' result): each sluice name renamed from an alias the user typed, as
+    `name=alias` ("" when none was)."""
+    pairs = [
+        f"{name}={alias}"
+        for alias, name in {**ALIASES, **(aliases or {})}.items()
+        if alias in typed and name not in typed and name in canonical
+    ]
+    return ",".join(sorted(pairs))
+
+
+def as_posted(config: Mapping[str, str]) -> dict[str, str]:
+    """A stored config under the names its user typed (`POSTED_NAMES_KEY` undone and dropped):
+    what Kafka Connect's users expect `GET …/config` to return after they `PUT` it."""
+    out = dict(config)
+    for pair in out.pop(POSTED_NAMES_KEY, "").split(","):
+        name, _, alias = pair.partition("=")
+        if name in out and alias and alias not in out:
+            out[alias] = out.pop(name)
+    return out
+
+
 def key_definitions(kind: str, connector_keys: ConfigDef) -> dict[str, ConfigKey]:
     """Every key a connector of `kind` declares: the common keys, the sink keys for a sink, and
     the connector's own (which win: a connector may redeclare `connect.topicnames`)."""

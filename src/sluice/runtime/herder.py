@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from sluice.engine.settings import as_posted
 from sluice.runtime.plugins import PluginInfo
 from sluice.runtime.secrets import redact
 
@@ -240,9 +241,12 @@ class Herder(ABC):
         return [d["name"] for d in definitions if d.get("type") == "password"]
 
     def shown_config(self, config: dict[str, str]) -> dict[str, str]:
-        """`config` as REST, CLI and console may show it: password values masked (references
-        kept as written). Every answer that carries a connector config goes through this."""
-        return redact(config, self.password_keys(str(config.get("connector.class", ""))))
+        """`config` as REST, CLI and console may show it: under the key names its user typed
+        (Kafka Connect's `topics`, `tasks.max`… as posted, though it runs under sluice's), with
+        password values masked (references kept as written). Every answer that carries a
+        connector config goes through this."""
+        secret = self.password_keys(str(config.get("connector.class", "")))
+        return as_posted(redact(config, secret))
 
     def metrics(self) -> dict[str, Any]:
         """What `/metrics` shows: `{"worker": {…}, "connectors": [{"name", "type", "state",

@@ -19,7 +19,13 @@ from typing import Any, Protocol
 from pyspark.sql import SparkSession
 
 from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
-from sluice.engine.settings import ConfigReport, Problem
+from sluice.engine.settings import (
+    ALIASES,
+    POSTED_NAMES_KEY,
+    ConfigReport,
+    Problem,
+    posted_names,
+)
 from sluice.push import PushBoard
 from sluice.runtime import validation
 from sluice.runtime.file_access import check_allowed_paths, check_client_options
@@ -142,6 +148,24 @@ class QueryRunner(Protocol):
 
     def committed_positions(self, name: str) -> dict[str, RecordOffset]:
         """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
+
+
+def _as_typed(
+    stored: dict[str, str],
+    typed: dict[str, str],
+    password_keys: list[str],
+    aliases: dict[str, str] | None,
+) -> tuple[dict[str, str], set[str]]:
+    """The stored config and its password keys under the aliases `typed` uses (a config is
+    shown as posted: a password PUT back masked under its alias, `mqttSecretKey`, must keep the
+    stored value of `mqtt.password`)."""
+    old, secret = dict(stored), set(password_keys)
+    for alias, name in {**ALIASES, **(aliases or {})}.items():
+        if alias in typed and name in stored:
+            old[alias] = stored[name]
+            if name in secret:
+                secret.add(alias)
+    return old, secret
 
 
 class StandaloneHerder(Herder):
@@ -382,13 +406,21 @@ class StandaloneHerder(Herder):
         existing = self.configs.get(name)
         if existing is not None:
             with contextlib.suppress(ConfigException):  # a bad map: _check reports it
-                config = keep_masked(
-                    normalize_config(config),
+                typed = normalize_config(config)
+                old, secret = _as_typed(
                     existing.config,
+                    typed,
                     self.password_keys(str(config.get("connector.class", ""))),
+                    getattr(self._class_of(typed), "key_aliases", None),
                 )
+                config = keep_masked(typed, old, secret)
         report = self._check(name, config)
-        return report.config, [w.as_dict() for w in report.warnings]
+        conf = {k: v for k, v in report.config.items() if k != POSTED_NAMES_KEY}
+        cls = self._class_of(conf)
+        posted = posted_names(normalize_config(config), conf, getattr(cls, "key_aliases", None))
+        if posted:  # shown as posted (`shown_config`), run under sluice's names
+            conf[POSTED_NAMES_KEY] = posted
+        return conf, [w.as_dict() for w in report.warnings]
 
     def _replacing(
         self, name: str, conf: dict[str, str], create_only: bool
