@@ -324,11 +324,12 @@ def test_a_password_put_back_masked_under_its_alias_keeps_the_stored_value() -> 
     # the stored `mqtt.password`, not become it
     from sluice.connectors.mqtt.source import MqttSourceConnector
     from sluice.runtime.secrets import PASSWORD_MASK, keep_masked
-    from sluice.runtime.standalone import _as_typed
+    from sluice.runtime.standalone import _stored_as_typed
 
     stored = {"mqtt.url": "tcp://h:1883", "mqtt.password": "real", "mqtt.username": "u"}
     shown = {"mqttBrokerUrl": "tcp://h:1883", "mqttSecretKey": PASSWORD_MASK, "mqttAccessKey": "u"}
-    old, secret = _as_typed(stored, shown, ["mqtt.password"], MqttSourceConnector.key_aliases)
+    aliases = MqttSourceConnector.key_aliases
+    old, secret = _stored_as_typed(stored, shown, ["mqtt.password"], aliases)
     assert keep_masked(shown, old, secret)["mqttSecretKey"] == "real"
     changed = {**shown, "mqttSecretKey": "new"}
     assert keep_masked(changed, old, secret)["mqttSecretKey"] == "new"

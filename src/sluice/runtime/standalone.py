@@ -150,7 +150,7 @@ class QueryRunner(Protocol):
         """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
 
 
-def _as_typed(
+def _stored_as_typed(
     stored: dict[str, str],
     typed: dict[str, str],
     password_keys: list[str],
@@ -407,7 +407,7 @@ class StandaloneHerder(Herder):
         if existing is not None:
             with contextlib.suppress(ConfigException):  # a bad map: _check reports it
                 typed = normalize_config(config)
-                old, secret = _as_typed(
+                old, secret = _stored_as_typed(
                     existing.config,
                     typed,
                     self.password_keys(str(config.get("connector.class", ""))),
