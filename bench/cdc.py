@@ -130,11 +130,7 @@ def bench_pg(spark: Any, changes: int) -> dict:
         # warm-up: creates the slot, starts Spark's Python workers
         run_connector_warm(spark, config, engine, topic)
         with engine.connect() as c:
-            # a peek of the stopped query may still hold the slot until its backend notices
-            while c.exec_driver_sql(
-                "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT,)
-            ).scalar():
-                time.sleep(0.05)
+            _wait_slot_free(c)
             c.exec_driver_sql(
                 "SELECT pg_replication_slot_advance(%s, pg_current_wal_lsn())", (SLOT,)
             )
@@ -174,14 +170,19 @@ def pg_config(**extra: str) -> dict[str, str]:
     }
 
 
+def _wait_slot_free(c: Any) -> None:
+    """Until no session holds the bench's slot: a peek of a stopped query may hold it until its
+    backend notices."""
+    while c.exec_driver_sql(
+        "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots WHERE slot_name = %s",
+        (SLOT,),
+    ).scalar():
+        time.sleep(0.05)
+
+
 def drop_pg(engine: Any) -> None:
     with engine.connect() as c:
-        while c.exec_driver_sql(
-            "SELECT coalesce(bool_or(active), false) FROM pg_replication_slots "
-            "WHERE slot_name = %s",
-            (SLOT,),
-        ).scalar():
-            time.sleep(0.05)
+        _wait_slot_free(c)
         c.exec_driver_sql(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = %s",
@@ -585,7 +586,7 @@ def bench_lag(spark: Any, rate: int, seconds: float) -> dict:
             runner.start("sink", sink)
             time.sleep(5)  # the source's first (empty) micro-batch fixes its start position
             write(time.perf_counter() + 3)  # warm-up: Spark's Python workers, the target table
-            seen = _wait_seen(pg_engine, max(committed), 0, 120)
+            seen = _poll_seen(pg_engine, 0, lambda: False, [], until=max(committed), timeout=120)
             committed.clear()
             start = time.perf_counter()
             writer = threading.Thread(target=write, args=(start + seconds,), daemon=True)
@@ -664,29 +665,15 @@ def _poll_seen(
         while going() or seen < until:
             if time.perf_counter() > deadline:
                 raise RuntimeError(f"id {until} not in the target after {timeout} s")
-            top = c.exec_driver_sql(f"SELECT max(id) FROM {NS}.t").scalar() or 0
-            c.commit()
-            if top > seen:
-                shown.append((seen + 1, top + 1, time.perf_counter()))
-                seen = top
-            time.sleep(0.05)
-    return seen
-
-
-def _wait_seen(engine: Any, last: int, seen: int, timeout: float) -> int:
-    """Poll the target (which the sink may not have created yet) until id `last` is there."""
-    deadline = time.perf_counter() + timeout
-    with engine.connect() as c:
-        while seen < last:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"id {last} not in the target after {timeout} s")
             try:
                 top = c.exec_driver_sql(f"SELECT max(id) FROM {NS}.t").scalar() or 0
             except Exception:  # the sink has not created the table yet
                 c.rollback()
                 top = 0
             c.commit()
-            seen = max(seen, top)
+            if top > seen:
+                shown.append((seen + 1, top + 1, time.perf_counter()))
+                seen = top
             time.sleep(0.05)
     return seen
 

@@ -108,6 +108,11 @@ class ConfigReport:
         return not self.errors
 
 
+def every_alias(aliases: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Alias -> sluice name: the runtime's `ALIASES` and a connector's own `key_aliases`."""
+    return {**ALIASES, **(aliases or {})}
+
+
 def canonical_keys(
     config: Mapping[str, str], aliases: Mapping[str, str] | None = None
 ) -> tuple[dict[str, str], list[Problem]]:
@@ -115,7 +120,7 @@ def canonical_keys(
     names; conflicting pairs are errors."""
     out = dict(config)
     errors: list[Problem] = []
-    for alias, name in {**ALIASES, **(aliases or {})}.items():
+    for alias, name in every_alias(aliases).items():
         if alias not in out:
             continue
         value = out.pop(alias)
@@ -145,7 +150,7 @@ def posted_names(
     `name=alias` ("" when none was)."""
     pairs = [
         f"{name}={alias}"
-        for alias, name in {**ALIASES, **(aliases or {})}.items()
+        for alias, name in every_alias(aliases).items()
         if alias in typed and name not in typed and name in canonical
     ]
     return ",".join(sorted(pairs))
@@ -239,9 +244,9 @@ def check_config(
     if topic_problem is not None:
         errors += [p for p in _topic_problems(conf, topics, topic_problem) if p.key not in bad]
     warnings = _unknown_keys(conf, definitions, chain, resolve_transform)
-    every_alias = {**ALIASES, **(aliases or {})}
-    errors = [_as_typed(p, config, every_alias) for p in errors]
-    errors = _typos_named(errors, warnings, every_alias)
+    renamed = every_alias(aliases)
+    errors = [_as_typed(p, config, renamed) for p in errors]
+    errors = _typos_named(errors, warnings, renamed)
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common):

@@ -20,10 +20,10 @@ from pyspark.sql import SparkSession
 
 from sluice.bus.base import Bus, OffsetOutOfRange, TopicDamaged, UnknownTopic
 from sluice.engine.settings import (
-    ALIASES,
     POSTED_NAMES_KEY,
     ConfigReport,
     Problem,
+    every_alias,
     posted_names,
 )
 from sluice.push import PushBoard
@@ -121,9 +121,6 @@ class QueryRunner(Protocol):
     def schemas(self) -> SchemaBackend: ...
 
     @property
-    def push_board_path(self) -> str: ...
-
-    @property
     def push_board(self) -> PushBoard: ...
 
     def counts_own_records(self, name: str) -> bool:
@@ -160,7 +157,7 @@ def _stored_as_typed(
     shown as posted: a password PUT back masked under its alias, `mqttSecretKey`, must keep the
     stored value of `mqtt.password`)."""
     old, secret = dict(stored), set(password_keys)
-    for alias, name in {**ALIASES, **(aliases or {})}.items():
+    for alias, name in every_alias(aliases).items():
         if alias in typed and name in stored:
             old[alias] = stored[name]
             if name in secret:
@@ -417,7 +414,8 @@ class StandaloneHerder(Herder):
         report = self._check(name, config)
         conf = {k: v for k, v in report.config.items() if k != POSTED_NAMES_KEY}
         cls = self._class_of(conf)
-        posted = posted_names(normalize_config(config), conf, getattr(cls, "key_aliases", None))
+        # the keys as typed (`_check` accepted the map: its keys are `config`'s)
+        posted = posted_names(config, conf, getattr(cls, "key_aliases", None))
         if posted:  # shown as posted (`shown_config`), run under sluice's names
             conf[POSTED_NAMES_KEY] = posted
         return conf, [w.as_dict() for w in report.warnings]

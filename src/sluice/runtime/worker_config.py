@@ -303,8 +303,10 @@ class WorkerConfig:
                 f"rocketmq.runtime.cluster.rebalance.waitInterval ({interval} ms): a live worker "
                 "would be taken for dead",
             )
-        # Build (not connect) the bus now, so that a missing or bad bus key is reported at once.
-        create_bus(values["bus"], props, os.path.join(store_root, "bus"))
+        # Build (not connect) the bus now, from the keys it will be built from at start, so that
+        # a missing or bad bus key is reported at once.
+        bus_props = {k: v for k, v in props.items() if is_bus_key(k)}
+        create_bus(values["bus"], bus_props, os.path.join(store_root, "bus"))
         return cls(
             worker_id=values["workerId"],
             http_host=values["httpHost"],
@@ -320,7 +322,7 @@ class WorkerConfig:
             ),
             status_poll_ms=values["status.poll.interval.ms"],
             spark={k: v for k, v in props.items() if k.startswith("spark.")},
-            bus_props={k: v for k, v in props.items() if is_bus_key(k)},
+            bus_props=bus_props,
             providers=providers,
             cluster_store_url=values["cluster.store.url"],
             cluster_name=values["cluster.name"],

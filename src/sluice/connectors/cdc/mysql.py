@@ -550,7 +550,7 @@ class MySqlCdcSourceTask(CdcTask):
         default calls for comes from the position's columns (`sluice.connectors.cdc._snapshot`)."""
         if not hasattr(event, "query"):
             return None
-        query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
+        query = _query_text(event)
         db = event.schema.decode() if isinstance(event.schema, bytes) else event.schema
         for table in self.tables.values():
             kind = ddl_kind(query, db, table.name)
@@ -633,13 +633,6 @@ def _reader_class() -> Any:
     return _READER_CLASS
 
 
-def _is_ddl(event: Any) -> bool:
-    """A query event that is no transaction's BEGIN, COMMIT or XA step: a DDL statement."""
-    query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
-    text = query.strip().upper()
-    return text not in ("BEGIN", "COMMIT") and not text.startswith("XA ")
-
-
 def _connection_class() -> Any:
     """PyMySQL's connection, with one TLS context per process. PyMySQL 2.2 (in its default
     PREFERRED mode, which tries TLS and falls back) builds a new context for each connection,
@@ -668,11 +661,20 @@ def _connection_class() -> Any:
     return _CONNECTION_CLASS
 
 
+def _query_text(event: Any) -> str:
+    """A query event's statement (bytes or text, as the library gives it)."""
+    return event.query.decode() if isinstance(event.query, bytes) else str(event.query)
+
+
 def _ends_transaction(event: Any) -> bool:
     """A query event that ends a transaction: COMMIT (non-transactional tables) or DDL."""
-    query = event.query.decode() if isinstance(event.query, bytes) else str(event.query)
-    text = query.strip().upper()
+    text = _query_text(event).strip().upper()
     return text != "BEGIN" and not text.startswith("XA ")
+
+
+def _is_ddl(event: Any) -> bool:
+    """A query event that is no transaction's BEGIN, COMMIT or XA step: a DDL statement."""
+    return _ends_transaction(event) and _query_text(event).strip().upper() != "COMMIT"
 
 
 MySqlCdcSourceConnector.task_class = MySqlCdcSourceTask
