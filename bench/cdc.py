@@ -291,7 +291,7 @@ def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, change
 
 def bench_snapshot(spark: Any, rows: int) -> dict:
     """PostgreSQL: a `rows`-row table snapshotted by the CDC connector over 2 tasks (chunks of
-    `read.max.rows`) while a writer keeps updating and inserting; timed from the connector's
+    the connector's default `read.max.rows`, Avro as docs/cdc.md configures it) while a writer keeps updating and inserting; timed from the connector's
     start until its stored position says the snapshot is done. Then the writer stops, the stream
     drains to the WAL's end, and the topic is checked against the table (`check_handover`).
     Baseline: psycopg fetching the whole table once (`SELECT *`), in the same run."""
@@ -326,11 +326,9 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
 
     config = pg_config(
         **{
-            "read.max.rows": "50000",
             "max.tasks": "2",
             "snapshot.mode": "initial",
-            # JSON, so that the check can read the events back
-            "value.converter": "JsonConverter",
+            "value.converter": "AvroConverter",  # as docs/cdc.md configures it
         }
     )
     thread = threading.Thread(target=writer, daemon=True)
@@ -397,10 +395,17 @@ def check_handover(runner: ConnectorRunner, engine: Any, topic: str) -> str:
     read: set[int] = set()
     streamed: set[int] = set()
     events = early = 0
+    from sluice.converters import converter_from_config
+    from sluice.sdk import Schema
+
+    schema = Schema.from_json(json.loads(runner.schemas.latest(f"{topic}-value").schema))
+    avro = converter_from_config({"value.converter": "AvroConverter"}, "value", runner.schemas)
+    decoder = avro.decoder(schema)
     for queue, r in sorted(log.offsets(topic).items()):
         for _, batch in log.read(topic, queue, r.min_offset, r.max_offset):
-            for value in batch.column("value").to_pylist():
-                e = json.loads(value)["payload"]
+            decoded = decoder.arrow(batch.column("value"))
+            assert decoded.errors is None or decoded.errors.null_count == len(decoded.errors)
+            for e in decoded.values.to_pylist():
                 row = e["after"] if e["after"] is not None else e["before"]
                 key, events = row["id"], events + 1
                 if e["op"] == "r":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,6 +192,19 @@ def read_all(task: Any, max_rows: int | None = None, positions: dict | None = No
             moved = True
         if not moved:
             return out
+
+
+def task_records(items: Iterable[Any]) -> list[Any]:
+    """What a source task's `read` yields, as `ConnectRecord`s: its Arrow batches (a CDC
+    snapshot chunk read in bulk) unrolled row by row."""
+    import pyarrow as pa
+
+    from sluice.sdk._arrow import records_from_batch
+
+    out: list[Any] = []
+    for item in items:
+        out.extend(records_from_batch(item) if isinstance(item, pa.RecordBatch) else [item])
+    return out
 
 
 def sink_task(config: dict[str, str]) -> Any:

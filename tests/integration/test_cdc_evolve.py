@@ -58,7 +58,7 @@ def _optional(connector: Any, name: str) -> bool:
 
 
 def _afters(task: Any, partition: Any, start: Any, end: Any) -> list[dict]:
-    return [r.value["after"] for r in task.read(partition, start, end)]
+    return [r.value["after"] for r in jdbc_db.task_records(task.read(partition, start, end))]
 
 
 def _follow(
@@ -95,7 +95,10 @@ def _resumed(task: Any, partition: Any, marked: Any) -> Any:
     wait_until(reached, 30, "the re-read's chunk")
     second = planned[-1]
     assert second.get("snapshot") == {"upto": 3, "done": True}, second
-    records = [(r.value["op"], r.value["after"]) for r in task.read(partition, marked, second)]
+    records = [
+        (r.value["op"], r.value["after"])
+        for r in jdbc_db.task_records(task.read(partition, marked, second))
+    ]
     assert records[:2] == [  # the events first, in log order, then the chunk in any order
         ("c", {"id": 3, "name": "c", "note": "n3", "qty": 30}),
         ("u", {"id": 1, "name": "a", "note": "n1", "qty": 7}),

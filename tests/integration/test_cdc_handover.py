@@ -69,7 +69,7 @@ class Mirror:
             return False
         cuts = self.task.split(self.partition, self.position, end, 2)
         for low, high in itertools.pairwise([self.position, *cuts, end]):
-            for record in self.task.read(self.partition, low, high):
+            for record in jdbc_db.task_records(self.task.read(self.partition, low, high)):
                 self._apply(record.value)
         self.position = end
         return True

@@ -239,7 +239,7 @@ def test_snapshot_hands_over_to_the_binlog_exactly(my: Db, row_metadata) -> None
                 touched.add(gone)
 
     def apply(low: Any, high: Any) -> None:
-        for record in task.read(partition, low, high):
+        for record in jdbc_db.task_records(task.read(partition, low, high)):
             value = record.value
             row = value["after"] if value["after"] is not None else value["before"]
             if value["op"] == "r":

@@ -68,7 +68,7 @@ def _ride_out(d: Db, config: dict[str, str], cls: type, proxy: TcpProxy) -> None
         timers[-1].join()
         away_for(3.0)
         with watching(read):
-            records = [r.value for r in task.read(partition, start, end)]
+            records = [r.value for r in jdbc_db.task_records(task.read(partition, start, end))]
         assert read.errors, "no retry while the server was away"
         timers[-1].join()
     finally:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
+import pyarrow as pa
+
 from sluice.connectors.cdc._envelope import envelope_schema, key_text, source_block
 from sluice.connectors.cdc._snapshot import SnapshotTask, check_mode
 from sluice.connectors.jdbc._config import (
@@ -34,6 +36,7 @@ from sluice.connectors.jdbc._config import (
     connection_client_options,
     parse_connection,
 )
+from sluice.connectors.jdbc._dialect import Mapped
 from sluice.sdk import (
     ClientOption,
     ConfigDef,
@@ -279,6 +282,11 @@ class CdcTable:
         self.schemas = dict(self.columns)
         #: the database (MySQL) or schema (PostgreSQL) and the table's own name
         self.space, self.short = self.name.split(".", 1)
+        #: the value type of the table's events, and how the JDBC dialect's page reads each
+        #: column (None in a plan from before it was recorded: chunks are read row by row)
+        self.envelope_type: pa.StructType = envelope_schema(self.topic, self.columns).to_arrow()
+        convs = data.get("convs")
+        self.mapped = None if convs is None else [Mapped(n, s, *convs[n]) for n, s in self.columns]
 
     def check_columns(self, names: Collection[str], where: str, *, partial: bool = False) -> None:
         """Fail naming the columns if a logged row's `names` do not fit the connector's schema:
@@ -453,7 +461,9 @@ class CdcTask(SnapshotTask, ReplayableSourceTask):
                 return []  # one reader reads the chunk; the read rides the outage out
             raise
 
-    def chunk(self, table: Any, query: tuple[str, tuple], end: RecordOffset) -> tuple[list, set]:
+    def chunk(
+        self, table: Any, query: tuple[str, tuple], end: RecordOffset
+    ) -> tuple[pa.StructArray | list[dict], set[str]]:
         return self.riding_out(
             lambda: SnapshotTask.chunk(self, table, query, end),
             f"reading a snapshot chunk of table {table.name}",

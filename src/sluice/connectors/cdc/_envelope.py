@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sluice.connectors.cdc._evolve import optional_columns
 from sluice.connectors.jdbc._dialect import UnmappableType
 from sluice.connectors.jdbc._values import encode
@@ -89,6 +92,21 @@ def key_text(row: dict[str, Any], pk: Sequence[str]) -> str:
     return json.dumps({name: encode(row.get(name)) for name in pk}, separators=(",", ":"))
 
 
+def key_texts(rows: pa.StructArray, pk: Sequence[str]) -> pa.Array:
+    """`key_text` of every row of a struct array, column by column: an integer key column as
+    Arrow's text of it (which is JSON's), any other one value at a time through `encode`."""
+    parts: list[Any] = []
+    for i, name in enumerate(pk):
+        column = rows.field(name)
+        if pa.types.is_integer(column.type):
+            text = pc.cast(column, pa.string())
+        else:
+            dumps = [json.dumps(encode(v), separators=(",", ":")) for v in column.to_pylist()]
+            text = pa.array(dumps, pa.string())
+        parts += [("{" if i == 0 else ",") + json.dumps(name) + ":", text]
+    return pc.binary_join_element_wise(*parts, "}", "")
+
+
 def is_envelope(names: Sequence[str]) -> bool:
     """True if a struct with these field names is a change-event envelope."""
     return {"before", "after", "op"} <= set(names)
@@ -113,7 +131,7 @@ def describe_table(
         )
     # A column with a default is optional: events logged before it was added carry none.
     defaulted = optional_columns(conn, table.schema, table.name) - set(pk)
-    mapped = []
+    mapped, convs = [], {}
     for column in columns:
         try:
             m = db.dialect.map_column(column)
@@ -123,9 +141,12 @@ def describe_table(
             ) from None
         schema = replace(m.schema, optional=True) if m.name in defaulted else m.schema
         mapped.append([m.name, schema.to_json()])
+        convs[m.name] = [m.conv, m.cast_text]
     return {
         "table": str(table),
         "topic": delimiter.join((prefix, table.schema, table.name)),
         "pk": pk,
         "columns": mapped,
+        # how the JDBC dialect's page reads each column (a snapshot chunk read as Arrow)
+        "convs": convs,
     }

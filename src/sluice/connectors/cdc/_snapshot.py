@@ -66,7 +66,10 @@ from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sluice.connectors.cdc._envelope import key_text
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from sluice.connectors.cdc._envelope import key_text, key_texts
 from sluice.connectors.cdc._evolve import filled_columns
 from sluice.connectors.jdbc._config import TableName
 from sluice.sdk import (
@@ -170,24 +173,40 @@ def chunk_query(
     db: Any,
     table: Any,
     column: str | None,
-    select: str,
     start: RecordOffset | None,
     end: RecordOffset,
 ) -> tuple[str, tuple] | None:
-    """The SELECT of the chunk a range reads (`select`: the column list), or None."""
+    """What follows the column list in the SELECT of the chunk a range reads (` FROM … WHERE
+    …`), with its parameters; None if the range reads no chunk."""
     first = progress(start, True) if start is None else start.get("snapshot")
     last = end.get("snapshot")
     if first is None or last is None or first["done"] or first == last or not started(last):
         return None
     src = db.dialect.table(table)
     if column is None:
-        return f"SELECT {select} FROM {src}", ()
+        return f" FROM {src}", ()
     col = db.dialect.quote(column)
     where, params = _above(col, first["upto"])
     if not last["done"]:
         where += (" AND " if where else " WHERE ") + f"{col} <= %s"
         params += (last["upto"],)
-    return f"SELECT {select} FROM {src}{where}", params
+    return f" FROM {src}{where}", params
+
+
+def _halves(
+    conn: Any, db: Any, column: str | None, tail: str, params: tuple
+) -> list[tuple[str, tuple]] | None:
+    """A chunk query's rows in two queries, split at the middle of its chunk column's range
+    (None if it has no chunk column, or one value only)."""
+    if column is None:
+        return None
+    col = db.dialect.quote(column)
+    low, high = conn.exec_driver_sql(f"SELECT MIN({col}), MAX({col}){tail}", params).one()
+    if low is None or low == high:
+        return None
+    middle = (int(low) + int(high)) // 2
+    inner = f" FROM (SELECT *{tail}) AS sluice_piece WHERE {col}"
+    return [(f"{inner} <= %s", (*params, middle)), (f"{inner} > %s", (*params, middle))]
 
 
 def started(state: dict[str, Any]) -> bool:
@@ -256,13 +275,40 @@ class SnapshotTask(ABC):
         it), else None (driver)."""
 
     @abstractmethod
-    def select_chunk(self, table: Any, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
-        """The chunk's rows as values of the table's schema (`sql_params` selects `self.
-        chunk_select(table)`)."""
+    def select_chunk(self, table: Any, query: tuple[str, tuple]) -> pa.StructArray | list[dict]:
+        """The chunk's rows (`query`: what follows the SELECT list, and its parameters), as
+        `page_chunk` reads them or, where it cannot, as values of the table's schema."""
 
-    @abstractmethod
-    def chunk_select(self, table: Any) -> str:
-        """The SELECT list of a chunk query."""
+    def page_chunk(self, conn: Any, table: Any, query: tuple[str, tuple]) -> pa.StructArray | None:
+        """The chunk as the table's row struct, read in bulk by the JDBC dialect's page (the
+        JDBC source's fast path: one text block parsed by Arrow, no Python object per value),
+        or None: read it row by row (no page for the dialect or the plan, a value Arrow cannot
+        parse). A MariaDB page larger than one value of the server's is read in halves of the
+        chunk column's range, as many times as it takes; a single key's rows too large for one
+        value send the chunk row by row."""
+        if table.mapped is None:
+            return None
+        pages = self.__dict__.setdefault("_pages", {})
+        if table.name not in pages:
+            after = table.envelope_type.field("after").type
+            pages[table.name] = self.db.dialect.page(_Columns(table.mapped), after)
+        page = pages[table.name]
+        if page is None:
+            return None
+        order = ", ".join(self.db.dialect.quote(k) for k in table.pk)
+        column = self._column(table)
+        pieces, out = [query], []
+        while pieces:
+            tail, params = pieces.pop(0)
+            got = page.fetch(conn, f"{tail} ORDER BY {order}", list(params))
+            if got is not None:
+                out.append(got[0])
+                continue
+            halves = _halves(conn, self.db, column, tail, params) if page.too_big else None
+            if halves is None:
+                return None
+            pieces[:0] = halves
+        return out[0] if len(out) == 1 else pa.concat_arrays(out)
 
     @abstractmethod
     def touched_keys(self, table: Any, low: RecordOffset) -> set[str]:
@@ -379,7 +425,7 @@ class SnapshotTask(ABC):
 
     def read(
         self, partition: RecordPartition, start: RecordOffset | None, end: RecordOffset
-    ) -> Iterator[ConnectRecord]:
+    ) -> Iterator[ConnectRecord | pa.RecordBatch]:
         table = self.tables[partition["table"]]
         if self.log_advances(start, end) and LOST not in end:
             yield from self.stream_read(partition, start, end)  # every event, always
@@ -390,7 +436,6 @@ class SnapshotTask(ABC):
             self.db,
             TableName.parse(table.name),
             self._column(table),
-            self.chunk_select(table),
             {**(start or {}), "snapshot": state},
             end,
         )
@@ -399,18 +444,23 @@ class SnapshotTask(ABC):
 
     def chunk(
         self, table: Any, query: tuple[str, tuple], end: RecordOffset
-    ) -> tuple[list[dict[str, Any]], set[str]]:
+    ) -> tuple[pa.StructArray | list[dict], set[str]]:
         """A chunk's rows, and the keys with an event in its window (executor)."""
         rows = self.select_chunk(table, query)
         return rows, self.touched_keys(table, end)  # after the SELECT: the high watermark
 
     def _chunk_records(
         self, table: Any, query: tuple[str, tuple], end: RecordOffset
-    ) -> Iterator[ConnectRecord]:
+    ) -> Iterator[ConnectRecord | pa.RecordBatch]:
         rows, touched = self.chunk(table, query, end)
         source = self.snapshot_source(table, end)
         now = datetime.now(UTC)
         ts_ms = int(now.timestamp() * 1000)
+        if isinstance(rows, pa.StructArray):
+            batch = snapshot_batch(table, rows, touched, source, ts_ms)
+            if batch.num_rows:
+                yield batch
+            return
         for row in rows:
             key = key_text(row, table.pk)
             if key in touched:
@@ -421,3 +471,36 @@ class SnapshotTask(ABC):
                 topic=table.topic,
                 timestamp=now,
             )
+
+
+class _Columns:
+    """What a JDBC dialect's page reads of a plan: its columns (`Mapped`)."""
+
+    def __init__(self, columns: list[Any]) -> None:
+        self.columns = columns
+
+
+def snapshot_batch(
+    table: Any, after: pa.StructArray, touched: set[str], source: dict[str, Any], ts_ms: int
+) -> pa.RecordBatch:
+    """A chunk's `r` records, column-wise: the rows whose key had no event in the chunk's
+    window (`touched`), each in an envelope with no `before`, the chunk's `source` block and
+    `ts_ms`; keyed and addressed (`topic`) as the row path does it."""
+    keys = key_texts(after, table.pk)
+    if touched:
+        changed = pc.is_in(keys, value_set=pa.array(list(touched), pa.string()))
+        after, keys = after.filter(pc.invert(changed)), keys.filter(pc.invert(changed))
+    n = len(after)
+    envelope = table.envelope_type
+    value = pa.StructArray.from_arrays(
+        [
+            pa.nulls(n, envelope.field("before").type),
+            after,
+            pa.repeat(pa.scalar(source, envelope.field("source").type), n),
+            pa.repeat(pa.scalar("r", pa.string()), n),
+            pa.repeat(pa.scalar(ts_ms, pa.int64()), n),
+        ],
+        fields=list(envelope),
+    )
+    topic = pa.repeat(pa.scalar(table.topic, pa.string()), n)
+    return pa.RecordBatch.from_arrays([value, keys, topic], names=["value", "key", "topic"])

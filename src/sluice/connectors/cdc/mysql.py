@@ -42,6 +42,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.connectors.cdc._base import (
     CdcSourceConnector,
     CdcTable,
@@ -509,13 +511,15 @@ class MySqlCdcSourceTask(CdcTask):
             stream.close()
 
     # -- the snapshot's chunks (executor) --------------------------------------------------------
-    def chunk_select(self, table: _Table) -> str:
-        return ", ".join(self.db.dialect.quote(n) for n, _ in table.columns)
-
-    def select_chunk(self, table: _Table, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
-        names = [n for n, _ in table.columns]
+    def select_chunk(self, table: _Table, query: tuple[str, tuple]) -> pa.StructArray | list[dict]:
+        tail, params = query
         with self.db.connect() as conn:
-            rows = conn.exec_driver_sql(*sql_params).fetchall()
+            page = self.page_chunk(conn, table, query)
+            if page is not None:
+                return page
+            select = ", ".join(self.db.dialect.quote(n) for n, _ in table.columns)
+            rows = conn.exec_driver_sql(f"SELECT {select}{tail}", params).fetchall()
+        names = [n for n, _ in table.columns]
         where = f"table {table.name}, snapshot"
         return [table.row(dict(zip(names, row, strict=True)), where) for row in rows]
 

@@ -51,6 +51,8 @@ from datetime import time as dtime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+import pyarrow as pa
+
 from sluice.connectors.cdc._base import (
     CdcSourceConnector,
     CdcTable,
@@ -589,17 +591,20 @@ class PostgresCdcSourceTask(CdcTask):
                 yield tx.end_lsn, list(self._events(tx, table))
 
     # -- the snapshot's chunks (executor) --------------------------------------------------------
-    def chunk_select(self, table: _Table) -> str:
-        # PostgreSQL's text output, as pgoutput sends it: one parser for both paths
-        return ", ".join(f"{self.db.dialect.quote(n)}::text" for n, _ in table.columns)
-
-    def select_chunk(self, table: _Table, sql_params: tuple[str, tuple]) -> list[dict[str, Any]]:
-        names = [n for n, _ in table.columns]
+    def select_chunk(self, table: _Table, query: tuple[str, tuple]) -> pa.StructArray | list[dict]:
+        tail, params = query
         with self.db.connect() as conn:
             conn.exec_driver_sql("SET TIME ZONE 'UTC'")
-            rows = conn.exec_driver_sql(*sql_params).fetchall()
+            page = self.page_chunk(conn, table, query)
+            if page is None:
+                # PostgreSQL's text output, as pgoutput sends it: one parser for both paths
+                select = ", ".join(f"{self.db.dialect.quote(n)}::text" for n, _ in table.columns)
+                rows = conn.exec_driver_sql(f"SELECT {select}{tail}", params).fetchall()
             conn.commit()
             self._high = self._high_watermark(conn)
+        if page is not None:
+            return page
+        names = [n for n, _ in table.columns]
         where = f"table {table.name}, snapshot"
         return [table.row(dict(zip(names, row, strict=True)), where, partial=False) for row in rows]
 
