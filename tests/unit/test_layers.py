@@ -153,3 +153,30 @@ def test_the_check_sees_a_heavy_import() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "True"
+
+
+#: The runtime and the engine are read function by function (issue 28): none is longer than this
+LONGEST_FUNCTION = 80
+
+
+def _long_functions(root: Path, most: int) -> list[str]:
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > most:
+                    found.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines})")
+    return found
+
+
+def test_no_function_of_the_runtime_or_the_engine_is_longer_than_80_lines() -> None:
+    long = [f for d in ("runtime", "engine") for f in _long_functions(SRC / d, LONGEST_FUNCTION)]
+    assert not long, long
+
+
+def test_the_length_check_sees_a_long_function(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(LONGEST_FUNCTION))
+    (tmp_path / "m.py").write_text(f"def long():\n{body}\n\n\ndef short():\n    pass\n")
+    found = _long_functions(tmp_path, LONGEST_FUNCTION)
+    assert len(found) == 1 and "long (81)" in found[0], found

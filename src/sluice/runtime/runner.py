@@ -452,21 +452,72 @@ class ConnectorRunner:
         """Plan and start a sink's query: its topics (and those it owns, such as a push sink's
         retry topic) read by the bus's reader, fused into the sink runner when no step needs
         the JVM (always when its topics differ in schema), else through Spark's rows."""
-        name, conf, run, registry = ctx.name, ctx.conf, ctx.run, ctx.registry
-        fence, positions, checkpoint, chain = ctx.fence, ctx.positions, ctx.checkpoint, ctx.chain
-        fenced = ctx.fenced
+        name, conf = ctx.name, ctx.conf
         settings = parse_settings(conf, "sink")
         topics = list(settings.topics)
         if not topics:
             raise ConfigException("connect.topicnames", "names no topic")
         control_path = os.path.join(self._connector_dir(name), "control.json")
         self.counts_itself.add(name)  # SinkRunner.commit counts its records
-        policy = ErrorPolicy.from_config(conf, topics)
-        if policy.dlq_topic:
-            self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
         # Where push sinks (sluice.push) read live limits and report progress: see push_board.
         conf[PUSH_BOARD_KEY] = self.push_board_path
         conf[CONNECTOR_NAME_KEY] = name
+        plan, owned, notes = self._plan_sink(ctx, connector, topics, control_path)
+        topics = [*topics, *owned]
+        fused = plan.codecs is not None and fusable(conf, plan.codecs)
+        if plan.codecs is not None and not fused:
+            plan.codecs.resolve_late()  # Spark needs every type now: the error names it
+        if plan.codecs is not None and plan.codecs.mixed:
+            _check_mixed_sink(conf, plan.codecs, topics)
+            fused = True
+        runner = SinkRunner(plan)
+        reader = self.bus.topic_reader(
+            name=name,
+            topics=topics,
+            max_tasks=len(plan.task_configs),
+            control_path=control_path,
+            positions=ctx.positions,
+            max_rows=settings.read_max_rows,
+            split_queues=connector.ordered_commit,
+            downstream=runner if fused else None,
+            downstream_ddl=RECEIPT_DDL if fused else None,
+            group=settings.task_group_id,
+            consume_from=settings.consume_from_where,
+            notes=notes,
+            idle_wait_s=self._idle_wait_of(connector),
+            delayed={t: h for t, h in connector.delayed_topics().items() if t in owned},
+        )
+        trigger = self._trigger_of(connector)
+        if fused:
+            query = start_fused_query(
+                self.spark,
+                f"sink:{name}",
+                reader,
+                runner,
+                checkpoint=ctx.checkpoint,
+                trigger=trigger,
+            )
+        else:
+            query = start_sink_query(
+                self.spark,
+                plan,
+                reader,
+                checkpoint=ctx.checkpoint,
+                trigger=trigger,
+                chain=ctx.chain,
+            )
+        return plan, query
+
+    def _plan_sink(
+        self, ctx: _Start, connector: SinkConnector, topics: list[str], control_path: str
+    ) -> tuple[SinkPlan, list[str], ConnectorNotes]:
+        """The sink's plan with the writers of its dead-letter topic and of the topics it owns
+        (created here), those owned topics (its reader reads them too), and the notes its
+        tasks' broker retries go to."""
+        name, conf, run, fence = ctx.name, ctx.conf, ctx.run, ctx.fence
+        policy = ErrorPolicy.from_config(conf, topics)
+        if policy.dlq_topic:
+            self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
         plan = plan_sink(
             name,
             connector,
@@ -475,7 +526,7 @@ class ConnectorRunner:
             control=self.bus.reader_control(control_path).apply,
             counters=self.counters,
             topics=tuple(topics),
-            registry=registry,
+            registry=ctx.registry,
         )
         # a broker outage met by its reads or its own topics' commits shows in the tasks'
         # status (`retrying`): the appenders are made once the tasks are known
@@ -489,52 +540,9 @@ class ConnectorRunner:
                 self.bus.create_topic(topic)
             own = self.bus.topic_appender(writer_id=f"{name}/{run}/own", fence=fence, notes=notes)
             plan = replace(plan, owned=own)
-            topics = [*topics, *owned]
-        fused = plan.codecs is not None and fusable(conf, plan.codecs)
-        if plan.codecs is not None and not fused:
-            plan.codecs.resolve_late()  # Spark needs every type now: the error names it
-        if plan.codecs is not None and plan.codecs.mixed:
-            _check_mixed_sink(conf, plan.codecs, topics)
-            fused = True
-        if fenced is not None:
-            plan = replace(plan, fence=fenced)
-        trigger = self._trigger_of(connector)
-        runner = SinkRunner(plan)
-        reader = self.bus.topic_reader(
-            name=name,
-            topics=topics,
-            max_tasks=len(plan.task_configs),
-            control_path=control_path,
-            positions=positions,
-            max_rows=settings.read_max_rows,
-            split_queues=connector.ordered_commit,
-            downstream=runner if fused else None,
-            downstream_ddl=RECEIPT_DDL if fused else None,
-            group=settings.task_group_id,
-            consume_from=settings.consume_from_where,
-            notes=notes,
-            idle_wait_s=self._idle_wait_of(connector),
-            delayed={t: h for t, h in connector.delayed_topics().items() if t in owned},
-        )
-        if fused:
-            query = start_fused_query(
-                self.spark,
-                f"sink:{name}",
-                reader,
-                runner,
-                checkpoint=checkpoint,
-                trigger=trigger,
-            )
-        else:
-            query = start_sink_query(
-                self.spark,
-                plan,
-                reader,
-                checkpoint=checkpoint,
-                trigger=trigger,
-                chain=chain,
-            )
-        return plan, query
+        if ctx.fenced is not None:
+            plan = replace(plan, fence=ctx.fenced)
+        return plan, owned, notes
 
     def stop(self, name: str, timeout_s: float = 60.0) -> None:
         """Stop the connector's query (its checkpoint and positions stay)."""
