@@ -12,7 +12,12 @@ deletes, in transactions of 1,000 rows) after the capture position was fixed, th
 Needs the test servers (PostgreSQL 127.0.0.1:5432, MariaDB 127.0.0.1:3306, user root, no
 password). Uses the schema/database `sluice_bench_cdc`, dropped at the end.
 
-Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000] [--skip pg,snapshot,maria]
+Snapshots (`bench_snapshot`): a table of `--snapshot-rows` rows snapshotted while a writer keeps
+changing it, against the database's Python driver fetching it once (`snapshot`: PostgreSQL,
+`maria-snapshot`: MariaDB).
+
+Usage: python bench/cdc.py [--changes 200000] [--snapshot-rows 1000000]
+                           [--skip pg,snapshot,maria-snapshot,maria]
        python bench/cdc.py --harness pg|maria [--changes 50000] [--profile]   (no Spark: the task
        alone against the decoder alone, optionally under cProfile)
        python bench/cdc.py --encode [--changes 20000]   (no servers: the engine's costs per event
@@ -289,25 +294,32 @@ def run_connector_from(spark: Any, config: dict, engine: Any, topic: str, change
         return {"seconds": total, "rate": changes / total, "written": written, "events": changes}
 
 
-def bench_snapshot(spark: Any, rows: int) -> dict:
-    """PostgreSQL: a `rows`-row table snapshotted by the CDC connector over 2 tasks (chunks of
-    the connector's default `read.max.rows`, Avro as docs/cdc.md configures it) while a writer keeps updating and inserting; timed from the connector's
-    start until its stored position says the snapshot is done. Then the writer stops, the stream
-    drains to the WAL's end, and the topic is checked against the table (`check_handover`).
-    Baseline: psycopg fetching the whole table once (`SELECT *`), in the same run."""
+def bench_snapshot(spark: Any, rows: int, pg: bool = True) -> dict:
+    """A `rows`-row table of PostgreSQL (or MariaDB: `pg=False`) snapshotted by the CDC connector
+    over 2 tasks (chunks of the connector's default `read.max.rows`, Avro as docs/cdc.md
+    configures it) while a writer keeps updating and inserting; timed from the connector's start
+    until its stored position says the snapshot is done. Then the writer stops, the stream
+    drains to the log's end, and the topic is checked against the table (`check_handover`).
+    Baseline: the database's Python driver (psycopg, PyMySQL) fetching the whole table once
+    (`SELECT *`), in the same run."""
     import threading
 
-    engine = sa.create_engine(PG_URL)
+    engine = sa.create_engine(PG_URL if pg else MY_URL)
+    table = f"{NS}.t"
     with engine.connect() as c:
-        c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
-        c.exec_driver_sql(f"CREATE SCHEMA {NS}")
-        c.exec_driver_sql(f"CREATE TABLE {NS}.t ({COLUMNS[True]})")
+        if pg:
+            c.exec_driver_sql(f"DROP SCHEMA IF EXISTS {NS} CASCADE")
+            c.exec_driver_sql(f"CREATE SCHEMA {NS}")
+        else:
+            c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+            c.exec_driver_sql(f"CREATE DATABASE {NS}")
+        c.exec_driver_sql(f"CREATE TABLE {table} ({COLUMNS[pg]})")
         # 2N changes for N rows: 1.2N inserts of ids 1…, updates, 0.2N deletes
-        workload(c, f"{NS}.t", 1, rows * 2, pg=True)
-        count = c.exec_driver_sql(f"SELECT count(*) FROM {NS}.t").scalar()
+        workload(c, table, 1, rows * 2, pg=pg)
+        count = c.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar()
         c.commit()
         t0 = time.perf_counter()
-        fetched = len(c.exec_driver_sql(f"SELECT * FROM {NS}.t").fetchall())
+        fetched = len(c.exec_driver_sql(f"SELECT * FROM {table}").fetchall())
         baseline = time.perf_counter() - t0
     stop, writes = threading.Event(), [0]
 
@@ -316,21 +328,20 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
             i = 0
             while not stop.is_set():
                 c.exec_driver_sql(
-                    f"UPDATE {NS}.t SET qty = qty + 1 WHERE id = {i * 7919 % count + 1}"
+                    f"UPDATE {table} SET qty = qty + 1 WHERE id = {i * 7919 % count + 1}"
                 )
-                c.exec_driver_sql(f"INSERT INTO {NS}.t (id, name) VALUES ({50_000_000 + i}, 'w')")
+                c.exec_driver_sql(f"INSERT INTO {table} (id, name) VALUES ({50_000_000 + i}, 'w')")
                 c.commit()
                 i += 1
                 writes[0] = i
                 stop.wait(0.002)
 
-    config = pg_config(
-        **{
-            "max.tasks": "2",
-            "snapshot.mode": "initial",
-            "value.converter": "AvroConverter",  # as docs/cdc.md configures it
-        }
-    )
+    snapshot = {"max.tasks": "2", "snapshot.mode": "initial"}  # Avro, as docs/cdc.md has it
+    if pg:
+        config = pg_config(**snapshot, **{"value.converter": "AvroConverter"})
+    else:
+        config = {**maria_config(), **snapshot}
+        del config["read.max.rows"]  # the connector's default chunk, as for PostgreSQL
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     try:
@@ -358,7 +369,12 @@ def bench_snapshot(spark: Any, rows: int) -> dict:
     finally:
         stop.set()
         thread.join()
-        drop_pg(engine)
+        if pg:
+            drop_pg(engine)
+        else:
+            with engine.connect() as c:
+                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+                c.commit()
     return {
         "rows": count,
         "seconds": seconds,
@@ -790,10 +806,12 @@ def main() -> None:
             f"({args.changes / r['baseline']:,.0f} changes/s, {r['messages']} messages); "
             f"cdc → topic {r['seconds']:.2f}s = {r['rate']:,.0f}/s, steady {r['steady']:,.0f}/s"
         )
-    if "snapshot" not in skip:
-        r = bench_snapshot(spark, args.snapshot_rows)
+    for db in ("snapshot", "maria-snapshot"):
+        if db in skip:
+            continue
+        r = bench_snapshot(spark, args.snapshot_rows, pg=db == "snapshot")
         print(
-            f"snapshot: {r['rows']:,} rows over 2 tasks in {r['seconds']:.1f}s = "
+            f"{db}: {r['rows']:,} rows over 2 tasks in {r['seconds']:.1f}s = "
             f"{r['rows'] / r['seconds']:,.0f} rows/s with {r['writes']:,} writer transactions "
             f"meanwhile ({r['events']:,} records in the topic); baseline SELECT * "
             f"{r['baseline']:.1f}s = {r['fetched'] / r['baseline']:,.0f} rows/s\n"
