@@ -82,6 +82,12 @@ def test_records_arrive_once_each_with_idempotency_keys_and_auth(
     assert {r.path for r in got} == {"/ok/t"}
     assert all(r.headers["authorization"] == "Bearer s3cret" for r in got)
     assert all(r.headers["x-env"] == "test" for r in got)
+    # the tasks found the worker's push board (and their name) in their context: their totals
+    wait_until(
+        lambda: runner.push_board.progress("hook")["totals"].get("succeeded", 0) >= 40,
+        60,
+        "the tasks' totals on the push board",
+    )
 
 
 def test_400_is_dead_lettered_at_once_and_a_hang_is_cancelled_then_retried_then_dead(

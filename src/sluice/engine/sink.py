@@ -77,6 +77,8 @@ class SinkPlan:
     #: at each micro-batch (see `SinkRunner.codecs`), so it decodes with the newest versions.
     topics: tuple[str, ...] = ()
     registry: SchemaRegistry | None = field(default=None, compare=False)
+    #: The worker's push board, handed to each task in its context (`SinkTaskContext`).
+    push_board_path: str = ""
 
     @property
     def format_name(self) -> str:
@@ -194,7 +196,10 @@ class SinkRunner:
         # and the id the status, the log and the dead letters show, is partition mod tasks.
         task_id = partition_id % len(self.plan.task_configs)
         task.context = SinkTaskContext(
-            connector_name=self.plan.name, task_id=task_id, batch_id=batch_id
+            connector_name=self.plan.name,
+            task_id=task_id,
+            batch_id=batch_id,
+            push_board_path=self.plan.push_board_path,
         )
         task.start(self.plan.task_configs[task_id])
         what = f"sink task {task_id} of {self.plan.name}"

@@ -11,7 +11,6 @@ and the tasks in Spark's workers (a SQLite file under the worker's store root).
 from sluice.push._board import (
     ALIASES,
     CONNECTOR_NAME_KEY,
-    PUSH_BOARD_KEY,
     TUNABLE,
     PushBoard,
     parse_limits,
@@ -36,7 +35,6 @@ __all__ = [
     "DEFAULT_NEVER_RETRY",
     "DELIVERED",
     "PARKED",
-    "PUSH_BOARD_KEY",
     "TUNABLE",
     "Decision",
     "DrainResult",

@@ -2,7 +2,7 @@
 
 Push tasks run in Spark's Python workers, not in the process that answers REST, so the two meet in
 one small SQLite file under the worker's `storePathRootDir` (`push.sqlite`; the runtime hands its
-path to sink tasks in the `sluice.push.board` config key):
+path to sink tasks in their context, `SinkTaskContext.push_board_path`):
 
 * `push_settings(connector, limits)` — the limits an operator set (`PATCH …/push`); each running
   task reads it every second and applies its share at once (no restart: the query keeps its id).
@@ -29,7 +29,8 @@ from sluice._private import private_dir
 from sluice._sqlite import create_database
 from sluice.sdk import ConfigException
 
-PUSH_BOARD_KEY = "sluice.push.board"
+#: The connector's name in the config a push sink's connector receives (its default retry topic
+#: is named after it); its tasks have the name, and the board's path, in `SinkTaskContext`.
 CONNECTOR_NAME_KEY = "sluice.connector.name"
 
 #: Tunable limits: their names over REST (as `sluice.push.Limits` fields) and the EventBridge

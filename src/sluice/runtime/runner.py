@@ -49,7 +49,7 @@ from sluice.engine.settings import parse_settings
 from sluice.engine.sink import SinkPlan, SinkRunner, plan_sink
 from sluice.engine.source import SourcePlan, plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
-from sluice.push import CONNECTOR_NAME_KEY, PUSH_BOARD_KEY, PushBoard
+from sluice.push import CONNECTOR_NAME_KEY, PushBoard
 from sluice.runtime.metrics import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
@@ -459,8 +459,8 @@ class ConnectorRunner:
             raise ConfigException("connect.topicnames", "names no topic")
         control_path = os.path.join(self._connector_dir(name), "control.json")
         self.counts_itself.add(name)  # SinkRunner.commit counts its records
-        # Where push sinks (sluice.push) read live limits and report progress: see push_board.
-        conf[PUSH_BOARD_KEY] = self.push_board_path
+        # The connector's name, as Kafka Connect gives it in the config: a push sink's default
+        # retry topic is named after it. (Its tasks have it, and the push board, in their context.)
         conf[CONNECTOR_NAME_KEY] = name
         plan, owned, notes = self._plan_sink(ctx, connector, topics, control_path)
         topics = [*topics, *owned]
@@ -542,6 +542,8 @@ class ConnectorRunner:
             plan = replace(plan, owned=own)
         if ctx.fenced is not None:
             plan = replace(plan, fence=ctx.fenced)
+        # where push sinks (sluice.push) read live limits and report progress: see push_board
+        plan = replace(plan, push_board_path=self.push_board_path)
         return plan, owned, notes
 
     def stop(self, name: str, timeout_s: float = 60.0) -> None:

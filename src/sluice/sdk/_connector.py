@@ -102,6 +102,9 @@ class SinkTaskContext:
     connector_name: str = ""
     task_id: int = 0
     batch_id: BatchId | None = None
+    #: Where a push sink (`sluice.push`) reads its live limits and reports its progress (the
+    #: worker's push board); empty when the runtime keeps none (a test harness).
+    push_board_path: str = ""
     assigned: list[RecordPartition] = field(default_factory=list)
     offset_resets: list[tuple[RecordPartition, RecordOffset]] = field(default_factory=list)
     paused: list[RecordPartition] = field(default_factory=list)

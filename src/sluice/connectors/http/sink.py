@@ -36,7 +36,6 @@ from sluice.connectors.http import _request as rq
 from sluice.connectors.http._config import KEYS, HttpConfig, parse
 from sluice.push import (
     CONNECTOR_NAME_KEY,
-    PUSH_BOARD_KEY,
     Limits,
     Outcome,
     PushBoard,
@@ -67,10 +66,10 @@ class HttpSinkTask(SinkTask):
     returns: delivered, dead-lettered, or parked in the retry topic."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        self.name = config.get(CONNECTOR_NAME_KEY) or "http-sink"
+        self.name = self.context.connector_name or "http-sink"
         self.config: HttpConfig = parse(config, self.name)
         self.deadline = time.time() + self.config.flush_s
-        board = config.get(PUSH_BOARD_KEY)
+        board = self.context.push_board_path
         self.board = PushBoard(board) if board else None
         self.runtime = PushRuntime(
             self._send,
