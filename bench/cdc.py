@@ -185,6 +185,16 @@ def _wait_slot_free(c: Any) -> None:
         time.sleep(0.05)
 
 
+def drop_bench_db(engine: Any, pg: bool) -> None:
+    """Drop what a run made: PostgreSQL's slot, publication and schema, or MariaDB's database."""
+    if pg:
+        drop_pg(engine)
+        return
+    with engine.connect() as c:
+        c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
+        c.commit()
+
+
 def drop_pg(engine: Any) -> None:
     with engine.connect() as c:
         _wait_slot_free(c)
@@ -369,12 +379,7 @@ def bench_snapshot(spark: Any, rows: int, pg: bool = True) -> dict:
     finally:
         stop.set()
         thread.join()
-        if pg:
-            drop_pg(engine)
-        else:
-            with engine.connect() as c:
-                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
-                c.commit()
+        drop_bench_db(engine, pg)
     return {
         "rows": count,
         "seconds": seconds,
@@ -507,12 +512,7 @@ def harness(kind: str, changes: int, profile: bool) -> dict:
         return {"seconds": seconds, "events": n, "baseline": baseline}
     finally:
         task.stop()
-        if pg:
-            drop_pg(engine)
-        else:
-            with engine.connect() as c:
-                c.exec_driver_sql(f"DROP DATABASE IF EXISTS {NS}")
-                c.commit()
+        drop_bench_db(engine, pg)
 
 
 def _connector_class(pg: bool) -> type:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from datetime import UTC, date, datetime, time
 from decimal import Decimal
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -323,21 +324,27 @@ def test_a_cdc_task_missing_a_hook_cannot_be_made() -> None:
     MySqlCdcSourceTask()  # every hook filled in
 
 
-def test_the_shared_table_checks_name_the_columns_and_keys_change_into_delete_and_create() -> None:
+def _items_table(name: str, topic: str, key: tuple[str, FieldType], text: str) -> Any:
+    """A captured table as a task knows it: an integer key column and one text column."""
     from sluice.connectors.cdc._base import CdcTable
-    from sluice.connectors.cdc.mysql import MySqlCdcSourceTask
 
-    table = CdcTable(
+    return CdcTable(
         {
-            "table": "shop.items",
-            "topic": "p.shop.items",
-            "pk": ["id"],
+            "table": name,
+            "topic": topic,
+            "pk": [key[0]],
             "columns": [
-                ["id", Schema.of(FieldType.INT32, optional=False).to_json()],
-                ["note", Schema.string().to_json()],
+                [key[0], Schema.of(key[1], optional=False).to_json()],
+                [text, Schema.string().to_json()],
             ],
         }
     )
+
+
+def test_the_shared_table_checks_name_the_columns_and_keys_change_into_delete_and_create() -> None:
+    from sluice.connectors.cdc.mysql import MySqlCdcSourceTask
+
+    table = _items_table("shop.items", "p.shop.items", ("id", FieldType.INT32), "note")
     assert (table.space, table.short) == ("shop", "items")
     with pytest.raises(
         ConnectException, match=r"here: table shop.items now has column\(s\) \['x'\]"
@@ -378,20 +385,9 @@ def test_a_binlog_query_event_is_ddl_unless_it_is_a_transactions_step(
 
 @pytest.mark.parametrize("touched", [set(), {'{"id":3}', '{"id":7}', '{"id":99}'}])
 def test_the_snapshot_batch_drops_rows_changed_inside_the_window(touched: set[str]) -> None:
-    from sluice.connectors.cdc._base import CdcTable
     from sluice.connectors.cdc._snapshot import snapshot_batch
 
-    table = CdcTable(
-        {
-            "table": "s.t",
-            "topic": "p.s.t",
-            "pk": ["id"],
-            "columns": [
-                ["id", Schema.of(FieldType.INT64, optional=False).to_json()],
-                ["name", Schema.string().to_json()],
-            ],
-        }
-    )
+    table = _items_table("s.t", "p.s.t", ("id", FieldType.INT64), "name")
     after_type = table.envelope_type.field("after").type
     rows = [{"id": i, "name": f"n{i}"} for i in range(1, 9)]
     source = {"connector": "postgresql", "name": "p", "db": "s", "table": "t", "lsn": 5}
