@@ -156,7 +156,7 @@ def _per_record(encoder: _AvroEncoder, array: pa.Array) -> pa.Array:
 
 
 @PROPERTY
-@given(data=flat_data())
+@given(data=flat_data() | nested_data())
 def test_vectorised_encode_is_byte_identical(
     registry: SqliteSchemaRegistry, data: tuple[Schema, list[Any], int]
 ) -> None:
@@ -199,14 +199,16 @@ def _both_outcomes(encoder: _AvroEncoder, array: pa.Array) -> list[Any]:
 
 
 @PROPERTY
-@given(data=flat_data())
+@given(data=flat_data() | nested_data())
 def test_vectorised_round_trip(
     registry: SqliteSchemaRegistry, data: tuple[Schema, list[Any], int]
 ) -> None:
     schema, rows, skip = data
     converter = _avro(registry)
     topic = converter.encoder(schema).arrow(from_physical(rows, schema).slice(skip))
-    result = converter.decoder(schema).arrow(topic)
+    decoder = converter.decoder(schema)
+    assert decoder.arrow_mode == "vectorised"
+    result = decoder.arrow(topic)
     assert result.errors is None
     assert decoded_rows(result.values, schema) == normal(rows[skip:])
 
@@ -219,7 +221,9 @@ def test_arrays_and_maps_stay_per_record(registry: SqliteSchemaRegistry) -> None
         Schema.array(Schema.string()),
     ):
         assert _avro(registry).encoder(schema).arrow_mode == "per-record"
+        assert _avro(registry).decoder(schema).arrow_mode == "per-record"
     assert _avro(registry).encoder(Schema.struct(("s", inner))).arrow_mode == "vectorised"
+    assert _avro(registry).decoder(Schema.struct(("s", inner))).arrow_mode == "vectorised"
     assert registry.schema_id(canonical(inner)) > 0
 
 
@@ -275,7 +279,7 @@ def damaged(draw: Any, raw: bytes, other_id: bytes) -> bytes:
 
 
 @PROPERTY
-@given(data=flat_data(), st_data=st.data())
+@given(data=flat_data() | nested_data(), st_data=st.data())
 def test_vectorised_decode_matches_per_record_on_damaged_bytes(
     registry: SqliteSchemaRegistry, data: tuple[Schema, list[Any], int], st_data: Any
 ) -> None:

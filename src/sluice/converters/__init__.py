@@ -12,8 +12,7 @@ and Kafka Connect class names accepted as aliases:
 | `JsonConverter` | Kafka Connect JSON (envelope) | SQL; Python per record* |
 | `AvroConverter` | `0x00` + 4-byte schema id + Avro | numpy; Python per record (fastavro)** |
 
-(*) for schemas holding maps whose keys are not STRING. (**) for arrays and maps, and when decoding
-nested structs (a CDC envelope is encoded column by column, decoded per record).
+(*) for schemas holding maps whose keys are not STRING. (**) for arrays and maps.
 
 Plugins: a `Converter` subclass is found by its dotted path (`mypkg.mod.MyConverter`), by the name
 of an entry point in the group `sluice.converters`, or after `register(cls, *aliases)`.

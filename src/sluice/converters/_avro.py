@@ -83,9 +83,9 @@ class AvroConverter(Converter):
     optional → `["null", T]` with default null; maps with STRING keys → map, others → array of
     `{key,value}` records. Field names that Avro does not allow are rewritten (`_` for invalid
     characters) in the Avro schema only; records keep their names. Every type round-trips exactly.
-    Flat schemas (a struct of leaves, or one leaf) run vectorised with numpy (`_avro_vector`)
-    both ways, and structs nested in structs (a CDC envelope) when encoding; arrays and maps per
-    record in Python (fastavro), to the same bytes; no Spark SQL form.
+    Flat schemas (a struct of leaves, or one leaf) and structs nested in structs (a CDC
+    envelope) run vectorised with numpy (`_avro_vector`) both ways; arrays and maps per record in
+    Python (fastavro), to the same bytes; no Spark SQL form.
     """
 
     uses_registry = True
@@ -337,8 +337,8 @@ class _AvroDecoder(Decoder):
         self._writers: dict[int, tuple[Any, Any] | None] = {}
         self._flat_writers: dict[int, tuple[Schema, list] | None] = {}
         self._reader: tuple[Any, Callable[[Any], Any]] | None = None
-        self._flat = _avro_vector.flat_columns(schema)
-        if self._flat is not None:
+        self._columns = _avro_vector.encodable_columns(schema)
+        if self._columns is not None:
             self.arrow_mode = "vectorised"
 
     def __getstate__(self) -> dict:
@@ -372,11 +372,11 @@ class _AvroDecoder(Decoder):
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks()
         array = array.cast(pa.binary())
-        if self._flat is None:
+        if self._columns is None:
             values, reasons = self._per_record(array.to_pylist())
             return Decoded(from_physical(values, self.schema), string_errors(reasons))
         header = MAGIC + self.schema_id.to_bytes(4, "big")
-        physical, undecoded = _avro_vector.decode(array, self._flat, header, self.schema)
+        physical, undecoded = _avro_vector.decode(array, self._columns, header, self.schema)
         if undecoded.any():
             physical, undecoded = self._older_versions(array, physical, undecoded)
         out = physical.cast(arrow_type(self.schema))

@@ -12,11 +12,12 @@ fields one after another, each one of (Avro 1.11 specification, "Binary Encoding
   unscaled value's minimal big-endian two's complement;
 * an optional field (`["null", T]`): the branch as a `long` (0 null, 1 value), then T if present.
 
-The encoder also takes *nested* schemas: structs whose fields are leaves or, again, such structs
-(a CDC envelope's `before`/`after`/`source`). A record is its fields' encodings one after another,
-so a nested struct is walked depth first, each leaf writing only for the records whose every
-enclosing struct is present. Arrays and maps stay on the per-record path, and so does decoding of
-anything but a flat schema.
+Both also take *nested* schemas: structs whose fields are leaves or, again, such structs (a CDC
+envelope's `before`/`after`/`source`). A record is its fields' encodings one after another, so a
+nested struct is walked depth first, each leaf written (read) only for the records whose every
+enclosing struct is present. Arrays and maps stay on the per-record path, and so do records of
+another writer version of a nested schema (a flat one is read with its writer's columns and
+projected onto the reader's).
 
 Both work in blocks of `BLOCK` records. `encode` lays each run of fields between two string
 payloads out as a byte matrix (one row a record) and compresses away the bytes no record uses;
@@ -496,6 +497,31 @@ def _leaf_column(reader: _Reader, rows: np.ndarray, schema: Schema) -> _Build:
     return strings
 
 
+def _field_column(reader: _Reader, rows: np.ndarray, schema: Schema, *, union: bool) -> _Build:
+    """Reads one field at each of `rows` (a mask): its union branch if it is optional (`union`:
+    it is a record's field), then a leaf, or each field of a struct in turn. Returns how to
+    build its column from the records finally accepted (`ok`)."""
+    if schema.optional and union:
+        branch = reader.varints(rows)
+        _reject(reader, rows, (branch != 0) & (branch != 1))
+        rows = rows & (branch == 1) & reader.ok
+    if not _is_struct(schema):
+        leaf = _leaf_column(reader, rows, schema)
+        return lambda ok: leaf(rows & ok)
+    # each child reads only where no earlier field was refused (a refused record's positions
+    # mean nothing any more)
+    children = []
+    for f in schema.fields:
+        children.append(_field_column(reader, rows & reader.ok, f.schema, union=True))
+    fields = list(physical_type(schema))
+
+    def struct(ok: np.ndarray) -> pa.Array:
+        arrays = [child(ok) for child in children]
+        return pa.StructArray.from_arrays(arrays, fields=fields, mask=pa.array(~(rows & ok)))
+
+    return struct
+
+
 def _fixed_column(values: np.ndarray, type_: pa.DataType, keep: np.ndarray) -> pa.Array:
     # Values refused after they were read (out of range) must not reach the cast, even nulled.
     full = np.where(keep, values, values.dtype.type(0))
@@ -582,16 +608,9 @@ def _decode_block(
     _reject(reader, np.ones(n, bool), wrong)
 
     union = columns[0][0] is not None
-    builds: list[tuple[_Build, np.ndarray]] = []
-    for _, leaf_schema in columns:
-        rows = reader.ok.copy()
-        if leaf_schema.optional and union:
-            branch = reader.varints(rows)
-            _reject(reader, rows, (branch != 0) & (branch != 1))
-            rows &= (branch == 1) & reader.ok
-        builds.append((_leaf_column(reader, rows, leaf_schema), rows))
+    builds = [_field_column(reader, reader.ok.copy(), s, union=union) for _, s in columns]
     reader.ok &= reader.pos == reader.end  # trailing bytes: left to the per-record path's message
-    arrays = [build(rows & reader.ok) for build, rows in builds]
+    arrays = [build(reader.ok) for build in builds]
     if union:
         fields = list(physical_type(schema))
         out = pa.StructArray.from_arrays(arrays, fields=fields, mask=pa.array(~reader.ok))
@@ -603,10 +622,11 @@ def _decode_block(
 def decode(
     array: pa.Array, columns: list[tuple[str | None, Schema]], header: bytes, schema: Schema
 ) -> tuple[pa.Array, np.ndarray]:
-    """Parses a binary array of Avro records written with `header` and the flat schema whose
-    `columns` these are. Returns the values (physical types; null where not decoded) and a mask
-    of the records it left undecoded though they are not null: those the caller decodes one at
-    a time (another schema id, bad bytes, values out of range…), to report them exactly."""
+    """Parses a binary array of Avro records written with `header` and the schema whose
+    `columns` these are (`encodable_columns`: leaves and structs of them). Returns the values
+    (physical types; null where not decoded) and a mask of the records it left undecoded though
+    they are not null: those the caller decodes one at a time (another schema id, bad bytes,
+    values out of range…), to report them exactly."""
     n = len(array)
     if n == 0:
         return pa.array([], physical_type(schema)), np.zeros(0, bool)
