@@ -508,11 +508,11 @@ def _field_column(reader: _Reader, rows: np.ndarray, schema: Schema, *, union: b
     if not _is_struct(schema):
         leaf = _leaf_column(reader, rows, schema)
         return lambda ok: leaf(rows & ok)
-    # each child reads only where no earlier field was refused (a refused record's positions
-    # mean nothing any more)
-    children = []
-    for f in schema.fields:
-        children.append(_field_column(reader, rows & reader.ok, f.schema, union=True))
+    # each child reads only where no earlier field was refused (`reader.ok` as it is then: a
+    # refused record's positions mean nothing any more)
+    children = [
+        _field_column(reader, rows & reader.ok, f.schema, union=True) for f in schema.fields
+    ]
     fields = list(physical_type(schema))
 
     def struct(ok: np.ndarray) -> pa.Array:
