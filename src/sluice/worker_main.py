@@ -36,7 +36,8 @@ from sluice.runtime.assembly import Runtime, assemble
 from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder
 from sluice.runtime.jvm_watch import JvmWatch
-from sluice.runtime.worker_config import WorkerConfig, read_properties
+from sluice.runtime.properties_file import read_properties
+from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 
 log = logging.getLogger("sluice.worker")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.worker_config import WorkerConfig, parse_properties
+from sluice.runtime.properties_file import parse_properties
+from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import ConfigException
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.counters import SqliteCounters
@@ -178,7 +179,7 @@ def test_worker_keys_are_parsed_once_into_typed_fields(tmp_path: Path) -> None:
 
 
 def test_an_unreadable_worker_config_names_the_file(tmp_path: Path) -> None:
-    from sluice.runtime.worker_config import read_properties
+    from sluice.runtime.properties_file import read_properties
 
     with pytest.raises(ConfigException) as caught:
         read_properties(str(tmp_path / "nope.properties"))

@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+from sluice.runtime.properties_file import parse_properties
 from sluice.sdk import PASSWORD_MASK, ConfigException
 
 log = logging.getLogger(__name__)
@@ -116,9 +117,6 @@ class FileProvider:
         return any(real == a or real.startswith(a.rstrip(os.sep) + os.sep) for a in self.allowed)
 
     def get(self, path: str, keys: set[str]) -> dict[str, str]:
-        # imported here: worker_config imports the bus, which this module does not need
-        from sluice.runtime.worker_config import parse_properties
-
         if not path:
             raise LookupError("a file reference needs a path: ${file:/path/to/file:key}")
         if not self.allows(path, ""):

@@ -6,10 +6,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
-from sluice import _properties
 from sluice.bus import BUS_KINDS, Bus, create_bus, is_bus_key
 from sluice.converters._compatibility import DEFAULT_LEVEL, LEVELS
 from sluice.runtime.allocation import strategy_name
+from sluice.runtime.properties_file import read_properties
 from sluice.runtime.secrets import ConfigProviders, is_provider_key
 from sluice.sdk import ClientPolicy, ConfigDef, ConfigException, ConfigKey
 from sluice.sdk._client_options import ALLOWLIST_KEY, POLICY_KEY, POLICY_MODES
@@ -356,17 +356,6 @@ class WorkerConfig:
         return cls.from_properties(read_properties(path))
 
 
-def read_properties(path: str) -> dict[str, str]:
-    """The keys of the worker config file at `path` (for the parts of a worker above the
-    runtime that read keys of their own, as the REST layer reads `rest.*`)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise ConfigException("-c", f"cannot read worker config {path!r}: {exc}") from None
-    return parse_properties(text, path)
-
-
 def _refuse_cluster_keys_alone(props: dict[str, str], store_url: str, unknown: list[str]) -> None:
     """Keys only distributed mode reads, set without `cluster.store.url`: the user meant a
     cluster (a misspelt or forgotten store URL), and a worker that ran standalone instead would
@@ -385,12 +374,3 @@ def _refuse_cluster_keys_alone(props: dict[str, str], store_url: str, unknown: l
         message += f"; {typo} is set, and looks like a typo of cluster.store.url"
         suggestion = f"rename {typo} to cluster.store.url"
     raise ConfigException("cluster.store.url", message, suggestion=suggestion)
-
-
-def parse_properties(text: str, source: str = "config") -> dict[str, str]:
-    """The entries of a ``.properties`` file by java.util.Properties' rules (see
-    `sluice._properties`); an error names ``source`` and the line (``w.conf:2: …``)."""
-    try:
-        return _properties.parse_properties(text)
-    except _properties.PropertiesError as exc:
-        raise ConfigException(f"{source}:{exc.line}", exc.reason) from None
