@@ -14,7 +14,7 @@ import pyarrow as pa
 from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.connectors.cdc._envelope import key_text
 from sluice.connectors.cdc._snapshot import chunk_query, snapshot_batch
-from sluice.connectors.jdbc._config import TableName
+from sluice.connectors.jdbc._names import TableName
 from tests.integration import jdbc_db
 from tests.integration import test_cdc_mysql as maria
 from tests.integration import test_cdc_postgres as postgres

@@ -71,7 +71,7 @@ import pyarrow.compute as pc
 
 from sluice.connectors.cdc._envelope import key_text, key_texts
 from sluice.connectors.cdc._evolve import filled_columns
-from sluice.connectors.jdbc._config import TableName
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConnectException,

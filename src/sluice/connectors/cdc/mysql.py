@@ -54,7 +54,7 @@ from sluice.connectors.cdc._base import (
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
-from sluice.connectors.jdbc._config import TableName
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConfigKey,

@@ -74,7 +74,7 @@ from sluice.connectors.cdc._pgoutput import (
     relation_of,
     transactions,
 )
-from sluice.connectors.jdbc._config import TableName
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConfigKey,

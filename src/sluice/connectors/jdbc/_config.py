@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ClientOption,
     ConfigDef,
@@ -194,25 +195,6 @@ def parse_connection(config: Mapping[str, Any], *, checked: bool = True) -> Conn
     if checked:
         refuse_unsafe(_client_options(connection))
     return connection
-
-
-@dataclass(frozen=True)
-class TableName:
-    """A table as `schema.table` (MySQL: `database.table`); `schema` empty = the default one."""
-
-    schema: str
-    name: str
-
-    @staticmethod
-    def parse(text: str) -> TableName:
-        # The first dot separates the schema: table names may contain dots, schema names not.
-        schema, dot, name = text.strip().partition(".")
-        if not dot:
-            return TableName("", text.strip())
-        return TableName(schema, name)
-
-    def __str__(self) -> str:
-        return f"{self.schema}.{self.name}" if self.schema else self.name
 
 
 @dataclass(frozen=True)

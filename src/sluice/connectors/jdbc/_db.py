@@ -16,8 +16,9 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from sluice.connectors.jdbc._config import Connection, TableName
+from sluice.connectors.jdbc._config import Connection
 from sluice.connectors.jdbc._dialect import ColumnInfo, Dialect, dialect_for
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import ConfigException, ConnectException, RetriableException
 from sluice.sdk._retry import Backoff, retry
 

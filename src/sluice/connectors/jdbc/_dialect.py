@@ -38,7 +38,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sluice.connectors.jdbc._config import TableName
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import ClientFamily, ConnectException, FieldType, Schema
 
 

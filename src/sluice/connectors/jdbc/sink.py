@@ -49,10 +49,10 @@ import pyarrow.compute as pc
 from sluice.connectors.jdbc._config import (
     SINK_CONFIG,
     SinkSettings,
-    TableName,
     connection_client_options,
 )
 from sluice.connectors.jdbc._dialect import Write
+from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     BatchId,
     ClientOption,

@@ -42,10 +42,10 @@ from sluice.connectors.jdbc._config import (
     SOURCE_CONFIG,
     SOURCE_POSITION_KEYS,
     SourceSettings,
-    TableName,
     connection_client_options,
 )
 from sluice.connectors.jdbc._dialect import Mapped, UnmappableType
+from sluice.connectors.jdbc._names import TableName
 from sluice.connectors.jdbc._values import decode, encode, naive_utc, to_arrow
 from sluice.sdk import (
     ClientOption,

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from sluice.connectors.jdbc._config import TableName
 from sluice.connectors.jdbc._dialect import (
     ColumnInfo,
     Dialect,
@@ -25,6 +24,7 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
+from sluice.connectors.jdbc._names import TableName
 from sluice.connectors.jdbc._pages import PAGE_BYTES, Page, time_micros, unhex
 from sluice.connectors.jdbc._values import naive_utc
 from sluice.sdk import MYSQL_CLIENT, FieldType, Schema

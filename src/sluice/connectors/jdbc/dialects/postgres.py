@@ -10,7 +10,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from sluice.connectors.jdbc._config import TableName
 from sluice.connectors.jdbc._dialect import (
     ColumnInfo,
     Dialect,
@@ -24,6 +23,7 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
+from sluice.connectors.jdbc._names import TableName
 from sluice.connectors.jdbc._pages import Page, time_micros, unhex
 from sluice.sdk import POSTGRESQL_CLIENT, ConnectException, Schema
 
