@@ -460,8 +460,10 @@ def _leaf_column(reader: _Reader, rows: np.ndarray, schema: Schema) -> _Build:
         pos = reader.advance(rows, 4)
         raw = (reader.words[pos] & np.uint64(0xFFFFFFFF)).astype("<u4").view("<f4")
         # fastavro reads a float as a Python float, which Arrow narrows back: the same round
-        # trip here, so NaN payloads match bit for bit.
-        floats = raw.astype(np.float64).astype(np.float32)
+        # trip here, so NaN payloads match bit for bit (numpy warns of a signalling NaN's cast:
+        # that quieting is the point, as it is for the bytes of a record refused later)
+        with np.errstate(invalid="ignore"):
+            floats = raw.astype(np.float64).astype(np.float32)
         return lambda keep: _fixed_column(floats, type_, keep)
     if k == "double":
         doubles = reader.words[reader.advance(rows, 8)].view("<f8")
