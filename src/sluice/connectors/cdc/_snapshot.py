@@ -488,8 +488,8 @@ def snapshot_batch(
     `ts_ms`; keyed and addressed (`topic`) as the row path does it."""
     keys = key_texts(after, table.pk)
     if touched:
-        changed = pc.is_in(keys, value_set=pa.array(list(touched), pa.string()))
-        after, keys = after.filter(pc.invert(changed)), keys.filter(pc.invert(changed))
+        kept = pc.invert(pc.is_in(keys, value_set=pa.array(list(touched), pa.string())))
+        after, keys = after.filter(kept), keys.filter(kept)
     n = len(after)
     envelope = table.envelope_type
     value = pa.StructArray.from_arrays(

@@ -670,15 +670,21 @@ def _query_text(event: Any) -> str:
     return event.query.decode() if isinstance(event.query, bytes) else str(event.query)
 
 
+def _statement(event: Any) -> str:
+    """A query event's statement, trimmed and upper-cased, to tell BEGIN, COMMIT and XA apart."""
+    return _query_text(event).strip().upper()
+
+
 def _ends_transaction(event: Any) -> bool:
     """A query event that ends a transaction: COMMIT (non-transactional tables) or DDL."""
-    text = _query_text(event).strip().upper()
+    text = _statement(event)
     return text != "BEGIN" and not text.startswith("XA ")
 
 
 def _is_ddl(event: Any) -> bool:
     """A query event that is no transaction's BEGIN, COMMIT or XA step: a DDL statement."""
-    return _ends_transaction(event) and _query_text(event).strip().upper() != "COMMIT"
+    text = _statement(event)
+    return text not in ("BEGIN", "COMMIT") and not text.startswith("XA ")
 
 
 MySqlCdcSourceConnector.task_class = MySqlCdcSourceTask
