@@ -15,6 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -56,6 +57,15 @@ def wait_until(
         time.sleep(every)
     cut = "" if budget >= timeout else f" (cut from {timeout}s: the test's timeout ran out)"
     assert predicate(), f"timed out after {budget:.0f}s{cut} waiting for {what or predicate}"
+
+
+def whole_lines(path: Path) -> list[str]:
+    """The lines a sink has finished writing to `path` (none if it does not exist yet): a sink
+    appends while a test reads, so a last line without its newline is still being written."""
+    if not path.exists():
+        return []
+    text = path.read_text()
+    return text[: text.rfind("\n") + 1].splitlines()
 
 
 def _timeout_of(item: pytest.Item) -> float | None:

@@ -20,7 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.sdk import partition_key
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 from tests.e2e.worker_process import REPO, WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -294,4 +294,4 @@ def test_a_deleted_topic_takes_the_positions_on_it_along(
 
 
 def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
+    return whole_lines(path)

@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 from tests.e2e.worker_process import WorkerProcess
 
 pytestmark = pytest.mark.slow
 
 
 def _lines(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
+    return whole_lines(path)
 
 
 def _status(worker: WorkerProcess, name: str) -> tuple[str, str]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +34,7 @@ def test_readme_counter_source_reaches_a_sink_in_limited_batches(runner, tmp_pat
     def lines() -> list[str]:
         for r in runner.running.values():
             assert r.query.exception() is None, r.query.exception()
-        return out.read_text().splitlines() if out.exists() else []
+        return whole_lines(out)
 
     wait_until(lambda: len(lines()) >= 2500, 120, "2500 numbers")
     assert lines() == [str(i) for i in range(2500)]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sluice.sdk import ConfigException
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 
 pytestmark = pytest.mark.spark
 
@@ -132,9 +132,7 @@ def test_several_sources_and_a_sink_with_three_tasks(runner, tmp_path: Path) -> 
 
     def rows() -> list[dict]:
         _no_failure(runner)
-        if not out.exists():
-            return []
-        return [json.loads(line) for line in out.read_text().splitlines()]
+        return [json.loads(line) for line in whole_lines(out)]
 
     wait_until(lambda: len(rows()) >= 15000, 180, "15000 records in the sink")
     got = rows()

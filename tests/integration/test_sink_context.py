@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 
 pytestmark = pytest.mark.spark
 
@@ -35,8 +35,7 @@ def test_reset_offset_from_a_sink_task_replays_the_queue(runner, tmp_path: Path,
     def values() -> Counter:
         for r in runner.running.values():
             assert r.query.exception() is None, r.query.exception()
-        lines = out.read_text().splitlines() if out.exists() else []
-        return Counter(json.loads(line)["value"] for line in lines)
+        return Counter(json.loads(line)["value"] for line in whole_lines(out))
 
     wait_until(lambda: sum(values().values()) >= 200, 120, "the replayed queue")
     assert values() == Counter({f"v{i}": 2 for i in range(100)})  # once, then once more

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 from tests.integration.flaky_sinks import lines_in_topic
 
 pytestmark = pytest.mark.spark
@@ -36,7 +36,7 @@ def test_three_retriable_failures_then_success_deliver_once(
 
     def delivered() -> list[str]:
         assert runner.running["dst"].failure() is None, runner.running["dst"].failure()
-        return out.read_text().splitlines() if out.exists() else []
+        return whole_lines(out)
 
     wait_until(lambda: len(delivered()) >= 50, 120, "50 delivered")
     wait_until(lambda: runner.counters.get("dst").get("total-retries") == 3, 30, "retries counted")

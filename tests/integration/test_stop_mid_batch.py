@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 from tests.integration.flaky_sinks import lines_in_topic
 
 pytestmark = pytest.mark.spark
@@ -42,6 +42,6 @@ def test_stop_waits_for_the_batch_in_its_commit_then_a_fresh_run_goes_on(
     with open(src, "a") as f:
         f.write("".join(f"r{i}\n" for i in range(50, 60)))
     runner.start("dst", conf)
-    wait_until(lambda: len(out.read_text().splitlines()) >= 60, 120, "60 delivered")
-    lines = out.read_text().splitlines()
+    wait_until(lambda: len(whole_lines(out)) >= 60, 120, "60 delivered")
+    lines = whole_lines(out)
     assert sorted(lines, key=lambda v: int(v[1:])) == [f"r{i}" for i in range(60)], len(lines)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sluice.sdk import ConfigException
-from tests.conftest import wait_until
+from tests.conftest import wait_until, whole_lines
 
 pytestmark = pytest.mark.spark
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.spark
 def _lines(runner, path: Path) -> list[str]:
     for r in runner.running.values():
         assert r.failure() is None, r.failure()
-    return path.read_text().splitlines() if path.exists() else []
+    return whole_lines(path)
 
 
 def test_sql_transform_filters_and_reshapes_on_the_source_side(runner, tmp_path: Path) -> None:
