@@ -38,7 +38,7 @@ demo: $(DEMO_VENV)
 # installation (~1 min; a worker builds it in the background otherwise): every Spark the tests
 # start then maps Spark's classes instead of loading them (a session starts in about half the time).
 jvm-archive: $(STAMP)
-	-$(VENV)/bin/python -m sluice.engine.class_archive
+	-$(VENV)/bin/python -m sluice.engine.class_archive_build
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

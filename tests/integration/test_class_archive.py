@@ -57,7 +57,7 @@ def test_the_builder_writes_the_archive_and_the_next_spark_maps_it(tmp_path: Pat
     (path.parent / f"{gone.name}.from").write_text(str(tmp_path / "deleted-venv" / "jars"))
     (path.parent / f"{path.name}.failed").touch()  # an earlier build failed: asked, it tries again
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.engine.class_archive"],
+        [sys.executable, "-m", "sluice.engine.class_archive_build"],
         capture_output=True,
         text=True,
         timeout=540,
@@ -72,7 +72,7 @@ def test_the_builder_writes_the_archive_and_the_next_spark_maps_it(tmp_path: Pat
         f"{path.name}.from",
         f"{path.name}.log",
     ]
-    assert (path.parent / f"{path.name}.from").read_text() == class_archive._spark_jars()
+    assert (path.parent / f"{path.name}.from").read_text() == class_archive.spark_jars()
 
     loads = tmp_path / "class-load.log"
     mapped = subprocess.run(
@@ -118,7 +118,7 @@ def test_a_builder_that_cannot_start_spark_says_where_to_look_and_leaves_nothing
     (broken_jdk / "bin" / "java").write_text("#!/bin/sh\nexit 1\n")
     (broken_jdk / "bin" / "java").chmod(0o755)
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.engine.class_archive", str(path)],
+        [sys.executable, "-m", "sluice.engine.class_archive_build", str(path)],
         capture_output=True,
         text=True,
         timeout=120,

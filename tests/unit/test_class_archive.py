@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.engine import class_archive
+from sluice.engine import class_archive, class_archive_build
 from sluice.engine.session import DEFAULTS
 
 OPTIONS = class_archive.OPTIONS_KEY
@@ -64,7 +64,7 @@ def test_a_driver_that_decided_about_class_sharing_is_left_alone(
 def test_no_second_builder_while_one_runs(tmp_path: Path) -> None:
     path = tmp_path / "a.jsa"
     (tmp_path / "a.jsa.lock").write_text(str(os.getpid()))  # a live builder (this process)
-    assert class_archive.build(path) is False
+    assert class_archive_build.build(path) is False
     assert class_archive.build_in_background(DEFAULTS, path) is False
     assert (tmp_path / "a.jsa.lock").read_text() == str(os.getpid())  # its lock left alone
     assert not path.exists()
@@ -75,7 +75,7 @@ def test_an_existing_archive_is_not_built_again(tmp_path: Path) -> None:
     path.write_bytes(b"x")
     assert class_archive.build_in_background(DEFAULTS, path) is False
     done = subprocess.run(
-        [sys.executable, "-m", "sluice.engine.class_archive", str(path)],
+        [sys.executable, "-m", "sluice.engine.class_archive_build", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
