@@ -102,7 +102,7 @@ class Connection:
 
     @property
     def driver(self) -> str:
-        from sluice.connectors.jdbc._dialect import dialect_for
+        from sluice.connectors.jdbc.dialects import dialect_for
 
         return dialect_for(self.dialect).driver
 
@@ -116,7 +116,7 @@ class Connection:
         from sqlalchemy.engine import URL
 
         # libpq `options` are merged with sluice's own session options when connecting
-        from sluice.connectors.jdbc._dialect import dialect_for
+        from sluice.connectors.jdbc.dialects import dialect_for
 
         query = {k: v for k, v in self.options if k != "options"}
         dialect_for(self.dialect).default_query(query)
@@ -138,7 +138,7 @@ def connection_client_options(config: Mapping[str, Any]) -> list[ClientOption]:
 
 
 def _client_options(connection: Connection) -> list[ClientOption]:
-    from sluice.connectors.jdbc._dialect import dialect_for
+    from sluice.connectors.jdbc.dialects import dialect_for
 
     family = dialect_for(connection.dialect).client_family
     return url_options(family, "connection.url", connection.options)
@@ -149,7 +149,7 @@ def parse_connection(config: Mapping[str, Any], *, checked: bool = True) -> Conn
     `checked`: a URL parameter that no client policy allows (one that loads code, as libpq's
     ``sslkey=engine:key``, or lets the server read the worker's files, as ``local_infile``) is
     a `ConfigException` naming `connection.url`."""
-    from sluice.connectors.jdbc._dialect import dialect_for_scheme
+    from sluice.connectors.jdbc.dialects import dialect_for_scheme
 
     keys = ConfigDef(*_CONNECTION_KEYS).parse(config)
     raw = keys["connection.url"].strip()

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from sluice.connectors.jdbc._config import Connection
-from sluice.connectors.jdbc._dialect import ColumnInfo, Dialect, dialect_for
+from sluice.connectors.jdbc._dialect import ColumnInfo, Dialect
 from sluice.connectors.jdbc._names import TableName
+from sluice.connectors.jdbc.dialects import dialect_for
 from sluice.sdk import ConfigException, ConnectException, RetriableException
 from sluice.sdk._retry import Backoff, retry
 

@@ -259,34 +259,3 @@ def column_type(type_: Any, names: dict[str, str], where: str) -> str:
 
 def optional(schema: Schema, nullable: bool) -> Schema:
     return schema if schema.optional == nullable else replace(schema, optional=nullable)
-
-
-def _registry() -> dict[str, Dialect]:
-    """Every dialect of the `sluice.connectors.jdbc.dialects` package, by name: a module there
-    with a ``DIALECT`` is all a new database needs."""
-    import importlib
-    import pkgutil
-
-    from sluice.connectors.jdbc import dialects
-
-    found: dict[str, Dialect] = {}
-    for module in pkgutil.iter_modules(dialects.__path__):
-        dialect = importlib.import_module(f"{dialects.__name__}.{module.name}").DIALECT
-        found[dialect.name] = dialect
-    return found
-
-
-_DIALECTS: dict[str, Dialect] = {}
-
-
-def dialect_for(name: str) -> Dialect:
-    """The dialect called ``name`` (``Connection.dialect``)."""
-    if not _DIALECTS:
-        _DIALECTS.update(_registry())
-    return _DIALECTS[name]
-
-
-def dialect_for_scheme(scheme: str) -> Dialect | None:
-    """The dialect of a connection URL's scheme (``postgresql``, ``mariadb+pymysql``, …)."""
-    dialect_for("postgresql")  # loads the registry
-    return next((d for d in _DIALECTS.values() if scheme in d.schemes), None)

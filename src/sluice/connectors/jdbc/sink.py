@@ -534,7 +534,7 @@ def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
 
 
 def _transient(settings: SinkSettings, exc: BaseException) -> bool:
-    from sluice.connectors.jdbc._dialect import dialect_for
+    from sluice.connectors.jdbc.dialects import dialect_for
 
     return dialect_for(settings.connection.dialect).is_transient(exc)
 

@@ -217,7 +217,7 @@ def _union_optional(schemas: list[Schema]) -> Schema:
 
 
 #: The text of a source's failure when its table changed under it; the runtime restarts such a
-#: query by itself (`sluice.runtime.restarts.TRANSIENT_MARKERS`), which plans it again.
+#: query by itself (`sluice.runtime.herder.restarts.TRANSIENT_MARKERS`), which plans it again.
 SCHEMA_CHANGED = "changed its columns while running"
 
 

@@ -182,8 +182,6 @@ class _Postgres(Dialect):
         are copied straight in. A row that appeared meanwhile raises a unique violation; the
         savepoint then undoes the COPY and the caller upserts as usual.
         """
-        from sluice.connectors.jdbc._db import _error_code
-
         span = _integer_span(rows)
         if span is None:
             return False
@@ -194,7 +192,8 @@ class _Postgres(Dialect):
         try:
             copy_rows(cursor, copy_in, rows)
         except Exception as exc:
-            if _error_code(exc) != _UNIQUE_VIOLATION:
+            # psycopg's own error (the cursor is the driver's): its SQLSTATE
+            if getattr(exc, "sqlstate", None) != _UNIQUE_VIOLATION:
                 raise
             cursor.execute("ROLLBACK TO SAVEPOINT sluice_append", ())
             return False
@@ -374,7 +373,7 @@ class CopyPage(Page):
         return array
 
 
-_UNIQUE_VIOLATION = "23505"  # SQLSTATE (see `_db._error_code`)
+_UNIQUE_VIOLATION = "23505"  # SQLSTATE
 _TYPES = {
     "int8": "SMALLINT",
     "int16": "SMALLINT",
