@@ -33,7 +33,8 @@ from sluice.engine.session import build_session
 from sluice.rest import create_app
 from sluice.rest.metrics import render
 from sluice.runtime.assembly import assemble
-from sluice.runtime.metrics import ProgressTracker
+from sluice.runtime.metrics.figures import report_of
+from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.worker_config import WorkerConfig
 
@@ -57,7 +58,7 @@ def pipeline(spark, src: str, out: str, lines: int, metrics: bool) -> float:
 
         def scrape() -> None:  # what /metrics reads per connector, once a second
             while not stop.wait(1.0):
-                snapshot = {"worker": {}, "connectors": []}
+                snapshot = {"worker": {"worker_id": "bench"}, "connectors": []}
                 for name in list(runner.running):
                     p = tracker.progress(name)
                     snapshot["connectors"].append(
@@ -81,7 +82,7 @@ def pipeline(spark, src: str, out: str, lines: int, metrics: bool) -> float:
                         }
                     )
                     runner.committed_positions(name)
-                render(snapshot)
+                render(report_of(snapshot))
 
         threading.Thread(target=scrape, daemon=True).start()
     size = os.path.getsize(src)

@@ -33,8 +33,8 @@ import uvicorn
 from sluice.rest import create_app
 from sluice.rest._auth import RestSecurity
 from sluice.runtime.assembly import Runtime, assemble
-from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder
+from sluice.runtime.herder.booting import BootingHerder
 from sluice.runtime.jvm_watch import JvmWatch
 from sluice.runtime.properties_file import read_properties
 from sluice.runtime.worker_config import WorkerConfig

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sluice.runtime.assembly import build_progress
+from sluice.runtime.herder.standalone import StandaloneHerder
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.standalone import StandaloneHerder
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
@@ -51,6 +52,7 @@ def status_herder(runner: Any, folder: Path) -> StandaloneHerder:
         runner=runner,
         configs=SqliteConfigStore(folder / "configs.sqlite"),
         statuses=SqliteStatusStore(folder / "statuses.sqlite"),
+        progress=build_progress(runner.spark, runner),
     )
 
 

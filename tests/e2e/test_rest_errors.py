@@ -262,7 +262,7 @@ def test_a_connector_that_fails_to_start_is_failed_not_fatal(
 ) -> None:
     """A start that fails on the connector's own error is FAILED with the error as its trace;
     one that met a server away (a refused connection) is RESTARTING with it (retried for
-    `restart.retriable.timeout.ms`, sluice.runtime.restarts). Neither hurts the worker."""
+    `restart.retriable.timeout.ms`, sluice.runtime.herder.restarts). Neither hurts the worker."""
     plugin_dir = worker.plugin_dir
     assert plugin_dir is not None
     (plugin_dir / "broken_start.py").write_text(

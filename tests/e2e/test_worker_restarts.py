@@ -1,6 +1,6 @@
 """A connector whose query fails for a transient Spark reason restarts by itself
-(`sluice.runtime.restarts`), on the shared worker: a source whose Spark Python worker dies under
-it (`os._exit`, as when Spark loses a worker) twice comes back RUNNING and delivers every line
+(`sluice.runtime.herder.restarts`), on the shared worker: a source whose Spark Python worker dies
+under it (`os._exit`, as when Spark loses a worker) twice comes back RUNNING and delivers every line
 once; with `restart.transient.max.attempts=0` (Kafka Connect's behaviour) it stays FAILED; a bad
 value is a 400 naming the key."""
 

@@ -21,7 +21,7 @@ import pytest
 
 from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.connectors.cdc._evolve import SchemaChanged
-from sluice.runtime.restarts import is_transient
+from sluice.runtime.herder.restarts import is_transient
 from sluice.sdk import ConnectException, ReadLimit
 from tests.conftest import wait_until
 from tests.integration import jdbc_db

@@ -22,7 +22,7 @@ import pytest
 from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.connectors.file.source import FileSourceTask
 from sluice.connectors.redis import source as redis_source
-from sluice.runtime.source_lag import PartitionLag, SourceLag
+from sluice.runtime.metrics.source_lag import PartitionLag, SourceLag
 from sluice.sdk import ReplayableSourceTask, partition_key
 from sluice.store.configs import StoredConnector
 from tests.conftest import wait_until
@@ -280,7 +280,7 @@ def test_a_failing_probe_is_logged_once_and_shows_nothing(
     )
     stored = _stored(tmp_path / "in.txt")
     try:
-        with caplog.at_level(logging.WARNING, "sluice.runtime.source_lag"):
+        with caplog.at_level(logging.WARNING, "sluice.runtime.metrics.source_lag"):
             for _ in range(3):
                 lag.of(stored)
                 wait_until(lambda: "files" in lag._probes, 10, "a probe")

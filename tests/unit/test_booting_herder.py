@@ -1,4 +1,4 @@
-"""The REST API of a worker still booting (`sluice.runtime.booting`): `GET /` answers, every
+"""The REST API of a worker still booting (`sluice.runtime.herder.booting`): `GET /` answers, every
 route that needs the herder answers 503 `worker.starting` with `Retry-After` on both faces, and
 once the herder is handed over the same app forwards to it. `GET /health` (KIP-1017) says which,
 without credentials."""
@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from sluice.rest._auth import RestSecurity, add_credential
 from sluice.rest.app import create_app
-from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Starting
+from sluice.runtime.herder.booting import BootingHerder
 
 
 class _Herder:

@@ -34,8 +34,8 @@ from sluice.connectors.redis.source import RedisListSourceConnector, RedisStream
 from sluice.connectors.rocketmq.sink import RocketMQSinkConnector
 from sluice.connectors.rocketmq.source import RocketMQSourceConnector
 from sluice.runtime.file_access import check_client_options
+from sluice.runtime.herder.validation import check
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.validation import check
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     KAFKA_CLIENT,

@@ -1,5 +1,5 @@
 """The connector-level keys (sluice.engine.settings) and the create-time checks built on them
-(sluice.runtime.validation): every bad key reported, unknown keys warned, aliases renamed."""
+(sluice.runtime.herder.validation): every bad key reported, unknown keys warned, aliases renamed."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.engine.errors import DeadLetter, ErrorPolicy, ErrorReporter
 from sluice.engine.pipeline import jvm_path_forced
 from sluice.engine.settings import canonical_keys, check_config, parse_settings
-from sluice.runtime import validation
-from sluice.runtime.herder import BadRequest, Conflict
+from sluice.runtime.herder import BadRequest, Conflict, validation
 from sluice.runtime.plugins import PluginRegistry
 from sluice.sdk import ConfigException
 
@@ -323,8 +322,8 @@ def test_a_password_put_back_masked_under_its_alias_keeps_the_stored_value() -> 
     # shown as posted, RocketMQ Connect's `mqttSecretKey` comes back as `********`: it must keep
     # the stored `mqtt.password`, not become it
     from sluice.connectors.mqtt.source import MqttSourceConnector
+    from sluice.runtime.herder.base import _stored_as_typed
     from sluice.runtime.secrets import PASSWORD_MASK, keep_masked
-    from sluice.runtime.standalone import _stored_as_typed
 
     stored = {"mqtt.url": "tcp://h:1883", "mqtt.password": "real", "mqtt.username": "u"}
     shown = {"mqttBrokerUrl": "tcp://h:1883", "mqttSecretKey": PASSWORD_MASK, "mqttAccessKey": "u"}

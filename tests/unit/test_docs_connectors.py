@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from sluice.engine.settings import check_config
+from sluice.runtime.herder.validation import kind_of
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.properties_file import parse_properties
-from sluice.runtime.validation import kind_of
 from sluice.runtime.worker_config import WorkerConfig
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,8 +21,7 @@ import pytest
 
 from sluice.bus import create_bus
 from sluice.converters import converter_from_config
-from sluice.runtime import validation
-from sluice.runtime.herder import BadRequest
+from sluice.runtime.herder import BadRequest, validation
 from sluice.runtime.plugins import BUILTIN_CONNECTORS, default_registry
 from sluice.sdk import ConfigException, extras
 from sluice.sdk.extras import Requirement, problem, require

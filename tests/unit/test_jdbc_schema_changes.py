@@ -53,7 +53,7 @@ def test_column_changes_names_added_removed_retyped_and_loosened_columns() -> No
 
 def test_a_changed_table_is_a_failure_the_runtime_restarts_by_itself() -> None:
     from sluice.connectors.jdbc.source import SCHEMA_CHANGED
-    from sluice.runtime.restarts import is_transient
+    from sluice.runtime.herder.restarts import is_transient
     from sluice.sdk import RestartRequested
 
     asked = RestartRequested(f"table 'shop.orders' {SCHEMA_CHANGED} (added: x)")

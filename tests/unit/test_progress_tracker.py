@@ -6,7 +6,7 @@ import json
 from collections import defaultdict
 from typing import Any
 
-from sluice.runtime.metrics import ProgressTracker, _JsonListener
+from sluice.runtime.metrics.progress import ProgressTracker, _JsonListener
 
 
 class _Counters:

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.push import PushBoard
 from sluice.rest.metrics import render
-from sluice.runtime.metrics_snapshot import MetricsSnapshot
+from sluice.runtime.metrics.figures import report_of
+from sluice.runtime.metrics.snapshot import MetricsSnapshot
 
 
 def _connector(name: str, push: dict | None, retries: int = 0) -> dict:
@@ -29,7 +30,7 @@ def _connector(name: str, push: dict | None, retries: int = 0) -> dict:
 
 
 def _samples(connectors: list[dict]) -> dict[tuple[str, str], float]:
-    text = render({"worker": {"worker_id": "w1"}, "connectors": connectors}).decode()
+    text = render(report_of({"worker": {"worker_id": "w1"}, "connectors": connectors})).decode()
     return {
         (s.name, s.labels.get("connector", "")): s.value
         for family in text_string_to_metric_families(text)

@@ -8,14 +8,15 @@ import math
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice.rest.metrics import render
-from sluice.runtime.distributed import Rebalances
+from sluice.runtime.herder.distributed import Rebalances
+from sluice.runtime.metrics.figures import report_of
 
 
 def _samples(rebalance: dict[str, float] | None) -> dict[str, float]:
     worker: dict = {"worker_id": "w1"}
     if rebalance is not None:
         worker["rebalance"] = rebalance
-    text = render({"worker": worker, "connectors": []}).decode()
+    text = render(report_of({"worker": worker, "connectors": []})).decode()
     return {
         s.name: s.value
         for family in text_string_to_metric_families(text)

@@ -1,4 +1,4 @@
-"""The reconciliation's logic (`sluice.runtime.reconcile`, `sluice.runtime.status_board`) over a
+"""The reconciliation's logic (`sluice.runtime.herder.reconcile`, `.status_board`) over a
 fake runner and a status store that can be made to refuse writes: a query that died while the
 store was away is remembered, shown truthfully and started again; a status the store refused is
 written later; starts that fail are judged like failed queries. (The same against real worker
@@ -14,10 +14,10 @@ from unittest.mock import patch
 
 import pytest
 
-from sluice.runtime.reconcile import Duty, NotOurs, Reconciler
-from sluice.runtime.restarts import TransientRestarts
+from sluice.runtime.herder.reconcile import Duty, NotOurs, Reconciler
+from sluice.runtime.herder.restarts import TransientRestarts
+from sluice.runtime.herder.status_board import StatusBoard
 from sluice.runtime.runner import RunningConnector
-from sluice.runtime.status_board import StatusBoard
 from sluice.sdk import ConfigException, RetriableException
 from sluice.store.statuses import Status
 
@@ -269,7 +269,7 @@ def test_several_starts_overlap_and_stop_once_the_worker_is_stopping() -> None:
     names = ["a", "b", "c", "d", "e", "f"]
     for name in names:
         reconciler.assign(name, {})
-    with patch("sluice.runtime.reconcile.PARALLEL_STARTS", 2):
+    with patch("sluice.runtime.herder.reconcile.PARALLEL_STARTS", 2):
         reconciler.start_several(names, go_on=lambda: not stopping.is_set())
     assert sorted(launched) == ["a", "b"]  # the rest were not started: the worker was stopping
     assert {_state(board, n) for n in ("a", "b")} == {"RUNNING"}

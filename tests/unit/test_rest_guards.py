@@ -25,9 +25,9 @@ from sluice.rest._logins import WINDOW_S, FailureLimit
 from sluice.rest._routes import GuardedRoute, route_writes
 from sluice.rest.app import create_app
 from sluice.runtime.herder import BadRequest
+from sluice.runtime.herder.validation import check
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.stores import store_outage
-from sluice.runtime.validation import check
 from sluice.sdk import ConfigException
 from sluice.store.cluster import PgConfigStore
 from tests.e2e.worker_process import free_port

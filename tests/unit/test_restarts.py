@@ -1,9 +1,9 @@
-"""The automatic restarts after a transient Spark failure (`sluice.runtime.restarts`): which
+"""The automatic restarts after a transient Spark failure (`sluice.runtime.herder.restarts`): which
 failures qualify, the backoff, the attempt limit and when the count starts again."""
 
 from __future__ import annotations
 
-from sluice.runtime.restarts import TransientRestarts, is_transient, requested_reason
+from sluice.runtime.herder.restarts import TransientRestarts, is_transient, requested_reason
 
 CONNECT_BACK = (
     "PythonException: org.apache.spark.SparkException: Python worker failed to connect back."
@@ -99,7 +99,7 @@ def test_no_automatic_restart_for_other_failures_or_when_turned_off() -> None:
 
 
 def test_requested_restarts_are_at_once_and_do_not_use_up_the_transient_attempts() -> None:
-    from sluice.runtime.restarts import REQUESTED_LIMIT
+    from sluice.runtime.herder.restarts import REQUESTED_LIMIT
     from sluice.sdk import RestartRequested
 
     clock = _Clock()
@@ -126,7 +126,7 @@ def test_requested_restarts_are_at_once_and_do_not_use_up_the_transient_attempts
 
 
 def test_a_server_that_is_away_restarts_with_backoff_for_a_bounded_time() -> None:
-    from sluice.runtime.restarts import is_retriable
+    from sluice.runtime.herder.restarts import is_retriable
 
     gave_up = (
         "ConnectException: put failed after 9 retries in 2000 ms (errors.retry.timeout=2000): "
@@ -180,7 +180,7 @@ def test_hasten_makes_the_retriable_restarts_due_now() -> None:
 def test_a_start_that_met_a_server_away_is_retriable_unless_the_config_is_at_fault() -> None:
     import sqlite3
 
-    from sluice.runtime.restarts import retriable_start_error
+    from sluice.runtime.herder.restarts import retriable_start_error
     from sluice.sdk import ConfigException, RetriableException
 
     def raised(make):  # the exception with the chain Python gives it
@@ -217,7 +217,7 @@ def test_a_sink_waiting_for_its_topics_first_schema_is_started_again_without_lim
     """`SchemaNotRegisteredError` is "not yet", not a failure: restarts every ≤ 5 s, no count or
     time limit, none of the other kinds' attempts used; off only with max.attempts=0."""
     from sluice.engine.converters import SchemaNotRegisteredError
-    from sluice.runtime.restarts import WAIT_CAP_S, is_waiting
+    from sluice.runtime.herder.restarts import WAIT_CAP_S, is_waiting
 
     clock = _Clock()
     restarts = TransientRestarts(clock)

@@ -13,7 +13,7 @@ from sluice.cli._render import connectors_table, render_text, status_view
 from sluice.engine.retry import NOTE_GRACE_S, ConnectorNotes, RetryNotes, watched
 from sluice.rest._shapes import task_status_body
 from sluice.runtime.herder import Retrying, State, TaskStatus
-from sluice.runtime.standalone import _task_status
+from sluice.runtime.herder.base import _task_status
 from sluice.sdk import RetriableException
 from sluice.sdk._retry import Backoff, retry, watching
 from sluice.store.counters import SqliteCounters

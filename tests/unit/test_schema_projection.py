@@ -92,7 +92,7 @@ def test_sinks_see_a_new_version_at_their_next_batch(registry) -> None:
     are fixed, fails with the marker the runtime restarts it for (`check_versions`)."""
     from sluice.connectors.jdbc import JdbcSinkConnector
     from sluice.engine.sink import NEW_VERSION, SinkPlan, SinkRunner, check_versions
-    from sluice.runtime.restarts import is_transient
+    from sluice.runtime.herder.restarts import is_transient
 
     config = {"value.converter": "AvroConverter"}
     registry.register("orders-value", canonical(V1))

@@ -11,8 +11,7 @@ import pytest
 from sluice.connectors.file import FileSinkConnector, FileSourceTask
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.connectors.redis import RedisListSourceConnector
-from sluice.runtime import validation
-from sluice.runtime.herder import BadRequest
+from sluice.runtime.herder import BadRequest, validation
 from sluice.runtime.plugins import PluginRegistry, delivery_of
 from sluice.sdk import (
     ConfigDef,

@@ -20,8 +20,7 @@ from sluice.cli import main
 from sluice.cli._errors import ServerError
 from sluice.rest._auth import RestSecurity, add_credential
 from sluice.rest.app import create_app
-from sluice.runtime import validation
-from sluice.runtime.herder import BadRequest
+from sluice.runtime.herder import BadRequest, validation
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.worker_config import CLUSTER_ONLY_KEYS, WORKER_KEYS, WorkerConfig
 from sluice.sdk import ConfigException

@@ -1,7 +1,8 @@
 """The bus: topics between source and sink queries, with embedded, Kafka and RocketMQ backends.
 
-`sluice.bus.base` declares the interface (`Bus`, `TopicLog`, the shared types and errors);
-`sluice.bus.spark` builds the topic writer and reader on it; each backend is a subpackage
+`sluice.bus.base` declares the interface of a backend (`TopicLog`, the shared types and errors);
+`sluice.bus.spark` builds the topic writer and reader on it; `sluice.bus.facade` joins the two in
+`Bus`, what the runtime holds; each backend is a subpackage
 (`embedded`, `kafka`, `rocketmq`) whose client library is imported only when it is used.
 """
 
@@ -14,7 +15,6 @@ from sluice.bus.base import (
     OUTAGE_KEY,
     REQUEST_KEY,
     STORED_SCHEMA,
-    Bus,
     BusError,
     BusUnavailable,
     OffsetOutOfRange,
@@ -24,6 +24,7 @@ from sluice.bus.base import (
     TopicLog,
     UnknownTopic,
 )
+from sluice.bus.facade import Bus
 
 __all__ = [
     "BUS_KINDS",

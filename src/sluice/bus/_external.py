@@ -89,7 +89,6 @@ from sluice._private import private_dir
 from sluice._sqlite import connect_shared, create_database
 from sluice.bus.base import (
     STORED_SCHEMA,
-    Bus,
     BusError,
     StagedSegment,
     TopicLog,
@@ -99,6 +98,7 @@ from sluice.bus.base import (
     raise_fence,
     retry_outage,
 )
+from sluice.bus.facade import Bus
 from sluice.sdk.wakeup import ring
 
 log = logging.getLogger(__name__)

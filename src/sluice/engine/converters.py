@@ -71,7 +71,7 @@ class SchemaNotRegisteredError(ConfigException):
     """A sink's converter needs a topic's registered schema and none is registered yet: the
     source that writes the topic registers it with its first micro-batch, perhaps not yet
     started. Not the user's mistake to fix: the runtime waits and starts the sink again
-    (`sluice.runtime.restarts`, kind `waiting`) instead of leaving it FAILED."""
+    (`sluice.runtime.herder.restarts`, kind `waiting`) instead of leaving it FAILED."""
 
 
 # -- configuration ---------------------------------------------------------------------------------

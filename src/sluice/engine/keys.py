@@ -40,7 +40,7 @@ RUNTIME_KEYS = ConfigDef(
     ConfigKey("errors.retry.timeout", type="int", default=0, min=-1, doc="ms; -1 = forever"),
     ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
     *ERROR_KEYS.keys.values(),
-    # sluice.runtime.restarts: a query failed by a transient Spark error restarts by itself
+    # sluice.runtime.herder.restarts: a query failed by a transient Spark error restarts by itself
     ConfigKey(
         "restart.transient.max.attempts",
         type="int",

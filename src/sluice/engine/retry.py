@@ -26,7 +26,7 @@ from sluice.sdk._retry import Backoff, RetryWatcher, retry, watching
 FIRST_DELAY_MS = 300
 #: In the message of the error raised when `errors.retry.*` gives up on a `RetriableException`:
 #: Spark reports only that error's text, so this is how the runtime tells the failure was
-#: retriable (`sluice.runtime.restarts` restarts the query once the server is back).
+#: retriable (`sluice.runtime.herder.restarts` restarts the query once the server is back).
 GAVE_UP_MARKER = "(errors.retry.timeout="
 #: At most one store write per second per retrying task: a tight loop must not hammer the store.
 NOTE_EVERY_S = 1.0

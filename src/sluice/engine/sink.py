@@ -374,7 +374,7 @@ class SinkRunner:
 
 
 #: The text of a JVM-path sink's failure when a topic it reads got a new schema version; the
-#: runtime restarts such a query by itself (`sluice.runtime.restarts.TRANSIENT_MARKERS`).
+#: runtime restarts such a query by itself (`sluice.runtime.herder.restarts.TRANSIENT_MARKERS`).
 NEW_VERSION = "has a new schema version while running"
 
 

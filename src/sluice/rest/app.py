@@ -30,8 +30,8 @@ from sluice.rest._limits import BodyLimit
 from sluice.rest._listing import SharedRenders
 from sluice.rest._log_lines import install_log_escaper
 from sluice.rest._routes import GuardedRoute, writes
-from sluice.runtime.booting import BootingHerder
 from sluice.runtime.herder import Herder, HerderError
+from sluice.runtime.herder.booting import BootingHerder
 from sluice.runtime.secrets import install_log_scrubber, scrub
 from sluice.runtime.stores import STORE_ERRORS, store_outage
 

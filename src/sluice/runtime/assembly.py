@@ -19,10 +19,12 @@ from pyspark.sql import SparkSession
 from sluice.engine.session import build_class_archive_in_background, build_session
 from sluice.engine.shutdown import quiet_batch_interrupts
 from sluice.runtime.herder import Herder
+from sluice.runtime.herder.base import BaseHerder, QueryRunner
+from sluice.runtime.herder.standalone import StandaloneHerder
+from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.shared_path import check_shared_store_root
-from sluice.runtime.standalone import QueryRunner, StandaloneHerder
 from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store import prepare_store_root
@@ -55,6 +57,12 @@ def build_runner(
     )
 
 
+def build_progress(spark: SparkSession, runner: QueryRunner) -> ProgressTracker:
+    """The tracker of every query's progress (record totals, rates, batch times for
+    `/metrics`), listening to `spark`'s queries from now on."""
+    return ProgressTracker(runner.counters, runner.counts_own_records).attach(spark)
+
+
 @dataclass
 class Runtime:
     """What a worker process runs: its Spark session and herder (which owns the rest)."""
@@ -62,7 +70,7 @@ class Runtime:
     config: WorkerConfig
     spark: SparkSession
     plugins: PluginRegistry
-    herder: StandaloneHerder
+    herder: BaseHerder
 
     @property
     def control(self) -> Herder:
@@ -107,7 +115,7 @@ def assemble(config: WorkerConfig) -> Runtime:
     prepare_store_root(config.store_root)
     plugins = PluginRegistry(config.plugin_paths)
     if config.cluster_store_url:
-        from sluice.runtime.distributed import DistributedHerder
+        from sluice.runtime.herder.distributed import DistributedHerder
         from sluice.store.cluster import ClusterStore
 
         cluster = ClusterStore.open(config)
@@ -126,16 +134,20 @@ def assemble(config: WorkerConfig) -> Runtime:
             spark.stop()
             raise
         runner = build_runner(spark, config, plugins, stores)
-        herder: StandaloneHerder = DistributedHerder(spark, config, plugins, cluster, runner=runner)
+        herder: BaseHerder = DistributedHerder(
+            spark, config, plugins, cluster, runner=runner, progress=build_progress(spark, runner)
+        )
     else:
         spark = _checked_session(config)
+        runner = build_runner(spark, config, plugins, WorkerStores.sqlite(config.store_root))
         herder = StandaloneHerder(
             spark,
             config,
             plugins,
-            runner=build_runner(spark, config, plugins, WorkerStores.sqlite(config.store_root)),
+            runner=runner,
             configs=SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite")),
             statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
+            progress=build_progress(spark, runner),
         )
     return Runtime(config, spark, plugins, herder)
 

@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from sluice.bus.base import Bus
 from sluice.bus.embedded import EmbeddedBus
+from sluice.bus.facade import Bus
 from sluice.converters._compatibility import DEFAULT_LEVEL, CheckedRegistry, parse_level
 from sluice.converters._compatibility import KEY as COMPATIBILITY_KEY
 from sluice.engine.checkpoint import last_committed_offsets
@@ -50,7 +50,7 @@ from sluice.engine.sink import SinkPlan, SinkRunner, plan_sink
 from sluice.engine.source import SourcePlan, plan_source, source_data_source
 from sluice.engine.transforms import parse_transforms
 from sluice.push import CONNECTOR_NAME_KEY, PushBoard
-from sluice.runtime.metrics import CountingConsumer
+from sluice.runtime.metrics.progress import CountingConsumer
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
 from sluice.runtime.stores import WorkerStores

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
-from sluice.bus.base import Bus
+from sluice.bus.facade import Bus
 from sluice.store.counters import SqliteCounters
 from sluice.store.pg import PgCounters, PgPositionStore, PgSchemaRegistry
 from sluice.store.positions import SqlitePositionStore

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import os
 
-from sluice.bus.base import Bus, OffsetOutOfRange, QueueRange, TopicDamaged, TopicInfo
+from sluice.bus.base import OffsetOutOfRange, QueueRange, TopicDamaged, TopicInfo
 from sluice.bus.embedded.log import EmbeddedLog
 from sluice.bus.embedded.spark import queue_partition
+from sluice.bus.facade import Bus
 
 __all__ = [
     "EmbeddedBus",

@@ -9,7 +9,7 @@ converter registers them). So a change is followed by a restart at the change:
    columns at). A range therefore never spans a schema change.
 2. Planning the range that starts at the change raises `SchemaChanged`, a
    `sluice.sdk.RestartRequested`: the runtime restarts the connector at once
-   (`sluice.runtime.restarts`), as it does after a transient Spark failure. The restarted
+   (`sluice.runtime.herder.restarts`), as it does after a transient Spark failure. The restarted
    connector reads the table's columns again and its converter registers the new value schema
    version; capture resumes at the change.
 3. A range from before the change, replayed under the new schema (a crash in between), decodes

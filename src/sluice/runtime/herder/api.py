@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.engine.settings import as_posted
+from sluice.runtime.metrics.figures import MetricsReport
 from sluice.runtime.plugins import PluginInfo
 from sluice.runtime.secrets import redact
 
@@ -232,6 +233,15 @@ class Herder(ABC):
 
     worker_id: str
 
+    @abstractmethod
+    def start(self) -> None:
+        """Bring the connectors this worker runs to their target states, then keep them there
+        (threads of its own) until `close`. Called once, after the REST API is up."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop this worker's queries gracefully (and, in a cluster, hand them over)."""
+
     def password_keys(self, class_name: str) -> list[str]:
         """The keys connector class `class_name` declares as passwords ([] if it is unknown)."""
         try:
@@ -248,28 +258,10 @@ class Herder(ABC):
         secret = self.password_keys(str(config.get("connector.class", "")))
         return as_posted(redact(config, secret))
 
-    def metrics(self) -> dict[str, Any]:
-        """What `/metrics` shows: `{"worker": {…}, "connectors": [{"name", "type", "state",
-        "tasks": {state: n}, "counters": {…}, "progress": {…} | None, "lag": [{"topic",
-        "queue", "lag"}]}]}`. This default knows states only; implementations add the rest."""
-        connectors = []
-        for name in self.connectors():
-            status = self.status(name)
-            tasks: dict[str, int] = {}
-            for task in status.tasks:
-                tasks[task.state.state] = tasks.get(task.state.state, 0) + 1
-            connectors.append(
-                {
-                    "name": name,
-                    "type": status.type,
-                    "state": status.connector.state,
-                    "tasks": tasks,
-                    "counters": {},
-                    "progress": None,
-                    "lag": [],
-                }
-            )
-        return {"worker": {"worker_id": self.worker_id}, "connectors": connectors}
+    @abstractmethod
+    def metrics(self) -> MetricsReport:
+        """What `/metrics` shows: this worker's figures of the registered metrics
+        (`sluice.runtime.metrics.names`), read once from each store."""
 
     def topic_records(
         self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20

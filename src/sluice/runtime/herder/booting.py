@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.runtime.herder import Herder, Starting
+from sluice.runtime.herder.api import Herder, Starting
 
 
 class BootingHerder:

@@ -18,11 +18,12 @@ queries' commits are refused by the fences (`Fenced`, `WriterFenced`), and at it
 status check it stops those queries and logs it. The REST API of any worker writes to the store;
 the owner picks the change up at its next round (a write on the owner wakes its round at once).
 
-Between rounds the reconciliation (`sluice.runtime.reconcile`, every `status.poll.interval.ms`)
-keeps the queries of the connectors this worker holds running, without the store: a store outage
-stops the rounds, not the queries, and a query that died meanwhile is restarted under its lease
-once the store answers. After an outage every heartbeat is stale, so for one session timeout the
-workers that were live before it still count as live: nothing moves because of the outage alone.
+Between rounds the reconciliation (`sluice.runtime.herder.reconcile`, every
+`status.poll.interval.ms`) keeps the queries of the connectors this worker holds running, without
+the store: a store outage stops the rounds, not the queries, and a query that died meanwhile is
+restarted under its lease once the store answers. After an outage every heartbeat is stale, so for
+one session timeout the workers that were live before it still count as live: nothing moves because
+of the outage alone.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from pyspark.sql import SparkSession
 
 from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
-from sluice.runtime.herder import AllocatedTask, Conflict, ConnectorInfo, NotFound
+from sluice.runtime.herder.api import AllocatedTask, Conflict, ConnectorInfo, NotFound
+from sluice.runtime.herder.base import BaseHerder, QueryRunner
+from sluice.runtime.herder.reconcile import Duty, NotOurs
+from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.plugins import PluginRegistry
-from sluice.runtime.reconcile import Duty, NotOurs
 from sluice.runtime.runner import RunningConnector
-from sluice.runtime.standalone import QueryRunner, StandaloneHerder, _warned
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.cluster import ClusterStore, Lease
 from sluice.store.configs import StoredConnector
@@ -133,11 +135,11 @@ class Rebalances:
             }
 
 
-class DistributedHerder(StandaloneHerder):
+class DistributedHerder(BaseHerder):
     """A worker of a cluster: the lifecycle of the connectors allocated to it, REST for all.
 
-    Reuses the standalone herder's validation, plugins, offsets, topics and push views (one
-    implementation of each); replaces the lifecycle with store writes picked up by the owners.
+    Shares the views of `BaseHerder` with the standalone herder (one implementation of each);
+    its lifecycle is store writes, applied by each connector's owner at its next round.
     """
 
     def __init__(
@@ -148,6 +150,7 @@ class DistributedHerder(StandaloneHerder):
         cluster: ClusterStore,
         *,
         runner: QueryRunner,
+        progress: ProgressTracker,
     ) -> None:
         super().__init__(
             spark,
@@ -156,6 +159,7 @@ class DistributedHerder(StandaloneHerder):
             runner=runner,
             configs=cluster.configs,
             statuses=cluster.statuses,
+            progress=progress,
         )
         self.cluster = cluster
         self._wake = threading.Event()
@@ -410,14 +414,14 @@ class DistributedHerder(StandaloneHerder):
         with self._lock:
             existing, identical = self._replacing(name, conf, create_only)
             if identical:
-                return _warned(self.connector_info(name), warnings), False
+                return self._warned(self.connector_info(name), warnings), False
             target = existing.target_state if existing is not None else "STARTED"
             self.configs.put(name, conf, target)
             if existing is None:
                 self.statuses.put(name, "UNASSIGNED", self._owner(name))
             log.info("connector %s %s", name, "updated" if existing else "created")
         self._wake.set()
-        return _warned(self.connector_info(name), warnings), existing is None
+        return self._warned(self.connector_info(name), warnings), existing is None
 
     def _owner(self, name: str) -> str:
         return self.last_assignment.get(name, self.worker_id)
@@ -494,8 +498,8 @@ class DistributedHerder(StandaloneHerder):
             for group, tasks in groups.items()
         }
 
-    def metrics(self) -> dict[str, Any]:
-        snapshot = super().metrics()
+    def _metrics_snapshot(self) -> dict[str, Any]:
+        snapshot = super()._metrics_snapshot()
         snapshot["worker"]["rebalance"] = self.rebalances.snapshot()
         return snapshot
 

@@ -7,14 +7,14 @@ the difference. It reads no store, so a store that is away cannot make the worke
 connector (a dead query used to be dropped from the runner before its status was written: when
 that write raised, nothing remembered it, and its status said RUNNING for good):
 
-* a query that ended is collected: its failure decides (`sluice.runtime.restarts`) between an
+* a query that ended is collected: its failure decides (`sluice.runtime.herder.restarts`) between an
   automatic restart, shown RESTARTING until it is due, and FAILED, which waits for a restart,
   resume or config change through REST;
 * a duty without a live query is started, unless it failed for good or its restart's backoff
   still runs: at boot, when a restart is due, after a start that failed for a retriable reason
   (a start failure is judged like a query's);
-* statuses go through a `StatusBoard` (`sluice.runtime.status_board`): a write the store refuses
-  is shown by this worker and written again when it can (the herder flushes it each round).
+* statuses go through a `StatusBoard` (`sluice.runtime.herder.status_board`): a write the store
+  refuses is shown by this worker and written again when it can (the herder flushes it each round).
 
 The herder holds its lock around every call, as around its REST writes.
 """
@@ -29,14 +29,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
-from sluice.runtime.restarts import (
+from sluice.runtime.herder.restarts import (
     Restart,
     TransientRestarts,
     requested_reason,
     retriable_start_error,
 )
+from sluice.runtime.herder.status_board import StatusBoard
 from sluice.runtime.runner import RunningConnector
-from sluice.runtime.status_board import StatusBoard
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.engine.settings import ConfigReport, Problem, check_config, key_definitions
-from sluice.runtime.herder import BadRequest, Conflict
+from sluice.runtime.herder.api import BadRequest, Conflict
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.secrets import password_keys, redact, scrub
 from sluice.sdk import (

@@ -4,7 +4,7 @@ A scrape must stay cheap with many connectors (the target is 50 connectors in â‰
 nothing here is read per connector: the configs, statuses, counters and positions of every
 connector come from one read each, the offsets of each topic once, and the slow answers are
 cached: the JVM heap (a py4j round trip per figure) for a second, the source lag (a query to the
-source's system, `sluice.runtime.source_lag`) probed in the background.
+source's system, `sluice.runtime.metrics.source_lag`) probed in the background.
 """
 
 from __future__ import annotations
@@ -12,18 +12,44 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from sluice.bus.facade import Bus
 from sluice.engine.keys import SINK_KEYS
 from sluice.push import PushBoard
-from sluice.runtime.metrics import ProgressTracker
-from sluice.runtime.runner import ConnectorRunner
-from sluice.runtime.source_lag import SourceLag
+from sluice.runtime.metrics.progress import ProgressTracker
+from sluice.runtime.metrics.source_lag import SourceLag
+from sluice.runtime.stores import CounterBackend, PositionBackend
 from sluice.sdk import ConfigException, RecordOffset, partition_key
 from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.statuses import StatusStore
 
 _JVM_TTL_S = 1.0
+
+
+class MeasuredRunner(Protocol):
+    """What a snapshot reads of the query runner (`ConnectorRunner`): the stores its queries
+    commit to, the bus, the push board and the Spark session (for the JVM's heap)."""
+
+    @property
+    def spark(self) -> Any: ...
+
+    @property
+    def bus(self) -> Bus: ...
+
+    @property
+    def positions(self) -> PositionBackend: ...
+
+    @property
+    def counters(self) -> CounterBackend: ...
+
+    @property
+    def push_board(self) -> PushBoard: ...
+
+    def committed_positions(
+        self, name: str, stored: dict[str, RecordOffset] | None = None
+    ) -> dict[str, RecordOffset]:
+        """What `name` has committed (`stored`, or the store, overlaid by its checkpoint)."""
 
 
 @dataclass
@@ -34,7 +60,7 @@ class MetricsSnapshot:
     worker_id: str
     configs: ConfigStore
     statuses: StatusStore
-    runner: ConnectorRunner
+    runner: MeasuredRunner
     progress: ProgressTracker
     source_lag: SourceLag
     kind_of: Callable[[dict[str, str]], str]  # "source" | "sink" | "unknown" of a config
