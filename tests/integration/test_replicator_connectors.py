@@ -64,20 +64,34 @@ def _copied(
 
     try:
         wait_until(done, 600, f"{N} messages in {topic}", every=1.0)
-    except AssertionError as exc:  # say where it stalled: the copy count, the queries, the retries
-        queries = {
-            name: (r.query.status, (r.query.lastProgress or {}).get("batchId"))
-            for name, r in runner.running.items()
-        }
-        retrying = runner.counters.retrying(int(time.time() * 1000))
-        raise AssertionError(
-            f"{exc}; copied {_count(target, topic)}; queries {queries}; retrying {retrying}"
-        ) from None
+    except AssertionError as exc:  # say where it stalled: which hop, the queries, the retries
+        raise AssertionError(f"{exc}; {_where(runner, target, topic)}") from None
     elapsed = time.monotonic() - started
     print(f"replicated {N} messages in {elapsed:.1f}s: {N / elapsed:,.0f} msg/s")
     messages = _pull_all(target, topic)
     assert sum(len(m) for m in messages.values()) == N  # nothing duplicated
     return messages
+
+
+def _where(runner: ConnectorRunner, target: RocketMQClient, topic: str) -> str:
+    """Where a copy stands: the target's messages per queue, each query's batches (rows read)
+    and committed positions, the records of each sluice topic between them, the retries."""
+    queues = target.queues(topic, fresh=True)
+    per_queue = {q.queue_id: hi - lo for q, (lo, hi) in target.offsets(topic, queues).items()}
+    queries = {
+        name: {
+            "status": r.query.status,
+            "rows per batch": [(p["batchId"], p["numInputRows"]) for p in r.query.recentProgress],
+            "committed": runner.committed_positions(name),
+        }
+        for name, r in runner.running.items()
+    }
+    topics = {t: runner.bus.count(t) for t in runner.bus.log.topics()}
+    retrying = runner.counters.retrying(int(time.time() * 1000))
+    return (
+        f"target per queue {per_queue}; sluice topics {topics}; queries {queries}; "
+        f"retrying {retrying}"
+    )
 
 
 def _assert_per_key_order(messages: dict[int, list]) -> None:
