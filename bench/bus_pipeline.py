@@ -102,7 +102,7 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
         args.kafka.create_topic(topic, 8)
     else:
         bus.create_topic(topic, 8)
-    runner = ConnectorRunner(spark, root, trigger_interval_ms=0, maintenance_interval_s=0, bus=bus)
+    runner = ConnectorRunner(spark, root, trigger_interval_ms=0, bus=bus)
     size = os.path.getsize(src)
     brokers = broker_pids(kind)
     try:

@@ -163,7 +163,7 @@ def run(spark: Any, out: str, records: int, tasks: int, chain: dict[str, str]) -
 
     root = os.path.join(out, "store-json")
     shutil.rmtree(root, ignore_errors=True)
-    runner = ConnectorRunner(spark, root, trigger_interval_ms=0, maintenance_interval_s=0)
+    runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
     json_ = {"value.converter": "JsonConverter"}
     counts = os.path.join(root, "delivered.txt")
     topic = "orders"

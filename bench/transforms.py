@@ -31,7 +31,7 @@ QUERY = (
 def run(spark, out: str, src: str, lines: int, extra: dict[str, str], topic: str) -> float:
     root = os.path.join(out, "store-transforms")
     shutil.rmtree(root, ignore_errors=True)
-    runner = ConnectorRunner(spark, root, trigger_interval_ms=0, maintenance_interval_s=0)
+    runner = ConnectorRunner(spark, root, trigger_interval_ms=0)
     expected = lines - lines // 10 if "transforms" in extra else lines
     start = time.perf_counter()
     runner.start(

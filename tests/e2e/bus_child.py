@@ -25,9 +25,7 @@ def main() -> None:
     spark = build_session(
         {"spark.master": "local[2]", "spark.driver.memory": "1g"}, log_level="ERROR"
     )
-    runner = ConnectorRunner(
-        spark, os.path.abspath(root), trigger_interval_ms=0, maintenance_interval_s=0, bus=bus
-    )
+    runner = ConnectorRunner(spark, os.path.abspath(root), trigger_interval_ms=0, bus=bus)
     runner.start(
         "src",
         {

@@ -415,9 +415,7 @@ def test_file_to_topic_to_file_is_byte_identical(
     topic = harness.new_topic(bus, 4)
     src, dst = tmp_path / "in.txt", tmp_path / "out.txt"
     src.write_text("".join(f"line {i} ✓\n" for i in range(2_000)), encoding="utf-8")
-    runner = ConnectorRunner(
-        spark, tmp_path / "store", trigger_interval_ms=100, maintenance_interval_s=0, bus=bus
-    )
+    runner = ConnectorRunner(spark, tmp_path / "store", trigger_interval_ms=100, bus=bus)
     try:
         runner.start(
             "src",

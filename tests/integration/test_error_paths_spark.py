@@ -35,7 +35,7 @@ def test_runner_refuses_double_start_and_reset_while_running(spark, tmp_path: Pa
 
     src = tmp_path / "in.txt"
     src.write_text("a\n")
-    runner = ConnectorRunner(spark, tmp_path / "store", maintenance_interval_s=0)
+    runner = ConnectorRunner(spark, tmp_path / "store")
     try:
         config = {
             "connector.class": "FileSourceConnector",

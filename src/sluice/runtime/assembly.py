@@ -42,7 +42,7 @@ def build_runner(
 ) -> QueryRunner:
     """The query runner of a worker over `stores` (SQLite under `storePathRootDir` by default)."""
     stores = stores or WorkerStores.sqlite(config.store_root)
-    return ConnectorRunner(
+    runner = ConnectorRunner(
         spark,
         config.store_root,
         trigger_interval_ms=config.trigger_interval_ms,
@@ -55,6 +55,8 @@ def build_runner(
         stores=stores,
         schema_compatibility=config.schema_compatibility,
     )
+    runner.start_maintenance()  # topic retention and orphaned staged segments, every minute
+    return runner
 
 
 def build_progress(spark: SparkSession, runner: QueryRunner) -> ProgressTracker:

@@ -205,7 +205,6 @@ class ConnectorRunner:
         default_queues: int = 8,
         retention_ms: int | None = 7 * 24 * 3600 * 1000,
         retention_bytes: int | None = None,
-        maintenance_interval_s: float = 60.0,
         plugins: PluginRegistry | None = None,
         bus: Bus | None = None,
         providers: ConfigProviders | None = None,
@@ -245,13 +244,16 @@ class ConnectorRunner:
         self.retention_ms = retention_ms
         self.retention_bytes = retention_bytes
         self._closed = threading.Event()
-        if maintenance_interval_s > 0:
-            threading.Thread(
-                target=self._maintain_loop,
-                args=(maintenance_interval_s,),
-                daemon=True,
-                name="sluice-bus-maintenance",
-            ).start()
+
+    def start_maintenance(self, interval_s: float = 60.0) -> None:
+        """Apply `maintain` every `interval_s` on a thread of its own until `close` (a worker's
+        composition root starts it; a runner built for a test or a bench runs without)."""
+        threading.Thread(
+            target=self._maintain_loop,
+            args=(interval_s,),
+            daemon=True,
+            name="sluice-bus-maintenance",
+        ).start()
 
     def maintain(self) -> dict[str, int]:
         """Apply topic retention (by age and size) and remove orphaned staged segments now."""
