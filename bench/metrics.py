@@ -17,6 +17,7 @@ Usage: python bench/metrics.py [--lines 2000000] [--rounds 2] [--connectors 50] 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shutil
@@ -122,6 +123,9 @@ def scrapes(out: str, connectors: int, count: int, settle_s: float) -> tuple[lis
     root = os.path.join(out, "store-many")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
+    for i in range(connectors):  # an earlier run's copies: a sink appends to them
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, f"many-{i}.txt"))
     src = os.path.join(out, "small.txt")
     with open(src, "w") as f:
         f.writelines(f"line {i}\n" for i in range(1000))
