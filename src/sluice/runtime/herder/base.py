@@ -22,14 +22,12 @@ from typing import Any, Protocol
 from pyspark.sql import SparkSession
 
 from sluice.bus.base import OffsetOutOfRange, TopicDamaged, UnknownTopic
-from sluice.bus.facade import Bus
 from sluice.engine.settings import (
     POSTED_NAMES_KEY,
     ConfigReport,
     every_alias,
     posted_names,
 )
-from sluice.push import PushBoard
 from sluice.runtime.file_access import check_allowed_paths, check_client_options
 from sluice.runtime.herder import validation
 from sluice.runtime.herder.api import (
@@ -55,7 +53,7 @@ from sluice.runtime.herder.reconcile import Duty, Reconciler
 from sluice.runtime.herder.status_board import StatusBoard
 from sluice.runtime.metrics.figures import MetricsReport, report_of
 from sluice.runtime.metrics.progress import ProgressTracker
-from sluice.runtime.metrics.snapshot import MetricsSnapshot
+from sluice.runtime.metrics.snapshot import MeasuredRunner, MetricsSnapshot
 from sluice.runtime.metrics.source_lag import SourceLag
 from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
 from sluice.runtime.runner import RunningConnector
@@ -66,13 +64,12 @@ from sluice.runtime.secrets import (
     scrub,
     scrub_data,
 )
-from sluice.runtime.stores import CounterBackend, PositionBackend, SchemaBackend
+from sluice.runtime.stores import SchemaBackend
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
     Connector,
-    RecordOffset,
     SinkConnector,
     SourceConnector,
     partition_key,
@@ -103,32 +100,17 @@ def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) ->
     return TaskStatus(task, state, retrying)
 
 
-class QueryRunner(Protocol):
+class QueryRunner(MeasuredRunner, Protocol):
     """What the herders use of the query runner (`ConnectorRunner`): the lifecycle of each
-    connector's query, the queries running now, and the stores and bus those queries commit to
-    (the herder reads them for offsets, topics and metrics). Declared here, where it is used."""
+    connector's query, the queries running now, and (as the metrics snapshot reads them,
+    `MeasuredRunner`) the stores and bus those queries commit to. Declared where it is used."""
 
     @property
     def running(self) -> Mapping[str, RunningConnector]:
         """The queries this worker runs now, by connector name (read-only)."""
 
     @property
-    def spark(self) -> SparkSession: ...
-
-    @property
-    def bus(self) -> Bus: ...
-
-    @property
-    def positions(self) -> PositionBackend: ...
-
-    @property
-    def counters(self) -> CounterBackend: ...
-
-    @property
     def schemas(self) -> SchemaBackend: ...
-
-    @property
-    def push_board(self) -> PushBoard: ...
 
     def counts_own_records(self, name: str) -> bool:
         """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
@@ -149,11 +131,6 @@ class QueryRunner(Protocol):
 
     def reset_run(self, name: str) -> str:
         """Start a fresh checkpoint for `name` (it must be stopped)."""
-
-    def committed_positions(
-        self, name: str, stored: dict[str, RecordOffset] | None = None
-    ) -> dict[str, RecordOffset]:
-        """What `name` has committed (the store, overlaid by the running query's checkpoint)."""
 
 
 def _stored_as_typed(
@@ -363,6 +340,18 @@ class BaseHerder(Herder):
         else:
             self._check_room()
         return existing, False
+
+    def put_connector(
+        self, name: str, config: dict[str, Any], *, create_only: bool = False
+    ) -> tuple[ConnectorInfo, bool]:
+        conf, warnings = self._accepted(name, config)
+        with self._lock:
+            existing, identical = self._replacing(name, conf, create_only)
+            if not identical:
+                self._write_config(name, conf, existing)
+                log.info("connector %s %s", name, "updated" if existing else "created")
+            info = self.connector_info(name)
+        return self._warned(info, warnings), existing is None
 
     def _check_room(self) -> None:
         """TooMany when the store holds `max.connectors` already (each running connector is a
@@ -719,6 +708,13 @@ class BaseHerder(Herder):
     @abstractmethod
     def _disowned(self, name: str, duty: Duty, failure: tuple[str, str] | None) -> bool:
         """Whether an ended query's connector is no longer this worker's to run."""
+
+    @abstractmethod
+    def _write_config(
+        self, name: str, conf: dict[str, str], existing: StoredConnector | None
+    ) -> None:
+        """Store an accepted new or changed config (`existing`: the one it replaces) and have it
+        applied, the mode's way (under the lock)."""
 
     @abstractmethod
     def _flush_statuses(self) -> None:

@@ -39,7 +39,7 @@ from pyspark.sql import SparkSession
 
 from sluice.engine.session import activate
 from sluice.runtime.allocation import HASH_FUNCTIONS, allocate
-from sluice.runtime.herder.api import AllocatedTask, Conflict, ConnectorInfo, NotFound
+from sluice.runtime.herder.api import AllocatedTask, Conflict, NotFound
 from sluice.runtime.herder.base import BaseHerder, QueryRunner
 from sluice.runtime.herder.reconcile import Duty, NotOurs
 from sluice.runtime.metrics.progress import ProgressTracker
@@ -405,23 +405,17 @@ class DistributedHerder(BaseHerder):
         return f"http://{host}:{self.config.http_port}"
 
     # -- REST writes: to the store; owners apply them ----------------------------------------
-    def put_connector(
-        self, name: str, config: dict[str, Any], *, create_only: bool = False
-    ) -> tuple[ConnectorInfo, bool]:
-        # the sql-transform plan check of standalone mode is left to the owner, which plans
-        # the query: a config whose query does not analyse FAILs there
-        conf, warnings = self._accepted(name, config)
-        with self._lock:
-            existing, identical = self._replacing(name, conf, create_only)
-            if identical:
-                return self._warned(self.connector_info(name), warnings), False
-            target = existing.target_state if existing is not None else "STARTED"
-            self.configs.put(name, conf, target)
-            if existing is None:
-                self.statuses.put(name, "UNASSIGNED", self._owner(name))
-            log.info("connector %s %s", name, "updated" if existing else "created")
+    def _write_config(
+        self, name: str, conf: dict[str, str], existing: StoredConnector | None
+    ) -> None:
+        """Store the config; its owner applies it at its next round (woken now). The sql-transform
+        plan check of standalone mode is left to the owner, which plans the query: a config whose
+        query does not analyse FAILs there."""
+        target = existing.target_state if existing is not None else "STARTED"
+        self.configs.put(name, conf, target)
+        if existing is None:
+            self.statuses.put(name, "UNASSIGNED", self._owner(name))
         self._wake.set()
-        return self._warned(self.connector_info(name), warnings), existing is None
 
     def _owner(self, name: str) -> str:
         return self.last_assignment.get(name, self.worker_id)

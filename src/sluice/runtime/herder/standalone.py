@@ -11,11 +11,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any
 
 from sluice.engine.settings import Problem
 from sluice.runtime.herder import validation
-from sluice.runtime.herder.api import Conflict, ConnectorInfo
+from sluice.runtime.herder.api import Conflict
 from sluice.runtime.herder.base import BaseHerder
 from sluice.runtime.herder.reconcile import PARALLEL_STARTS, Duty
 from sluice.runtime.runner import RunningConnector
@@ -114,28 +113,22 @@ class StandaloneHerder(BaseHerder):
                 self._start(previous)
             raise validation.as_bad_request([Problem.of(exc)]) from None
 
-    def put_connector(
-        self, name: str, config: dict[str, Any], *, create_only: bool = False
-    ) -> tuple[ConnectorInfo, bool]:
-        conf, warnings = self._accepted(name, config)
-        with self._lock:
-            existing, identical = self._replacing(name, conf, create_only)
-            if identical:
-                return self._warned(self.connector_info(name), warnings), False
-            if existing is not None:
-                self.reconciler.release(name)
-                self.runner.stop(name)  # positions now say exactly where it ended
-            # a new or changed config starts a fresh checkpoint from the stored positions
-            self.runner.reset_run(name)
-            target = existing.target_state if existing is not None else "STARTED"
-            self.configs.put(name, conf, target)
-            stored = self._stored(name)
-            if target == "STARTED":
-                self._start_checked(stored, existing)
-            else:
-                self._set_idle(stored)
-            log.info("connector %s %s", name, "updated" if existing else "created")
-            return self._warned(self.connector_info(name), warnings), existing is None
+    def _write_config(
+        self, name: str, conf: dict[str, str], existing: StoredConnector | None
+    ) -> None:
+        """Store the config and apply it here: a changed connector's query stops, and a fresh
+        checkpoint starts from the stored positions (a plan error brings the old config back)."""
+        if existing is not None:
+            self.reconciler.release(name)
+            self.runner.stop(name)  # positions now say exactly where it ended
+        self.runner.reset_run(name)
+        target = existing.target_state if existing is not None else "STARTED"
+        self.configs.put(name, conf, target)
+        stored = self._stored(name)
+        if target == "STARTED":
+            self._start_checked(stored, existing)
+        else:
+            self._set_idle(stored)
 
     def delete_connector(self, name: str) -> None:
         with self._lock:
