@@ -10,7 +10,7 @@ import pytest
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.engine.errors import DeadLetter, ErrorPolicy, ErrorReporter
 from sluice.engine.pipeline import jvm_path_forced
-from sluice.engine.settings import canonical_keys, check_config, parse_settings
+from sluice.engine.settings import TopicUse, canonical_keys, check_config, parse_settings, topic_use
 from sluice.runtime.herder import BadRequest, Conflict, validation
 from sluice.runtime.plugins import PluginRegistry
 from sluice.sdk import ConfigException
@@ -332,3 +332,17 @@ def test_a_password_put_back_masked_under_its_alias_keeps_the_stored_value() -> 
     assert keep_masked(shown, old, secret)["mqttSecretKey"] == "real"
     changed = {**shown, "mqttSecretKey": "new"}
     assert keep_masked(changed, old, secret)["mqttSecretKey"] == "new"
+
+
+def test_the_topics_a_config_names_are_read_as_when_it_runs() -> None:
+    sink = {"connector.class": "FileSinkConnector", "topics": " a ; b,, c ", "filename": "/x"}
+    assert topic_use(sink) == TopicUse(reads=("a", "b", "c"))  # Kafka's alias, `;` or `,`
+    source = {
+        "connector.class": "FileSourceConnector",
+        "connect.topicname": " lines ",
+        "errors.deadletterqueue.topic.name": "dlq",
+    }
+    use = topic_use(source)
+    assert use == TopicUse(writes="lines", dead_letters="dlq")
+    assert use.names("lines") and use.names("dlq") and not use.names("a")
+    assert not topic_use({"connector.class": "FileSinkConnector"}).names("")

@@ -330,6 +330,32 @@ def parse_settings(config: Mapping[str, str], kind: str) -> ConnectorSettings:
     return _settings(kind, values, list(values.get("connect.topicnames") or []))
 
 
+@dataclass(frozen=True)
+class TopicUse:
+    """The topics one connector config names: the one a source writes, those a sink reads, and
+    its dead-letter topic (empty when it names none)."""
+
+    writes: str = ""
+    reads: tuple[str, ...] = ()
+    dead_letters: str = ""
+
+    def names(self, topic: str) -> bool:
+        """Whether the config uses `topic` in any of these ways."""
+        return bool(topic) and (topic in (self.writes, self.dead_letters) or topic in self.reads)
+
+
+def topic_use(config: Mapping[str, str]) -> TopicUse:
+    """The topics a stored (or posted) config names, read by the same rules as when it runs (an
+    alias such as Kafka's `topics` renamed, `,` or `;` between names)."""
+    conf, _errors = canonical_keys(config)
+    reads = conf.get("connect.topicnames", "").replace(";", ",")
+    return TopicUse(
+        writes=conf.get("connect.topicname", "").strip(),
+        reads=tuple(_names(reads)),
+        dead_letters=conf.get("errors.deadletterqueue.topic.name", "").strip(),
+    )
+
+
 def _names(value: str) -> list[str]:
     return [n.strip() for n in value.split(",") if n.strip()]
 

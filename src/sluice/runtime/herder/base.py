@@ -27,6 +27,7 @@ from sluice.engine.settings import (
     ConfigReport,
     every_alias,
     posted_names,
+    topic_use,
 )
 from sluice.runtime.file_access import check_allowed_paths, check_client_options
 from sluice.runtime.herder import validation
@@ -561,19 +562,7 @@ class BaseHerder(Herder):
 
     # -- topic data -------------------------------------------------------------------------------
     def _topic_users(self, topic: str) -> list[str]:
-        users = []
-        for stored in self.configs.all():
-            conf = stored.config
-            read = [
-                t.strip() for t in conf.get("connect.topicnames", "").replace(";", ",").split(",")
-            ]
-            if topic in (
-                conf.get("connect.topicname", "").strip(),
-                conf.get("errors.deadletterqueue.topic.name", "").strip(),
-                *read,
-            ):
-                users.append(stored.name)
-        return users
+        return [c.name for c in self.configs.all() if topic_use(c.config).names(topic)]
 
     def topic_records(
         self, topic: str, queue: int | None = None, offset: int | None = None, limit: int = 20
@@ -591,7 +580,7 @@ class BaseHerder(Herder):
             raise BadRequest(f"offset: must be at least 0, got {offset}")
         writer = None  # the first source (by name) writing the topic
         for stored in sorted(self.configs.all(), key=lambda c: c.name):
-            if stored.config.get("connect.topicname", "").strip() == topic:
+            if topic_use(stored.config).writes == topic:
                 writer = stored.config
                 break
         registry = self.runner.schemas

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sluice.bus.facade import Bus
-from sluice.engine.keys import SINK_KEYS
+from sluice.engine.settings import topic_use
 from sluice.push import PushBoard
 from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.metrics.source_lag import SourceLag
 from sluice.runtime.stores import CounterBackend, PositionBackend
-from sluice.sdk import ConfigException, RecordOffset, partition_key
+from sluice.sdk import RecordOffset, partition_key
 from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.statuses import StatusStore
 
@@ -154,10 +154,7 @@ class MetricsSnapshot:
         offsets: dict[str, dict[int, Any]],
     ) -> list[dict[str, Any]]:
         """Per queue of each topic the sink reads: end offset - committed position."""
-        try:
-            topics = SINK_KEYS.parse(stored.config)["connect.topicnames"]
-        except ConfigException:
-            return []
+        topics = topic_use(stored.config).reads
         log_ = self.runner.bus.log
         lag = []
         for topic in topics:
