@@ -9,6 +9,7 @@ import socket
 import time
 import zlib
 from collections import defaultdict
+from typing import Any
 
 import pytest
 
@@ -71,6 +72,54 @@ def _copied(
     messages = _pull_all(target, topic)
     assert sum(len(m) for m in messages.values()) == N  # nothing duplicated
     return messages
+
+
+def _kafka_topic_of_n(kafka_cluster: RealKafka, base: int) -> str:
+    """A fresh topic of 8 partitions holding the N test messages, each key's in order. A produce
+    that failed (a just-started cluster on a busy machine can refuse some, and an idempotent
+    producer then drops what it queued) fills another topic rather than re-sending out of order;
+    the topic's end offsets must add up to N before the test goes on."""
+    import confluent_kafka
+    from confluent_kafka.admin import OffsetSpec
+
+    failures: list[str] = []
+    for _attempt in range(3):
+        source = unique("ksrc")
+        kafka_cluster.create_topic(source, 8)
+        producer = confluent_kafka.Producer(
+            {"bootstrap.servers": kafka_cluster.bootstraps, "enable.idempotence": True}
+        )
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any, errors: list[str] = errors) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        for i in range(N):
+            while True:
+                try:
+                    producer.produce(
+                        source,
+                        value=_body(i),
+                        key=_key(i).encode(),
+                        partition=zlib.crc32(_key(i).encode()) % 8,
+                        timestamp=base + i,
+                        headers=[("TAGS", f"tag{i % 5}"), ("seq", str(i)), ("p", f"v {i % 7} é")],
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        assert producer.flush(120) == 0
+        ends = kafka_cluster.admin.list_offsets(
+            {confluent_kafka.TopicPartition(source, p): OffsetSpec.latest() for p in range(8)},
+            request_timeout=30,
+        )
+        held = sum(f.result().offset for f in ends.values())
+        if not errors and held == N:
+            return source
+        failures.append(f"{source}: {held} of {N} stored, errors {sorted(set(errors))[:3]}")
+    raise AssertionError(f"Kafka did not store the test's messages: {failures}")
 
 
 def _where(runner: ConnectorRunner, target: RocketMQClient, topic: str) -> str:
@@ -167,29 +216,8 @@ def test_rocketmq_to_rocketmq_copies_100k_intact(runner: ConnectorRunner) -> Non
 def test_kafka_to_rocketmq_copies_100k_intact(
     runner: ConnectorRunner, kafka_cluster: RealKafka
 ) -> None:
-    import confluent_kafka
-
-    source = unique("ksrc")
-    kafka_cluster.create_topic(source, 8)
-    producer = confluent_kafka.Producer(
-        {"bootstrap.servers": kafka_cluster.bootstraps, "enable.idempotence": True}
-    )
     base = 1_700_000_000_000
-    for i in range(N):
-        while True:
-            try:
-                producer.produce(
-                    source,
-                    value=_body(i),
-                    key=_key(i).encode(),
-                    partition=zlib.crc32(_key(i).encode()) % 8,
-                    timestamp=base + i,
-                    headers=[("TAGS", f"tag{i % 5}"), ("seq", str(i)), ("p", f"v {i % 7} é")],
-                )
-                break
-            except BufferError:
-                producer.poll(0.1)
-    assert producer.flush(60) == 0
+    source = _kafka_topic_of_n(kafka_cluster, base)
 
     started = time.monotonic()
     runner.start(
