@@ -66,13 +66,13 @@ def _figures(snapshot: dict[str, Any]) -> Iterator[Figure]:
     for state in STATES:
         yield Figure("connector-count", (state,), sum(1 for c in connectors if c["state"] == state))
         yield Figure("task-count", (state,), sum(c["tasks"].get(state, 0) for c in connectors))
-    worker = snapshot["worker"]
-    for metric in REBALANCE:
-        if worker.get("rebalance"):
-            yield Figure(metric.name, (), worker["rebalance"][metric.name])
-    for area in ("used", "committed", "max"):
-        if worker.get("jvm"):
-            yield Figure("jvm-heap-bytes", (area,), worker["jvm"][f"heap_{area}"])
+    rebalance, jvm = snapshot["worker"].get("rebalance"), snapshot["worker"].get("jvm")
+    if rebalance:  # a distributed worker's only
+        yield from (Figure(m.name, (), rebalance[m.name]) for m in REBALANCE)
+    if jvm:  # once read (cached for a second)
+        yield from (
+            Figure("jvm-heap-bytes", (a,), jvm[f"heap_{a}"]) for a in ("used", "committed", "max")
+        )
 
 
 def _connector_figures(c: dict[str, Any]) -> Iterator[Figure]:
