@@ -361,7 +361,7 @@ def test_upsert_into_a_table_without_a_key_is_explained(db: Db) -> None:
 def test_an_unreachable_database_is_retried_then_reported(db: Db) -> None:
     dead = db.jdbc_url.replace(":5432", ":1").replace(":3306", ":1")
     from sluice.connectors.jdbc import JdbcSinkTask
-    from sluice.engine.retry import RetryPolicy
+    from sluice.engine import parse_settings
     from sluice.sdk import SinkTaskContext
 
     for extra, message in [
@@ -381,7 +381,7 @@ def test_an_unreachable_database_is_retried_then_reported(db: Db) -> None:
             db.config(connection__url=dead, **{k.replace(".", "__"): v for k, v in extra.items()})
         )
         task.put_batch(sink_frame(_people([(1, "a", None)]), "people"))
-        policy = RetryPolicy.from_config(extra)
+        policy = parse_settings({"connector.class": "x", **extra}, "source").retry
         with pytest.raises(ConnectException, match=message):
             policy.call(lambda t=task: t.flush(BatchId("run", 1)), "flush")
 

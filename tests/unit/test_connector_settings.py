@@ -9,7 +9,6 @@ import pytest
 
 from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSourceConnector
 from sluice.engine.errors import DeadLetter, ErrorPolicy, ErrorReporter
-from sluice.engine.pipeline import jvm_path_forced
 from sluice.engine.settings import TopicUse, canonical_keys, check_config, parse_settings, topic_use
 from sluice.runtime.herder import BadRequest, Conflict, validation
 from sluice.runtime.plugins import PluginRegistry
@@ -94,10 +93,15 @@ def test_every_bad_key_is_reported_not_only_the_first(registry: PluginRegistry, 
 
 
 def test_pipeline_fused_is_a_boolean_where_the_engine_reads_it() -> None:
-    assert jvm_path_forced({"pipeline.fused": "false"})
-    assert not jvm_path_forced({})
+    assert not parse_settings({"connector.class": "x", "pipeline.fused": "false"}, "source").fused
+    assert parse_settings({"connector.class": "x"}, "source").fused
+    assert not parse_settings(
+        {"connector.class": "x", "transforms": "t", "transforms.t.type": "x"}, "source"
+    ).fused
     with pytest.raises(ConfigException, match=r"pipeline\.fused: expected a boolean"):
-        jvm_path_forced({"pipeline.fused": "flase"})  # it used to mean true
+        parse_settings(
+            {"connector.class": "x", "pipeline.fused": "flase"}, "source"
+        )  # it used to mean true
 
 
 def test_unknown_keys_are_warnings_with_did_you_mean(registry: PluginRegistry, tmp_path) -> None:

@@ -34,21 +34,24 @@ def test_connector_class_errors_name_the_class() -> None:
 
 
 def test_planning_no_task_is_an_error(tmp_path: Path) -> None:
+    from sluice.engine import parse_settings
     from sluice.engine.source import plan_source
 
+    settings = parse_settings({"connector.class": "x"}, "source")
     with pytest.raises(ConfigException, match=r"max.tasks: connector 'x' planned no tasks"):
-        plan_source("x", NoTaskSource(), {}, run="r", staging_dir=str(tmp_path), positions=None)
+        plan_source(
+            "x", NoTaskSource(), {}, settings, run="r", staging_dir=str(tmp_path), positions=None
+        )
 
 
 def test_sink_max_tasks_must_be_positive() -> None:
-    from sluice.connectors.file import FileSinkConnector
-    from sluice.engine.sink import plan_sink
+    from sluice.engine import parse_settings
 
-    config = {"filename": "/tmp/o.txt", "connect.topicnames": "t"}
+    config = {"connector.class": "x", "connect.topicnames": "t"}
     with pytest.raises(ConfigException, match=r"max.tasks: must be at least 1, got 0"):
-        plan_sink("s", FileSinkConnector(), {**config, "max.tasks": "0"}, run="r")
+        parse_settings({**config, "max.tasks": "0"}, "sink")
     with pytest.raises(ConfigException, match=r"max.tasks: expected an integer, got 'two'"):
-        plan_sink("s", FileSinkConnector(), {**config, "max.tasks": "two"}, run="r")
+        parse_settings({**config, "tasks.max": "two"}, "sink")
 
 
 def test_file_ranges_that_do_not_match_the_file_are_reported(tmp_path: Path) -> None:
@@ -131,13 +134,19 @@ def test_failure_cause_picks_the_innermost_python_error() -> None:
 
 
 def test_retry_policy_config_and_exhaustion() -> None:
+    from sluice.engine import parse_settings
     from sluice.engine.retry import RetryPolicy
     from sluice.sdk import RetriableException
 
     with pytest.raises(ConfigException, match=r"errors.retry.timeout: must be at least -1"):
-        RetryPolicy.from_config({"errors.retry.timeout": "-5"})
+        parse_settings({"connector.class": "x", "errors.retry.timeout": "-5"}, "source")
     with pytest.raises(ConfigException, match=r"errors.retry.delay.max.ms: expected an integer"):
-        RetryPolicy.from_config({"errors.retry.delay.max.ms": "soon"})
+        parse_settings({"connector.class": "x", "errors.retry.delay.max.ms": "soon"}, "source")
+    parsed = parse_settings(
+        {"connector.class": "x", "errors.retry.timeout": "-1", "errors.retry.delay.max.ms": "5"},
+        "x",
+    )
+    assert parsed.retry == RetryPolicy(timeout_ms=-1, max_delay_ms=5)
     calls: list[int] = []
 
     def always() -> None:

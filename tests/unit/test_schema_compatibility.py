@@ -168,8 +168,7 @@ def test_checked_registry_levels_per_subject_and_pickles(tmp_path) -> None:
 
 # -- where the level is configured -----------------------------------------------------------------
 def test_the_worker_sets_the_default_and_a_connector_overrides_it(tmp_path) -> None:
-    from sluice.engine.keys import RUNTIME_KEYS
-    from sluice.runtime.runner import connector_registry
+    from sluice.engine import QueryServices, parse_settings
     from sluice.runtime.worker_config import WorkerConfig
 
     worker = WorkerConfig.from_properties({"storePathRootDir": str(tmp_path)})
@@ -183,9 +182,10 @@ def test_the_worker_sets_the_default_and_a_connector_overrides_it(tmp_path) -> N
             {"storePathRootDir": str(tmp_path), "schema.compatibility": "X"}
         )
     registry = SqliteSchemaRegistry(str(tmp_path / "schemas.sqlite"))
-    assert connector_registry(registry, "FULL", {}).level == "FULL"
-    own = {"schema.compatibility": "NONE"}
-    assert RUNTIME_KEYS.parse(own)["schema.compatibility"] == "NONE"
-    assert connector_registry(registry, "FULL", own).level == "NONE"
+    services = QueryServices(None, None, None, registry, "FULL")  # type: ignore[arg-type]
+    assert services.registry_for(parse_settings({"connector.class": "x"}, "source")).level == "FULL"
+    own = parse_settings({"connector.class": "x", "schema.compatibility": "NONE"}, "source")
+    assert own.schema_compatibility == "NONE"
+    assert services.registry_for(own).level == "NONE"
     with pytest.raises(ConfigException, match=r"schema\.compatibility"):
-        RUNTIME_KEYS.parse({"schema.compatibility": "SIDEWAYS"})
+        parse_settings({"connector.class": "x", "schema.compatibility": "SIDEWAYS"}, "source")

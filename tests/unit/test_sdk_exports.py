@@ -26,6 +26,7 @@ EXPORTED = [
     "ConnectException",
     "ConnectRecord",
     "Connector",
+    "ConnectorContext",
     "Converter",
     "DeadLetterRequest",
     "DecodeSql",

@@ -18,6 +18,7 @@ import sluice.sdk.wakeup as wakeup
 from sluice.bus.embedded import EmbeddedBus
 from sluice.bus.spark import ReaderControl, TopicReaderPlan, topic_reader
 from sluice.connectors.file.source import FileSourceConnector
+from sluice.engine import parse_settings
 from sluice.engine.source import plan_source, source_data_source
 from sluice.sdk.wakeup import FileWatch, idle_wait, wait_for_new
 from tests.conftest import wait_until
@@ -227,6 +228,7 @@ def test_an_idle_file_source_wakes_when_its_file_grows(tmp_path: Path) -> None:
         "src",
         FileSourceConnector(),
         config,
+        parse_settings(config, "source"),
         run="r",
         staging_dir=str(tmp_path / "staging"),
         positions=None,

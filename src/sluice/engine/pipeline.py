@@ -28,7 +28,7 @@ from sluice.engine.converters import (
 )
 from sluice.engine.direct import BatchConsumer, receipt_committer
 from sluice.engine.errors import CONTEXT_COLUMN, DEAD_LETTER_COLUMN, ERROR_COLUMNS
-from sluice.engine.keys import PIPELINE_KEYS
+from sluice.engine.settings import ConnectorSettings
 from sluice.engine.sink import SinkPlan, sink_data_source
 from sluice.engine.source import SourcePlan, source_data_source
 from sluice.engine.source_errors import (
@@ -103,21 +103,11 @@ def source_frame(
 RECORD_FRAME = ("topic", "key", "value", "timestamp", "headers")
 
 
-def fusable(config: dict[str, str], codecs: SourceCodecs | SinkCodecs) -> bool:
-    """True if a hop needs nothing from the JVM: no transforms, converters whose Arrow form is
-    preferred (vectorised, or the only one).
-
-    `pipeline.fused=false` forces the JVM path (records cross into Spark's rows and back).
-    """
-    if jvm_path_forced(config) or config.get("transforms"):
-        return False
-    return codecs.fusable
-
-
-def jvm_path_forced(config: dict[str, str]) -> bool:
-    """True if the connector's config sets `pipeline.fused=false` (a value that is not a boolean
-    is a ConfigException naming the key; it used to mean true)."""
-    return not PIPELINE_KEYS.parse(config)["pipeline.fused"]
+def fusable(settings: ConnectorSettings, codecs: SourceCodecs | SinkCodecs) -> bool:
+    """True if a hop needs nothing from the JVM: no transforms, `pipeline.fused` not false (which
+    forces the JVM path: records cross into Spark's rows and back), and converters whose Arrow
+    form is preferred (vectorised, or the only one)."""
+    return settings.fused and codecs.fusable
 
 
 def start_fused_query(

@@ -19,7 +19,6 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from sluice.engine.keys import RUNTIME_KEYS
 from sluice.sdk import ConnectException
 from sluice.sdk._retry import Backoff, RetryWatcher, retry, watching
 
@@ -182,11 +181,6 @@ class RetryPolicy:
 
     timeout_ms: int = 0
     max_delay_ms: int = 60_000
-
-    @staticmethod
-    def from_config(config: Mapping[str, str]) -> RetryPolicy:
-        keys = RUNTIME_KEYS.parse(config)
-        return RetryPolicy(keys["errors.retry.timeout"], keys["errors.retry.delay.max.ms"])
 
     def call(self, operation: Callable[[], object], what: str) -> int:
         """Run `operation`, retrying it as configured; return how many retries it took."""

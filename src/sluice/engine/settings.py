@@ -26,6 +26,7 @@ from typing import Any
 from sluice.converters import converter_from_config
 from sluice.engine.errors import ErrorPolicy
 from sluice.engine.keys import PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
+from sluice.engine.retry import RetryPolicy
 from sluice.engine.transforms import TransformResolver, parse_transforms
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
 from sluice.sdk._config import closest
@@ -78,7 +79,8 @@ class Problem:
 
 @dataclass(frozen=True)
 class ConnectorSettings:
-    """The connector-level keys of one config, typed."""
+    """The connector-level keys of one config, typed: parsed once (`parse_settings`) and passed
+    down to whatever plans and runs the connector's query, which reads none of these keys again."""
 
     kind: str  # source | sink
     max_tasks: int
@@ -91,6 +93,19 @@ class ConnectorSettings:
     topics: tuple[str, ...] = ()
     consume_from_where: str | None = None
     task_group_id: str | None = None
+    #: the topic a source writes (`connect.topicname`; "" when its connector picks per record)
+    writes: str = ""
+    #: `errors.*` (tolerance, log, dead-letter topic) and `errors.retry.*`
+    errors: ErrorPolicy = field(default_factory=ErrorPolicy)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    #: the connector's own `schema.compatibility` (None: the worker's)
+    schema_compatibility: str | None = None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the settings allow the fused path (no transforms, `pipeline.fused` not
+        false); the converters decide the rest (`sluice.engine.pipeline.fusable`)."""
+        return self.pipeline_fused and not self.transforms
 
 
 @dataclass
@@ -249,8 +264,8 @@ def check_config(
     errors = _typos_named(errors, warnings, renamed)
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
-    if all(k in values for k in common):
-        settings = _settings(kind, values, topics)
+    if all(k in values for k in common) and not errors:
+        settings = _settings(kind, conf, values, topics)
     return ConfigReport(conf, settings, errors, warnings)
 
 
@@ -304,7 +319,9 @@ def _topic_problems(
     return found
 
 
-def _settings(kind: str, values: Mapping[str, Any], topics: list[str]) -> ConnectorSettings:
+def _settings(
+    kind: str, conf: Mapping[str, str], values: Mapping[str, Any], topics: list[str]
+) -> ConnectorSettings:
     return ConnectorSettings(
         kind=kind,
         max_tasks=values["max.tasks"],
@@ -317,6 +334,10 @@ def _settings(kind: str, values: Mapping[str, Any], topics: list[str]) -> Connec
         topics=tuple(topics),
         consume_from_where=values.get("consume.from.where"),
         task_group_id=values.get("task.group.id"),
+        writes=topic_use(conf).writes if kind == "source" else "",
+        errors=ErrorPolicy.from_config(conf, topics),
+        retry=RetryPolicy(values["errors.retry.timeout"], values["errors.retry.delay.max.ms"]),
+        schema_compatibility=values["schema.compatibility"],
     )
 
 
@@ -327,7 +348,7 @@ def parse_settings(config: Mapping[str, str], kind: str) -> ConnectorSettings:
     values = COMMON_KEYS.parse({k: v for k, v in conf.items() if k in COMMON_KEYS.keys})
     if kind == "sink":
         values.update(SINK_KEYS.parse({k: v for k, v in conf.items() if k in SINK_KEYS.keys}))
-    return _settings(kind, values, list(values.get("connect.topicnames") or []))
+    return _settings(kind, conf, values, list(values.get("connect.topicnames") or []))
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from sluice.engine.converters import (
     sluice_frame,
     uses_registry,
 )
+from sluice.engine.counting import BATCHES_TOTAL, RECORDS_TOTAL
 from sluice.engine.direct import BatchConsumer, from_topic_frames, receipt_row
 from sluice.engine.errors import (
     TOPIC_FRAME_SCHEMA,
@@ -37,8 +38,8 @@ from sluice.engine.errors import (
     split_errors,
     task_letter,
 )
-from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import RetryPolicy, RetryStore, watching_task
+from sluice.engine.settings import ConnectorSettings
 from sluice.sdk import (
     TIMESTAMP_TYPE,
     BatchId,
@@ -102,6 +103,7 @@ def plan_sink(
     name: str,
     connector: SinkConnector,
     config: dict[str, str],
+    settings: ConnectorSettings,
     *,
     run: str,
     control: Callable[[list[dict[str, Any]]], None] | None = None,
@@ -112,15 +114,15 @@ def plan_sink(
     owned: BatchConsumer | None = None,
 ) -> SinkPlan:
     """Validate and start `connector` (driver) and fix its plan, with the decoders of `topics`
-    (their schemas looked up in `registry`); `dlq` writes the dead-letter topic, if one is set."""
-    max_tasks = RUNTIME_KEYS.parse(config)["max.tasks"]
-    errors = ErrorReporter(ErrorPolicy.from_config(config, topics), name)
+    (their schemas looked up in `registry`); `dlq` writes the dead-letter topic, if one is set.
+    `settings` are `config`'s connector-level keys, parsed once (`parse_settings`)."""
+    max_tasks = settings.max_tasks
+    errors = ErrorReporter(settings.errors, name)
     connector.validate(config)
     connector.start(config)
     task_configs = tuple(dict(c) for c in connector.task_configs(max_tasks)[:max_tasks])
     if not task_configs:
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
-    retry = RetryPolicy.from_config(config)
     codecs = plan_decoders(config, topics, registry)
     if not uses_registry(config):
         registry = None  # nothing to plan again at each micro-batch
@@ -131,7 +133,7 @@ def plan_sink(
         dict(config),
         task_configs,
         control,
-        retry,
+        settings.retry,
         counters,
         codecs,
         errors,
@@ -360,7 +362,7 @@ class SinkRunner:
         reporter.count(self.plan.counters, errors, retries)
         # counted at commit, like the errors: a replayed micro-batch is not counted twice
         records = sum(r.records for r in results)
-        self._count({"records-total": records, "batches-total": 1 if records else 0})
+        self._count({RECORDS_TOTAL: records, BATCHES_TOTAL: 1 if records else 0})
 
     def abort(self, receipts: list[_TaskResult | None], batch_id: int) -> None:
         payloads = [r.payload if r is not None else None for r in receipts]

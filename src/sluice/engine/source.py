@@ -51,7 +51,6 @@ from sluice.engine.errors import (
     TOPIC_FRAME_SCHEMA,
     VALUE_CONVERTER,
     DeadLetter,
-    ErrorPolicy,
     ErrorReporter,
     record_letter,
     required_nulls,
@@ -63,9 +62,9 @@ from sluice.engine.frames import (
     source_frame_ddl,
     source_frame_schema,
 )
-from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.positions import PositionStore, StoreOffsetReader
 from sluice.engine.retry import RetryPolicy, watched, watching_task
+from sluice.engine.settings import ConnectorSettings
 from sluice.engine.source_errors import TASK_COLUMN, TASK_TYPE, encode_array_tolerating
 from sluice.sdk import (
     ConfigException,
@@ -179,6 +178,7 @@ def plan_source(
     name: str,
     connector: SourceConnector,
     config: dict[str, str],
+    settings: ConnectorSettings,
     *,
     run: str,
     staging_dir: str,
@@ -186,9 +186,9 @@ def plan_source(
     counters: Any = None,
     idle_wait_s: float = IDLE_WAIT_S,
 ) -> SourcePlan:
-    """Validate and start `connector` (driver) and fix its plan."""
-    keys = RUNTIME_KEYS.parse(config)
-    max_tasks = keys["max.tasks"]
+    """Validate and start `connector` (driver) and fix its plan; `settings` are `config`'s
+    connector-level keys, parsed once (`sluice.engine.settings.parse_settings`)."""
+    max_tasks = settings.max_tasks
     connector.validate(config)
     connector.start(config)
     task_configs = connector.task_configs(max_tasks)[:max_tasks]
@@ -196,10 +196,8 @@ def plan_source(
         raise ConfigException("max.tasks", f"connector {name!r} planned no tasks")
     default = connector.default_read_limit()
     limit = ReadLimit(
-        max_rows=keys["read.max.rows"] if keys["read.max.rows"] is not None else default.max_rows,
-        max_bytes=keys["read.max.bytes"]
-        if keys["read.max.bytes"] is not None
-        else default.max_bytes,
+        max_rows=settings.read_max_rows or default.max_rows,
+        max_bytes=settings.read_max_bytes or default.max_bytes,
     )
     return SourcePlan(
         name=name,
@@ -207,15 +205,15 @@ def plan_source(
         task_class=connector.task_class,
         task_configs=tuple(dict(c) for c in task_configs),
         key_schema=connector.key_schema(),
-        shapes=_shapes(name, connector, config),
-        topic=config.get("connect.topicname"),
+        shapes=_shapes(name, connector, settings.writes),
+        topic=settings.writes or None,
         limit=limit,
         staging_dir=staging_dir,
         max_tasks=max_tasks,
         positions=positions,
-        errors=ErrorReporter(ErrorPolicy.from_config(config), name),
+        errors=ErrorReporter(settings.errors, name),
         counters=counters,
-        retry=RetryPolicy.from_config(config),
+        retry=settings.retry,
         idle_wait_s=idle_wait_s,
     )
 
@@ -227,7 +225,7 @@ def _retried(plan: SourcePlan, task: int, operation: Any, what: str) -> Any:
         return plan.retry.run(operation, what)[0]
 
 
-def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tuple[Shape, ...]:
+def _shapes(name: str, connector: SourceConnector, topic: str) -> tuple[Shape, ...]:
     """The connector's value schemas, partitions with equal schemas grouped into one shape."""
     listed = connector.value_schemas()
     if not listed:
@@ -244,7 +242,6 @@ def _shapes(name: str, connector: SourceConnector, config: dict[str, str]) -> tu
         if seen.setdefault(key, schema) != schema:
             raise ConnectException(f"source {name}: value_schemas() lists {key} twice")
         groups.setdefault(schema, set()).add(key)
-    topic = config.get("connect.topicname")
     if topic and len(groups) > 1:
         raise ConfigException(
             "connect.topicname",

@@ -10,7 +10,6 @@ and the tasks in Spark's workers (a SQLite file under the worker's store root).
 
 from sluice.push._board import (
     ALIASES,
-    CONNECTOR_NAME_KEY,
     TUNABLE,
     PushBoard,
     parse_limits,
@@ -30,7 +29,6 @@ from sluice.push._runtime import (
 
 __all__ = [
     "ALIASES",
-    "CONNECTOR_NAME_KEY",
     "DEAD",
     "DEFAULT_NEVER_RETRY",
     "DELIVERED",

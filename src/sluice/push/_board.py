@@ -29,10 +29,6 @@ from sluice._private import private_dir
 from sluice._sqlite import create_database
 from sluice.sdk import ConfigException
 
-#: The connector's name in the config a push sink's connector receives (its default retry topic
-#: is named after it); its tasks have the name, and the board's path, in `SinkTaskContext`.
-CONNECTOR_NAME_KEY = "sluice.connector.name"
-
 #: Tunable limits: their names over REST (as `sluice.push.Limits` fields) and the EventBridge
 #: proposal's `/task/adjust` parameter names accepted as aliases.
 TUNABLE = {

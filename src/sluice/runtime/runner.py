@@ -17,54 +17,35 @@ import shutil
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from sluice.bus.embedded import EmbeddedBus
 from sluice.bus.facade import Bus
-from sluice.converters._compatibility import DEFAULT_LEVEL, CheckedRegistry, parse_level
-from sluice.converters._compatibility import KEY as COMPATIBILITY_KEY
-from sluice.engine.checkpoint import last_committed_offsets
-from sluice.engine.converters import (
-    SchemaRegistration,
-    SinkCodecs,
-    plan_encoders,
-    register_schemas,
+from sluice.converters._compatibility import DEFAULT_LEVEL
+from sluice.engine import (
+    PositionStore,
+    QueryRequest,
+    QueryServices,
+    activate,
+    last_committed_offsets,
+    launch,
+    parse_settings,
+    parse_transforms,
 )
-from sluice.engine.direct import RECEIPT_DDL
-from sluice.engine.errors import ErrorPolicy
-from sluice.engine.pipeline import (
-    fusable,
-    jvm_path_forced,
-    start_fused_query,
-    start_sink_query,
-    start_source_query,
-)
-from sluice.engine.positions import PositionStore
-from sluice.engine.retry import ConnectorNotes
-from sluice.engine.session import activate
-from sluice.engine.settings import parse_settings
-from sluice.engine.sink import SinkPlan, SinkRunner, plan_sink
-from sluice.engine.source import SourcePlan, plan_source, source_data_source
-from sluice.engine.transforms import parse_transforms
-from sluice.push import CONNECTOR_NAME_KEY, PushBoard
-from sluice.runtime.metrics.progress import CountingConsumer
+from sluice.push import PushBoard
 from sluice.runtime.plugins import PluginRegistry, default_registry
 from sluice.runtime.secrets import ConfigProviders, password_keys, restore_references
 from sluice.runtime.stores import WorkerStores
 from sluice.sdk import (
     ConfigException,
     RecordOffset,
-    SchemaRegistry,
-    SinkConnector,
     SourceConnector,
-    Transform,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
-from sluice.sdk.wakeup import idle_wait
 from sluice.store.positions import Fenced, FencedPositions
 
 log = logging.getLogger(__name__)
@@ -120,38 +101,6 @@ def failure_cause(trace: str) -> str:
     return trace.strip().splitlines()[0] if trace.strip() else "unknown failure"
 
 
-def _check_mixed_sink(conf: dict[str, str], codecs: SinkCodecs, topics: list[str]) -> None:
-    """A sink whose topics differ in schema runs fused (a Spark frame has one type): refuse what
-    needs the JVM path, naming the key."""
-    why = f"its topics have different schemas ({', '.join(topics)})"
-    if conf.get("transforms"):
-        raise ConfigException(
-            "transforms",
-            f"a sink cannot transform records when {why}",
-            suggestion="start one sink connector per topic (or per schema), or transform on the "
-            "source side",
-        )
-    if jvm_path_forced(conf):
-        raise ConfigException("pipeline.fused", f"must stay true for a sink when {why}")
-    for decoder in codecs.decoders():
-        if decoder.arrow_mode is None:
-            raise ConfigException(
-                f"{decoder.role}.converter",
-                f"{decoder.converter} cannot decode in Arrow, which a sink needs when {why}",
-                suggestion="use AvroConverter, or one sink connector per topic",
-            )
-
-
-def connector_registry(
-    inner: SchemaRegistry, worker_level: str, conf: dict[str, str]
-) -> CheckedRegistry:
-    """The schema registry (`inner`: the worker's store) as connector `conf` sees it: new
-    versions of the subjects it registers are checked at its `schema.compatibility`, else at the
-    worker's."""
-    level = conf.get(COMPATIBILITY_KEY) or worker_level
-    return CheckedRegistry(inner, parse_level(level))
-
-
 @dataclass
 class RunningConnector:
     """A started connector: its query and what it is."""
@@ -176,23 +125,6 @@ class RunningConnector:
         return failure_cause(trace), trace
 
 
-@dataclass(frozen=True)
-class _Start:
-    """What `ConnectorRunner.start` resolved for one start of a connector, handed to the
-    source or sink planner."""
-
-    name: str
-    conf: dict[str, str]  # references resolved
-    chain: list[Transform]
-    run: str
-    run_dir: str
-    checkpoint: str
-    registry: CheckedRegistry
-    positions: PositionStore
-    fence: tuple[str, int] | None  # (connector, lease generation) in distributed mode
-    fenced: FencedPositions | None
-
-
 class ConnectorRunner:
     """Starts and stops connectors' streaming queries on one SparkSession and one embedded bus."""
 
@@ -212,8 +144,6 @@ class ConnectorRunner:
         schema_compatibility: str = DEFAULT_LEVEL,
     ) -> None:
         self.spark = spark
-        #: the worker's `schema.compatibility` (a connector's own key overrides it)
-        self.schema_compatibility = schema_compatibility
         # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
         self.providers = providers or ConfigProviders()
         self.plugins = plugins or default_registry()
@@ -232,15 +162,19 @@ class ConnectorRunner:
         # one for the worker's REST reads and scrapes (its connection opens on first use, one per
         # thread); push tasks open their own from the path
         self.push_board = PushBoard(self.push_board_path)
-        self.trigger_interval_ms = trigger_interval_ms
-        self.trigger = (
-            {"processingTime": f"{trigger_interval_ms} milliseconds"}
-            if trigger_interval_ms > 0
-            else {"processingTime": "0 seconds"}
-        )
         self.running: dict[str, RunningConnector] = {}
-        #: connectors whose queries add their own record totals (see runtime.metrics)
-        self.counts_itself: set[str] = set()
+        # what every connector's query is built on (sluice.engine.front_door)
+        self.services = QueryServices(
+            spark=spark,
+            topics=self.bus,
+            counters=self.counters,
+            schemas=self.schemas,
+            schema_compatibility=schema_compatibility,
+            trigger_interval_ms=trigger_interval_ms,
+            push_board_path=self.push_board_path,
+        )
+        #: connectors whose queries add their own record totals (see sluice.engine.counting)
+        self.counts_itself = self.services.self_counting
         self.retention_ms = retention_ms
         self.retention_bytes = retention_bytes
         self._closed = threading.Event()
@@ -330,16 +264,6 @@ class ConnectorRunner:
         os.replace(tmp, folder)
         return folder
 
-    def _trigger_of(self, connector: SinkConnector) -> dict[str, str]:
-        """The worker's trigger, or the interval the connector asks for (a lake sink's
-        `roll.interval.ms`)."""
-        interval = connector.micro_batch_interval_ms()
-        return {"processingTime": f"{interval} milliseconds"} if interval else self.trigger
-
-    def _idle_wait_of(self, connector: SinkConnector | None = None) -> float:
-        interval = connector.micro_batch_interval_ms() if connector is not None else None
-        return idle_wait(interval or self.trigger_interval_ms)
-
     def start(
         self, name: str, config: dict[str, object], *, generation: int | None = None
     ) -> RunningConnector:
@@ -351,202 +275,41 @@ class ConnectorRunner:
         if name in self.running:
             raise ConfigException("name", f"connector {name!r} is already running")
         activate(self.spark)
-        conf = normalize_config(config)
-        if not conf.get("connector.class"):
+        written = normalize_config(config)
+        if not written.get("connector.class"):
             raise ConfigException("connector.class", "required key is missing")
-        connector = self.plugins.connector(conf["connector.class"])()
-        written = conf
-        conf = self.providers.resolve(conf, password_keys(type(connector)))
-        chain = parse_transforms(conf, self.plugins.transform)
+        connector = self.plugins.connector(written["connector.class"])()
+        conf = self.providers.resolve(written, password_keys(type(connector)))
+        kind = "source" if isinstance(connector, SourceConnector) else "sink"
         run = self.current_run(name)
         run_dir = os.path.join(self._connector_dir(name), "runs", run)
-        fence: tuple[str, int] | None = None
         positions: PositionStore = self.positions
         fenced: FencedPositions | None = None
         if generation is not None:
             run_dir = self._generation_dir(run_dir, generation)
-            fence = (name, generation)
             positions = fenced = FencedPositions(self.positions, generation)
-        checkpoint = os.path.join(run_dir, "checkpoint")
-        registry = connector_registry(self.schemas, self.schema_compatibility, conf)
-        self.counts_itself.discard(name)
         self.counters.clear_retrying(name)  # a previous run's notes (its executor died retrying)
-        ctx = _Start(
-            name, conf, chain, run, run_dir, checkpoint, registry, positions, fence, fenced
+        request = QueryRequest(
+            name=name,
+            connector=connector,
+            config=conf,
+            settings=parse_settings(conf, kind),
+            chain=parse_transforms(conf, self.plugins.transform),
+            run=run,
+            run_dir=run_dir,
+            control_path=os.path.join(self._connector_dir(name), "control.json"),
+            positions=positions,
+            fence=None if generation is None else (name, generation),
+            fenced=fenced,
         )
-        if isinstance(connector, SourceConnector):
-            plan, query = self._start_source(ctx, connector)
-            kind = "source"
-        elif isinstance(connector, SinkConnector):
-            plan, query = self._start_sink(ctx, connector)
-            kind = "sink"
-        else:  # pragma: no cover - resolve_connector only returns these two
-            raise ConfigException("connector.class", f"{type(connector).__name__} is neither kind")
+        launched = launch(self.services, request)
         # what is stored and shown keeps the references, never what they resolved to
-        shown = tuple(restore_references(written, conf, c) for c in plan.task_configs)
-        running = RunningConnector(name, kind, run, query, shown, checkpoint, generation, positions)
+        shown = tuple(restore_references(written, conf, c) for c in launched.task_configs)
+        running = RunningConnector(
+            name, kind, run, launched.query, shown, request.checkpoint, generation, positions
+        )
         self.running[name] = running
         return running
-
-    def _start_source(
-        self, ctx: _Start, connector: SourceConnector
-    ) -> tuple[SourcePlan, StreamingQuery]:
-        """Plan and start a source's query: fused (records straight to the bus's appender) when
-        no step needs the JVM, else through Spark's rows to the bus's writer."""
-        name, conf, run, registry = ctx.name, ctx.conf, ctx.run, ctx.registry
-        fence, positions, checkpoint, chain = ctx.fence, ctx.positions, ctx.checkpoint, ctx.chain
-        plan = plan_source(
-            name,
-            connector,
-            conf,
-            run=run,
-            staging_dir=os.path.join(ctx.run_dir, "staging"),
-            positions=positions,
-            counters=self.counters,
-            idle_wait_s=self._idle_wait_of(),
-        )
-        if plan.topic:
-            self.bus.create_topic(plan.topic)
-        dlq_topic = plan.errors.policy.dlq_topic if plan.errors else ""
-        if dlq_topic:
-            self.bus.create_topic(dlq_topic, plan.errors.policy.dlq_queues)
-        writer_id = f"{name}/{run}"
-        # a broker outage met by its commits shows in the tasks' status (`retrying`)
-        notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
-        codecs = tuple(
-            plan_encoders(conf, plan.key_schema, shape.value_schema, registry)
-            for shape in plan.shapes
-        )
-        if all(fusable(conf, c) for c in codecs):
-            if plan.topic:  # one shape: several are refused with a topic (plan_source)
-                register_schemas(registry, plan.topic, codecs[0])
-            direct = self.bus.topic_appender(writer_id=writer_id, fence=fence, notes=notes)
-            if any(c.registered for c in codecs):  # register every topic it writes
-                skip = frozenset([dlq_topic] if dlq_topic else [])
-                direct = SchemaRegistration(registry, codecs, direct, skip)
-            # its Spark rows are receipts, not records: it counts its records itself
-            direct = CountingConsumer(direct, self.counters, name)
-            self.counts_itself.add(name)
-            plan = replace(plan, direct=direct, codecs=codecs)
-            query = start_fused_query(
-                self.spark,
-                f"source:{name}",
-                source_data_source(plan),
-                direct,
-                checkpoint=checkpoint,
-                trigger=self.trigger,
-            )
-        else:
-            writer = self.bus.topic_writer(writer_id=writer_id, fence=fence, notes=notes)
-            query = start_source_query(
-                self.spark,
-                plan,
-                conf,
-                writer,
-                checkpoint=checkpoint,
-                trigger=self.trigger,
-                chain=chain,
-                registry=registry,
-            )
-        return plan, query
-
-    def _start_sink(self, ctx: _Start, connector: SinkConnector) -> tuple[SinkPlan, StreamingQuery]:
-        """Plan and start a sink's query: its topics (and those it owns, such as a push sink's
-        retry topic) read by the bus's reader, fused into the sink runner when no step needs
-        the JVM (always when its topics differ in schema), else through Spark's rows."""
-        name, conf = ctx.name, ctx.conf
-        settings = parse_settings(conf, "sink")
-        topics = list(settings.topics)
-        if not topics:
-            raise ConfigException("connect.topicnames", "names no topic")
-        control_path = os.path.join(self._connector_dir(name), "control.json")
-        self.counts_itself.add(name)  # SinkRunner.commit counts its records
-        # The connector's name, as Kafka Connect gives it in the config: a push sink's default
-        # retry topic is named after it. (Its tasks have it, and the push board, in their context.)
-        conf[CONNECTOR_NAME_KEY] = name
-        plan, owned, notes = self._plan_sink(ctx, connector, topics, control_path)
-        topics = [*topics, *owned]
-        fused = plan.codecs is not None and fusable(conf, plan.codecs)
-        if plan.codecs is not None and not fused:
-            plan.codecs.resolve_late()  # Spark needs every type now: the error names it
-        if plan.codecs is not None and plan.codecs.mixed:
-            _check_mixed_sink(conf, plan.codecs, topics)
-            fused = True
-        runner = SinkRunner(plan)
-        reader = self.bus.topic_reader(
-            name=name,
-            topics=topics,
-            max_tasks=len(plan.task_configs),
-            control_path=control_path,
-            positions=ctx.positions,
-            max_rows=settings.read_max_rows,
-            split_queues=connector.ordered_commit,
-            downstream=runner if fused else None,
-            downstream_ddl=RECEIPT_DDL if fused else None,
-            group=settings.task_group_id,
-            consume_from=settings.consume_from_where,
-            notes=notes,
-            idle_wait_s=self._idle_wait_of(connector),
-            delayed={t: h for t, h in connector.delayed_topics().items() if t in owned},
-        )
-        trigger = self._trigger_of(connector)
-        if fused:
-            query = start_fused_query(
-                self.spark,
-                f"sink:{name}",
-                reader,
-                runner,
-                checkpoint=ctx.checkpoint,
-                trigger=trigger,
-            )
-        else:
-            query = start_sink_query(
-                self.spark,
-                plan,
-                reader,
-                checkpoint=ctx.checkpoint,
-                trigger=trigger,
-                chain=ctx.chain,
-            )
-        return plan, query
-
-    def _plan_sink(
-        self, ctx: _Start, connector: SinkConnector, topics: list[str], control_path: str
-    ) -> tuple[SinkPlan, list[str], ConnectorNotes]:
-        """The sink's plan with the writers of its dead-letter topic and of the topics it owns
-        (created here), those owned topics (its reader reads them too), and the notes its
-        tasks' broker retries go to."""
-        name, conf, run, fence = ctx.name, ctx.conf, ctx.run, ctx.fence
-        policy = ErrorPolicy.from_config(conf, topics)
-        if policy.dlq_topic:
-            self.bus.create_topic(policy.dlq_topic, policy.dlq_queues)
-        plan = plan_sink(
-            name,
-            connector,
-            conf,
-            run=run,
-            control=self.bus.reader_control(control_path).apply,
-            counters=self.counters,
-            topics=tuple(topics),
-            registry=ctx.registry,
-        )
-        # a broker outage met by its reads or its own topics' commits shows in the tasks'
-        # status (`retrying`): the appenders are made once the tasks are known
-        notes = ConnectorNotes(self.counters, name, len(plan.task_configs))
-        if policy.dlq_topic:
-            dlq = self.bus.topic_appender(writer_id=f"{name}/{run}/dlq", fence=fence, notes=notes)
-            plan = replace(plan, dlq=dlq)
-        owned = [t for t in connector.owned_topics() if t not in topics]
-        if owned:  # e.g. a push sink's retry topic: written by its tasks, read back here
-            for topic in owned:
-                self.bus.create_topic(topic)
-            own = self.bus.topic_appender(writer_id=f"{name}/{run}/own", fence=fence, notes=notes)
-            plan = replace(plan, owned=own)
-        if ctx.fenced is not None:
-            plan = replace(plan, fence=ctx.fenced)
-        # where push sinks (sluice.push) read live limits and report progress: see push_board
-        plan = replace(plan, push_board_path=self.push_board_path)
-        return plan, owned, notes
 
     def stop(self, name: str, timeout_s: float = 60.0) -> None:
         """Stop the connector's query (its checkpoint and positions stay)."""

@@ -32,6 +32,7 @@ from sluice.sdk._config import PASSWORD_MASK, ConfigDef, ConfigKey, redact_url
 from sluice.sdk._connector import (
     BatchId,
     Connector,
+    ConnectorContext,
     DeadLetterRequest,
     Delivery,
     OffsetStorageReader,
@@ -96,6 +97,7 @@ __all__ = [
     "ConnectException",
     "ConnectRecord",
     "Connector",
+    "ConnectorContext",
     "Converter",
     "DeadLetterRequest",
     "DecodeSql",

@@ -81,6 +81,14 @@ class _NoOffsets(OffsetStorageReader):
         return None
 
 
+@dataclass(frozen=True)
+class ConnectorContext:
+    """What the runtime tells a connector on the driver before it validates or starts (Kafka
+    Connect's `ConnectorContext`): the name it runs under, e.g. to name a topic of its own."""
+
+    connector_name: str = ""
+
+
 @dataclass
 class SourceTaskContext:
     """What the runtime tells a source task: its connector, task id and committed positions."""
@@ -209,6 +217,12 @@ class Connector(ABC):
 
     def __init__(self) -> None:
         self.config: dict[str, str] = {}
+        self.context = ConnectorContext()
+
+    def initialize(self, context: ConnectorContext) -> None:
+        """Called by the runtime before `validate` and `start`, with what it knows of the
+        connector (its name)."""
+        self.context = context
 
     @classmethod
     def delivery(cls, config: Mapping[str, str]) -> Delivery:

@@ -35,7 +35,6 @@ from typing import Any
 from sluice.connectors.http import _request as rq
 from sluice.connectors.http._config import KEYS, HttpConfig, parse
 from sluice.push import (
-    CONNECTOR_NAME_KEY,
     Limits,
     Outcome,
     PushBoard,
@@ -267,7 +266,7 @@ class HttpSinkConnector(SinkConnector):
     push_runtime = True
 
     def validate(self, config: Mapping[str, str]) -> None:
-        parsed = parse(config, config.get(CONNECTOR_NAME_KEY, ""))
+        parsed = parse(config, self.context.connector_name)
         if parsed.batch_records > 1 and parsed.body == "cloudevents" and parsed.ce_mode == "binary":
             raise ConfigException(
                 "cloudevents.mode",
@@ -282,7 +281,7 @@ class HttpSinkConnector(SinkConnector):
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
-        self.parsed = parse(config, config.get(CONNECTOR_NAME_KEY, ""))
+        self.parsed = parse(config, self.context.connector_name)
 
     def owned_topics(self) -> list[str]:
         return [self.parsed.retry_topic]

@@ -23,6 +23,7 @@ from sluice.sdk import (
     ConfigException,
     ConfigKey,
     Connector,
+    ConnectorContext,
     InvalidConfig,
     SinkConnector,
     SourceConnector,
@@ -118,8 +119,11 @@ def _validate(cls: type[Connector], config: dict[str, str]) -> None:
     `validate` without calling the SDK's). Runs on the prepared config: the paths are already
     inside `file.allowed.dirs` and `${…}` references resolved."""
     problems = cls.config_def.problems(config)
+    connector = cls()
+    # the name it will run under, when the caller gave one (a create's config carries it)
+    connector.initialize(ConnectorContext(config.get("name", "")))
     try:
-        cls().validate(config)
+        connector.validate(config)
     except ConfigException as exc:
         seen = {p.key for p in problems}
         problems += [p for p in getattr(exc, "problems", [exc]) if p.key not in seen]

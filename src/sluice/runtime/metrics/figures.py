@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.engine.counting import BATCHES_TOTAL, RECORDS_TOTAL
 from sluice.runtime.metrics.names import (
     BY_NAME,
     ERROR_COUNTERS,
@@ -80,7 +81,7 @@ def _connector_figures(c: dict[str, Any]) -> Iterator[Figure]:
     figures and states (its tasks are partitions of one query: the figures are per connector)."""
     name, kind, counters = c["name"], c["type"], c["counters"]
     label = (name,)
-    records = counters.get("records-total", 0)
+    records = counters.get(RECORDS_TOTAL, 0)
     written = max(0, records - counters.get("total-records-skipped", 0))
     pushed = c.get("push") or {}
     totals = pushed.get("totals", {})
@@ -93,7 +94,7 @@ def _connector_figures(c: dict[str, Any]) -> Iterator[Figure]:
             yield Figure(metric.name, label, totals.get(key, 0))
         for key, metric in PUSH_GAUGES.items():
             yield Figure(metric.name, label, pushed.get(key, 0))
-    yield Figure("offset-commit-completion-total", label, counters.get("batches-total", 0))
+    yield Figure("offset-commit-completion-total", label, counters.get(BATCHES_TOTAL, 0))
     yield Figure("offset-commit-skip-total", label, 0)
     progress = c["progress"] or {}
     rate_in = progress.get("input_rows_per_second", 0.0)

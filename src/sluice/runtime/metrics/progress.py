@@ -28,19 +28,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pyarrow as pa
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
+from sluice.engine.counting import BATCHES_TOTAL, RECORDS_TOTAL
+
 log = logging.getLogger(__name__)
 
-#: counter names the listener adds to (per connector, in the counter store)
-RECORDS_TOTAL = "records-total"
-BATCHES_TOTAL = "batches-total"
 _RECENT = 32  # batch durations kept for avg/max
 
 
@@ -167,40 +165,3 @@ class _JsonListener:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
-
-
-@dataclass(frozen=True)
-class CountingConsumer:
-    """Wraps a fused source's topic appender (`engine.direct.BatchConsumer`): counts the rows
-    each task hands it and adds them to the connector's `records-total` when the micro-batch
-    commits. Picklable: it travels to the executors with the plan."""
-
-    inner: Any
-    counters: Any
-    connector: str
-
-    def write(self, batches: Iterator[pa.RecordBatch], partition_id: int) -> Any:
-        seen = [0]
-
-        def counted() -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                seen[0] += batch.num_rows
-                yield batch
-
-        receipt = self.inner.write(counted(), partition_id)
-        return (receipt, seen[0])
-
-    def commit(self, receipts: list[Any], batch_id: int) -> None:
-        self.inner.commit([r[0] for r in receipts], batch_id)
-        records = sum(r[1] for r in receipts)
-        if records:
-            self.counters.add(self.connector, {RECORDS_TOTAL: records, BATCHES_TOTAL: 1})
-
-    def abort(self, receipts: list[Any], batch_id: int) -> None:
-        self.inner.abort([r[0] for r in receipts if r is not None], batch_id)
-
-    def __getattr__(self, name: str) -> Any:
-        # anything else of the appender (e.g. what the schema registration asks) passes through
-        if name in ("inner", "counters", "connector") or name.startswith("__"):
-            raise AttributeError(name)
-        return getattr(self.inner, name)
