@@ -350,3 +350,59 @@ def test_the_topics_a_config_names_are_read_as_when_it_runs() -> None:
     assert use == TopicUse(writes="lines", dead_letters="dlq")
     assert use.names("lines") and use.names("dlq") and not use.names("a")
     assert not topic_use({"connector.class": "FileSinkConnector"}).names("")
+
+
+def _names_key(node: object, keys: set[str]) -> bool:
+    import ast
+
+    return isinstance(node, ast.Constant) and node.value in keys
+
+
+def _hand_reads(tree: object, keys: set[str], where: str) -> list[str]:
+    """Where a module parses a declaration of connector-level keys, builds a policy from a raw
+    config, or reads one of `keys` out of a mapping (`conf.get("transforms")`, `conf["…"]`)."""
+    import ast
+
+    declarations = {"RUNTIME_KEYS", "COMMON_KEYS", "SINK_KEYS", "PIPELINE_KEYS", "ERROR_KEYS"}
+    found = []
+    for node in ast.walk(tree):  # type: ignore[arg-type]
+        at = f"{where}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = getattr(node.func.value, "id", "")
+            if node.func.attr == "parse" and owner in declarations:
+                found.append(f"{at} parses {owner}")
+            if node.func.attr == "from_config" and owner in ("ErrorPolicy", "RetryPolicy"):
+                found.append(f"{at} calls {owner}.from_config")
+            first = node.args[0] if node.args else None
+            if node.func.attr in ("get", "pop") and _names_key(first, keys):
+                found.append(f"{at} reads {first.value!r}")  # type: ignore[union-attr]
+        elif isinstance(node, ast.Subscript) and _names_key(node.slice, keys):
+            found.append(f"{at} reads {node.slice.value!r}")  # type: ignore[attr-defined]
+    return found
+
+
+def test_no_module_reads_a_connector_level_key_outside_the_settings_owner() -> None:
+    """Issue 28: the connector-level keys are parsed once, by `sluice.engine.settings`, and
+    passed down as `ConnectorSettings` (or asked of it: `topic_use`, `restart_policy`). The
+    engine, runtime, REST API, bus and stores neither parse their declarations again nor read
+    one of those keys out of a config by hand. `connector.class` is the exception: it picks the
+    plugin, which says the kind the settings are parsed for."""
+    import ast
+    from pathlib import Path
+
+    from sluice.engine.settings import ALIASES, key_definitions
+    from sluice.sdk import ConfigDef
+
+    src = Path(__file__).resolve().parents[2] / "src" / "sluice"
+    owner = {src / "engine" / "settings.py", src / "engine" / "keys.py"}
+    # the worker's own properties (its `schema.compatibility` is the worker-wide default)
+    owner.add(src / "runtime" / "worker_config.py")
+    keys = (set(key_definitions("sink", ConfigDef())) | set(ALIASES)) - {"connector.class", "name"}
+    found = []
+    for folder in ("engine", "runtime", "rest", "bus", "store"):
+        for path in sorted((src / folder).rglob("*.py")):
+            if path in owner:
+                continue
+            tree = ast.parse(path.read_text(), str(path))
+            found += _hand_reads(tree, keys, str(path.relative_to(src)))
+    assert found == []

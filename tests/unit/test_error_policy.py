@@ -21,6 +21,7 @@ from sluice.engine.errors import (
     sink_dead_letters,
     split_errors,
 )
+from sluice.engine.settings import error_policy
 from sluice.sdk import ConfigException, ConnectRecord
 
 T0 = datetime(2026, 11, 21, 8, 0, tzinfo=UTC)
@@ -44,15 +45,15 @@ class Counters:
 
 
 def test_defaults_are_kafka_connects() -> None:
-    assert ErrorPolicy.from_config({}) == ErrorPolicy()
+    assert error_policy({}) == ErrorPolicy()
     assert not ErrorPolicy().tolerate and ErrorPolicy().context_headers
 
 
 def test_both_anchors_names_of_the_context_switch() -> None:
     kafka = {"errors.tolerance": "all", "errors.deadletterqueue.context.headers.enable": "false"}
-    assert not ErrorPolicy.from_config(kafka).context_headers
+    assert not error_policy(kafka).context_headers
     rocketmq = {"errors.deadletterqueue.context.properties.enable": "false"}
-    assert not ErrorPolicy.from_config(rocketmq).context_headers
+    assert not error_policy(rocketmq).context_headers
 
 
 def test_queue_count_from_write_then_read_nums() -> None:
@@ -60,8 +61,8 @@ def test_queue_count_from_write_then_read_nums() -> None:
         "errors.deadletterqueue.write.queue.nums": "3",
         "errors.deadletterqueue.read.queue.nums": "5",
     }
-    assert ErrorPolicy.from_config(both).dlq_queues == 3
-    assert ErrorPolicy.from_config({"errors.deadletterqueue.read.queue.nums": "5"}).dlq_queues == 5
+    assert error_policy(both).dlq_queues == 3
+    assert error_policy({"errors.deadletterqueue.read.queue.nums": "5"}).dlq_queues == 5
 
 
 @pytest.mark.parametrize(
@@ -78,15 +79,15 @@ def test_queue_count_from_write_then_read_nums() -> None:
 )
 def test_bad_settings_name_their_key(config: dict[str, str], key: str) -> None:
     with pytest.raises(ConfigException) as info:
-        ErrorPolicy.from_config(config)
+        error_policy(config)
     assert info.value.key == key
 
 
 def test_a_sink_may_not_dead_letter_into_what_it_reads() -> None:
     config = {"errors.tolerance": "all", "errors.deadletterqueue.topic.name": "in"}
     with pytest.raises(ConfigException, match="would be read again"):
-        ErrorPolicy.from_config(config, reads=["other", "in"])
-    assert ErrorPolicy.from_config(config, reads=["other"]).dlq_topic == "in"
+        error_policy(config, reads=["other", "in"])
+    assert error_policy(config, reads=["other"]).dlq_topic == "in"
 
 
 def _bad_batch() -> pa.RecordBatch:

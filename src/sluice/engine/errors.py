@@ -40,8 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.engine.converters import ERROR_COLUMNS
-from sluice.engine.keys import ERROR_KEYS
-from sluice.sdk import TIMESTAMP_TYPE, ConfigException
+from sluice.sdk import TIMESTAMP_TYPE
 
 log = logging.getLogger("sluice.errors")
 
@@ -87,7 +86,8 @@ DEAD_LETTER_DDL = "struct<key:binary,value:binary,timestamp:timestamp,headers:st
 
 @dataclass(frozen=True)
 class ErrorPolicy:
-    """A connector's `errors.*` settings (the retry ones live in `sluice.engine.retry`)."""
+    """A connector's `errors.*` settings (the retry ones live in `sluice.engine.retry`), made
+    from its config by `sluice.engine.settings.error_policy`."""
 
     tolerate: bool = False
     log: bool = False
@@ -95,42 +95,6 @@ class ErrorPolicy:
     dlq_topic: str = ""
     dlq_queues: int | None = None
     context_headers: bool = True
-
-    @staticmethod
-    def from_config(config: Mapping[str, str], reads: Sequence[str] = ()) -> ErrorPolicy:
-        """The policy of a connector config; `reads`: the topics a sink reads (its dead-letter
-        topic must not be one of them, or a bad record would come back forever)."""
-        keys = ERROR_KEYS.parse(config)
-        kafka = keys["errors.deadletterqueue.context.headers.enable"]
-        rocketmq = keys["errors.deadletterqueue.context.properties.enable"]
-        if kafka is not None and rocketmq is not None and kafka != rocketmq:
-            raise ConfigException(
-                "errors.deadletterqueue.context.headers.enable",
-                "contradicts errors.deadletterqueue.context.properties.enable; set one of them",
-            )
-        topic = keys["errors.deadletterqueue.topic.name"].strip()
-        tolerate = keys["errors.tolerance"] == "all"
-        if topic and not tolerate:
-            raise ConfigException(
-                "errors.deadletterqueue.topic.name",
-                "a dead-letter topic needs errors.tolerance=all (with none, the first bad "
-                "record fails the task and nothing reaches the dead-letter topic)",
-            )
-        if topic and topic in reads:
-            raise ConfigException(
-                "errors.deadletterqueue.topic.name",
-                f"{topic!r} is a topic this sink reads (connect.topicnames): its dead letters "
-                "would be read again",
-            )
-        return ErrorPolicy(
-            tolerate=tolerate,
-            log=keys["errors.log.enable"],
-            log_messages=keys["errors.log.include.messages"],
-            dlq_topic=topic,
-            dlq_queues=keys["errors.deadletterqueue.write.queue.nums"]
-            or keys["errors.deadletterqueue.read.queue.nums"],
-            context_headers=next((v for v in (rocketmq, kafka) if v is not None), True),
-        )
 
 
 @dataclass

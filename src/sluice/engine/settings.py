@@ -19,13 +19,13 @@ of the runtime reads one name per setting.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sluice.converters import converter_from_config
 from sluice.engine.errors import ErrorPolicy
-from sluice.engine.keys import PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
+from sluice.engine.keys import ERROR_KEYS, PIPELINE_KEYS, RUNTIME_KEYS, SINK_KEYS
 from sluice.engine.retry import RetryPolicy
 from sluice.engine.transforms import TransformResolver, parse_transforms
 from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
@@ -78,6 +78,16 @@ class Problem:
 
 
 @dataclass(frozen=True)
+class RestartPolicy:
+    """`restart.*`: how often and how long a query failed by a transient Spark error or by a
+    server being away is restarted by itself (`sluice.runtime.herder.restarts`)."""
+
+    max_attempts: int = 5
+    backoff_max_ms: int = 60_000
+    retriable_timeout_ms: int = 600_000
+
+
+@dataclass(frozen=True)
 class ConnectorSettings:
     """The connector-level keys of one config, typed: parsed once (`parse_settings`) and passed
     down to whatever plans and runs the connector's query, which reads none of these keys again."""
@@ -100,6 +110,7 @@ class ConnectorSettings:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     #: the connector's own `schema.compatibility` (None: the worker's)
     schema_compatibility: str | None = None
+    restart: RestartPolicy = field(default_factory=RestartPolicy)
 
     @property
     def fused(self) -> bool:
@@ -250,7 +261,7 @@ def check_config(
     for role in ("key", "value"):
         if f"{role}.converter" not in bad:
             attempt(lambda role=role: converter_from_config(conf, role))
-    attempt(lambda: ErrorPolicy.from_config(conf, topics))
+    attempt(lambda: error_policy(conf, topics))
     chain: list[Any] = []
     if "transforms" not in bad and "predicates" not in bad:
         attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
@@ -335,10 +346,62 @@ def _settings(
         consume_from_where=values.get("consume.from.where"),
         task_group_id=values.get("task.group.id"),
         writes=topic_use(conf).writes if kind == "source" else "",
-        errors=ErrorPolicy.from_config(conf, topics),
+        errors=error_policy(conf, topics),
         retry=RetryPolicy(values["errors.retry.timeout"], values["errors.retry.delay.max.ms"]),
         schema_compatibility=values["schema.compatibility"],
+        restart=_restart(values),
     )
+
+
+def _restart(values: Mapping[str, Any]) -> RestartPolicy:
+    return RestartPolicy(
+        max_attempts=values["restart.transient.max.attempts"],
+        backoff_max_ms=values["restart.transient.backoff.max.ms"],
+        retriable_timeout_ms=values["restart.retriable.timeout.ms"],
+    )
+
+
+def error_policy(config: Mapping[str, str], reads: Sequence[str] = ()) -> ErrorPolicy:
+    """The `errors.*` policy of a connector config; `reads`: the topics a sink reads (its
+    dead-letter topic must not be one of them, or a bad record would come back forever)."""
+    keys = ERROR_KEYS.parse(config)
+    kafka = keys["errors.deadletterqueue.context.headers.enable"]
+    rocketmq = keys["errors.deadletterqueue.context.properties.enable"]
+    if kafka is not None and rocketmq is not None and kafka != rocketmq:
+        raise ConfigException(
+            "errors.deadletterqueue.context.headers.enable",
+            "contradicts errors.deadletterqueue.context.properties.enable; set one of them",
+        )
+    topic = keys["errors.deadletterqueue.topic.name"].strip()
+    tolerate = keys["errors.tolerance"] == "all"
+    if topic and not tolerate:
+        raise ConfigException(
+            "errors.deadletterqueue.topic.name",
+            "a dead-letter topic needs errors.tolerance=all (with none, the first bad "
+            "record fails the task and nothing reaches the dead-letter topic)",
+        )
+    if topic and topic in reads:
+        raise ConfigException(
+            "errors.deadletterqueue.topic.name",
+            f"{topic!r} is a topic this sink reads (connect.topicnames): its dead letters "
+            "would be read again",
+        )
+    return ErrorPolicy(
+        tolerate=tolerate,
+        log=keys["errors.log.enable"],
+        log_messages=keys["errors.log.include.messages"],
+        dlq_topic=topic,
+        dlq_queues=keys["errors.deadletterqueue.write.queue.nums"]
+        or keys["errors.deadletterqueue.read.queue.nums"],
+        context_headers=next((v for v in (rocketmq, kafka) if v is not None), True),
+    )
+
+
+def restart_policy(config: Mapping[str, str]) -> RestartPolicy:
+    """The `restart.*` keys of a stored config, typed (a bad value raises `ConfigException`
+    naming its key; validation refused it at create time)."""
+    keys = {k: v for k, v in config.items() if k.startswith("restart.")}
+    return _restart(RUNTIME_KEYS.parse(keys))
 
 
 def parse_settings(config: Mapping[str, str], kind: str) -> ConnectorSettings:

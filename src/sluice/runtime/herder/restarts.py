@@ -53,8 +53,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from sluice.engine.converters import SchemaNotRegisteredError
-from sluice.engine.keys import RUNTIME_KEYS
 from sluice.engine.retry import GAVE_UP_MARKER
+from sluice.engine.settings import restart_policy
 from sluice.sdk import ConfigException, RestartRequested, RetriableException
 
 #: Text of Spark failures that say the machine, not the connector, failed the micro-batch.
@@ -231,9 +231,9 @@ class TransientRestarts:
         retriable = is_retriable(failure) if retriable is None else retriable
         if not transient and not retriable and not waiting:
             return None
-        keys = RUNTIME_KEYS.parse({k: v for k, v in config.items() if k.startswith("restart.")})
-        limit = keys["restart.transient.max.attempts"]
-        cap_s = keys["restart.transient.backoff.max.ms"] / 1000
+        policy = restart_policy(config)
+        limit = policy.max_attempts
+        cap_s = policy.backoff_max_ms / 1000
         if limit == 0:  # Kafka Connect's behaviour: no automatic restart of any kind
             return None
         now = self._clock()
@@ -251,7 +251,7 @@ class TransientRestarts:
                 return self._requested(name, entry, now)
             if transient:
                 return self._transient(name, entry, now, limit, cap_s)
-            return self._retriable(name, entry, now, keys["restart.retriable.timeout.ms"], cap_s)
+            return self._retriable(name, entry, now, policy.retriable_timeout_ms, cap_s)
 
     def _transient(
         self, name: str, entry: _Entry, now: float, limit: int, cap_s: float
