@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sluice.runtime.assembly import build_progress
+from sluice.runtime.assembly import build_metrics, build_progress
 from sluice.runtime.herder.standalone import StandaloneHerder
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.worker_config import WorkerConfig
@@ -45,14 +45,18 @@ def status_herder(runner: Any, folder: Path) -> StandaloneHerder:
     """A standalone herder over the test's runner (its stores in `folder`), so that the test can
     create its connectors through it and read their status on both REST faces."""
     config = WorkerConfig.from_properties({"storePathRootDir": runner.root})
+    plugins = PluginRegistry(())
+    configs = SqliteConfigStore(folder / "configs.sqlite")
+    progress = build_progress(runner.spark, runner)
     return StandaloneHerder(
         runner.spark,
         config,
-        PluginRegistry(()),
+        plugins,
         runner=runner,
-        configs=SqliteConfigStore(folder / "configs.sqlite"),
+        configs=configs,
         statuses=SqliteStatusStore(folder / "statuses.sqlite"),
-        progress=build_progress(runner.spark, runner),
+        progress=progress,
+        metrics=build_metrics(config, plugins, runner, progress, configs),
     )
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from sluice.engine.settings import check_config
-from sluice.runtime.herder.validation import kind_of
-from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.plugins import PluginRegistry, plugin_kind
 from sluice.runtime.properties_file import parse_properties
 from sluice.runtime.worker_config import WorkerConfig
 
@@ -54,7 +53,7 @@ def test_each_page_shows_properties_cli_and_curl_that_agree(page: str) -> None:
         cls = registry.connector(config["connector.class"])
         report = check_config(
             config,
-            kind=kind_of(cls),
+            kind=plugin_kind(cls),
             connector_keys=cls.config_def,
             resolve_transform=registry.transform,
             aliases=cls.key_aliases,
@@ -108,7 +107,7 @@ def test_every_config_a_page_shows_is_valid(page: str) -> None:
         cls = registry.connector(config["connector.class"])
         report = check_config(
             {k: str(v) for k, v in config.items()},
-            kind=kind_of(cls),
+            kind=plugin_kind(cls),
             connector_keys=cls.config_def,
             resolve_transform=registry.transform,
             aliases=cls.key_aliases,

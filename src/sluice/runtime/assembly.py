@@ -22,13 +22,16 @@ from sluice.runtime.herder import Herder
 from sluice.runtime.herder.base import BaseHerder, QueryRunner
 from sluice.runtime.herder.standalone import StandaloneHerder
 from sluice.runtime.metrics.progress import ProgressTracker
-from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.metrics.snapshot import MetricsSnapshot
+from sluice.runtime.metrics.source_lag import SourceLag
+from sluice.runtime.plugins import PluginRegistry, plugin_kind
 from sluice.runtime.runner import ConnectorRunner
+from sluice.runtime.secrets import password_keys
 from sluice.runtime.shared_path import check_shared_store_root
 from sluice.runtime.stores import WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store import prepare_store_root
-from sluice.store.configs import SqliteConfigStore
+from sluice.store.configs import ConfigStore, SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,41 @@ def build_progress(spark: SparkSession, runner: QueryRunner) -> ProgressTracker:
     """The tracker of every query's progress (record totals, rates, batch times for
     `/metrics`), listening to `spark`'s queries from now on."""
     return ProgressTracker(runner.counters, runner.counts_own_records).attach(spark)
+
+
+def build_metrics(
+    config: WorkerConfig,
+    plugins: PluginRegistry,
+    runner: QueryRunner,
+    progress: ProgressTracker,
+    configs: ConfigStore,
+) -> MetricsSnapshot:
+    """What one scrape of `/metrics` reads (`MetricsSnapshot`), with the probe of source
+    connectors' lag, which asks each source's tasks in the background."""
+
+    def task_class(class_name: str) -> type | None:
+        return getattr(plugins.connector_or_none(class_name), "task_class", None)
+
+    def resolve(class_name: str, task_config: dict[str, str]) -> dict[str, str]:
+        cls = plugins.connector_or_none(class_name)
+        return config.providers.resolve(task_config, password_keys(cls) if cls else ())
+
+    lag = SourceLag(
+        task_class=task_class,
+        resolve=resolve,
+        committed=runner.committed_positions,
+        interval_s=config.source_lag_interval_ms / 1000,
+    )
+    return MetricsSnapshot(
+        config.worker_id,
+        configs,
+        runner,
+        progress,
+        lag,
+        kind_of=lambda conf: plugin_kind(
+            plugins.connector_or_none(conf.get("connector.class", ""))
+        ),
+    )
 
 
 @dataclass
@@ -136,20 +174,30 @@ def assemble(config: WorkerConfig) -> Runtime:
             spark.stop()
             raise
         runner = build_runner(spark, config, plugins, stores)
+        progress = build_progress(spark, runner)
         herder: BaseHerder = DistributedHerder(
-            spark, config, plugins, cluster, runner=runner, progress=build_progress(spark, runner)
+            spark,
+            config,
+            plugins,
+            cluster,
+            runner=runner,
+            progress=progress,
+            metrics=build_metrics(config, plugins, runner, progress, cluster.configs),
         )
     else:
         spark = _checked_session(config)
         runner = build_runner(spark, config, plugins, WorkerStores.sqlite(config.store_root))
+        progress = build_progress(spark, runner)
+        configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         herder = StandaloneHerder(
             spark,
             config,
             plugins,
             runner=runner,
-            configs=SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite")),
+            configs=configs,
             statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
-            progress=build_progress(spark, runner),
+            progress=progress,
+            metrics=build_metrics(config, plugins, runner, progress, configs),
         )
     return Runtime(config, spark, plugins, herder)
 

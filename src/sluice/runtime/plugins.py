@@ -156,7 +156,11 @@ class _Names:
     origins: dict[type, str] = field(default_factory=dict)
 
 
-def _kind(cls: type) -> str:
+def plugin_kind(cls: type | None) -> str:
+    """What kind of plugin `cls` is: "source", "sink", "converter", "predicate" or "transform"
+    ("unknown" for None: a class that could not be found)."""
+    if cls is None:
+        return "unknown"
     if issubclass(cls, SourceConnector):
         return "source"
     if issubclass(cls, SinkConnector):
@@ -285,6 +289,14 @@ class PluginRegistry:
             load=load,
         )
 
+    def connector_or_none(self, name: str) -> type[Connector] | None:
+        """The class named by `connector.class`, or None when there is none by that name (a
+        stored config whose plugin went away: what a read shows as "unknown")."""
+        try:
+            return self.connector(name)
+        except ConfigException:
+            return None
+
     def transform(self, name: str) -> type[Transform]:
         """The class named by `transforms.<n>.class`."""
         with self._lock:
@@ -316,7 +328,7 @@ class PluginRegistry:
             out.append(
                 PluginInfo(
                     full,
-                    _kind(cls),
+                    plugin_kind(cls),
                     version,
                     tuple(sorted(a for a in aliases if a != full)),
                     names.origins.get(cls, "builtin"),

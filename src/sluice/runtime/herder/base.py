@@ -55,8 +55,7 @@ from sluice.runtime.herder.status_board import StatusBoard
 from sluice.runtime.metrics.figures import MetricsReport, report_of
 from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.metrics.snapshot import MeasuredRunner, MetricsSnapshot
-from sluice.runtime.metrics.source_lag import SourceLag
-from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of
+from sluice.runtime.plugins import PluginInfo, PluginRegistry, delivery_of, plugin_kind
 from sluice.runtime.runner import RunningConnector
 from sluice.runtime.secrets import (
     keep_masked,
@@ -71,8 +70,6 @@ from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
     ConfigException,
     Connector,
-    SinkConnector,
-    SourceConnector,
     partition_key,
 )
 from sluice.sdk._config import normalize_config
@@ -82,14 +79,6 @@ from sluice.store.statuses import Status, StatusStore
 log = logging.getLogger(__name__)
 
 _STATE_OF_TARGET = {"STARTED": "RUNNING", "PAUSED": "PAUSED", "STOPPED": "STOPPED"}
-
-
-def _kind(cls: type[Connector] | None) -> str:
-    if cls is not None and issubclass(cls, SourceConnector):
-        return "source"
-    if cls is not None and issubclass(cls, SinkConnector):
-        return "sink"
-    return "unknown"
 
 
 def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) -> TaskStatus:
@@ -168,6 +157,7 @@ class BaseHerder(Herder):
         configs: ConfigStore,
         statuses: StatusStore,
         progress: ProgressTracker,
+        metrics: MetricsSnapshot,
     ) -> None:
         self.spark = spark
         self.config = config
@@ -194,22 +184,8 @@ class BaseHerder(Herder):
             disowned=self._disowned,
             last_error=self._last_error,
         )
-        self._metrics = MetricsSnapshot(
-            self.worker_id,
-            configs,
-            self.statuses,
-            self.runner,
-            self.progress,
-            SourceLag(
-                task_class=self._task_class_of,
-                resolve=self._resolve_task_config,
-                committed=self.runner.committed_positions,
-                interval_s=config.source_lag_interval_ms / 1000,
-            ),
-            lambda conf: _kind(self._class_of(conf)),
-            self._last_error,
-            self._probes_lag,
-        )
+        # one read of the stores per scrape (built by the composition root)
+        self._metrics = metrics
 
     # -- the reconciliation rounds ----------------------------------------------------------------
     def _stop_query(self, name: str, state: str | None) -> None:
@@ -258,18 +234,7 @@ class BaseHerder(Herder):
         return stored
 
     def _class_of(self, config: dict[str, str]) -> type[Connector] | None:
-        try:
-            return self.plugins_registry.connector(config.get("connector.class", ""))
-        except ConfigException:
-            return None
-
-    def _task_class_of(self, class_name: str) -> type | None:
-        cls = self._class_of({"connector.class": class_name})
-        return getattr(cls, "task_class", None)
-
-    def _resolve_task_config(self, class_name: str, task_config: dict[str, str]) -> dict[str, str]:
-        cls = self._class_of({"connector.class": class_name})
-        return self.providers.resolve(task_config, password_keys(cls) if cls else ())
+        return self.plugins_registry.connector_or_none(config.get("connector.class", ""))
 
     def _check(self, name: str, config: dict[str, Any]) -> ConfigReport:
         """The accepted config (aliases renamed) and its warnings, or BadRequest with every
@@ -380,7 +345,7 @@ class BaseHerder(Herder):
             name,
             self.shown_config(stored.config),
             tuple(TaskId(name, i) for i in range(len(stored.task_configs))),
-            _kind(self._class_of(stored.config)),
+            plugin_kind(self._class_of(stored.config)),
         )
 
     def status(self, name: str) -> ConnectorStatus:
@@ -399,7 +364,7 @@ class BaseHerder(Herder):
                 _task_status(t.task if t.task is not None else i, t, notes)
                 for i, t in enumerate(tasks)
             ),
-            _kind(self._class_of(stored.config)),
+            plugin_kind(self._class_of(stored.config)),
             delivery_of(self._class_of(stored.config), stored.config),
         )
 
@@ -555,7 +520,7 @@ class BaseHerder(Herder):
     def password_keys(self, class_name: str) -> list[str]:
         # the classes of stored configs, found as when they run (plugin_config finds only
         # registered ones): a secret is masked whatever its connector's class
-        cls = self._class_of({"connector.class": class_name})
+        cls = self.plugins_registry.connector_or_none(class_name)
         if cls is None:
             return []
         return [d["name"] for d in validation.plugin_keys(cls) if d.get("type") == "password"]
@@ -649,7 +614,7 @@ class BaseHerder(Herder):
 
     def _metrics_snapshot(self) -> dict[str, Any]:
         """One read of the stores for every connector's figures (`MetricsSnapshot.take`)."""
-        return self._metrics.take()
+        return self._metrics.take(self.statuses, self._last_error, self._probes_lag)
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:

@@ -43,6 +43,7 @@ from sluice.runtime.herder.api import AllocatedTask, Conflict, NotFound
 from sluice.runtime.herder.base import BaseHerder, QueryRunner
 from sluice.runtime.herder.reconcile import Duty, NotOurs
 from sluice.runtime.metrics.progress import ProgressTracker
+from sluice.runtime.metrics.snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.runner import RunningConnector
 from sluice.runtime.worker_config import WorkerConfig
@@ -151,6 +152,7 @@ class DistributedHerder(BaseHerder):
         *,
         runner: QueryRunner,
         progress: ProgressTracker,
+        metrics: MetricsSnapshot,
     ) -> None:
         super().__init__(
             spark,
@@ -160,6 +162,7 @@ class DistributedHerder(BaseHerder):
             configs=cluster.configs,
             statuses=cluster.statuses,
             progress=progress,
+            metrics=metrics,
         )
         self.cluster = cluster
         self._wake = threading.Event()
@@ -198,6 +201,7 @@ class DistributedHerder(BaseHerder):
                     log.exception("connector %s: lease not released", name)
             with contextlib.suppress(Exception):  # the JVM may be gone
                 self.runner.close()
+        self._metrics.close()
         try:
             self.cluster.leave(self.worker_id)
         except Exception:  # the store is down: the session timeout frees our leases

@@ -68,7 +68,7 @@ class StandaloneHerder(BaseHerder):
                 self._stop_query(name, "UNASSIGNED")
             with contextlib.suppress(Exception):  # logged by _stop_query; the JVM may be gone
                 self.runner.close()
-        self._metrics.source_lag.close()
+        self._metrics.close()
 
     def _flush_statuses(self) -> None:
         """Write the statuses the store refused (standalone: this worker is their only writer);

@@ -17,7 +17,7 @@ from typing import Any
 
 from sluice.engine.settings import ConfigReport, Problem, check_config, key_definitions
 from sluice.runtime.herder.api import BadRequest, Conflict
-from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.plugins import PluginRegistry, plugin_kind
 from sluice.runtime.secrets import password_keys, redact, scrub
 from sluice.sdk import (
     ConfigException,
@@ -25,7 +25,6 @@ from sluice.sdk import (
     Connector,
     ConnectorContext,
     InvalidConfig,
-    SinkConnector,
     SourceConnector,
     count_problem,
     extras,
@@ -38,11 +37,6 @@ log = logging.getLogger(__name__)
 #: control characters (C0 but tab, DEL, C1, line and paragraph separators): never in a key
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
 _CONTROL_KEY = "a config key may not hold control characters (newlines, escapes…)"
-
-
-def kind_of(cls: type[Connector]) -> str:
-    """ "source" or "sink"."""
-    return "sink" if issubclass(cls, SinkConnector) else "source"
 
 
 #: What a herder does to a config before the connector validates it: resolve `${provider:…}`
@@ -91,7 +85,7 @@ def check(
         raise as_bad_request([Problem("connector.class", missing)])
     report = check_config(
         conf,
-        kind=kind_of(cls),
+        kind=plugin_kind(cls),
         connector_keys=cls.config_def,
         resolve_transform=registry.transform,
         validate=lambda c: _validate(cls, prepare(c, cls) if prepare is not None else c),
@@ -209,7 +203,7 @@ def shown_default(value: Any) -> str:
 def plugin_keys(cls: type[Connector]) -> list[dict[str, Any]]:
     """The connector's own keys first, then the connector-level keys its kind accepts."""
     own = cls.config_def.keys
-    every = key_definitions(kind_of(cls), cls.config_def)
+    every = key_definitions(plugin_kind(cls), cls.config_def)
     names = [*own, *(k for k in every if k not in own)]
     return [definition(k, every[k]) for k in names]
 
@@ -226,7 +220,7 @@ def validation_result(
     "value", "errors", "warnings"}}]}`."""
     report, cls = check(registry, config, prepare, topic_problem, screen)
     shown = redact(report.config, password_keys(cls))
-    definitions = key_definitions(kind_of(cls), cls.config_def)
+    definitions = key_definitions(plugin_kind(cls), cls.config_def)
     errors: dict[str, list[str]] = {k: [] for k in definitions}
     warnings: dict[str, list[str]] = {}
     for p in report.errors:
@@ -345,7 +339,6 @@ __all__ = [
     "check_position_keys",
     "definition",
     "is_plan_error",
-    "kind_of",
     "match_partitions",
     "plugin_keys",
     "validation_result",

@@ -10,7 +10,7 @@ source's system, `sluice.runtime.metrics.source_lag`) probed in the background.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,20 +59,24 @@ class MetricsSnapshot:
 
     worker_id: str
     configs: ConfigStore
-    statuses: StatusStore
     runner: MeasuredRunner
     progress: ProgressTracker
     source_lag: SourceLag
     kind_of: Callable[[dict[str, str]], str]  # "source" | "sink" | "unknown" of a config
-    last_error: dict[str, float]
-    #: whether this worker probes the connector's source lag (distributed: only its owner)
-    probes_lag: Callable[[str], bool] = lambda _name: True
     _jvm: tuple[float, dict[str, int]] = (0.0, {})
     _queue_keys: dict[tuple[str, int], str] = field(default_factory=dict)
 
-    def take(self) -> dict[str, Any]:
+    def take(
+        self,
+        statuses: StatusStore,
+        last_error: Mapping[str, float],
+        probes_lag: Callable[[str], bool] = lambda _name: True,
+    ) -> dict[str, Any]:
+        """One read of the stores; the herder adds what only it knows: the statuses it shows
+        (`statuses`, its board), when each connector last FAILED, and whether this worker
+        probes a connector's source lag (distributed: only its owner does)."""
         stored = self.configs.all()
-        statuses = self.statuses.all()
+        shown = statuses.all()
         counters = self.runner.counters.all()
         positions = self.runner.positions.load_all()
         offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
@@ -80,10 +84,10 @@ class MetricsSnapshot:
         kinds = {s.name: self.kind_of(s.config) for s in stored}
         board = self.runner.push_board if "sink" in kinds.values() else None
         self.source_lag.first_figures(
-            [s for s in stored if kinds[s.name] == "source" and self.probes_lag(s.name)]
+            [s for s in stored if kinds[s.name] == "source" and probes_lag(s.name)]
         )
         for s in sorted(stored, key=lambda s: s.name):
-            own, tasks = statuses.get(s.name, (None, []))
+            own, tasks = shown.get(s.name, (None, []))
             by_state: dict[str, int] = {}
             for task in tasks:
                 by_state[task.state] = by_state.get(task.state, 0) + 1
@@ -96,13 +100,13 @@ class MetricsSnapshot:
                 "progress": self._progress(s.name),
                 "lag": [],
                 "source_lag": [],
-                "last_error_timestamp": self.last_error.get(s.name),
+                "last_error_timestamp": last_error.get(s.name),
             }
             if entry["type"] == "sink":
                 committed = self.runner.committed_positions(s.name, positions.get(s.name, {}))
                 entry["lag"] = self._sink_lag(s, committed, offsets)
                 entry["push"] = self._push(s.name, board)
-            elif entry["type"] == "source" and self.probes_lag(s.name):
+            elif entry["type"] == "source" and probes_lag(s.name):
                 entry["source_lag"] = [
                     {"partition": p.partition, "unit": p.unit, "lag": p.lag}
                     for p in self.source_lag.of(s)
@@ -113,6 +117,10 @@ class MetricsSnapshot:
             "worker": {"worker_id": self.worker_id, "jvm": self._jvm_memory()},
             "connectors": connectors,
         }
+
+    def close(self) -> None:
+        """Stop the source-lag probe's thread."""
+        self.source_lag.close()
 
     def _push(self, name: str, board: PushBoard | None = None) -> dict[str, Any] | None:
         """A push sink's totals and what its tasks hold now (None for other sinks): the HTTP
