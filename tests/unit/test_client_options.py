@@ -27,8 +27,8 @@ from sluice.connectors.rabbitmq._client import CONNECTION_KEYS as RABBIT_KEYS
 from sluice.connectors.rabbitmq._client import Settings as RabbitSettings
 from sluice.connectors.rabbitmq.sink import RabbitMQSinkConnector
 from sluice.connectors.rabbitmq.source import RabbitMQSourceConnector
-from sluice.connectors.redis._client import CONNECTION_KEYS as REDIS_KEYS
-from sluice.connectors.redis._client import Settings as RedisSettings
+from sluice.connectors.redis._config import CONNECTION_KEYS as REDIS_KEYS
+from sluice.connectors.redis._config import Settings as RedisSettings
 from sluice.connectors.redis.sink import RedisSinkConnector
 from sluice.connectors.redis.source import RedisListSourceConnector, RedisStreamSourceConnector
 from sluice.connectors.rocketmq.sink import RocketMQSinkConnector

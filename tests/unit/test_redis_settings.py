@@ -6,7 +6,8 @@ import pytest
 import redis
 
 from sluice.connectors._messaging import shares
-from sluice.connectors.redis._client import CONNECTION_KEYS, Settings
+from sluice.connectors.redis._client import failure
+from sluice.connectors.redis._config import CONNECTION_KEYS, Settings
 from sluice.connectors.redis.source import _id
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException
 
@@ -33,11 +34,11 @@ def test_url_or_rocketmq_keys() -> None:
 
 def test_failures_are_typed() -> None:
     s = settings(**{"redis.url": "redis://h:1/0"})
-    auth = s.failure("reading", redis.AuthenticationError("WRONGPASS"))
+    auth = failure(s, "reading", redis.AuthenticationError("WRONGPASS"))
     assert isinstance(auth, ConfigException) and auth.key == "redis.password"
-    gone = s.failure("reading", redis.ConnectionError("refused"))
+    gone = failure(s, "reading", redis.ConnectionError("refused"))
     assert isinstance(gone, RetriableException) and "redis.url=redis://h:1/0: reading" in str(gone)
-    other = s.failure("XADD x", redis.ResponseError("WRONGTYPE"))
+    other = failure(s, "XADD x", redis.ResponseError("WRONGTYPE"))
     assert type(other) is ConnectException and "XADD x: WRONGTYPE" in str(other)
 
 

@@ -42,51 +42,25 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Refusals, Row, RowSinkTask
-from sluice.connectors.redis._client import (
-    CONNECTION_KEYS,
-    Settings,
-    redis_module,
-)
-from sluice.connectors.redis._client import (
-    client_options as redis_options,
-)
+from sluice.connectors.redis._client import connect, failure, probe, redis_module
+from sluice.connectors.redis._config import SINK_CONFIG, Settings
+from sluice.connectors.redis._config import client_options as redis_options
 from sluice.sdk import (
     BatchId,
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     Delivery,
     SinkConnector,
 )
 from sluice.sdk.extras import REDIS
 
-TYPES = ("stream", "list", "string", "hash")
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
-    ConfigKey(
-        "redis.type", default="stream", choices=TYPES, doc="what to write: " + "|".join(TYPES)
-    ),
-    ConfigKey("redis.key.format", default="", doc="the Redis key; ${topic} and ${key} replaced"),
-    ConfigKey("stream.key.field", default="key", doc="entry field that holds the record key"),
-    ConfigKey("stream.value.field", default="value", doc="entry field that holds the value"),
-    ConfigKey("stream.maxlen", type="int", default=0, min=0, doc="XADD MAXLEN ~ n (0: no trim)"),
-    ConfigKey(
-        "redis.offsets.key.format",
-        default="sluice:offsets:${connector}:${topic}:${queue}",
-        doc="where the next offset of each topic queue is kept (exactly-once)",
-    ),
-    ConfigKey("redis.batch.size", type="int", default=5000, min=1, doc="records per transaction"),
-)
-
 
 class RedisSinkTask(RowSinkTask):
     """Writes each topic queue's records in transactions that also move the queue's mark."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.type = values["redis.type"]
         self.key_format = values["redis.key.format"] or (
@@ -106,7 +80,7 @@ class RedisSinkTask(RowSinkTask):
 
     def _redis(self) -> Any:
         if self._client is None:
-            self._client = self.settings.connect()
+            self._client = connect(self.settings)
         return self._client
 
     def write_rows(self, rows: list[Row]) -> None:
@@ -149,7 +123,7 @@ class RedisSinkTask(RowSinkTask):
                     except r.WatchError:
                         continue  # another writer of this queue moved the mark: look again
         except r.RedisError as exc:
-            raise self.settings.failure(f"writing {where}", exc) from None
+            raise failure(self.settings, f"writing {where}", exc) from None
         failed = next((x for x in results if isinstance(x, Exception)), None)
         if failed is not None:
             raise ConnectException(f"{self.settings.where}: writing {where}: {failed}")
@@ -224,7 +198,7 @@ class RedisSinkTask(RowSinkTask):
 class RedisSinkConnector(SinkConnector):
     """Writes records to Redis (``redis.type`` stream, list, string or hash), exactly once."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = RedisSinkTask
     requires = (REDIS,)
     guarantee = Delivery.EXACTLY_ONCE
@@ -235,7 +209,7 @@ class RedisSinkConnector(SinkConnector):
         return redis_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         fmt = values["redis.key.format"]
         if fmt and values["redis.type"] == "string" and "${key}" not in fmt:
             raise ConfigException(
@@ -247,7 +221,7 @@ class RedisSinkConnector(SinkConnector):
             or "${queue}" not in (values["redis.offsets.key.format"])
         ):
             raise ConfigException("redis.offsets.key.format", "must contain ${topic} and ${queue}")
-        Settings.of(values).probe().close()
+        probe(Settings.of(values)).close()
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

@@ -29,19 +29,12 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector, patiently, source_batch
-from sluice.connectors.redis._client import (
-    CONNECTION_KEYS,
-    Settings,
-    redis_module,
-)
-from sluice.connectors.redis._client import (
-    client_options as redis_options,
-)
+from sluice.connectors.redis._client import connect, failure, probe, redis_module
+from sluice.connectors.redis._config import LIST_CONFIG, STREAM_CONFIG, Settings
+from sluice.connectors.redis._config import client_options as redis_options
 from sluice.sdk import (
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     ReadLimit,
@@ -52,24 +45,6 @@ from sluice.sdk import (
 )
 from sluice.sdk.extras import REDIS
 
-STREAM_CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("redis.streams", type="list", doc="stream keys to read, separated by , or ;"),
-    ConfigKey("connect.topicname", default="", doc="topic to write (default: the stream's key)"),
-    ConfigKey("stream.key.field", default="key", doc="entry field read as the record key"),
-    ConfigKey("stream.value.field", default="value", doc="entry field read as the record value"),
-)
-LIST_CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("redis.lists", type="list", doc="list keys to take from, separated by , or ;"),
-    ConfigKey("connect.topicname", default="", doc="topic to write (default: the list's key)"),
-    ConfigKey(
-        "list.processing.key.format",
-        default="${list}:sluice-processing:${connector}",
-        doc="where taken elements wait for their commit (${list}, ${connector})",
-    ),
-    ConfigKey("list.poll.max.records", type="int", default=10_000, min=1, doc="per list, per poll"),
-)
 _PAGE = 10_000  # entries per XRANGE call in read()
 # The id of the `count`-th entry after `start`, stepping server-side so only one id travels back.
 _NTH_ID = """
@@ -122,7 +97,7 @@ class RedisStreamSourceTask(ReplayableSourceTask):
 
     def _redis(self) -> Any:
         if self._client is None:
-            self._client = self.settings.connect()
+            self._client = connect(self.settings)
             self._nth = self._client.register_script(_NTH_ID)
         return self._client
 
@@ -130,7 +105,7 @@ class RedisStreamSourceTask(ReplayableSourceTask):
         try:
             return fn()
         except redis_module().RedisError as exc:
-            raise self.settings.failure(doing, exc) from None
+            raise failure(self.settings, doing, exc) from None
 
     def partitions(self) -> list[RecordPartition]:
         return [{"stream": s} for s in self.streams]
@@ -164,7 +139,7 @@ class RedisStreamSourceTask(ReplayableSourceTask):
         except redis_module().ResponseError:
             return  # no such key (yet, or any more): nothing to read
         except redis_module().RedisError as exc:
-            raise self.settings.failure(f"XINFO STREAM {stream}", exc) from None
+            raise failure(self.settings, f"XINFO STREAM {stream}", exc) from None
         deleted = info.get("max-deleted-entry-id")
         if deleted and _id(deleted) > _id(committed):
             raise ConnectException(
@@ -243,7 +218,7 @@ class RedisStreamSourceTask(ReplayableSourceTask):
 def _check_keys(
     settings: Settings, key: str, names: list[str], kind: str, *, must_exist: bool
 ) -> None:
-    client = settings.probe()
+    client = probe(settings)
     try:
         for name in names:
             found = client.type(name).decode()
@@ -256,7 +231,7 @@ def _check_keys(
                     key, f"{name!r} on {settings.where} is a {found}, not a {kind}"
                 )
     except redis_module().RedisError as exc:
-        err = settings.failure(f"TYPE of {key}", exc)
+        err = failure(settings, f"TYPE of {key}", exc)
         raise (
             err if isinstance(err, ConfigException) else ConfigException(key, str(err))
         ) from None
@@ -308,7 +283,7 @@ class RedisListSourceTask(SourceTask):
             name: fmt.replace("${list}", name).replace("${connector}", self.context.connector_name)
             for name in values["redis.lists"]
         }
-        self._client = self.settings.connect()
+        self._client = connect(self.settings)
         self._move = self._client.register_script(_TAKE)
         for name, processing in self.lists.items():
             # what a dead process took but never acknowledged goes back, oldest to the right end
@@ -321,7 +296,7 @@ class RedisListSourceTask(SourceTask):
         try:
             return fn()
         except redis_module().RedisError as exc:
-            raise self.settings.failure(doing, exc) from None
+            raise failure(self.settings, doing, exc) from None
 
     def poll(self) -> list[ConnectRecord]:
         records = []
