@@ -9,9 +9,9 @@ import nats
 import pytest
 
 from sluice.connectors._messaging import Row, addressed
-from sluice.connectors.mqtt._client import CONNECTION_KEYS as MQTT_KEYS
-from sluice.connectors.mqtt._client import Settings as MqttSettings
-from sluice.connectors.mqtt._client import check_filter, check_topic
+from sluice.connectors.mqtt._config import CONNECTION_KEYS as MQTT_KEYS
+from sluice.connectors.mqtt._config import Settings as MqttSettings
+from sluice.connectors.mqtt._config import check_filter, check_topic
 from sluice.connectors.nats._client import CONNECTION_KEYS as NATS_KEYS
 from sluice.connectors.nats._client import Settings as NatsSettings
 from sluice.connectors.nats.source import NatsSourceTask, _check_still_there

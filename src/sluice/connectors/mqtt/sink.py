@@ -31,25 +31,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Row, RowSinkTask, addressed
-from sluice.connectors.mqtt._client import ALIASES, CONNECTION_KEYS, Settings, check_topic, paho
+from sluice.connectors.mqtt._client import connect, paho, probe
+from sluice.connectors.mqtt._config import ALIASES, SINK_CONFIG, Settings, check_topic
 from sluice.connectors.mqtt.source import TOPIC_EXTENSION
 from sluice.sdk import (
-    ConfigDef,
-    ConfigKey,
     ConnectException,
     RetriableException,
     SinkConnector,
 )
 from sluice.sdk.extras import MQTT
-
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
-    ConfigKey("mqtt.topic.format", default="${topic}", doc="MQTT topic; ${topic}, ${key} replaced"),
-    ConfigKey("mqtt.qos", default="1", choices=("0", "1", "2"), doc="publish QoS"),
-    ConfigKey("mqtt.retain", type="bool", default=False, doc="set the retained flag"),
-)
-
 
 _MADE_MAX = 10_000  # distinct user-property sets kept for reuse
 
@@ -58,7 +48,7 @@ class MqttSinkTask(RowSinkTask):
     """Publishes its share of each micro-batch and waits for every acknowledgement."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.topic_format: str = values["mqtt.topic.format"]
         self.qos = int(values["mqtt.qos"])
@@ -78,7 +68,7 @@ class MqttSinkTask(RowSinkTask):
 
     def _connected(self) -> Any:
         if self._client is None:
-            self._client = self.settings.connect(self.client_id, max_inflight=self.max_inflight)
+            self._client = connect(self.settings, self.client_id, max_inflight=self.max_inflight)
             self._client.on_publish = self._acknowledged
             self._refusals: dict[int, Any] = {}
         if not self._client.is_connected():
@@ -152,17 +142,17 @@ class MqttSinkConnector(SinkConnector):
     """Publishes records to MQTT topics (QoS 0/1/2, retained flag): at-least-once with QoS 1
     or 2."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = MqttSinkTask
     requires = (MQTT,)
     key_aliases = {**ALIASES, "sinkTopic": "mqtt.topic.format"}
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         fmt = values["mqtt.topic.format"]
         check_topic("mqtt.topic.format", fmt.replace("${topic}", "t").replace("${key}", "k"))
         settings = Settings.of(values)
-        settings.probe(values["mqtt.client.id"] or "sluice-sink", values["mqtt.max.inflight"])
+        probe(settings, values["mqtt.client.id"] or "sluice-sink", values["mqtt.max.inflight"])
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

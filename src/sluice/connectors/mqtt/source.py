@@ -42,18 +42,11 @@ import numpy as np
 import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector
-from sluice.connectors.mqtt._client import (
-    ALIASES,
-    CONNECTION_KEYS,
-    RECONNECT_MAX_S,
-    Settings,
-    check_filter,
-)
+from sluice.connectors.mqtt._client import RECONNECT_MAX_S, connect, probe
+from sluice.connectors.mqtt._config import ALIASES, SOURCE_CONFIG, Settings, check_filter
 from sluice.sdk import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
-    ConfigDef,
-    ConfigKey,
     RetriableException,
     SourceTask,
 )
@@ -63,30 +56,6 @@ from sluice.sdk.extras import MQTT
 TOPIC_EXTENSION = "mqtt.topic"
 # the columns of a polled batch that `commit` reads (the engine stages the frame's columns only)
 MID, QOS, CONNECTION = "mqtt_mid", "mqtt_qos", "mqtt_connection"
-# paho answers a QoS 2 PUBLISH with PUBREC on arrival, manual acknowledgement or not; after that
-# the broker resends only the PUBREL, which a restarted process drops: a kill between PUBREC and
-# the commit would lose messages, so the source does not offer it (docs/mqtt.md).
-_QOS_2 = (
-    "a QoS 2 subscription is not at-least-once here (paho acknowledges it with PUBREC on "
-    "arrival, before the commit): use 1, which delivers messages published at QoS 2 at QoS 1"
-)
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("mqtt.topics", type="list", doc="topic filters (wildcards + and #), , or ; apart"),
-    ConfigKey("connect.topicname", doc="topic to write"),
-    ConfigKey(
-        "mqtt.qos",
-        default="1",
-        choices=("0", "1", "2"),
-        check=lambda qos: _QOS_2 if qos == "2" else None,
-        doc="subscription QoS: 0 or 1",
-    ),
-    ConfigKey(
-        "mqtt.session.expiry.s", type="int", default=7 * 24 * 3600, min=1, doc="session expiry"
-    ),
-    ConfigKey("mqtt.receive.maximum", type="int", default=65535, min=1, doc="unacked in flight"),
-    ConfigKey("mqtt.poll.max.records", type="int", default=20_000, min=1, doc="records per poll"),
-)
 
 
 def _client_id(values: Mapping[str, Any], connector: str, task: int) -> str:
@@ -99,7 +68,7 @@ class MqttSourceTask(SourceTask):
     """Buffers what its client receives; `poll` hands it over, `commit` acknowledges it."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.filters: list[str] = values["mqtt.topics"]
         self.topic: str = values["connect.topicname"]
@@ -116,7 +85,8 @@ class MqttSourceTask(SourceTask):
         # not call `poll` (every core busy with sinks that retry their writes). Set before
         # `connect`: paho calls `_connected` from its thread during it.
         self._outage: LoopReport | None = None
-        self._client = self.settings.connect(
+        self._client = connect(
+            self.settings,
             self.client_id,
             session_expiry_s=values["mqtt.session.expiry.s"],
             receive_maximum=values["mqtt.receive.maximum"],
@@ -230,19 +200,19 @@ class MqttSourceConnector(NamedSourceConnector):
     after its micro-batch committed: at-least-once."""
 
     names_key = "mqtt.topics"
-    config_def = CONFIG
+    config_def = SOURCE_CONFIG
     task_class = MqttSourceTask
     requires = (MQTT,)
     key_aliases = {**ALIASES, "sourceTopic": "mqtt.topics"}
 
     def validate(self, config: Mapping[str, str]) -> None:
         super().validate(config)  # the keys' own checks (mqtt.qos), for direct callers too
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         if not values["mqtt.topics"]:
             check_filter("mqtt.topics", "")
         for topic_filter in values["mqtt.topics"]:
             check_filter("mqtt.topics", topic_filter)
-        Settings.of(values).probe(_client_id(values, "validate", 0))
+        probe(Settings.of(values), _client_id(values, "validate", 0))
 
 
 __all__ = ["MqttSourceConnector", "MqttSourceTask"]
