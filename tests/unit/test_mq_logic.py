@@ -12,8 +12,9 @@ from sluice.connectors._messaging import Row, addressed
 from sluice.connectors.mqtt._config import CONNECTION_KEYS as MQTT_KEYS
 from sluice.connectors.mqtt._config import Settings as MqttSettings
 from sluice.connectors.mqtt._config import check_filter, check_topic
-from sluice.connectors.nats._client import CONNECTION_KEYS as NATS_KEYS
-from sluice.connectors.nats._client import Settings as NatsSettings
+from sluice.connectors.nats._client import failure as nats_failure
+from sluice.connectors.nats._config import CONNECTION_KEYS as NATS_KEYS
+from sluice.connectors.nats._config import Settings as NatsSettings
 from sluice.connectors.nats.source import NatsSourceTask, _check_still_there
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException
 
@@ -57,11 +58,11 @@ def test_nats_settings_and_failures() -> None:
     )
     with pytest.raises(ConfigException, match=r"nats.url: expected nats://"):
         NatsSettings.of(keys.parse({"nats.url": "http://a"}))
-    gone = s.failure("reading", nats.errors.NoServersError())
+    gone = nats_failure(s, "reading", nats.errors.NoServersError())
     assert isinstance(gone, RetriableException) and "nats.url=nats://a:1" in str(gone)
-    auth = s.failure("reading", nats.errors.AuthorizationError())
+    auth = nats_failure(s, "reading", nats.errors.AuthorizationError())
     assert isinstance(auth, ConfigException) and auth.key == "nats.password"
-    other = s.failure("STREAM.INFO X", ValueError("boom"))
+    other = nats_failure(s, "STREAM.INFO X", ValueError("boom"))
     assert type(other) is ConnectException and "STREAM.INFO X: boom" in str(other)
 
 

@@ -1,9 +1,6 @@
-"""The NATS connection settings every NATS connector shares, a blocking face over nats-py's asyncio
-client, and the errors they raise.
-
-`nats.url` (``nats://host:port``, several separated by ``,``) is the address; `nats.username` /
-`nats.password` or `nats.token` authenticate. nats-py is imported lazily, so the rest of sluice
-does not need it.
+"""The NATS client every NATS connector uses: a blocking face over nats-py's asyncio client
+(connected as `Settings` say), and the errors it raises. nats-py is imported lazily, so the rest
+of sluice does not need it.
 
 nats-py is asyncio-only, while sluice's task methods are plain calls (on the driver between
 micro-batches, on executors inside a read or a write). `Session` runs one event loop in a daemon
@@ -18,21 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from sluice.sdk import ConfigException, ConfigKey, ConnectException, RetriableException
+from sluice.connectors.nats._config import URL, Settings
+from sluice.sdk import ConfigException, ConnectException, RetriableException
 from sluice.sdk.extras import NATS, require
 
-URL = "nats.url"
-CONNECTION_KEYS = (
-    ConfigKey(URL, default="nats://127.0.0.1:4222", doc="nats://host:port[,nats://host:port…]"),
-    ConfigKey("nats.username", default="", doc="user name"),
-    ConfigKey("nats.password", type="password", default="", doc="password"),
-    ConfigKey("nats.token", type="password", default="", doc="authentication token"),
-    ConfigKey("nats.timeout.ms", type="int", default=5000, min=1, doc="connect/request timeout"),
-)
 T = TypeVar("T")
 
 
@@ -49,72 +38,35 @@ async def _quiet(_exc: Exception) -> None:
     """nats-py logs every failed attempt with a stack trace; the error reaches us anyway."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Where and how to connect (picklable: travels to executors inside the task config)."""
-
-    servers: tuple[str, ...]
-    username: str | None
-    password: str | None
-    token: str | None
-    timeout_s: float
-
-    @staticmethod
-    def of(values: Mapping[str, Any]) -> Settings:
-        servers = tuple(s.strip() for s in values[URL].split(",") if s.strip())
-        if not servers:
-            raise ConfigException(URL, "required key is empty")
-        for server in servers:
-            if not server.startswith(("nats://", "tls://")):
-                raise ConfigException(URL, f"expected nats://host:port, got {server!r}")
-            if any(c in server for c in "?#"):
-                # nats-py takes the address only: options in the URL would be silently dropped
-                raise ConfigException(
-                    URL,
-                    f"expected nats://host:port, got {server!r}: sluice passes no client "
-                    "options from the URL (the NATS connectors take none)",
-                )
-        return Settings(
-            servers,
-            values["nats.username"] or None,
-            values["nats.password"] or None,
-            values["nats.token"] or None,
-            values["nats.timeout.ms"] / 1000,
+def failure(settings: Settings, doing: str, exc: BaseException) -> ConnectException:
+    """The sluice error for a nats-py exception: refused credentials are a config error, a
+    lost, refused or timed-out connection is retriable, anything else names what failed."""
+    nats = nats_module()
+    if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
+        return ConfigException(
+            "nats.password",
+            f"{settings.where} refused the credentials while {doing}: {exc}",
+            suggestion="check nats.username / nats.password (or nats.token)",
         )
-
-    @property
-    def where(self) -> str:
-        return ",".join(self.servers)
-
-    def failure(self, doing: str, exc: BaseException) -> ConnectException:
-        """The sluice error for a nats-py exception: refused credentials are a config error, a
-        lost, refused or timed-out connection is retriable, anything else names what failed."""
-        nats = nats_module()
-        if isinstance(exc, nats.errors.AuthorizationError) or "authorization" in str(exc).lower():
-            return ConfigException(
-                "nats.password",
-                f"{self.where} refused the credentials while {doing}: {exc}",
-                suggestion="check nats.username / nats.password (or nats.token)",
-            )
-        retriable = (
-            nats.errors.NoServersError,
-            nats.errors.ConnectionClosedError,
-            nats.errors.TimeoutError,
-            nats.errors.StaleConnectionError,
-            nats.errors.UnexpectedEOF,
-            OSError,
-            asyncio.TimeoutError,
-        )
-        if isinstance(exc, retriable):
-            return RetriableException(f"{URL}={self.where}: {doing}: {exc or type(exc).__name__}")
-        return ConnectException(f"{URL}={self.where}: {doing}: {exc}")
+    retriable = (
+        nats.errors.NoServersError,
+        nats.errors.ConnectionClosedError,
+        nats.errors.TimeoutError,
+        nats.errors.StaleConnectionError,
+        nats.errors.UnexpectedEOF,
+        OSError,
+        asyncio.TimeoutError,
+    )
+    if isinstance(exc, retriable):
+        return RetriableException(f"{URL}={settings.where}: {doing}: {exc or type(exc).__name__}")
+    return ConnectException(f"{URL}={settings.where}: {doing}: {exc}")
 
 
 class Session:
     """One NATS connection driven by an event loop of its own (a daemon thread).
 
     `call(fn)` runs ``await fn(js)`` with the JetStream context and returns its result, or raises
-    the sluice error for what went wrong (`Settings.failure`); after a connection error the next
+    the sluice error for what went wrong (`failure`); after a connection error the next
     call connects afresh.
     """
 
@@ -158,7 +110,7 @@ class Session:
         except ConnectException:
             raise
         except Exception as exc:
-            err = self.settings.failure(doing, exc)
+            err = failure(self.settings, doing, exc)
             if isinstance(err, RetriableException):
                 self._drop()
             raise err from None

@@ -34,25 +34,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Row, RowSinkTask, addressed
-from sluice.connectors.nats._client import CONNECTION_KEYS, Session, Settings, nats_module, probe
+from sluice.connectors.nats._client import Session, failure, nats_module, probe
+from sluice.connectors.nats._config import SINK_CONFIG, Settings
 from sluice.connectors.nats._jetstream import publish
 from sluice.connectors.nats.source import SUBJECT_EXTENSION
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     Delivery,
     SinkConnector,
 )
 from sluice.sdk.extras import NATS
 
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
-    ConfigKey("nats.subject.format", default="${topic}", doc="subject; ${topic}, ${key} replaced"),
-    ConfigKey("nats.key.header", default="Sluice-Key", doc="header that carries the record key"),
-)
 MSG_ID = "Nats-Msg-Id"
 _WINDOW = 5000  # publishes awaiting their acknowledgement at most (nats-py's own limit: 4000)
 
@@ -61,7 +54,7 @@ class NatsSinkTask(RowSinkTask):
     """Publishes its share of each micro-batch and waits for every acknowledgement."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.subject_format: str = values["nats.subject.format"]
         self.key_header: str = values["nats.key.header"]
@@ -101,7 +94,7 @@ class NatsSinkTask(RowSinkTask):
                 suggestion="add the subject to a stream, or change nats.subject.format",
             )
         # a retriable one makes the runtime publish the share again (the ids dedupe it)
-        raise self.settings.failure(f"publishing record {row.where} to {subject!r}", exc)
+        raise failure(self.settings, f"publishing record {row.where} to {subject!r}", exc)
 
     def stop(self) -> None:
         if self._session is not None:
@@ -113,13 +106,13 @@ class NatsSinkConnector(SinkConnector):
     """Publishes records to NATS JetStream subjects with ``Nats-Msg-Id``s derived from their
     positions: exactly-once within the stream's duplicate window."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = NatsSinkTask
     requires = (NATS,)
     guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         fmt = values["nats.subject.format"]
         subjects = [
             fmt.replace("${topic}", t) for t in values["connect.topicnames"] if "${key}" not in fmt

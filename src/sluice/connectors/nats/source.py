@@ -38,18 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.connectors._messaging import NamedSourceConnector, patiently, source_batch
-from sluice.connectors.nats._client import (
-    CONNECTION_KEYS,
-    Session,
-    Settings,
-    nats_module,
-    probe,
-)
+from sluice.connectors.nats._client import Session, nats_module, probe
+from sluice.connectors.nats._config import SOURCE_CONFIG, Settings
 from sluice.connectors.nats._jetstream import positions, pull
 from sluice.sdk import (
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ReadLimit,
     RecordOffset,
@@ -59,14 +52,6 @@ from sluice.sdk import (
 from sluice.sdk.extras import NATS
 
 SUBJECT_EXTENSION = "nats.subject"
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("nats.streams", type="list", doc="JetStream streams to read, separated by , or ;"),
-    ConfigKey("nats.subject", default="", doc="subject filter (wildcards allowed); default: all"),
-    ConfigKey("connect.topicname", default="", doc="topic to write (default: the stream's name)"),
-    ConfigKey("nats.key.header", default="Sluice-Key", doc="header read as the record key"),
-    ConfigKey("nats.fetch.size", type="int", default=2000, min=1, doc="messages per pull request"),
-)
 _CONSUMER_IDLE_S = 60.0  # the server removes a reader's consumer this long after a crash
 
 
@@ -116,7 +101,7 @@ class NatsSourceTask(ReplayableSourceTask):
     """Reads its streams in exact sequence ranges."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.streams: list[str] = values["nats.streams"]
         self.subject: str = values["nats.subject"]
@@ -226,13 +211,13 @@ class NatsSourceConnector(NamedSourceConnector):
     once, with keys, headers and timestamps."""
 
     names_key = "nats.streams"
-    config_def = CONFIG
+    config_def = SOURCE_CONFIG
     task_class = NatsSourceTask
     requires = (NATS,)
     offset_counts = ("seq",)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         streams = values["nats.streams"]
         if not streams:
             raise ConfigException("nats.streams", "names no stream")
