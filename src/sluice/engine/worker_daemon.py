@@ -43,7 +43,7 @@ PRELOAD = (
     "concurrent.futures.thread",
     "encodings.idna",
     "sluice.store",
-    "sluice.runtime.metrics.progress",
+    "sluice.engine.counting",
     "sluice.bus.embedded",
     # the broker buses' executor-side writers (confluent_kafka's ~30 modules on the Kafka bus)
     "sluice.bus.kafka",
