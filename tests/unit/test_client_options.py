@@ -23,8 +23,8 @@ from sluice.connectors.mqtt._config import CONNECTION_KEYS as MQTT_KEYS
 from sluice.connectors.mqtt._config import Settings as MqttSettings
 from sluice.connectors.nats._config import CONNECTION_KEYS as NATS_KEYS
 from sluice.connectors.nats._config import Settings as NatsSettings
-from sluice.connectors.rabbitmq._client import CONNECTION_KEYS as RABBIT_KEYS
-from sluice.connectors.rabbitmq._client import Settings as RabbitSettings
+from sluice.connectors.rabbitmq._config import CONNECTION_KEYS as RABBIT_KEYS
+from sluice.connectors.rabbitmq._config import Settings as RabbitSettings
 from sluice.connectors.rabbitmq.sink import RabbitMQSinkConnector
 from sluice.connectors.rabbitmq.source import RabbitMQSourceConnector
 from sluice.connectors.redis._config import CONNECTION_KEYS as REDIS_KEYS

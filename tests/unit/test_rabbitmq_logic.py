@@ -6,7 +6,8 @@ import pika
 import pytest
 
 from sluice.connectors._messaging import Row
-from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
+from sluice.connectors.rabbitmq._client import failure, header_text, parameters
+from sluice.connectors.rabbitmq._config import CONNECTION_KEYS, Settings
 from sluice.connectors.rabbitmq.sink import message_id, routing_key
 from sluice.sdk import ConfigDef, ConfigException, ConnectException, RetriableException
 
@@ -26,7 +27,7 @@ def test_url_or_rocketmq_keys() -> None:
         None,
     )
     assert s.where == "amqp://u:********@h:5673/v"  # never the password
-    params = settings(**{"rabbitmq.url": "amqp://u:p@h/v", "rabbitmq.password": "q"}).parameters()
+    params = parameters(settings(**{"rabbitmq.url": "amqp://u:p@h/v", "rabbitmq.password": "q"}))
     assert (params.credentials.username, params.credentials.password) == ("u", "q")
     s = settings(host="h", port="5674", username="a", password="b", virtualHost="/")
     assert (s.url, s.key, s.username, s.password) == ("amqp://h:5674/%2F", "host", "a", "b")
@@ -38,26 +39,28 @@ def test_url_or_rocketmq_keys() -> None:
 
 def test_failures_map_to_config_retriable_or_fatal() -> None:
     s = settings(**{"rabbitmq.url": "amqp://h/%2F"})
-    auth = s.failure("connecting", pika.exceptions.ProbableAuthenticationError("x"), at_create=True)
+    auth = failure(
+        s, "connecting", pika.exceptions.ProbableAuthenticationError("x"), at_create=True
+    )
     assert isinstance(auth, ConfigException) and auth.key == "rabbitmq.password"
-    vhost = s.failure("connecting", pika.exceptions.ProbableAccessDeniedError("x"), at_create=True)
+    vhost = failure(s, "connecting", pika.exceptions.ProbableAccessDeniedError("x"), at_create=True)
     assert isinstance(vhost, ConfigException) and vhost.key == "rabbitmq.url"
-    definite = s.failure("connecting", pika.exceptions.AuthenticationError("PLAIN"))
+    definite = failure(s, "connecting", pika.exceptions.AuthenticationError("PLAIN"))
     assert isinstance(definite, ConfigException) and definite.key == "rabbitmq.password"
     # on a running task a connection lost mid-handshake is as likely the server going away
     for probable in (
         pika.exceptions.ProbableAuthenticationError("x"),
         pika.exceptions.ProbableAccessDeniedError("x"),
     ):
-        err = s.failure("connecting", probable)
+        err = failure(s, "connecting", probable)
         assert isinstance(err, RetriableException), err
         assert "rabbitmq.url=amqp://h/%2F" in str(err) and "going away" in str(err)
-    lost = s.failure("consuming", pika.exceptions.StreamLostError("gone"))
+    lost = failure(s, "consuming", pika.exceptions.StreamLostError("gone"))
     assert isinstance(lost, RetriableException) and "rabbitmq.url=amqp://h/%2F" in str(lost)
     missing = pika.exceptions.ChannelClosedByBroker(404, "NOT_FOUND - no queue 'q'")
-    err = s.failure("declaring", missing, name_key="rabbitmq.queues")
+    err = failure(s, "declaring", missing, name_key="rabbitmq.queues")
     assert isinstance(err, ConfigException) and err.key == "rabbitmq.queues"
-    other = s.failure("declaring", pika.exceptions.ChannelClosedByBroker(406, "PRECONDITION"))
+    other = failure(s, "declaring", pika.exceptions.ChannelClosedByBroker(406, "PRECONDITION"))
     assert isinstance(other, ConnectException) and not isinstance(other, RetriableException)
 
 

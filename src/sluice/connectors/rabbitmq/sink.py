@@ -32,38 +32,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluice.connectors._messaging import Refusals, Row, RowSinkTask
-from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, pika_module
-from sluice.connectors.rabbitmq._client import client_options as rabbitmq_options
+from sluice.connectors.rabbitmq._client import check_exists, failure, parameters, pika_module, probe
+from sluice.connectors.rabbitmq._config import SINK_CONFIG, Settings
+from sluice.connectors.rabbitmq._config import client_options as rabbitmq_options
 from sluice.sdk import (
     BatchId,
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     RetriableException,
     SinkConnector,
 )
 from sluice.sdk.extras import RABBITMQ
-
-CONFIG = ConfigDef(
-    *CONNECTION_KEYS,
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
-    ConfigKey("rabbitmq.exchange", default="", doc="exchange to publish to ('' is the default)"),
-    ConfigKey(
-        "rabbitmq.routing.key.format",
-        default="${key}",
-        doc="routing key: ${key}, ${topic}, ${header.NAME} replaced",
-    ),
-    ConfigKey("rabbitmq.mandatory", type="bool", default=True, doc="unroutable → given up"),
-    ConfigKey("rabbitmq.persistent", type="bool", default=True, doc="delivery_mode 2"),
-    ConfigKey(
-        "rabbitmq.publish.window",
-        type="int",
-        default=2000,
-        min=1,
-        doc="messages published before waiting for their confirms",
-    ),
-)
 
 
 def message_id(row: Row) -> str:
@@ -130,12 +109,12 @@ class _Publisher:
         if self._error is not None:
             error, self._error = self._error, None
             self.close()
-            raise self.settings.failure(doing, error, name_key="rabbitmq.exchange") from None
+            raise failure(self.settings, doing, error, name_key="rabbitmq.exchange") from None
 
     def _open(self) -> None:
         pika = pika_module()
         self._conn = pika.SelectConnection(
-            self.settings.parameters(),
+            parameters(self.settings),
             on_open_callback=lambda c: c.channel(on_open_callback=self._channel_open),
             on_open_error_callback=lambda _c, exc: self._fail(exc),
             on_close_callback=lambda _c, reason: self._fail(reason),
@@ -218,7 +197,7 @@ class RabbitMQSinkTask(RowSinkTask):
     """Publishes each record to the exchange and waits for the broker's confirms."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         self.settings = Settings.of(values)
         self.exchange = values["rabbitmq.exchange"]
         self.template = values["rabbitmq.routing.key.format"]
@@ -263,7 +242,7 @@ class RabbitMQSinkConnector(SinkConnector):
     """Publishes records to a RabbitMQ exchange with publisher confirms: at-least-once, each
     message's ``message_id`` its record's position for deduplication."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = RabbitMQSinkTask
     requires = (RABBITMQ,)
 
@@ -273,12 +252,12 @@ class RabbitMQSinkConnector(SinkConnector):
         return rabbitmq_options(config)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         settings = Settings.of(values)
         if values["rabbitmq.exchange"]:
-            settings.check_exists("rabbitmq.exchange", "exchange", [values["rabbitmq.exchange"]])
+            check_exists(settings, "rabbitmq.exchange", "exchange", [values["rabbitmq.exchange"]])
         else:
-            settings.probe().close()
+            probe(settings).close()
         template = values["rabbitmq.routing.key.format"]
         for part in template.split("${")[1:]:
             name = part.split("}", 1)[0]

@@ -33,13 +33,12 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._messaging import NamedSourceConnector, source_batch
-from sluice.connectors.rabbitmq._client import CONNECTION_KEYS, Settings, header_text
-from sluice.connectors.rabbitmq._client import client_options as rabbitmq_options
+from sluice.connectors.rabbitmq._client import check_exists, connect, failure, header_text, probe
+from sluice.connectors.rabbitmq._config import QUEUE_CONFIG, STREAM_CONFIG, Settings
+from sluice.connectors.rabbitmq._config import client_options as rabbitmq_options
 from sluice.sdk import (
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     ReadLimit,
@@ -52,39 +51,6 @@ from sluice.sdk import (
 from sluice.sdk._retry import LoopReport
 from sluice.sdk.extras import RABBITMQ
 
-_COMMON = (
-    *CONNECTION_KEYS,
-    ConfigKey("connect.topicname", default="", doc="topic to write (default: the queue's name)"),
-    ConfigKey(
-        "rabbitmq.key.header", default="", doc="header read as the key (default: routing key)"
-    ),
-)
-STREAM_CONFIG = ConfigDef(
-    *_COMMON,
-    ConfigKey("rabbitmq.queues", type="list", doc="stream queues, separated by , or ;"),
-    ConfigKey("rabbitmq.prefetch.count", type="int", default=2000, min=1, doc="consumer credit"),
-    ConfigKey(
-        "rabbitmq.stream.wait.ms",
-        type="int",
-        default=500,
-        min=1,
-        doc="how long the driver waits for the last chunk of a stream (empty streams)",
-    ),
-)
-QUEUE_CONFIG = ConfigDef(
-    *_COMMON,
-    ConfigKey("rabbitmq.queues", type="list", default="", doc="queues, separated by , or ;"),
-    ConfigKey(
-        "rabbitmq.prefetch.count",
-        type="int",
-        default=5000,
-        min=2,
-        doc="most unacknowledged messages held per queue (basic.qos)",
-    ),
-    # RocketMQ Connect's name for the queue
-    ConfigKey("destinationName", default="", doc="queue (RocketMQ Connect name)"),
-    ConfigKey("destinationType", default="queue", choices=("queue",), doc="RocketMQ Connect name"),
-)
 _ROWS = 5000  # records per Arrow batch read() yields
 _READ_RETRY_S = 120.0  # how long read() waits for a server that went away
 _CHUNK_IDLE_S = 0.02  # a chunk's messages come in one burst: this quiet means it ended
@@ -147,7 +113,7 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
 
     def _connection(self) -> Any:
         if self._conn is None or not self._conn.is_open:
-            self._conn = self.settings.connect()
+            self._conn = connect(self.settings)
         return self._conn
 
     def _guarded(self, doing: str, fn: Any) -> Any:
@@ -157,7 +123,7 @@ class RabbitMQStreamSourceTask(ReplayableSourceTask):
             raise
         except Exception as exc:
             self._conn = None
-            raise self.settings.failure(doing, exc, name_key="rabbitmq.queues") from None
+            raise failure(self.settings, doing, exc, name_key="rabbitmq.queues") from None
 
     def partitions(self) -> list[RecordPartition]:
         return [{"queue": q} for q in self.queues]
@@ -336,8 +302,8 @@ class RabbitMQStreamSourceConnector(NamedSourceConnector):
     def validate(self, config: Mapping[str, str]) -> None:
         values = STREAM_CONFIG.parse(config)
         settings = Settings.of(values)
-        settings.check_exists("rabbitmq.queues", "queue", values["rabbitmq.queues"])
-        connection = settings.probe()
+        check_exists(settings, "rabbitmq.queues", "queue", values["rabbitmq.queues"])
+        connection = probe(settings)
         try:
             for queue in values["rabbitmq.queues"]:
                 _check_stream(connection, settings, queue)
@@ -373,7 +339,7 @@ class RabbitMQSourceTask(SourceTask):
         self._arrived: list[tuple[str, Any, Any, bytes]] = []
 
     def _open(self) -> None:
-        self._conn = self.settings.connect()
+        self._conn = connect(self.settings)
         self._generation += 1
         self._arrived.clear()
         for queue in self.queues:
@@ -394,7 +360,7 @@ class RabbitMQSourceTask(SourceTask):
             raise
         except Exception as exc:
             self._conn = None
-            raise self.settings.failure("consuming", exc, name_key="rabbitmq.queues") from None
+            raise failure(self.settings, "consuming", exc, name_key="rabbitmq.queues") from None
         # At most half the prefetch per poll: the broker sends no more than the prefetch
         # unacknowledged, and the messages of a micro-batch are acknowledged only when Spark plans
         # the next one, which needs records — the other half, waiting here.
@@ -454,7 +420,7 @@ class RabbitMQSourceConnector(NamedSourceConnector):
     def validate(self, config: Mapping[str, str]) -> None:
         values = QUEUE_CONFIG.parse(config)
         key = "rabbitmq.queues" if values["rabbitmq.queues"] else "destinationName"
-        Settings.of(values).check_exists(key, "queue", _queue_names(values))
+        check_exists(Settings.of(values), key, "queue", _queue_names(values))
 
     def names(self, values: Mapping[str, Any]) -> list[str]:
         return _queue_names(values)
