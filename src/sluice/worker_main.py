@@ -117,8 +117,8 @@ class _Boot:
         if not self.server.started:
             self.assembled.set()  # the port could not be bound: nothing was started
             return
-        log.info("REST API on %s://%s:%s (docs at /docs)", self.scheme, config.http_host,
-                 config.http_port)  # fmt: skip
+        log.info("REST API on %s://%s:%s (docs at /docs)", self.scheme, config.rest.host,
+                 config.rest.port)  # fmt: skip
         try:
             runtime = assemble(config)
         except ConfigException as exc:
@@ -143,7 +143,7 @@ class _Boot:
         except Exception:  # the API stays up: statuses say what did not start
             log.exception("starting the connectors failed")
             return
-        log.info(DISTRIBUTED_BOOT_MESSAGE if config.cluster_store_url else BOOT_MESSAGE)
+        log.info(DISTRIBUTED_BOOT_MESSAGE if config.cluster.store_url else BOOT_MESSAGE)
         runtime.prepare_next_start()
 
 
@@ -157,11 +157,11 @@ def run_worker(config_path: str) -> int:
     except ConfigException as exc:
         print(f"error: worker config {config_path}: {exc}", file=sys.stderr)
         return 2
-    taken = _port_taken(config.http_host, config.http_port)
+    taken = _port_taken(config.rest.host, config.rest.port)
     if taken is not None:
         print(
-            f"error: worker config {config_path}: httpPort: {config.http_host}:"
-            f"{config.http_port} cannot be listened on ({taken}); is another worker running "
+            f"error: worker config {config_path}: httpPort: {config.rest.host}:"
+            f"{config.rest.port} cannot be listened on ({taken}); is another worker running "
             "there? Pick a free port with httpPort",
             file=sys.stderr,
         )
@@ -172,8 +172,8 @@ def run_worker(config_path: str) -> int:
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(cast(Herder, herder), security),
-            host=config.http_host,
-            port=config.http_port,
+            host=config.rest.host,
+            port=config.rest.port,
             log_level="warning",
             lifespan="off",
             **security.uvicorn_options(),
@@ -210,7 +210,7 @@ def run_worker(config_path: str) -> int:
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits this way when it cannot bind the port
-        log.error("REST API could not start on %s:%s", config.http_host, config.http_port)
+        log.error("REST API could not start on %s:%s", config.rest.host, config.rest.port)
         exit_code = int(exc.code or 1)
     finally:
         # a runtime still being built is waited for, then closed like a running one

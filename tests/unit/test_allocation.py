@@ -114,12 +114,12 @@ def test_distributed_worker_keys_are_checked_naming_the_key(tmp_path: Path) -> N
     config = WorkerConfig.from_properties(
         {**base, "allocTaskStrategy": "consistent-hash", "virtualNode": "4"}
     )
-    assert (config.alloc_strategy, config.virtual_nodes) == (CONSISTENT_HASH, 4)
-    assert (config.rebalance_interval_ms, config.session_timeout_ms) == (1000, 6000)
+    assert (config.cluster.alloc_strategy, config.cluster.virtual_nodes) == (CONSISTENT_HASH, 4)
+    assert (config.cluster.rebalance_interval_ms, config.cluster.session_timeout_ms) == (1000, 6000)
     with pytest.raises(ConfigException, match=r"cluster\.session\.timeout\.ms: 2000 ms is less"):
         WorkerConfig.from_properties({**base, "cluster.session.timeout.ms": "2000"})
     kafka = {**base, "bus": "kafka", "bootstrap.servers": "127.0.0.1:9092"}
-    assert WorkerConfig.from_properties(kafka).bus == "kafka"  # every bus is fenced
+    assert WorkerConfig.from_properties(kafka).bus.kind == "kafka"  # every bus is fenced
     with pytest.raises(ConfigException, match=r"^bootstrap\.servers: required key is missing"):
         WorkerConfig.from_properties({**base, "bus": "kafka"})
     with pytest.raises(ConfigException, match="allocTaskStrategy: unknown strategy"):

@@ -41,11 +41,11 @@ def test_worker_config_defaults_paths_and_spark_pass_through(tmp_path: Path) -> 
         {"storePathRootDir": "store", "pluginPaths": "p1, p2", "spark.master": "local[1]"},
         base_dir=str(tmp_path),
     )
-    assert conf.http_port == 8082 and conf.worker_id == "standalone-worker"
+    assert conf.rest.port == 8082 and conf.worker_id == "standalone-worker"
     assert conf.store_root == str(tmp_path / "store")
     assert conf.plugin_paths == (str(tmp_path / "p1"), str(tmp_path / "p2"))
     assert conf.spark == {"spark.master": "local[1]"}
-    assert conf.retention_bytes is None and conf.trigger_interval_ms == 100
+    assert conf.bus.retention_bytes is None and conf.trigger_interval_ms == 100
 
 
 @pytest.mark.parametrize(
@@ -169,13 +169,16 @@ def test_worker_keys_are_parsed_once_into_typed_fields(tmp_path: Path) -> None:
             "rest.auth": "none",
         }
     )
-    assert config.shared_path_check is False and config.shared_path_check_timeout_ms == 5000
+    assert (
+        config.cluster.shared_path_check is False
+        and config.cluster.shared_path_check_timeout_ms == 5000
+    )
     assert config.client_policy.allowed_dirs == (str(tmp_path.resolve()),)
     # the bus backends' keys only: the bus chosen parses them
-    assert config.bus_props == {"namesrvAddr": "127.0.0.1:9876"}
+    assert config.bus.props == {"namesrvAddr": "127.0.0.1:9876"}
     resolved = config.providers.resolve({"p": f"${{file:{secret}:password}}"}, frozenset())
     assert resolved == {"p": "s3cret"}
-    assert WorkerConfig.from_properties({}).shared_path_check is True
+    assert WorkerConfig.from_properties({}).cluster.shared_path_check is True
 
 
 def test_an_unreadable_worker_config_names_the_file(tmp_path: Path) -> None:

@@ -49,9 +49,9 @@ def build_runner(
         spark,
         config.store_root,
         trigger_interval_ms=config.trigger_interval_ms,
-        default_queues=config.default_queues,
-        retention_ms=config.retention_ms,
-        retention_bytes=config.retention_bytes,
+        default_queues=config.bus.default_queues,
+        retention_ms=config.bus.retention_ms,
+        retention_bytes=config.bus.retention_bytes,
         plugins=plugins,
         bus=stores.attach(config.create_bus()),
         providers=config.providers,
@@ -154,21 +154,25 @@ def assemble(config: WorkerConfig) -> Runtime:
     # private to the worker's user; an emptied or truncated store file fails, naming the file
     prepare_store_root(config.store_root)
     plugins = PluginRegistry(config.plugin_paths)
-    if config.cluster_store_url:
+    if config.cluster.store_url:
         from sluice.runtime.herder.distributed import DistributedHerder
         from sluice.store.cluster import ClusterStore
 
         cluster = ClusterStore.open(config)
-        cluster.check_id(config.worker_id, config.session_timeout_ms)  # fails fast, joins not
+        cluster.check_id(
+            config.worker_id, config.cluster.session_timeout_ms
+        )  # fails fast, joins not
         # positions, commit journal, schemas and counters beside the configs: nothing a
         # takeover needs from the worker that ran a connector before is on its host
-        stores = WorkerStores.postgres(config.cluster_store_url)
+        stores = WorkerStores.postgres(config.cluster.store_url)
         spark = _checked_session(config)
-        host = "127.0.0.1" if config.http_host in ("0.0.0.0", "::", "") else config.http_host
+        host = "127.0.0.1" if config.rest.host in ("0.0.0.0", "::", "") else config.rest.host
         try:
             # only now: the others allocate to a member, which must be able to start them
             cluster.join(
-                config.worker_id, f"http://{host}:{config.http_port}", config.session_timeout_ms
+                config.worker_id,
+                f"http://{host}:{config.rest.port}",
+                config.cluster.session_timeout_ms,
             )
         except BaseException:
             spark.stop()

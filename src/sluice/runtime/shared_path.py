@@ -47,7 +47,7 @@ def check_shared_store_root(spark: SparkSession, config: WorkerConfig) -> None:
     `local…` masters or with `cluster.shared.path.check=false`.
     """
     master = spark.sparkContext.master
-    if master.startswith("local") or not config.shared_path_check:
+    if master.startswith("local") or not config.cluster.shared_path_check:
         return
     probe = os.path.join(config.store_root, PROBE_DIR, uuid.uuid4().hex)
     os.makedirs(probe)
@@ -55,7 +55,7 @@ def check_shared_store_root(spark: SparkSession, config: WorkerConfig) -> None:
         token = uuid.uuid4().hex
         with open(os.path.join(probe, "driver"), "w", encoding="utf-8") as f:
             f.write(token)
-        results = _run_probe(spark, probe, token, config.shared_path_check_timeout_ms)
+        results = _run_probe(spark, probe, token, config.cluster.shared_path_check_timeout_ms)
         _judge(config.store_root, probe, results)
     finally:
         shutil.rmtree(probe, ignore_errors=True)

@@ -228,40 +228,63 @@ _KNOWN_UNUSED = {
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
-    """A parsed worker config: typed RocketMQ Connect keys, `spark.*` pass-through."""
+class RestConfig:
+    """Where the worker's REST API listens (`httpHost`, `httpPort`)."""
 
-    worker_id: str
-    http_host: str
-    http_port: int
-    store_root: str
-    plugin_paths: tuple[str, ...]
-    trigger_interval_ms: int
-    bus: str
-    default_queues: int
-    retention_ms: int | None
-    retention_bytes: int | None
-    status_poll_ms: int
-    spark: dict[str, str] = field(default_factory=dict)
-    #: the keys of the bus backends as typed (`kafka.*`, `rocketmq.*`…), read by the one `bus` names
-    bus_props: dict[str, str] = field(default_factory=dict)
-    #: `config.providers`: resolves `${provider:path:key}` references in connector configs
-    providers: ConfigProviders = field(default_factory=ConfigProviders)
-    cluster_store_url: str = ""
-    cluster_name: str = "sluice"
+    host: str = "127.0.0.1"
+    port: int = 8082
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    """The topic backend (`bus`, `bus.*`) and the keys of a broker backend as typed."""
+
+    kind: str = "embedded"
+    default_queues: int = 8
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+    retention_bytes: int | None = None
+    #: the keys of the bus backends (`kafka.*`, `rocketmq.*`…), read by the one `kind` names
+    props: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Distributed mode's keys: the shared store, allocation and membership (docs/distributed.md);
+    `store_url` empty means a standalone worker."""
+
+    store_url: str = ""
+    name: str = "sluice"
     alloc_strategy: str = "round-robin"
     virtual_nodes: int = 0
     hash_func: str = "MD5"
     rebalance_interval_ms: int = 1000
     session_timeout_ms: int = 6000
+    #: `cluster.shared.path.check` and its timeout (`sluice.runtime.shared_path`)
+    shared_path_check: bool = True
+    shared_path_check_timeout_ms: int = 120_000
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """A parsed worker config: typed RocketMQ Connect keys, grouped by what reads them (`rest`,
+    `bus`, `cluster`), and the `spark.*` pass-through."""
+
+    worker_id: str
+    store_root: str
+    plugin_paths: tuple[str, ...]
+    trigger_interval_ms: int
+    status_poll_ms: int
+    rest: RestConfig = field(default_factory=RestConfig)
+    bus: BusConfig = field(default_factory=BusConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    spark: dict[str, str] = field(default_factory=dict)
+    #: `config.providers`: resolves `${provider:path:key}` references in connector configs
+    providers: ConfigProviders = field(default_factory=ConfigProviders)
     source_lag_interval_ms: int = 10_000
     schema_compatibility: str = DEFAULT_LEVEL
     client_policy: ClientPolicy = field(default_factory=ClientPolicy)
     #: `max.connectors`: creates past it are refused (see `StandaloneHerder.put_connector`)
     max_connectors: int = 100
-    #: `cluster.shared.path.check` and its timeout (`sluice.runtime.shared_path`)
-    shared_path_check: bool = True
-    shared_path_check_timeout_ms: int = 120_000
 
     @classmethod
     def from_properties(cls, props: dict[str, str], base_dir: str = ".") -> WorkerConfig:
@@ -309,44 +332,47 @@ class WorkerConfig:
         create_bus(values["bus"], bus_props, os.path.join(store_root, "bus"))
         return cls(
             worker_id=values["workerId"],
-            http_host=values["httpHost"],
-            http_port=values["httpPort"],
             store_root=store_root,
             plugin_paths=tuple(path(p) for p in values["pluginPaths"]),
             trigger_interval_ms=values["offsetCommitIntervalMsConfig"],
-            bus=values["bus"],
-            default_queues=values["bus.default.queues"],
-            retention_ms=None if values["bus.retention.ms"] < 0 else values["bus.retention.ms"],
-            retention_bytes=(
-                None if values["bus.retention.bytes"] < 0 else values["bus.retention.bytes"]
-            ),
             status_poll_ms=values["status.poll.interval.ms"],
+            rest=RestConfig(values["httpHost"], values["httpPort"]),
+            bus=BusConfig(
+                kind=values["bus"],
+                default_queues=values["bus.default.queues"],
+                retention_ms=None if values["bus.retention.ms"] < 0 else values["bus.retention.ms"],
+                retention_bytes=(
+                    None if values["bus.retention.bytes"] < 0 else values["bus.retention.bytes"]
+                ),
+                props=bus_props,
+            ),
+            cluster=ClusterConfig(
+                store_url=values["cluster.store.url"],
+                name=values["cluster.name"],
+                alloc_strategy=strategy,
+                virtual_nodes=values["virtualNode"],
+                hash_func=values["consistentHashFunc"],
+                rebalance_interval_ms=interval,
+                session_timeout_ms=timeout,
+                shared_path_check=values["cluster.shared.path.check"],
+                shared_path_check_timeout_ms=values["cluster.shared.path.check.timeout.ms"],
+            ),
             spark={k: v for k, v in props.items() if k.startswith("spark.")},
-            bus_props=bus_props,
             providers=providers,
-            cluster_store_url=values["cluster.store.url"],
-            cluster_name=values["cluster.name"],
-            alloc_strategy=strategy,
-            virtual_nodes=values["virtualNode"],
-            hash_func=values["consistentHashFunc"],
-            rebalance_interval_ms=interval,
-            session_timeout_ms=timeout,
             source_lag_interval_ms=values["metrics.source.lag.interval.ms"],
             schema_compatibility=values["schema.compatibility"],
             client_policy=ClientPolicy.of(props),
             max_connectors=values["max.connectors"],
-            shared_path_check=values["cluster.shared.path.check"],
-            shared_path_check_timeout_ms=values["cluster.shared.path.check.timeout.ms"],
         )
 
     def create_bus(self) -> Bus:
         """The topic backend named by `bus=` (embedded: the log under `<store root>/bus`;
         kafka/rocketmq: their staged rows and commit journal there)."""
         return create_bus(
-            self.bus,
-            self.bus_props,
+            self.bus.kind,
+            self.bus.props,
             os.path.join(self.store_root, "bus"),
-            default_queues=self.default_queues,
+            default_queues=self.bus.default_queues,
         )
 
     @classmethod

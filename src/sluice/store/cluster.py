@@ -141,7 +141,7 @@ class ClusterStore:
     @classmethod
     def open(cls, config: Any) -> ClusterStore:
         """Connect, create the tables, check the cluster identity; errors name the key."""
-        url = config.cluster_store_url
+        url = config.cluster.store_url
         try:
             engine = sa.create_engine(
                 engine_url(url),
@@ -160,8 +160,8 @@ class ClusterStore:
                 suggestion="check the URL (postgresql://user:password@host:port/database) and "
                 "that the server is up",
             ) from None
-        store = cls(engine, config.cluster_name)
-        store._claim_identity("cluster.name", config.cluster_name)
+        store = cls(engine, config.cluster.name)
+        store._claim_identity("cluster.name", config.cluster.name)
         store._claim_identity("storePathRootDir", config.store_root)
         store._check_root_shared(config.store_root)
         return store

@@ -585,7 +585,7 @@ class BaseHerder(Herder):
             log_ = self.runner.bus.log
             delete = getattr(log_, "delete_topic", None)
             if delete is None:
-                raise BadRequest(f"the {self.config.bus} bus cannot delete topics")
+                raise BadRequest(f"the {self.config.bus.kind} bus cannot delete topics")
             try:
                 queues = [
                     partition_key(log_.queue_partition(topic, q))

@@ -170,7 +170,7 @@ class DistributedHerder(BaseHerder):
         #: until when (monotonic) the workers live before a store outage still count as live
         self._settle_until = 0.0
         self._known_live: dict[str, str] = {}
-        self._hash = HASH_FUNCTIONS[config.hash_func]
+        self._hash = HASH_FUNCTIONS[config.cluster.hash_func]
         self._round_thread: threading.Thread | None = None
         self.last_assignment: dict[str, str] = {}
         self.rebalances = Rebalances()
@@ -209,7 +209,7 @@ class DistributedHerder(BaseHerder):
         self.cluster.close()
 
     def _loop(self) -> None:
-        interval = self.config.rebalance_interval_ms / 1000
+        interval = self.config.cluster.rebalance_interval_ms / 1000
         while not self._closed.is_set():
             self._wake.wait(interval)
             self._wake.clear()
@@ -223,7 +223,7 @@ class DistributedHerder(BaseHerder):
     def _beat_loop(self) -> None:
         """Heartbeats on their own thread: a round that is busy starting queries (seconds each)
         must not make this worker look dead to the others."""
-        interval = self.config.rebalance_interval_ms / 1000
+        interval = self.config.cluster.rebalance_interval_ms / 1000
         while not self._closed.wait(interval):
             try:
                 self._beat()
@@ -235,18 +235,18 @@ class DistributedHerder(BaseHerder):
         beaten = self.cluster.heartbeat(me)
         if self._outage.answered():
             # every worker's heartbeat went stale meanwhile: give them a session to beat again
-            self._settle_until = time.monotonic() + self.config.session_timeout_ms / 1000
+            self._settle_until = time.monotonic() + self.config.cluster.session_timeout_ms / 1000
             # what died meanwhile (of the outage, likely) starts at the next reconciliation
             self.reconciler.restarts.hasten()
         if not beaten:
             log.warning("membership row of %s was gone: joining again", me)
-            self.cluster.join(me, self._url(), self.config.session_timeout_ms)
+            self.cluster.join(me, self._url(), self.config.cluster.session_timeout_ms)
 
     def _membership(self) -> dict[str, str]:
         """The live workers (id -> REST url) this round allocates over: after a store outage,
         for one session timeout, also those live before it (their heartbeats went stale with
         everyone's; a worker that really died drops out when the window ends)."""
-        live = self.cluster.live_workers(self.config.session_timeout_ms)
+        live = self.cluster.live_workers(self.config.cluster.session_timeout_ms)
         if time.monotonic() < self._settle_until:
             return {**self._known_live, **live}
         self._known_live = live
@@ -259,10 +259,10 @@ class DistributedHerder(BaseHerder):
         live = self._membership()
         stored = {c.name: c for c in self.configs.all()}
         assignment = allocate(
-            self.config.alloc_strategy,
+            self.config.cluster.alloc_strategy,
             live,
             stored,
-            virtual_nodes=self.config.virtual_nodes,
+            virtual_nodes=self.config.cluster.virtual_nodes,
             hash_func=self._hash,
         )
         if assignment != self.last_assignment:
@@ -403,10 +403,10 @@ class DistributedHerder(BaseHerder):
         return own is not None and own.state == "RESTARTING"
 
     def _url(self) -> str:
-        host = self.config.http_host
+        host = self.config.rest.host
         if host in ("0.0.0.0", "::", ""):
             host = "127.0.0.1"
-        return f"http://{host}:{self.config.http_port}"
+        return f"http://{host}:{self.config.rest.port}"
 
     # -- REST writes: to the store; owners apply them ----------------------------------------
     def _write_config(
@@ -482,7 +482,7 @@ class DistributedHerder(BaseHerder):
 
     # -- cluster views ------------------------------------------------------------------------
     def workers(self) -> list[str]:
-        return sorted(self.cluster.live_workers(self.config.session_timeout_ms))
+        return sorted(self.cluster.live_workers(self.config.cluster.session_timeout_ms))
 
     def allocated_connectors(self) -> dict[str, dict[str, str]]:
         # a connector deleted through another worker runs here until the next round
