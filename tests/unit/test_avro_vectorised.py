@@ -469,6 +469,47 @@ def test_floats_keep_their_bits(registry: SqliteSchemaRegistry) -> None:
     _same_as_per_record(registry, schema, [{"f": v, "d": v} for v in values])
 
 
+def test_constant_fields_are_encoded_once_and_repeated(registry: SqliteSchemaRegistry) -> None:
+    """A field with the same value in every record (a snapshot chunk's `source`, `op`, `ts_ms`)
+    is encoded once and its bytes repeated: the same bytes as record by record, whether it is
+    short (inside a run) or long (its own payload), a struct, all null, or equal floats of
+    other bits (0.0 and -0.0 are not constant)."""
+    source = Schema.struct(
+        ("connector", Schema.string(optional=False)),
+        ("db", Schema.string()),
+        ("lsn", Schema.of(FieldType.INT64)),
+        ("snapshot", Schema.string()),
+        ("x", Schema.of(FieldType.FLOAT64)),
+        optional=False,
+    )
+    schema = Schema.struct(
+        ("before", Schema.struct(("id", Schema.of(FieldType.INT64)))),
+        ("after", Schema.struct(("id", Schema.of(FieldType.INT64)), ("note", Schema.string()))),
+        ("source", source),
+        ("op", Schema.string(optional=False)),
+        ("long", Schema.string()),
+        ("zero", Schema.of(FieldType.FLOAT64)),
+    )
+    block = {"connector": "postgresql", "db": None, "lsn": 2**40, "snapshot": "true", "x": 0.5}
+    for n in (2, 3, BLOCK + 1):
+        rows = [
+            {
+                "before": None,
+                "after": {"id": i, "note": f"n{i}"},
+                "source": block,
+                "op": "r",
+                "long": "€" * 40,
+                "zero": 0.0,
+            }
+            for i in range(n)
+        ]
+        _same_as_per_record(registry, schema, rows)
+        rows[-1] = {**rows[-1], "zero": -0.0, "source": {**block, "snapshot": "last"}}
+        _same_as_per_record(registry, schema, rows)
+        rows[0] = None  # a null record: nothing is constant over every record
+        _same_as_per_record(registry, schema, rows)
+
+
 def _bench_like_rows(n: int) -> tuple[Schema, list[Any]]:
     schema = Schema.struct(
         ("id", Schema.of(FieldType.INT64, optional=False)),

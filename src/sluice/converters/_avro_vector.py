@@ -266,6 +266,61 @@ def _encode_leaf(
     return run
 
 
+def _constant(array: pa.Array) -> bool:
+    """True if every record of `array` (two or more) has the same value, byte for byte (a CDC
+    envelope's `source` block, `op` and `ts_ms` in a snapshot chunk): every null, or no null and
+    each leaf equal to its first value (floats by their bits: 0.0 and -0.0 differ)."""
+    n = len(array)
+    if n < 2 or array.null_count == n:
+        return n >= 2
+    if array.null_count:
+        return False
+    if pa.types.is_struct(array.type):
+        return all(_constant(array.field(i)) for i in range(array.type.num_fields))
+    if pa.types.is_integer(array.type) or pa.types.is_floating(array.type):
+        bits = _fixed(array, np.dtype(f"u{array.type.bit_width // 8}"))
+        return bool(bits[0] == bits[-1]) and bool((bits == bits[0]).all())
+    if pa.types.is_string(array.type) or pa.types.is_binary(array.type):
+        off = array.offset
+        offsets = np.frombuffer(array.buffers()[1], np.int32)[off : off + n + 1]
+        width = int(offsets[1] - offsets[0])
+        if not (np.diff(offsets) == width).all():
+            return False
+        data = _buffer(array, 2)[offsets[0] : offsets[-1]].reshape(n, width)
+        return bool((data == data[0]).all())
+    first = array[0]
+    return first == array[n - 1] and bool(pc.all(pc.equal(array, first)).as_py())
+
+
+def _repeat(
+    array: pa.Array, schema: Schema, run: _Run, pieces: list[pa.Array], *, union: bool
+) -> _Run:
+    """Adds a constant field of every record (`_constant`) as its first record's bytes, encoded
+    once: a few bytes go into `run`, more as one payload of the bytes repeated (a `source`
+    block's strings would otherwise each close a run and add a payload to interleave)."""
+    one = _Run(1, _Scratch())
+    parts: list[pa.Array] = []
+    one = _encode_field(array.slice(0, 1), schema, np.ones(1, bool), one, parts, union=union)
+    if one.parts or not parts:
+        parts.append(one.close())
+    joined = pc.binary_join_element_wise(*parts, b"", options=_JOIN)
+    raw = np.frombuffer(joined[0].as_py(), np.uint8)
+    n, width = run.n, len(raw)
+    if width <= _SHORT:
+        run.add(np.broadcast_to(raw, (n, width)), np.full(n, width, np.int64))
+        return run
+    if n * width >= 2**31:
+        raise _TooLarge
+    if run.parts:
+        pieces.append(run.close())
+    pieces.append(_binary(np.arange(n + 1, dtype=np.int64) * width, np.tile(raw, n)))
+    return _Run(n, run.scratch)
+
+
+#: The constant fields at most this long go into the run of the fields around them.
+_SHORT = 16
+
+
 def _encode_field(
     array: pa.Array,
     schema: Schema,
@@ -276,7 +331,10 @@ def _encode_field(
     union: bool = True,
 ) -> _Run:
     """Adds one field of the records `parent` (those whose enclosing structs are all present)
-    to `run`: its union branch when optional, then its leaf or, depth first, its fields."""
+    to `run`: its union branch when optional, then its leaf or, depth first, its fields; a
+    field constant over every record once (`_repeat`)."""
+    if parent.all() and _constant(array):
+        return _repeat(array, schema, run, pieces, union=union)
     present = parent & _valid(array)
     if schema.optional and union:
         # ["null", T]: branch 0 (byte 0x00) for null, 1 (zig-zag 2) for a value.

@@ -295,12 +295,15 @@ class SnapshotTask(ABC):
         page = pages[table.name]
         if page is None:
             return None
+        # A chunk's rows go out in any order (each key once): PostgreSQL's COPY of a range of
+        # the key then scans the heap in its order (a bitmap scan), not through the index.
         order = ", ".join(self.db.dialect.quote(k) for k in table.pk)
+        order = f" ORDER BY {order}" if page.needs_order else ""
         column = self._column(table)
         pieces, out = [query], []
         while pieces:
             tail, params = pieces.pop(0)
-            got = page.fetch(conn, f"{tail} ORDER BY {order}", list(params))
+            got = page.fetch(conn, f"{tail}{order}", list(params))
             if got is not None:
                 out.append(got[0])
                 continue

@@ -24,6 +24,9 @@ class Page(ABC):
     page_bytes = 0
     #: the last `fetch` returned None because the page was too large for one value: try fewer rows
     too_big = False
+    #: `fetch` reads the page's order out of its `tail`, which must then end with `ORDER BY …`
+    #: (a caller that needs no order, such as a CDC chunk, adds one only for such a page)
+    needs_order = False
 
     @abstractmethod
     def fetch(

@@ -310,6 +310,7 @@ class CsvPage(Page):
     `JdbcSourceTask._read_pages`).
     """
 
+    needs_order = True  # GROUP_CONCAT's ORDER BY is the tail's
     #: the largest page read as one value (it is held in memory twice: text and Arrow)
     max_bytes = 64 << 20
     # `budget`: half the largest value the server allows, once known
