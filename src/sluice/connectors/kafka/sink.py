@@ -38,13 +38,12 @@ from sluice.connectors.kafka._client import (
     probe,
     unavailable,
 )
+from sluice.connectors.kafka._config import SINK_CONFIG, SINK_KEY, SINK_PREFIX
 from sluice.sdk import (
     KAFKA_CLIENT,
     BatchId,
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     Delivery,
@@ -54,22 +53,12 @@ from sluice.sdk import (
 )
 from sluice.sdk.extras import KAFKA
 
-KEY = "target.bootstrap.servers"
-PREFIX = "target.kafka."
-CONFIG = ConfigDef(
-    ConfigKey(KEY, doc="bootstrap servers of the target cluster, host:port[,host:port]"),
-    ConfigKey("connect.topicnames", type="list", doc="sluice topics to copy (, or ;)"),
-    ConfigKey("topic.rename.format", default="${topic}", doc="target name; ${topic} = old name"),
-    ConfigKey("target.timeout.ms", type="int", default=30_000, min=1, doc="request timeout"),
-)
-
-
 _TRANSACTIONS = "the sink's exactly-once delivery (transactions, batch markers) depends on it"
 #: librdkafka as the sink uses it: the options it sets itself are not the user's to change
 FAMILY = KAFKA_CLIENT.reserving(
     {
-        "bootstrap.servers": f"set {KEY}",
-        "metadata.broker.list": f"set {KEY}",
+        "bootstrap.servers": f"set {SINK_KEY}",
+        "metadata.broker.list": f"set {SINK_KEY}",
         "enable.idempotence": _TRANSACTIONS,
         "transactional.id": _TRANSACTIONS,
         "isolation.level": _TRANSACTIONS,
@@ -84,8 +73,8 @@ FAMILY = KAFKA_CLIENT.reserving(
 
 def _options(config: Mapping[str, str], values: Mapping[str, Any]) -> dict[str, Any]:
     return {
-        **pass_through(config, PREFIX, FAMILY),
-        "bootstrap.servers": values[KEY],
+        **pass_through(config, SINK_PREFIX, FAMILY),
+        "bootstrap.servers": values[SINK_KEY],
         "enable.idempotence": True,
         "linger.ms": 5,
     }
@@ -101,8 +90,8 @@ class KafkaSinkTask(SinkTask):
     with the batch marker (see the module docstring)."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
-        self.servers = values[KEY]
+        values = SINK_CONFIG.parse(config)
+        self.servers = values[SINK_KEY]
         self.timeout_s = values["target.timeout.ms"] / 1000
         self.rename = values["topic.rename.format"]
         self.options = _options(config, values)
@@ -117,7 +106,7 @@ class KafkaSinkTask(SinkTask):
         self._done = False  # the marker says this batch is already delivered
 
     def _producer(self) -> Any:
-        return client("producer", self.options, KEY)
+        return client("producer", self.options, SINK_KEY)
 
     def _begin(self, first_topic: str) -> Any | None:
         """This micro-batch's transactional producer (made at the first record: it fences older
@@ -134,14 +123,14 @@ class KafkaSinkTask(SinkTask):
                 "delivery.report.only.error": True,
             },
             self.timeout_s,
-            KEY,
+            SINK_KEY,
             self.servers,
         )
         self._marker = k.TopicPartition(first_topic, 0)
         group = {**self.options, "group.id": self.txn_id, "isolation.level": "read_committed"}
         group.pop("enable.idempotence", None)
         group.pop("linger.ms", None)
-        self._group = client("consumer", group, KEY)
+        self._group = client("consumer", group, SINK_KEY)
         if self.batch is not None and self.batch.number < 0:
             # Spark gave no batch number (no streaming batch id in the task's context): no
             # marker can name this batch, so none is read or written (at-least-once then).
@@ -150,14 +139,14 @@ class KafkaSinkTask(SinkTask):
             try:
                 (stored,) = self._group.committed([self._marker], timeout=self.timeout_s)
             except k.KafkaException as exc:
-                raise unavailable(KEY, self.servers, "reading the batch marker", exc) from None
+                raise unavailable(SINK_KEY, self.servers, "reading the batch marker", exc) from None
             if stored.offset >= self.batch.number + 1 and stored.metadata == self.batch.run:
                 self._done = True  # a replay of a delivered batch: produce nothing
                 return None
         try:
             producer.begin_transaction()
         except k.KafkaException as exc:
-            raise unavailable(KEY, self.servers, "beginning a transaction", exc) from None
+            raise unavailable(SINK_KEY, self.servers, "beginning a transaction", exc) from None
         self._txn = producer
         return producer
 
@@ -167,11 +156,11 @@ class KafkaSinkTask(SinkTask):
             try:
                 meta = self._producer().list_topics(topic=topic, timeout=self.timeout_s)
             except kafka().KafkaException as exc:
-                raise unavailable(KEY, self.servers, f"metadata of {topic!r}", exc) from None
+                raise unavailable(SINK_KEY, self.servers, f"metadata of {topic!r}", exc) from None
             found = meta.topics.get(topic)
             if found is None or found.error is not None or not found.partitions:
                 raise ConnectException(
-                    f"{KEY}={self.servers}: topic {topic!r} does not exist "
+                    f"{SINK_KEY}={self.servers}: topic {topic!r} does not exist "
                     f"({found.error if found is not None else 'no metadata'})",
                     suggestion="create it, or let the cluster create topics automatically",
                 )
@@ -272,7 +261,7 @@ class KafkaSinkTask(SinkTask):
             if failures:
                 producer.abort_transaction(self.timeout_s)
                 raise RetriableException(
-                    f"{KEY}={self.servers}: {len(failures)} records were not delivered "
+                    f"{SINK_KEY}={self.servers}: {len(failures)} records were not delivered "
                     f"(the transaction is aborted): {failures[0]}"
                 )
             if batch_id.number >= 0:
@@ -287,12 +276,12 @@ class KafkaSinkTask(SinkTask):
             err = exc.args[0]
             if err.fatal():  # fenced: a newer producer of this task took over
                 raise ConnectException(
-                    f"{KEY}={self.servers}: the transaction of {self.txn_id} was refused: "
+                    f"{SINK_KEY}={self.servers}: the transaction of {self.txn_id} was refused: "
                     f"{err.str()}",
                     suggestion="another worker runs this task; nothing of this batch is visible",
                 ) from None
             # Undecided or aborted: the replay's new producer settles it, then reads the marker.
-            raise unavailable(KEY, self.servers, "committing the transaction", exc) from None
+            raise unavailable(SINK_KEY, self.servers, "committing the transaction", exc) from None
         return None
 
     def stop(self) -> None:
@@ -331,26 +320,29 @@ class KafkaSinkConnector(SinkConnector):
     """Writes sluice topics to a Kafka cluster (``target.bootstrap.servers``), renamed by
     ``topic.rename.format``, with keys, headers and timestamps."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = KafkaSinkTask
     requires = (KAFKA,)
     guarantee = Delivery.EXACTLY_ONCE
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
-        return client_options(FAMILY, config, PREFIX)
+        return client_options(FAMILY, config, SINK_PREFIX)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         check_rename(values["topic.rename.format"])
-        options = {**pass_through(config, PREFIX, FAMILY), "bootstrap.servers": values[KEY]}
-        client("producer", _options(config, values), KEY)  # the producer options are valid
+        options = {
+            **pass_through(config, SINK_PREFIX, FAMILY),
+            "bootstrap.servers": values[SINK_KEY],
+        }
+        client("producer", _options(config, values), SINK_KEY)  # the producer options are valid
         try:
-            with probe(options, KEY) as consumer:
+            with probe(options, SINK_KEY) as consumer:
                 consumer.list_topics(timeout=min(5.0, values["target.timeout.ms"] / 1000))
         except kafka().KafkaException as exc:
             raise ConfigException(
-                KEY, f"cannot reach the cluster at {values[KEY]}: {exc}"
+                SINK_KEY, f"cannot reach the cluster at {values[SINK_KEY]}: {exc}"
             ) from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:

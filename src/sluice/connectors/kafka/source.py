@@ -22,7 +22,6 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._replication import (
-    TOPIC_KEYS,
     check_rename,
     owns,
     renamed,
@@ -37,14 +36,13 @@ from sluice.connectors.kafka._client import (
     probe,
     unavailable,
 )
+from sluice.connectors.kafka._config import SOURCE_CONFIG, SOURCE_KEY, SOURCE_PREFIX
 from sluice.sdk import (
     HEADERS_TYPE,
     KAFKA_CLIENT,
     TIMESTAMP_TYPE,
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ReadLimit,
     RecordOffset,
@@ -56,21 +54,14 @@ from sluice.sdk import (
 )
 from sluice.sdk.extras import KAFKA
 
-KEY = "source.bootstrap.servers"
-PREFIX = "source.kafka."
-CONFIG = ConfigDef(
-    ConfigKey(KEY, doc="bootstrap servers of the source cluster, host:port[,host:port]"),
-    *TOPIC_KEYS,
-    ConfigKey("source.timeout.ms", type="int", default=30_000, min=1, doc="request timeout"),
-)
 _ROWS = 8192
 _TOPICS_TTL_S = 10.0
 _EXACT = "the source reads exact offset ranges of committed records (exactly-once)"
 #: librdkafka as the source uses it: the options it sets itself are not the user's to change
 FAMILY = KAFKA_CLIENT.reserving(
     {
-        "bootstrap.servers": f"set {KEY}",
-        "metadata.broker.list": f"set {KEY}",
+        "bootstrap.servers": f"set {SOURCE_KEY}",
+        "metadata.broker.list": f"set {SOURCE_KEY}",
         "group.id": "the source reads by offset, outside any consumer group",
         "group.instance.id": "the source reads by offset, outside any consumer group",
         "enable.auto.commit": _EXACT,
@@ -85,10 +76,10 @@ class _Source:
     """The source cluster as the connector and its tasks use it (picklable settings)."""
 
     def __init__(self, config: Mapping[str, str], values: Mapping[str, Any]) -> None:
-        self.servers = values[KEY]
+        self.servers = values[SOURCE_KEY]
         self.timeout_s = values["source.timeout.ms"] / 1000
         self.options = {
-            **pass_through(config, PREFIX, FAMILY),
+            **pass_through(config, SOURCE_PREFIX, FAMILY),
             "bootstrap.servers": self.servers,
             "group.id": "sluice-replicator",
             "enable.auto.commit": False,
@@ -98,14 +89,14 @@ class _Source:
         }
 
     def consumer(self) -> Any:
-        return client("consumer", self.options, KEY)
+        return client("consumer", self.options, SOURCE_KEY)
 
     def topics(self, consumer: Any = None) -> dict[str, int]:
         """Partition counts of the cluster's topics (internal ``__`` topics left out)."""
         try:
             meta = (consumer or self.consumer()).list_topics(timeout=self.timeout_s)
         except kafka().KafkaException as exc:
-            raise unavailable(KEY, self.servers, "cannot list topics", exc) from None
+            raise unavailable(SOURCE_KEY, self.servers, "cannot list topics", exc) from None
         return {
             name: len(t.partitions)
             for name, t in meta.topics.items()
@@ -119,14 +110,16 @@ class _Source:
                 k.TopicPartition(topic, partition), timeout=self.timeout_s, cached=False
             )
         except k.KafkaException as exc:
-            raise unavailable(KEY, self.servers, f"offsets of {topic}/{partition}", exc) from None
+            raise unavailable(
+                SOURCE_KEY, self.servers, f"offsets of {topic}/{partition}", exc
+            ) from None
 
 
 class KafkaSourceTask(ReplayableSourceTask):
     """Reads its share of the source partitions in exact offset ranges."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         self.config = dict(config)
         self.source = _Source(config, values)
         self.topics = topic_filter(values)
@@ -180,8 +173,8 @@ class KafkaSourceTask(ReplayableSourceTask):
                 for m in messages:
                     if m.error() is not None:
                         raise ConnectException(
-                            f"{KEY}={self.source.servers}: reading {topic}/{number} at {pos}: "
-                            f"{m.error()}"
+                            f"{SOURCE_KEY}={self.source.servers}: reading {topic}/{number} "
+                            f"at {pos}: {m.error()}"
                         )
                     if m.offset() >= stop:
                         pos = stop
@@ -194,8 +187,8 @@ class KafkaSourceTask(ReplayableSourceTask):
                     pos = stop  # the rest were transaction markers or aborted records
                 elif time.monotonic() - idle_since > self.source.timeout_s:
                     raise RetriableException(
-                        f"{KEY}={self.source.servers}: no data from {topic}/{number} at offset "
-                        f"{pos} (expected up to {stop})"
+                        f"{SOURCE_KEY}={self.source.servers}: no data from {topic}/{number} "
+                        f"at offset {pos} (expected up to {stop})"
                     )
                 if len(rows) >= _ROWS or (rows and pos >= stop):
                     yield _batch(rows, target)
@@ -236,36 +229,37 @@ class KafkaSourceConnector(SourceConnector):
     """Copies Kafka topics (a list or a regex) into sluice topics, renamed by
     ``topic.rename.format``, with keys, headers and timestamps."""
 
-    config_def = CONFIG
+    config_def = SOURCE_CONFIG
     task_class = KafkaSourceTask
     requires = (KAFKA,)
     offset_counts = ("offset",)
 
     @classmethod
     def client_options(cls, config: Mapping[str, str]) -> list[ClientOption]:
-        return client_options(FAMILY, config, PREFIX)
+        return client_options(FAMILY, config, SOURCE_PREFIX)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         topics = topic_filter(values)
         check_rename(values["topic.rename.format"])
         values = {**values, "source.timeout.ms": min(5000, values["source.timeout.ms"])}
         source = _Source(config, values)
         try:
-            with probe(source.options, KEY) as consumer:
+            with probe(source.options, SOURCE_KEY) as consumer:
                 found = source.topics(consumer)
         except RetriableException as exc:
-            raise ConfigException(KEY, f"cannot reach the cluster: {exc}") from None
+            raise ConfigException(SOURCE_KEY, f"cannot reach the cluster: {exc}") from None
         if isinstance(topics, list):
             missing = [t for t in topics if t not in found]
             if missing:
                 raise ConfigException(
                     "source.topics",
-                    f"topic(s) {', '.join(map(repr, missing))} do not exist on {KEY}={values[KEY]}",
+                    f"topic(s) {', '.join(map(repr, missing))} do not exist on "
+                    f"{SOURCE_KEY}={values[SOURCE_KEY]}",
                 )
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        values = CONFIG.parse(self.config)
+        values = SOURCE_CONFIG.parse(self.config)
         topics = topic_filter(values)
         found = _Source(self.config, values).topics()
         names = topics if isinstance(topics, list) else [t for t in found if topics(t)]
