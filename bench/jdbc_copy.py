@@ -218,9 +218,9 @@ print(time.perf_counter() - start)
 
 def stages(rows: int, converter: str) -> list[tuple[str, float, str]]:
     """Each stage alone, in this process (no Spark): (name, rows/s, load average)."""
+    from sluice.connectors._sql.dialects import mysql as my_dialect
     from sluice.connectors.jdbc import JdbcSinkConnector, JdbcSinkTask, JdbcSourceConnector
     from sluice.connectors.jdbc import source as source_module
-    from sluice.connectors.jdbc.dialects import mysql as my_dialect
     from sluice.converters import converter_from_config
     from sluice.engine.converters import spark_arrow_type
     from sluice.sdk import BatchId, ReadLimit, SinkTaskContext

@@ -69,8 +69,8 @@ def registry_part(batch_rows: int) -> None:
 
 
 def catalog_part(batch_rows: int) -> None:
+    from sluice.connectors._sql.db import Database
     from sluice.connectors.jdbc._config import SourceSettings, TableName
-    from sluice.connectors.jdbc._db import Database
 
     host = os.environ.get("SLUICE_TEST_PG", "127.0.0.1:5432")
     settings = SourceSettings.parse(

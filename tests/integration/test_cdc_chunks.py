@@ -11,10 +11,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._sql.names import TableName
 from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.connectors.cdc._envelope import key_text
 from sluice.connectors.cdc._snapshot import chunk_query, snapshot_batch
-from sluice.connectors.jdbc._names import TableName
 from tests.integration import jdbc_db
 from tests.integration import test_cdc_mysql as maria
 from tests.integration import test_cdc_postgres as postgres

@@ -473,7 +473,7 @@ def test_upserted_keys_in_an_empty_range_are_copied_straight_in(pg: Db) -> None:
 def test_a_conflict_the_probe_missed_falls_back_to_the_upsert(
     pg: Db, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
+    from sluice.connectors._sql.dialects import postgres as pg_dialect
 
     _table(pg)
     pg.execute("INSERT INTO people VALUES (2, 'old', NULL)")

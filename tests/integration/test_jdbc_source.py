@@ -366,8 +366,8 @@ def test_latest_waits_while_the_database_is_unreachable(db: Db) -> None:
         db.config(mode="incrementing", table__whitelist="items", connection__backoff__ms="10")
     )
     partition = task.partitions()[0]
-    from sluice.connectors.jdbc._config import parse_connection
-    from sluice.connectors.jdbc._db import Database
+    from sluice.connectors._sql.connection import parse_connection
+    from sluice.connectors._sql.db import Database
 
     away = db.config(
         connection__url=db.jdbc_url.replace(":5432", ":1").replace(":3306", ":1"),
@@ -640,8 +640,8 @@ def test_times_are_read_to_the_microsecond_on_every_path(
 ) -> None:
     """PostgreSQL's plain TIME has microseconds; so has MariaDB's TIME(6). The fast paths (COPY,
     GROUP_CONCAT) and the driver's path read the same values."""
-    from sluice.connectors.jdbc.dialects import mysql as my_dialect
-    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
+    from sluice.connectors._sql.dialects import mysql as my_dialect
+    from sluice.connectors._sql.dialects import postgres as pg_dialect
 
     d = request.getfixturevalue("pg" if dialect == "postgresql" else "my")
     d.execute(f"CREATE TABLE {d.q('times')} (id INT PRIMARY KEY, t {ddl})")
@@ -748,7 +748,7 @@ def test_postgres_copy_path_equals_the_driver_path(pg: Db, monkeypatch) -> None:
     config = pg.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
     (task,) = source_task(config)
     fast = read_all(task)
-    from sluice.connectors.jdbc.dialects import postgres as pg_dialect
+    from sluice.connectors._sql.dialects import postgres as pg_dialect
 
     monkeypatch.setattr(pg_dialect.CopyPage, "fetch", lambda *a, **k: None)
     (task,) = source_task(config)
@@ -801,7 +801,7 @@ def test_mysql_csv_page_path_equals_the_driver_path(my: Db, monkeypatch) -> None
     config = my.config(mode="incrementing", table__whitelist="all", incrementing__column__name="id")
     (task,) = source_task(config)
     fast = read_all(task, max_rows=2)
-    from sluice.connectors.jdbc.dialects import mysql as my_dialect
+    from sluice.connectors._sql.dialects import mysql as my_dialect
 
     pages: list[bool] = []
     real = my_dialect.CsvPage.fetch
@@ -831,7 +831,7 @@ def test_mysql_pages_too_big_for_one_value_are_read_in_fewer_rows(my: Db, monkey
     _plain_table(my, rows=50)
     my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
     my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('x', 10000)")
-    from sluice.connectors.jdbc.dialects import mysql as my_dialect
+    from sluice.connectors._sql.dialects import mysql as my_dialect
 
     monkeypatch.setattr(my_dialect.CsvPage, "max_bytes", 100_000)
     pages: list[tuple[int, bool]] = []  # (LIMIT, fitted)
@@ -863,7 +863,7 @@ def test_a_mysql_row_too_big_for_one_value_takes_the_driver_path(my: Db, monkeyp
     _plain_table(my, rows=3)
     my.execute(f"ALTER TABLE {my.q('items')} MODIFY name LONGTEXT NOT NULL")
     my.execute(f"UPDATE {my.q('items')} SET name = REPEAT('y', 20000) WHERE id = 2")
-    from sluice.connectors.jdbc.dialects import mysql as my_dialect
+    from sluice.connectors._sql.dialects import mysql as my_dialect
 
     monkeypatch.setattr(my_dialect.CsvPage, "max_bytes", 10_000)
     tries: list[bool] = []

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sluice.connectors._sql.connection import parse_connection
 from sluice.connectors.cdc.mysql import MySqlCdcSourceConnector
 from sluice.connectors.cdc.postgres import PostgresCdcSourceConnector
-from sluice.connectors.jdbc._config import parse_connection
 from sluice.connectors.jdbc.sink import JdbcSinkConnector
 from sluice.connectors.jdbc.source import JdbcSourceConnector
 from sluice.connectors.kafka._client import pass_through

@@ -10,18 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.connectors.jdbc._config import (
-    SinkSettings,
-    SourceSettings,
-    TableName,
-    parse_connection,
-)
-from sluice.connectors.jdbc._dialect import ColumnInfo, Mapped, UnmappableType
-from sluice.connectors.jdbc._values import decode, encode, to_arrow
-from sluice.connectors.jdbc.dialects.mysql import DIALECT as MYSQL
-from sluice.connectors.jdbc.dialects.mysql import mysql_column
-from sluice.connectors.jdbc.dialects.postgres import DIALECT as POSTGRES
-from sluice.connectors.jdbc.dialects.postgres import pg_column
+from sluice.connectors._sql.connection import parse_connection
+from sluice.connectors._sql.dialect import ColumnInfo, Mapped, UnmappableType
+from sluice.connectors._sql.dialects.mysql import DIALECT as MYSQL
+from sluice.connectors._sql.dialects.mysql import mysql_column
+from sluice.connectors._sql.dialects.postgres import DIALECT as POSTGRES
+from sluice.connectors._sql.dialects.postgres import pg_column
+from sluice.connectors._sql.values import decode, encode, to_arrow
+from sluice.connectors.jdbc._config import SinkSettings, SourceSettings, TableName
 from sluice.connectors.jdbc.sink import _Op, _runs, _with_retries, _Writer
 from sluice.engine.retry import RetryPolicy
 from sluice.sdk import ConfigException, ConnectException, FieldType, RetriableException, Schema
@@ -436,7 +432,7 @@ def test_dates_in_positions() -> None:
 
 
 def test_columnar_helpers() -> None:
-    from sluice.connectors.jdbc.dialects.postgres import csv_ready as _csv_ready
+    from sluice.connectors._sql.dialects.postgres import csv_ready as _csv_ready
     from sluice.connectors.jdbc.sink import _last_per_key
 
     def last(keys: pa.Array, *more: pa.Array) -> list[int] | None:
@@ -462,7 +458,7 @@ def test_columnar_helpers() -> None:
 
 
 def test_fast_path_times_keep_microseconds_and_leave_other_values_to_the_driver() -> None:
-    from sluice.connectors.jdbc._pages import time_micros as _time_micros
+    from sluice.connectors._sql.pages import time_micros as _time_micros
 
     got = _time_micros(pa.array([0, 1, 86_399_999_999, None], pa.int64()))
     assert got is not None and got.type == pa.time64("us")

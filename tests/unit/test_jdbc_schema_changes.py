@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sluice.connectors.jdbc.dialects.mysql import DIALECT as MYSQL
-from sluice.connectors.jdbc.dialects.mysql import mysql_column
-from sluice.connectors.jdbc.dialects.postgres import DIALECT as POSTGRES
-from sluice.connectors.jdbc.dialects.postgres import pg_column
+from sluice.connectors._sql.dialects.mysql import DIALECT as MYSQL
+from sluice.connectors._sql.dialects.mysql import mysql_column
+from sluice.connectors._sql.dialects.postgres import DIALECT as POSTGRES
+from sluice.connectors._sql.dialects.postgres import pg_column
 from sluice.connectors.jdbc.source import column_changes
 
 

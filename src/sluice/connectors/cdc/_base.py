@@ -29,14 +29,14 @@ from typing import Any, NoReturn, TypeVar
 
 import pyarrow as pa
 
-from sluice.connectors.cdc._envelope import envelope_schema, key_text, source_block
-from sluice.connectors.cdc._snapshot import SnapshotTask, check_mode
-from sluice.connectors.jdbc._config import (
+from sluice.connectors._sql.connection import (
     Connection,
     connection_client_options,
     parse_connection,
 )
-from sluice.connectors.jdbc._dialect import Mapped
+from sluice.connectors._sql.dialect import Mapped
+from sluice.connectors.cdc._envelope import envelope_schema, key_text, source_block
+from sluice.connectors.cdc._snapshot import SnapshotTask, check_mode
 from sluice.sdk import (
     ClientOption,
     ConfigDef,
@@ -203,7 +203,7 @@ class CdcSourceConnector(SourceConnector):
         return values, connection_config(values, config, self.jdbc_url(values))
 
     def validate(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         keys = TypedKeys.of(config)
         values, connection = self._connection(config)
@@ -223,7 +223,7 @@ class CdcSourceConnector(SourceConnector):
             raise ConfigException(keys.server, exc.message, suggestion=exc.suggestion) from None
 
     def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         super().start(config)
         keys = TypedKeys.of(config)
@@ -318,7 +318,7 @@ class CdcTask(SnapshotTask, ReplayableSourceTask):
     table_class: type[CdcTable] = CdcTable
 
     def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         plan = json.loads(config[PLAN_KEY])
         self.prefix: str = plan["prefix"]
@@ -355,7 +355,7 @@ class CdcTask(SnapshotTask, ReplayableSourceTask):
 
     def unreachable(self, exc: BaseException, what: str) -> RetriableException:
         """`exc` (a lost connection) as the error a retry note shows: what failed and where."""
-        from sluice.connectors.jdbc._db import error_text
+        from sluice.connectors._sql.db import error_text
 
         if isinstance(exc, RetriableException):
             return exc

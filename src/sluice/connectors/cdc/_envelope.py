@@ -9,7 +9,7 @@ Value (one schema per table, named `<topic>.Envelope`)::
     ts_ms    when the connector built the event (ms since the epoch)
 
 Key: the primary key as JSON object text (`{"id": 5}`), values tagged as in
-`sluice.connectors.jdbc._values.encode` when JSON has no type for them. Debezium's key is a struct;
+`sluice.connectors._sql.values.encode` when JSON has no type for them. Debezium's key is a struct;
 sluice's connector has one key schema for all its tables, so the key is text. An update that
 changes the primary key is emitted as a delete of the old key followed by a create of the new one
 (as Debezium does), so a keyed consumer never sees one key turn into another.
@@ -26,9 +26,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.connectors._sql.dialect import UnmappableType
+from sluice.connectors._sql.values import encode
 from sluice.connectors.cdc._evolve import optional_columns
-from sluice.connectors.jdbc._dialect import UnmappableType
-from sluice.connectors.jdbc._values import encode
 from sluice.sdk import ConfigException, FieldType, Schema
 
 SOURCE_SCHEMA = Schema.struct(

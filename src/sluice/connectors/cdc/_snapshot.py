@@ -69,9 +69,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sluice.connectors._sql.names import TableName
 from sluice.connectors.cdc._envelope import key_text, key_texts
 from sluice.connectors.cdc._evolve import filled_columns
-from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConnectException,

@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._sql.names import TableName
 from sluice.connectors.cdc._base import (
     CdcSourceConnector,
     CdcTable,
@@ -54,7 +55,6 @@ from sluice.connectors.cdc._base import (
 )
 from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
-from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConfigKey,

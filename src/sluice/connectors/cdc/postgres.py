@@ -53,6 +53,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.connectors._sql.names import TableName
 from sluice.connectors.cdc._base import (
     CdcSourceConnector,
     CdcTable,
@@ -74,7 +75,6 @@ from sluice.connectors.cdc._pgoutput import (
     relation_of,
     transactions,
 )
-from sluice.connectors.jdbc._names import TableName
 from sluice.sdk import (
     ConfigException,
     ConfigKey,

@@ -46,13 +46,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.connectors.jdbc._config import (
-    SINK_CONFIG,
-    SinkSettings,
-    connection_client_options,
-)
-from sluice.connectors.jdbc._dialect import Write
-from sluice.connectors.jdbc._names import TableName
+from sluice.connectors._sql.connection import connection_client_options
+from sluice.connectors._sql.dialect import Write
+from sluice.connectors._sql.names import TableName
+from sluice.connectors.jdbc._config import SINK_CONFIG, SinkSettings
 from sluice.sdk import (
     BatchId,
     ClientOption,
@@ -123,7 +120,7 @@ class JdbcSinkTask(SinkTask):
     """
 
     def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         self.settings = SinkSettings.parse(config)
         self.db = Database(self.settings.connection)
@@ -496,7 +493,7 @@ def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
     """Run `work`, retrying transient database failures `max.retries` times, `retry.backoff.ms`
     apart (RocketMQ's keys). With `errors.retry.timeout` set, a transient failure is raised at
     once as a `RetriableException`: the engine retries `flush` as it retries `put`."""
-    from sluice.connectors.jdbc._db import error_text
+    from sluice.connectors._sql.db import error_text
 
     def text(exc: BaseException) -> str:
         return exc.message if isinstance(exc, ConnectException) else error_text(exc)
@@ -534,7 +531,7 @@ def _with_retries(settings: SinkSettings, work: Any, what: str) -> None:
 
 
 def _transient(settings: SinkSettings, exc: BaseException) -> bool:
-    from sluice.connectors.jdbc.dialects import dialect_for
+    from sluice.connectors._sql.dialects import dialect_for
 
     return dialect_for(settings.connection.dialect).is_transient(exc)
 
@@ -654,7 +651,7 @@ class _Writer:
         self.appended = 0  # upserted rows that took the plain-COPY path (see `_append`)
 
     def write(self, tables: list[_Table]) -> None:
-        from sluice.connectors.jdbc._db import error_text
+        from sluice.connectors._sql.db import error_text
 
         self.appended = 0  # a retry starts over
         with self.db.connect(attempts=1) as conn:
@@ -963,7 +960,7 @@ class JdbcSinkConnector(SinkConnector):
         return Delivery.AT_LEAST_ONCE if mode == "insert" else Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         settings = SinkSettings.parse(config)
         # One attempt: a database that is down is reported at once (see the source's validate).

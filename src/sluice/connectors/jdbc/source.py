@@ -38,15 +38,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors.jdbc._config import (
-    SOURCE_CONFIG,
-    SOURCE_POSITION_KEYS,
-    SourceSettings,
-    connection_client_options,
-)
-from sluice.connectors.jdbc._dialect import Mapped, UnmappableType
-from sluice.connectors.jdbc._names import TableName
-from sluice.connectors.jdbc._values import decode, encode, naive_utc, to_arrow
+from sluice.connectors._sql.connection import connection_client_options
+from sluice.connectors._sql.dialect import Mapped, UnmappableType
+from sluice.connectors._sql.names import TableName
+from sluice.connectors._sql.values import decode, encode, naive_utc, to_arrow
+from sluice.connectors.jdbc._config import SOURCE_CONFIG, SOURCE_POSITION_KEYS, SourceSettings
 from sluice.sdk import (
     ClientOption,
     ConfigException,
@@ -140,7 +136,7 @@ def plan_source(config: Mapping[str, str], *, attempts: int | None = None) -> So
 
     `attempts` bounds the first connection (default `connection.attempts`).
     """
-    from sluice.connectors.jdbc._db import Database
+    from sluice.connectors._sql.db import Database
 
     settings = SourceSettings.parse(config)
     db = Database(settings.connection)
@@ -381,7 +377,7 @@ def _plan_query(db: Any, conn: Any, settings: SourceSettings) -> TablePlan:
     try:
         columns = _query_columns(db, conn, settings.query)
     except DBAPIError as exc:
-        from sluice.connectors.jdbc._db import error_text
+        from sluice.connectors._sql.db import error_text
 
         raise ConfigException("query", f"the query fails: {error_text(exc)}") from None
     mapped = _map_columns(db, columns, "query", "query")
@@ -401,7 +397,7 @@ class JdbcSourceTask(ReplayableSourceTask):
     """Reads ranges of its tables' rows between two positions."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        from sluice.connectors.jdbc._db import Database
+        from sluice.connectors._sql.db import Database
 
         self.settings = SourceSettings.parse(config)
         raw = config.get(_PLAN_KEY)
@@ -920,7 +916,7 @@ class JdbcSourceTask(ReplayableSourceTask):
 
     def _read_failed(self, plan: TablePlan, exc: Exception, failures: int, delivered: int) -> int:
         """Decide what a failed read does: raise, or wait and return the new failure count."""
-        from sluice.connectors.jdbc._db import error_text
+        from sluice.connectors._sql.db import error_text
 
         what = f"reading {_describe_table(plan)}"
         transient = isinstance(exc, RetriableException) or (

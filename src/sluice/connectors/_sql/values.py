@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors.jdbc._dialect import Mapped
+from sluice.connectors._sql.dialect import Mapped
 
 _DAY_US = 86_400_000_000
 

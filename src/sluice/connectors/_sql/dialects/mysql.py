@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from sluice.connectors.jdbc._dialect import (
+from sluice.connectors._sql.dialect import (
     ColumnInfo,
     Dialect,
     Mapped,
@@ -24,9 +24,9 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
-from sluice.connectors.jdbc._names import TableName
-from sluice.connectors.jdbc._pages import PAGE_BYTES, Page, time_micros, unhex
-from sluice.connectors.jdbc._values import naive_utc
+from sluice.connectors._sql.names import TableName
+from sluice.connectors._sql.pages import PAGE_BYTES, Page, time_micros, unhex
+from sluice.connectors._sql.values import naive_utc
 from sluice.sdk import MYSQL_CLIENT, FieldType, Schema
 
 _MYSQL_TRANSIENT = {

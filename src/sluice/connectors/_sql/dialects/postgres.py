@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from sluice.connectors.jdbc._dialect import (
+from sluice.connectors._sql.dialect import (
     ColumnInfo,
     Dialect,
     Mapped,
@@ -23,8 +23,8 @@ from sluice.connectors.jdbc._dialect import (
     int_schema,
     optional,
 )
-from sluice.connectors.jdbc._names import TableName
-from sluice.connectors.jdbc._pages import Page, time_micros, unhex
+from sluice.connectors._sql.names import TableName
+from sluice.connectors._sql.pages import Page, time_micros, unhex
 from sluice.sdk import POSTGRESQL_CLIENT, ConnectException, Schema
 
 # JDBC driver parameters that mean something here; everything else (useSSL, serverTimezone, …)

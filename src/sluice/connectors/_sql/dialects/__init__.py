@@ -1,4 +1,4 @@
-"""One module per database, each defining ``DIALECT`` (a `sluice.connectors.jdbc._dialect.Dialect`):
+"""One module per database, each defining ``DIALECT`` (a `sluice.connectors._sql.dialect.Dialect`):
 `postgres` (PostgreSQL) and `mysql` (MySQL and MariaDB). `dialect_for` finds them all, so a third
 database is one new module here."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from sluice.connectors.jdbc._dialect import Dialect
+from sluice.connectors._sql.dialect import Dialect
 
 _DIALECTS: dict[str, Dialect] = {}
 

@@ -38,7 +38,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sluice.connectors.jdbc._names import TableName
+from sluice.connectors._sql.names import TableName
 from sluice.sdk import ClientFamily, ConnectException, FieldType, Schema
 
 
@@ -96,7 +96,7 @@ class UnmappableType(Exception):
 
 class Dialect(ABC):
     """What one database does its own way (confluent's `DatabaseDialect`): one subclass per
-    database, in a module of `sluice.connectors.jdbc.dialects` that sets ``DIALECT``."""
+    database, in a module of `sluice.connectors._sql.dialects` that sets ``DIALECT``."""
 
     name: str = ""
     quote_char: str = '"'
@@ -156,7 +156,7 @@ class Dialect(ABC):
         return a == b
 
     def page(self, plan: Any, value_type: Any) -> Any:
-        """The fast path reading pages of ``plan``'s rows (a `sluice.connectors.jdbc._pages.Page`),
+        """The fast path reading pages of ``plan``'s rows (a `sluice.connectors._sql.pages.Page`),
         or None to read every page through the driver."""
         return None
 

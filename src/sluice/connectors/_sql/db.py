@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-from sluice.connectors.jdbc._config import Connection
-from sluice.connectors.jdbc._dialect import ColumnInfo, Dialect
-from sluice.connectors.jdbc._names import TableName
-from sluice.connectors.jdbc.dialects import dialect_for
+from sluice.connectors._sql.connection import Connection
+from sluice.connectors._sql.dialect import ColumnInfo, Dialect
+from sluice.connectors._sql.dialects import dialect_for
+from sluice.connectors._sql.names import TableName
 from sluice.sdk import ConfigException, ConnectException, RetriableException
 from sluice.sdk._retry import Backoff, retry
 
