@@ -35,7 +35,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sluice.clients.rocketmq import (
-    AclKeys,
     MessageQueue,
     RocketMQAccessDenied,
     RocketMQClient,
@@ -44,27 +43,15 @@ from sluice.clients.rocketmq import (
     encode_messages,
 )
 from sluice.connectors._replication import check_rename, renamed, target_queue
+from sluice.connectors.rocketmq._config import SINK_ACL_KEYS, SINK_CONFIG
 from sluice.sdk import (
     BatchId,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     Delivery,
     SinkConnector,
     SinkTask,
-)
-
-ACL_KEYS = AclKeys.prefixed("target")
-CONFIG = ConfigDef(
-    ConfigKey("target.namesrv", doc="name server(s) of the target cluster, host:port[;host:port]"),
-    ConfigKey("connect.topicnames", type="list", doc="sluice topics to copy (, or ;)"),
-    ConfigKey("topic.rename.format", default="${topic}", doc="target name; ${topic} = old name"),
-    ConfigKey("target.queues", type="int", default=8, min=1, doc="queues of a created topic"),
-    ConfigKey("target.producer.group", default="sluice-replicator", doc="producer group"),
-    ConfigKey("target.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
-    *ACL_KEYS.config_keys(),
 )
 
 
@@ -74,8 +61,8 @@ def _client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> Roc
         key="target.namesrv",
         timeout_s=timeout_s or values["target.timeout.ms"] / 1000,
         group=values["target.producer.group"],
-        credentials=acl_credentials(values, *ACL_KEYS),
-        acl_keys=ACL_KEYS,
+        credentials=acl_credentials(values, *SINK_ACL_KEYS),
+        acl_keys=SINK_ACL_KEYS,
     )
 
 
@@ -83,7 +70,7 @@ class RocketMQSinkTask(SinkTask):
     """Collects its share of each micro-batch per target queue and sends it once in `flush`."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         self.client = _client(values)
         self.rename = values["topic.rename.format"]
         self.queues = values["target.queues"]
@@ -236,12 +223,12 @@ class RocketMQSinkConnector(SinkConnector):
     """Writes sluice topics to a RocketMQ cluster (``target.namesrv``), renamed by
     ``topic.rename.format``, with keys, tags, properties and timestamps."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = RocketMQSinkTask
     guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SINK_CONFIG.parse(config)
         check_rename(values["topic.rename.format"])
         probe = _client(values, timeout_s=min(5.0, values["target.timeout.ms"] / 1000))
         try:

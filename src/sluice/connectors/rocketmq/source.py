@@ -24,7 +24,6 @@ import pyarrow as pa
 
 from sluice.clients.rocketmq import (
     SYSTEM_PROPERTIES,
-    AclKeys,
     MessageQueue,
     RocketMQAccessDenied,
     RocketMQClient,
@@ -33,19 +32,17 @@ from sluice.clients.rocketmq import (
     acl_credentials,
 )
 from sluice.connectors._replication import (
-    TOPIC_KEYS,
     check_rename,
     owns,
     renamed,
     task_shares,
     topic_filter,
 )
+from sluice.connectors.rocketmq._config import SOURCE_ACL_KEYS, SOURCE_CONFIG
 from sluice.sdk import (
     HEADERS_TYPE,
     TIMESTAMP_TYPE,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ReadLimit,
     RecordOffset,
     RecordPartition,
@@ -56,14 +53,6 @@ from sluice.sdk import (
 
 TIMESTAMP_PROPERTY = "sluice.ts"
 
-ACL_KEYS = AclKeys.prefixed("source")
-CONFIG = ConfigDef(
-    ConfigKey("source.namesrv", doc="name server(s) of the source cluster, host:port[;host:port]"),
-    *TOPIC_KEYS,
-    ConfigKey("source.group", default="sluice-replicator", doc="consumer group of the pulls"),
-    ConfigKey("source.timeout.ms", type="int", default=10_000, min=1, doc="request timeout"),
-    *ACL_KEYS.config_keys(),
-)
 _ROWS = 8192  # rows per Arrow batch
 _TOPICS_TTL_S = 10.0
 
@@ -75,8 +64,8 @@ def client(values: Mapping[str, Any], *, timeout_s: float | None = None) -> Rock
         key="source.namesrv",
         timeout_s=timeout_s or values["source.timeout.ms"] / 1000,
         group=values["source.group"],
-        credentials=acl_credentials(values, *ACL_KEYS),
-        acl_keys=ACL_KEYS,
+        credentials=acl_credentials(values, *SOURCE_ACL_KEYS),
+        acl_keys=SOURCE_ACL_KEYS,
     )
 
 
@@ -84,7 +73,7 @@ class RocketMQSourceTask(ReplayableSourceTask):
     """Reads its share of the source queues in exact offset ranges."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         self.config = dict(config)
         self.client = client(values)
         self.topics = topic_filter(values)
@@ -176,12 +165,12 @@ class RocketMQSourceConnector(SourceConnector):
     """Copies RocketMQ topics (a list or a regex) into sluice topics, renamed by
     ``topic.rename.format``, with keys, tags, properties and timestamps."""
 
-    config_def = CONFIG
+    config_def = SOURCE_CONFIG
     task_class = RocketMQSourceTask
     offset_counts = ("queueOffset",)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = SOURCE_CONFIG.parse(config)
         topics = topic_filter(values)
         check_rename(values["topic.rename.format"])
         probe = client(values, timeout_s=min(5.0, int(values["source.timeout.ms"]) / 1000))
@@ -203,7 +192,7 @@ class RocketMQSourceConnector(SourceConnector):
             raise ConfigException(exc.key, str(exc)) from None
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
-        values = CONFIG.parse(self.config)
+        values = SOURCE_CONFIG.parse(self.config)
         probe = client(values)
         topics = topic_filter(values)
         names = topics if isinstance(topics, list) else [t for t in probe.topics() if topics(t)]
