@@ -1,5 +1,6 @@
 """File source and sink: the RocketMQ Connect sample connectors, exactly-once, and the SDK's
-reference connector (`source.py`, `sink.py`; the fast paths are private in `_lines.py`).
+reference connector (keys in `_config.py`; `source.py`, `sink.py`; the fast paths are private
+in `_lines.py`).
 
 Source keys: `filename` (the file to follow), `connect.topicname` (the topic to write).
 Sink keys: `filename` (the file to append to), `connect.topicnames` (topics to read, `,` or `;`).

@@ -15,20 +15,12 @@ from collections.abc import Mapping
 import pyarrow as pa
 
 from sluice.connectors.file import _lines
+from sluice.connectors.file._config import SINK_CONFIG
 from sluice.sdk import (
     AppendSinkConnector,
     AppendSinkTask,
-    ConfigDef,
-    ConfigKey,
     ConnectRecord,
     StagedAppend,
-)
-
-CONFIG = ConfigDef(
-    ConfigKey(
-        "filename", type="path", check=_lines.unwritable, doc="path of the file to append to"
-    ),
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
 )
 
 
@@ -36,7 +28,7 @@ class FileSinkTask(AppendSinkTask):
     """Writes its records of one micro-batch to a staged part file."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        self.target = StagedAppend(CONFIG.parse(config)["filename"])
+        self.target = StagedAppend(SINK_CONFIG.parse(config)["filename"])
 
     def put(self, records: list[ConnectRecord]) -> None:
         self.append(b"".join(_lines.line_bytes(r.value) for r in records))
@@ -54,13 +46,13 @@ class FileSinkTask(AppendSinkTask):
 class FileSinkConnector(AppendSinkConnector):
     """Appends records to one file, one line each, exactly once per micro-batch."""
 
-    config_def = CONFIG
+    config_def = SINK_CONFIG
     task_class = FileSinkTask
     key_aliases = {"file": "filename"}  # Kafka's FileStreamSinkConnector's name
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
-        self.target = StagedAppend(CONFIG.parse(config)["filename"])
+        self.target = StagedAppend(SINK_CONFIG.parse(config)["filename"])
 
     def task_configs(self, max_tasks: int) -> list[dict[str, str]]:
         return [dict(self.config) for _ in range(max_tasks)]

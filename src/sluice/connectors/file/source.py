@@ -16,9 +16,8 @@ from collections.abc import Iterator, Mapping
 import pyarrow as pa
 
 from sluice.connectors.file import _lines
+from sluice.connectors.file._config import SOURCE_CONFIG
 from sluice.sdk import (
-    ConfigDef,
-    ConfigKey,
     ReadLimit,
     RecordOffset,
     RecordPartition,
@@ -26,17 +25,12 @@ from sluice.sdk import (
     SourceConnector,
 )
 
-CONFIG = ConfigDef(
-    ConfigKey("filename", type="path", check=_lines.unreadable, doc="path of the file to read"),
-    ConfigKey("connect.topicname", doc="topic the lines are written to"),
-)
-
 
 class FileSourceTask(ReplayableSourceTask):
     """Reads byte ranges of the file that end on a line boundary."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        self.path = CONFIG.parse(config)["filename"]
+        self.path = SOURCE_CONFIG.parse(config)["filename"]
 
     def partitions(self) -> list[RecordPartition]:
         return [{"filename": self.path}]
@@ -78,7 +72,7 @@ class FileSourceTask(ReplayableSourceTask):
 class FileSourceConnector(SourceConnector):
     """Streams the lines of one file into a topic, following appends."""
 
-    config_def = CONFIG
+    config_def = SOURCE_CONFIG
     task_class = FileSourceTask
     offset_counts = ("position",)
     # Kafka's FileStreamSourceConnector names its keys `file` and `topic`
