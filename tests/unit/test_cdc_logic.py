@@ -244,7 +244,7 @@ def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
     # Turning these off needs a server restart, so their checks are tested on the answers: a
     # ConfigException (a 400 at create) naming the key that names the server.
     from sluice.connectors.cdc import mysql, postgres
-    from sluice.connectors.cdc._base import TypedKeys
+    from sluice.connectors.cdc._config import TypedKeys
 
     values = {"table.include.list": [], "table.exclude.list": []}
     debezium = TypedKeys.of({"database.hostname": "db"})
@@ -259,7 +259,7 @@ def test_server_settings_without_a_log_fail_naming_the_setting() -> None:
 
 
 def test_connection_errors_name_the_keys_that_were_typed() -> None:
-    from sluice.connectors.cdc._base import TypedKeys
+    from sluice.connectors.cdc._config import TypedKeys
 
     refused = ConfigException(
         "connection.password",

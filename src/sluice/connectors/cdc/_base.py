@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from abc import abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
@@ -35,13 +34,13 @@ from sluice.connectors._sql.connection import (
     parse_connection,
 )
 from sluice.connectors._sql.dialect import Mapped
+from sluice.connectors.cdc._config import RETRY_KEYS, TypedKeys, connection_config
 from sluice.connectors.cdc._envelope import envelope_schema, key_text, source_block
 from sluice.connectors.cdc._snapshot import SnapshotTask, check_mode
 from sluice.sdk import (
     ClientOption,
     ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     ReadLimit,
@@ -57,58 +56,7 @@ from sluice.sdk._retry import Backoff, LoopReport, retry
 PLAN_KEY = "cdc.task.plan"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-#: `errors.retry.*` as a CDC connector reads them: how long it rides out a database outage.
-RETRY_KEYS = ConfigDef(
-    ConfigKey("errors.retry.timeout", type="int", default=-1, min=-1, doc="ms; -1 = forever"),
-    ConfigKey("errors.retry.delay.max.ms", type="int", default=60_000, min=0, doc="backoff cap"),
-)
 _FIRST_DELAY_S = 0.3
-
-
-def config_def(url: str, port: int, unit: str, *specific: ConfigKey) -> ConfigDef:
-    """The keys every CDC connector has (`connection.*`, Debezium's `database.*`, `topic.prefix`,
-    `table.exclude.list`, `snapshot.mode`) around the database's `specific` ones; `url` is the
-    JDBC URL form, `unit` what holds a table (`database`, `schema`)."""
-    return ConfigDef(
-        ConfigKey("connection.url", default=None, doc=url),
-        ConfigKey("connection.user", default="", doc="user"),
-        ConfigKey("connection.password", type="password", default="", doc="password"),
-        ConfigKey("database.hostname", default=None, doc="host (instead of connection.url)"),
-        ConfigKey("database.port", type="int", default=port, doc="port"),
-        ConfigKey("database.user", default=None, doc="user"),
-        ConfigKey("database.password", type="password", default=None, doc="password"),
-        ConfigKey(
-            "topic.prefix",
-            pattern=r"[a-zA-Z0-9_.-]{1,80}",
-            doc=f"topics are <topic.prefix>.<{unit}>.<table>",
-        ),
-        # Debezium's key; `_` makes names the RocketMQ bus takes (its broker refuses '.')
-        ConfigKey(
-            "topic.delimiter",
-            default=".",
-            pattern=r"[a-zA-Z0-9_.-]{1,4}",
-            doc="what joins the prefix, the schema or database and the table in a topic name",
-        ),
-        *specific,
-        ConfigKey("table.exclude.list", type="list", default=[], doc=f"{unit}.table, …"),
-        ConfigKey("snapshot.mode", default="initial", doc="initial | when_needed | never"),
-    )
-
-
-def connection_config(
-    values: Mapping[str, Any], raw: Mapping[str, str], url: str | None
-) -> dict[str, str]:
-    """The JDBC connector's `connection.*` keys, from `connection.url` or the Debezium key family
-    (`url` is the JDBC URL those keys make; None when `database.hostname` is not set)."""
-    if values["connection.url"]:
-        return {k: v for k, v in raw.items() if k.startswith("connection.")}
-    if url is None:
-        raise ConfigException("connection.url", "set connection.url or database.hostname")
-    return {
-        "connection.url": url,
-        "connection.user": values["database.user"] or values["connection.user"],
-        "connection.password": values["database.password"] or values["connection.password"],
-    }
 
 
 def partition(prefix: str, table: str) -> RecordPartition:
@@ -120,43 +68,6 @@ def sql_error(exc: BaseException) -> str:
     """The first line of a database error (the driver's, under SQLAlchemy's wrapper)."""
     orig = getattr(exc, "orig", None) or exc
     return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
-
-
-@dataclass(frozen=True)
-class TypedKeys:
-    """The keys a config names the server, the user and the password with (`connection.*` or
-    Debezium's `database.*`): a problem with one is reported under the key that was typed."""
-
-    server: str = "connection.url"
-    user: str = "connection.user"
-    password: str = "connection.password"
-
-    @staticmethod
-    def of(config: Mapping[str, str]) -> TypedKeys:
-        if str(config.get("connection.url") or "").strip():
-            return TypedKeys()
-        return TypedKeys("database.hostname", "database.user", "database.password")
-
-    def retyped(self, exc: ConfigException) -> ConfigException:
-        """`exc` (the JDBC connection's, naming `connection.*`) naming the keys typed."""
-        names = {
-            "connection.url": self.server,
-            "connection.user": self.user,
-            "connection.password": self.password,
-        }
-        if all(k == v for k, v in names.items()):
-            return exc
-
-        def swap(text: str) -> str:
-            return re.sub(
-                r"\bconnection\.(url|user|password)\b",
-                lambda m: names[m.group(0)],
-                text,
-            )
-
-        message = exc.message.removeprefix(f"{exc.key}: ")
-        suggestion = swap(exc.suggestion) if exc.suggestion else None
-        return ConfigException(names.get(exc.key, exc.key), message, suggestion=suggestion)
 
 
 class CdcSourceConnector(SourceConnector):

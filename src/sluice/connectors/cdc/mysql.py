@@ -45,19 +45,12 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._sql.names import TableName
-from sluice.connectors.cdc._base import (
-    CdcSourceConnector,
-    CdcTable,
-    CdcTask,
-    TypedKeys,
-    config_def,
-    sql_error,
-)
+from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, sql_error
+from sluice.connectors.cdc._config import MYSQL_CONFIG, TypedKeys
 from sluice.connectors.cdc._envelope import describe_table, key_text
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, ddl_kind
 from sluice.sdk import (
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     FieldType,
@@ -73,14 +66,6 @@ log = logging.getLogger(__name__)
 
 #: Binlog bytes per row when a range's budget is `read.max.rows` (ranges are sized by bytes).
 ROW_BYTES = 100
-
-CONFIG = config_def(
-    "jdbc:mysql://host:port/database",
-    3306,
-    "database",
-    ConfigKey("database.server.id", type="int", default=None, min=1, doc="replica server id"),
-    ConfigKey("table.include.list", type="list", doc="database.table, …"),
-)
 
 _REQUIRED_SETTINGS = {
     "log_bin": ("ON", "log_bin (the binary log) is off", "start the server with log_bin"),
@@ -153,7 +138,7 @@ class MySqlCdcSourceConnector(CdcSourceConnector):
     the binlog is purged). Unit of parallelism: one task reads the binlog.
     """
 
-    config_def = CONFIG
+    config_def = MYSQL_CONFIG
     offset_counts = ("pos",)
     requires = (MYSQL_BINLOG,)
 

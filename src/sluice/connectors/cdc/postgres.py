@@ -54,14 +54,8 @@ from typing import Any
 import pyarrow as pa
 
 from sluice.connectors._sql.names import TableName
-from sluice.connectors.cdc._base import (
-    CdcSourceConnector,
-    CdcTable,
-    CdcTask,
-    TypedKeys,
-    config_def,
-    sql_error,
-)
+from sluice.connectors.cdc._base import CdcSourceConnector, CdcTable, CdcTask, sql_error
+from sluice.connectors.cdc._config import POSTGRES_CONFIG, TypedKeys
 from sluice.connectors.cdc._envelope import describe_table, key_text, source_block
 from sluice.connectors.cdc._evolve import SchemaChanged, check_added, verdict
 from sluice.connectors.cdc._pgoutput import (
@@ -77,7 +71,6 @@ from sluice.connectors.cdc._pgoutput import (
 )
 from sluice.sdk import (
     ConfigException,
-    ConfigKey,
     ConnectException,
     ConnectRecord,
     FieldType,
@@ -94,16 +87,6 @@ _OBJECT_IN_USE = "55006"  # the slot is being read by another session
 _SLOT_BUSY_WAIT_S = 120.0
 _FLUSH_WAIT_S = 60.0
 _INSERT_LSN = "SELECT pg_current_wal_insert_lsn()::text"
-
-CONFIG = config_def(
-    "jdbc:postgresql://host:port/database",
-    5432,
-    "schema",
-    ConfigKey("database.dbname", default=None, doc="database"),
-    ConfigKey("table.include.list", type="list", default=[], doc="schema.table, …"),
-    ConfigKey("slot.name", default="sluice", pattern=r"[a-z0-9_]{1,63}", doc="replication slot"),
-    ConfigKey("publication.name", default="sluice_publication", doc="publication"),
-)
 
 
 def _sqlstate(exc: BaseException) -> str | None:
@@ -200,7 +183,7 @@ class PostgresCdcSourceConnector(CdcSourceConnector):
     the micro-batch committed). Unit of parallelism: one task per slot.
     """
 
-    config_def = CONFIG
+    config_def = POSTGRES_CONFIG
     offset_counts = ("lsn",)
 
     def jdbc_url(self, values: Mapping[str, Any]) -> str | None:
