@@ -11,8 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sluice.connectors.lake._rows import ROW_KEYS, RowSettings, lake_types, to_rows
-from sluice.connectors.lake.files import CONFIG, ParquetSinkConnector, ParquetSinkTask, _escape
+from sluice.connectors.lake._config import PARQUET_CONFIG, ROW_KEYS, RowSettings
+from sluice.connectors.lake._rows import lake_types, to_rows
+from sluice.connectors.lake.files import ParquetSinkConnector, ParquetSinkTask, _escape
 from sluice.sdk import BatchId, ConfigDef, ConfigException, ConnectException, SinkTaskContext
 
 TS = pa.timestamp("us", tz="UTC")
@@ -130,4 +131,4 @@ def test_a_replayed_batch_writes_nothing_twice_and_a_cut_commit_is_finished(
     assert _ids(path) == list(range(8))
     assert sorted(p.name for p in path.iterdir()) == ["r=a", "r=b"]
     assert not [e for e in os.listdir(staging) if e not in ("state.json", "lock")]
-    assert CONFIG.parse(config)["format"] == "parquet"
+    assert PARQUET_CONFIG.parse(config)["format"] == "parquet"

@@ -13,39 +13,13 @@ timestamp column; default the record's timestamp) and partitions by it, after th
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey, ConnectException
-
-ROLL_KEY = ConfigKey(
-    "roll.interval.ms",
-    type="int",
-    default=0,
-    min=0,
-    doc="publish (files, version, snapshot) at most this often; 0: every micro-batch of the "
-    "worker's interval",
-)
-ROW_KEYS = (
-    ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
-    ConfigKey(
-        "value.format",
-        default="struct",
-        choices=("struct", "raw"),
-        doc="struct: the value's fields (or JSON object keys) become columns; raw: one `value`",
-    ),
-    ConfigKey("record.metadata", type="bool", default=True, doc="add the _topic, _key… columns"),
-    ConfigKey("partition.fields", type="list", default=(), doc="columns to partition by"),
-    ConfigKey("partition.time.format", default="", doc="strftime pattern of a time partition"),
-    ConfigKey("partition.time.field", default="", doc="timestamp column (default: record time)"),
-    ConfigKey("partition.time.column", default="dt", doc="name of the time partition column"),
-    ROLL_KEY,
-)
+from sluice.connectors.lake._config import ROLL_KEY, RowSettings
+from sluice.sdk import ConfigDef, ConfigException, ConnectException
 
 
 class RollInterval:
@@ -68,43 +42,6 @@ METADATA = {
     "_timestamp": "timestamp",
     "_headers": "headers",
 }
-
-
-@dataclass(frozen=True)
-class RowSettings:
-    """How a sink turns the sink frame into rows (the keys of `ROW_KEYS`)."""
-
-    raw: bool
-    metadata: bool
-    fields: tuple[str, ...]
-    time_format: str
-    time_field: str
-    time_column: str
-
-    @classmethod
-    def of(cls, values: Mapping[str, Any]) -> RowSettings:
-        time_format = values["partition.time.format"]
-        if time_format and "%" not in time_format:
-            raise ConfigException(
-                "partition.time.format", f"{time_format!r} has no strftime field such as %Y"
-            )
-        if "/" in time_format:
-            raise ConfigException(
-                "partition.time.format", "must not contain '/': it fills one partition column"
-            )
-        return cls(
-            raw=values["value.format"] == "raw",
-            metadata=values["record.metadata"],
-            fields=tuple(values["partition.fields"]),
-            time_format=time_format,
-            time_field=values["partition.time.field"],
-            time_column=values["partition.time.column"],
-        )
-
-    @property
-    def partition_by(self) -> list[str]:
-        """The partition columns, in directory order."""
-        return [*self.fields, *([self.time_column] if self.time_format else [])]
 
 
 def _where(batch: pa.RecordBatch, row: int) -> str:

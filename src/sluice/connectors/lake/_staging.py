@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
-from sluice.connectors.lake._rows import RollInterval, RowSettings, to_rows
+from sluice.connectors.lake._config import RowSettings
+from sluice.connectors.lake._rows import RollInterval, to_rows
 from sluice.sdk import (
     BatchId,
     ConfigDef,

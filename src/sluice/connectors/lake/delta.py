@@ -29,22 +29,16 @@ from typing import Any
 
 import pyarrow as pa
 
-from sluice.connectors.lake._rows import ROW_KEYS, RowSettings, lake_types
+from sluice.connectors.lake._config import DELTA_CONFIG, RowSettings
+from sluice.connectors.lake._rows import lake_types
 from sluice.connectors.lake._staging import (
     StagingTask,
     TableSinkConnector,
     check_writable,
     remove_stale,
 )
-from sluice.sdk import BatchId, ConfigDef, ConfigException, ConfigKey, ConnectException
+from sluice.sdk import BatchId, ConfigException, ConnectException
 from sluice.sdk.extras import DELTA, require
-
-CONFIG = ConfigDef(
-    *ROW_KEYS,
-    ConfigKey("delta.table.path", type="path", doc="folder of the Delta table"),
-    ConfigKey("file.max.bytes", type="int", default=128 << 20, min=1 << 20, doc="data file size"),
-    ConfigKey("staging.dir", type="path", default="", doc="where tasks stage micro-batches"),
-)
 
 
 def _deltalake() -> Any:
@@ -61,7 +55,7 @@ def _staging(values: Mapping[str, Any]) -> str:
 class DeltaSinkTask(StagingTask):
     """Stages its share of each micro-batch for the connector's Delta commit."""
 
-    config_def = CONFIG
+    config_def = DELTA_CONFIG
 
     def staging_dir(self, values: Mapping[str, Any]) -> str:
         return _staging(values)
@@ -70,12 +64,12 @@ class DeltaSinkTask(StagingTask):
 class DeltaSinkConnector(TableSinkConnector):
     """Appends each micro-batch to a Delta table as one version, exactly once."""
 
-    config_def = CONFIG
+    config_def = DELTA_CONFIG
     task_class = DeltaSinkTask
     requires = (DELTA,)
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = DELTA_CONFIG.parse(config)
         settings = RowSettings.of(values)
         path = values["delta.table.path"]
         check_writable("delta.table.path", path)
@@ -94,7 +88,7 @@ class DeltaSinkConnector(TableSinkConnector):
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
-        values = CONFIG.parse(config)
+        values = DELTA_CONFIG.parse(config)
         self.path = os.path.abspath(values["delta.table.path"])
         self.settings = RowSettings.of(values)
         self.file_bytes = values["file.max.bytes"]

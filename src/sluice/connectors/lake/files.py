@@ -54,31 +54,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sluice.connectors.lake._rows import ROW_KEYS, RollInterval, RowSettings
+from sluice.connectors.lake._config import PARQUET_CONFIG, RowSettings
+from sluice.connectors.lake._rows import RollInterval
 from sluice.connectors.lake._staging import STALE_S, RowsTask, check_writable
 from sluice.sdk import (
     BatchId,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     Delivery,
     SinkConnector,
 )
 from sluice.sdk._durable import fsync_dir, read_state, write_state
-
-CONFIG = ConfigDef(
-    *ROW_KEYS,
-    ConfigKey("path", type="path", doc="folder of the table"),
-    ConfigKey("format", default="parquet", choices=("parquet", "json"), doc="parquet | json"),
-    ConfigKey("file.max.bytes", type="int", default=128 << 20, min=1024, doc="roll size"),
-    ConfigKey(
-        "parquet.compression",
-        default="snappy",
-        choices=("none", "snappy", "gzip", "zstd", "lz4", "brotli"),
-        doc="codec of Parquet files",
-    ),
-    ConfigKey("staging.dir", type="path", default="", doc="where tasks stage micro-batches"),
-)
 
 #: characters Spark escapes in partition values (`ExternalCatalogUtils.escapePathName`)
 _ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")
@@ -168,7 +153,7 @@ class ParquetSinkTask(RowsTask):
     """Writes its rows of each micro-batch into staged files, one or more per partition."""
 
     def start(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = PARQUET_CONFIG.parse(config)
         self.settings = RowSettings.of(values)
         self.format = values["format"]
         self.ext = "parquet" if self.format == "parquet" else "json"
@@ -229,12 +214,12 @@ class ParquetSinkTask(RowsTask):
 class ParquetSinkConnector(RollInterval, SinkConnector):
     """Writes records as partitioned Parquet or JSON lines files, exactly once per micro-batch."""
 
-    config_def = CONFIG
+    config_def = PARQUET_CONFIG
     task_class = ParquetSinkTask
     guarantee = Delivery.EXACTLY_ONCE
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = PARQUET_CONFIG.parse(config)
         RowSettings.of(values)
         path = values["path"]
         if os.path.isfile(path):
@@ -244,7 +229,7 @@ class ParquetSinkConnector(RollInterval, SinkConnector):
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
-        values = CONFIG.parse(config)
+        values = PARQUET_CONFIG.parse(config)
         self.path = os.path.abspath(values["path"])
         self.staging = _staging(values)
 

@@ -36,7 +36,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 import pyarrow as pa
 
-from sluice.connectors.lake._rows import ROW_KEYS, RowSettings, lake_types
+from sluice.connectors.lake._config import ICEBERG_CONFIG, RowSettings
+from sluice.connectors.lake._rows import lake_types
 from sluice.connectors.lake._staging import (
     StagingTask,
     TableSinkConnector,
@@ -49,25 +50,13 @@ from sluice.sdk import (
     SQLITE_CLIENT,
     BatchId,
     ClientOption,
-    ConfigDef,
     ConfigException,
-    ConfigKey,
     ConnectException,
     redact_url,
     refuse_unsafe,
     url_options,
 )
 from sluice.sdk.extras import ICEBERG, require
-
-CONFIG = ConfigDef(
-    *ROW_KEYS,
-    ConfigKey("iceberg.table", pattern=r"[^.]+(\.[^.]+)+", doc="namespace.table"),
-    ConfigKey("iceberg.warehouse", type="path", doc="folder of the tables' data and metadata"),
-    ConfigKey("iceberg.catalog.uri", type="password", default="", doc="SQLAlchemy URL"),
-    ConfigKey("iceberg.catalog.name", default="sluice", doc="the catalog's name"),
-    ConfigKey("file.max.bytes", type="int", default=128 << 20, min=1 << 20, doc="data file size"),
-    ConfigKey("staging.dir", type="path", default="", doc="where tasks stage micro-batches"),
-)
 
 
 def _staging(values: Mapping[str, Any]) -> str:
@@ -138,7 +127,7 @@ def open_catalog(values: Mapping[str, Any]) -> Any:
 class IcebergSinkTask(StagingTask):
     """Stages its share of each micro-batch for the connector's Iceberg commit."""
 
-    config_def = CONFIG
+    config_def = ICEBERG_CONFIG
 
     def staging_dir(self, values: Mapping[str, Any]) -> str:
         return _staging(values)
@@ -147,7 +136,7 @@ class IcebergSinkTask(StagingTask):
 class IcebergSinkConnector(TableSinkConnector):
     """Appends each micro-batch to an Iceberg table as one snapshot, exactly once."""
 
-    config_def = CONFIG
+    config_def = ICEBERG_CONFIG
     task_class = IcebergSinkTask
     requires = (ICEBERG,)
 
@@ -158,7 +147,7 @@ class IcebergSinkConnector(TableSinkConnector):
         return catalog_client_options(uri) if uri else []
 
     def validate(self, config: Mapping[str, str]) -> None:
-        values = CONFIG.parse(config)
+        values = ICEBERG_CONFIG.parse(config)
         RowSettings.of(values)
         check_writable("iceberg.warehouse", values["iceberg.warehouse"])
         check_writable("staging.dir", _staging(values))
@@ -166,7 +155,7 @@ class IcebergSinkConnector(TableSinkConnector):
 
     def start(self, config: Mapping[str, str]) -> None:
         super().start(config)
-        values = CONFIG.parse(config)
+        values = ICEBERG_CONFIG.parse(config)
         self.values = values
         self.identifier = values["iceberg.table"]
         self.settings = RowSettings.of(values)
