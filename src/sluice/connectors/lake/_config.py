@@ -24,6 +24,8 @@ ROLL_KEY = ConfigKey(
     doc="publish (files, version, snapshot) at most this often; 0: every micro-batch of the "
     "worker's interval",
 )
+#: `roll.interval.ms` alone: what a lake connector's micro-batch interval is read from
+ROLL_CONFIG = ConfigDef(ROLL_KEY)
 ROW_KEYS = (
     ConfigKey("connect.topicnames", type="list", doc="topics to read, separated by , or ;"),
     ConfigKey(

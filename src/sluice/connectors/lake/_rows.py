@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from sluice.connectors.lake._config import ROLL_KEY, RowSettings
-from sluice.sdk import ConfigDef, ConfigException, ConnectException
+from sluice.connectors.lake._config import ROLL_CONFIG, RowSettings
+from sluice.sdk import ConfigException, ConnectException
 
 
 class RollInterval:
@@ -30,7 +30,7 @@ class RollInterval:
     config: dict[str, str]
 
     def micro_batch_interval_ms(self) -> int | None:
-        return ConfigDef(ROLL_KEY).parse(self.config)["roll.interval.ms"] or None
+        return ROLL_CONFIG.parse(self.config)["roll.interval.ms"] or None
 
 
 #: the metadata columns, from the sink frame's columns
