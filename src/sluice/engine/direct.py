@@ -111,18 +111,17 @@ def _headers_json(headers: pa.Array) -> pa.Array:
     )
 
 
-def _route(key: pa.Array, partition_hash: pa.Array) -> pa.Array:
-    """Same routing as the JVM path: crc32 of the key bytes, else the source partition's hash."""
+def route(key: pa.Array, partition_hash: pa.Array) -> pa.Array:
+    """Same routing as the JVM path: crc32 of the key bytes, else the source partition's hash.
+    The checksums are taken by `map` over the keys, without a Python step per key."""
     if key.null_count == len(key):
         return partition_hash
-    hashes = partition_hash.to_pylist()
-    return pa.array(
-        [
-            h if k is None else zlib.crc32(k) & _INT31
-            for k, h in zip(key.to_pylist(), hashes, strict=True)
-        ],
-        pa.int32(),
-    )
+    present = key.drop_null() if key.null_count else key
+    crcs = np.fromiter(map(zlib.crc32, present.to_pylist()), np.int64, len(present))
+    keyed = pa.array((crcs & _INT31).astype(np.int32))
+    if not key.null_count:
+        return keyed
+    return pc.replace_with_mask(partition_hash.cast(pa.int32()), key.is_valid(), keyed)
 
 
 def to_topic_frame(batch: pa.RecordBatch, codecs: SourceCodecs) -> pa.RecordBatch:
@@ -142,7 +141,7 @@ def topic_frame_of(
             value_bytes,
             batch.column("timestamp"),
             _headers_json(batch.column("headers")),
-            _route(key_bytes, batch.column("partition_hash")),
+            route(key_bytes, batch.column("partition_hash")),
         ],
         names=["topic", "key", "value", "timestamp", "headers", "route"],
     )
