@@ -297,6 +297,25 @@ def test_vectorised_decode_matches_per_record_on_damaged_bytes(
     assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
 
 
+def test_a_length_near_2_63_is_refused_like_the_per_record_path(
+    registry: SqliteSchemaRegistry,
+) -> None:
+    """A damaged string length near 2**63 (found by the property above) once wrapped the
+    reader's position around to one that looked in range: Arrow then refused the column
+    (ArrowInvalid) instead of the record being refused with fastavro's reason."""
+    schema = Schema.struct(("s", Schema.of(FieldType.STRING, optional=False)))
+    good = _avro(registry).encoder(schema).arrow(pa.array([{"s": "abcd"}], arrow_type(schema)))
+    header = good[0].as_py()[:5]
+    # a length of 2**63 - 5 (zig-zag varint), read at a position past 4: the sum wraps
+    damaged_bytes = header + b"\xf6\xff\xff\xff\xff\xff\xff\xff\xff\x01abcd"
+    decoder = _avro(registry).decoder(schema)
+    array = pa.array([damaged_bytes, good[0].as_py()], pa.binary())
+    fast = _outcome(decoder.arrow, array, schema)
+    assert fast == _outcome(lambda a: _decode_per_record(decoder, a), array, schema)
+    values, errors = fast
+    assert values[1] == {"s": "abcd"} and errors[0].startswith("value is not valid Avro")
+
+
 def test_vectorised_decode_reads_other_writer_versions(registry: SqliteSchemaRegistry) -> None:
     """Records of an older schema id are resolved by fastavro, in place among the others."""
     v1 = Schema.struct(("a", Schema.of(FieldType.INT32, optional=False)), name="com.x.V")

@@ -488,9 +488,12 @@ class _Reader:
         """Moves `rows` on by `size` bytes (a row that would pass its end is marked not ok);
         returns the positions before."""
         before = self.pos
-        pos = before + size * rows
-        self.ok &= pos <= self.end
-        self.pos = np.minimum(pos, self.end)
+        # compared with the room left, not added first: a damaged length near 2**63 would wrap
+        # the sum around to a position that looks in range
+        room = self.end - before
+        step = size * rows
+        self.ok &= step <= room
+        self.pos = before + np.minimum(step, room)
         return before
 
 
