@@ -14,7 +14,7 @@ import pytest
 
 from sluice.connectors.cdc import MySqlCdcSourceConnector, PostgresCdcSourceConnector
 from sluice.sdk import ReadLimit
-from sluice.sdk._retry import watching
+from sluice.sdk.retry import watching
 from tests.e2e.tcp_proxy import TcpProxy
 from tests.integration import jdbc_db
 from tests.integration.jdbc_db import MY_HOST, PG_HOST, Db

@@ -15,7 +15,7 @@ from sluice.rest._shapes import task_status_body
 from sluice.runtime.herder import Retrying, State, TaskStatus
 from sluice.runtime.herder.base import _task_status
 from sluice.sdk import RetriableException
-from sluice.sdk._retry import Backoff, retry, watching
+from sluice.sdk.retry import Backoff, retry, watching
 from sluice.store.counters import SqliteCounters
 from sluice.store.statuses import Status
 

@@ -508,7 +508,7 @@ def retry_outage(
     logged as a warning naming ``what``; the last one is raised."""
     import logging
 
-    from sluice.sdk._retry import Backoff, retry
+    from sluice.sdk.retry import Backoff, retry
 
     logger = logging.getLogger("sluice.bus")
 

@@ -75,7 +75,7 @@ from sluice.bus.base import (
     retry_outage,
 )
 from sluice.sdk import RecordOffset, partition_key
-from sluice.sdk._retry import RetryWatcher, watching
+from sluice.sdk.retry import RetryWatcher, watching
 from sluice.sdk.wakeup import IDLE_PAUSE_S, IDLE_WAIT_S, FileWatch, wait_for_new
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ from sluice.sdk import (
     SinkTaskContext,
     SourceConnector,
 )
-from sluice.sdk._retry import Backoff, retry
+from sluice.sdk.retry import Backoff, retry
 
 T = TypeVar("T")
 

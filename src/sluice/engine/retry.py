@@ -5,7 +5,7 @@ spent retrying one operation; `errors.retry.delay.max.ms` (default 60000) caps t
 starts at 300 ms and doubles. Anything other than a `RetriableException` is not retried.
 
 `RetryNotes` is how a task's status learns that it retries: the engine runs each task's work
-`watching` a `RetryNotes` of that task, so every retry loop of `sluice.sdk._retry` that runs there
+`watching` a `RetryNotes` of that task, so every retry loop of `sluice.sdk.retry` that runs there
 (this policy's, a connector's own, the bus's) keeps a note in the counters store, which executors
 reach too, and the herder shows it beside the task's RUNNING state until the loop settles.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from sluice.sdk import ConnectException
-from sluice.sdk._retry import Backoff, RetryWatcher, retry, watching
+from sluice.sdk.retry import Backoff, RetryWatcher, retry, watching
 
 FIRST_DELAY_MS = 300
 #: In the message of the error raised when `errors.retry.*` gives up on a `RetriableException`:

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from typing import Any, BinaryIO, ClassVar
 
 from sluice.sdk._connector import BatchId, Delivery, SinkConnector, SinkTask
-from sluice.sdk._durable import read_state, write_state
+from sluice.sdk.durable import read_state, write_state
 
 _STALE_PART_S = 3600.0
 

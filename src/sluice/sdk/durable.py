@@ -10,6 +10,8 @@ import json
 import os
 from typing import Any
 
+__all__ = ["fsync_dir", "read_state", "write_state"]
+
 
 def fsync_dir(path: str) -> None:
     """Make the renames and creations inside `path` durable (a rename is durable once its

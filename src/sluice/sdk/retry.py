@@ -24,7 +24,7 @@ from sluice.sdk._errors import RetriableException
 
 T = TypeVar("T")
 
-__all__ = ["Backoff", "RetryWatcher", "retry", "watching"]
+__all__ = ["Backoff", "LoopReport", "RetryWatcher", "current_watcher", "retry", "watching"]
 
 
 class RetryWatcher(Protocol):

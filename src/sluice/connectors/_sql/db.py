@@ -21,7 +21,7 @@ from sluice.connectors._sql.dialect import ColumnInfo, Dialect
 from sluice.connectors._sql.dialects import dialect_for
 from sluice.connectors._sql.names import TableName
 from sluice.sdk import ConfigException, ConnectException, RetriableException
-from sluice.sdk._retry import Backoff, retry
+from sluice.sdk.retry import Backoff, retry
 
 if TYPE_CHECKING:
     import sqlalchemy

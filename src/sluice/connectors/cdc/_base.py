@@ -51,7 +51,7 @@ from sluice.sdk import (
     Schema,
     SourceConnector,
 )
-from sluice.sdk._retry import Backoff, LoopReport, retry
+from sluice.sdk.retry import Backoff, LoopReport, retry
 
 PLAN_KEY = "cdc.task.plan"
 log = logging.getLogger(__name__)

@@ -60,7 +60,7 @@ from sluice.sdk import (
     SinkConnector,
     SinkTask,
 )
-from sluice.sdk._retry import Backoff, retry
+from sluice.sdk.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ from sluice.sdk import (
     Delivery,
     SinkConnector,
 )
-from sluice.sdk._durable import fsync_dir, read_state, write_state
+from sluice.sdk.durable import fsync_dir, read_state, write_state
 
 #: characters Spark escapes in partition values (`ExternalCatalogUtils.escapePathName`)
 _ESCAPED = set("\"#%'*/:=?\\\x7f{[]^")

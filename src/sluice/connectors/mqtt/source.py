@@ -50,8 +50,8 @@ from sluice.sdk import (
     RetriableException,
     SourceTask,
 )
-from sluice.sdk._retry import LoopReport, current_watcher
 from sluice.sdk.extras import MQTT
+from sluice.sdk.retry import LoopReport, current_watcher
 
 TOPIC_EXTENSION = "mqtt.topic"
 # the columns of a polled batch that `commit` reads (the engine stages the frame's columns only)

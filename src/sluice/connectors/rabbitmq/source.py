@@ -48,8 +48,8 @@ from sluice.sdk import (
     RetriableException,
     SourceTask,
 )
-from sluice.sdk._retry import LoopReport
 from sluice.sdk.extras import RABBITMQ
+from sluice.sdk.retry import LoopReport
 
 _ROWS = 5000  # records per Arrow batch read() yields
 _READ_RETRY_S = 120.0  # how long read() waits for a server that went away
