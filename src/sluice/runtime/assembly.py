@@ -1,11 +1,11 @@
 """The composition root: one function builds a worker's runtime from its `WorkerConfig`.
 
-Nothing else constructs the session, stores, bus, plugin registry or herder. The mode is chosen
-here and only here: `cluster.store.url` set means a distributed worker (the shared PostgreSQL
-store for configs, statuses, leases, positions, commit journal, schemas and counters,
-`DistributedHerder`), otherwise a standalone one (SQLite under `storePathRootDir`). The
-REST app is built by the entry point (`sluice.worker_main`) from `Runtime.herder`, because
-`rest` depends on `runtime` and not the reverse.
+Nothing else constructs the session, stores, bus, push board, plugin registry, progress tracker,
+metrics snapshot or herder. The mode is chosen here and only here: `cluster.store.url` set means
+a distributed worker (the shared PostgreSQL store for configs, statuses, leases, positions,
+commit journal, schemas and counters, `DistributedHerder`), otherwise a standalone one (SQLite
+under `storePathRootDir`). The REST app is built by the entry point (`sluice.worker_main`) from
+`Runtime.herder`, because `rest` depends on `runtime` and not the reverse.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 
 from sluice.engine.session import build_class_archive_in_background, build_session
 from sluice.engine.shutdown import quiet_batch_interrupts
+from sluice.push import PushBoard
 from sluice.runtime.herder import Herder
 from sluice.runtime.herder.base import BaseHerder, QueryRunner
 from sluice.runtime.herder.standalone import StandaloneHerder
@@ -57,6 +58,8 @@ def build_runner(
         providers=config.providers,
         stores=stores,
         schema_compatibility=config.schema_compatibility,
+        # where push sinks read their live limits and report progress (sluice.push)
+        push_board=PushBoard(os.path.join(config.store_root, "push.sqlite")),
     )
     runner.start_maintenance()  # topic retention and orphaned staged segments, every minute
     return runner

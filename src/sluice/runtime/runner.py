@@ -142,6 +142,7 @@ class ConnectorRunner:
         providers: ConfigProviders | None = None,
         stores: WorkerStores | None = None,
         schema_compatibility: str = DEFAULT_LEVEL,
+        push_board: PushBoard | None = None,
     ) -> None:
         self.spark = spark
         # `${env:…}`/`${file:…}` references are resolved here, when a query is built, only
@@ -158,10 +159,10 @@ class ConnectorRunner:
         self.positions = self.stores.positions
         self.counters = self.stores.counters
         self.schemas = self.stores.schemas
-        self.push_board_path = os.path.join(self.root, "push.sqlite")
         # one for the worker's REST reads and scrapes (its connection opens on first use, one per
         # thread); push tasks open their own from the path
-        self.push_board = PushBoard(self.push_board_path)
+        self.push_board = push_board or PushBoard(os.path.join(self.root, "push.sqlite"))
+        self.push_board_path = self.push_board.path
         self.running: dict[str, RunningConnector] = {}
         # what every connector's query is built on (sluice.engine.front_door)
         self.services = QueryServices(
