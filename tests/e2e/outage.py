@@ -11,6 +11,7 @@ from typing import Any
 from sluice.runtime.assembly import build_metrics, build_progress
 from sluice.runtime.herder.standalone import StandaloneHerder
 from sluice.runtime.plugins import PluginRegistry
+from sluice.runtime.stores import WorkerParts
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.configs import SqliteConfigStore
 from sluice.store.statuses import SqliteStatusStore
@@ -47,7 +48,8 @@ def status_herder(runner: Any, folder: Path) -> StandaloneHerder:
     config = WorkerConfig.from_properties({"storePathRootDir": runner.root})
     plugins = PluginRegistry(())
     configs = SqliteConfigStore(folder / "configs.sqlite")
-    progress = build_progress(runner.spark, runner)
+    parts = WorkerParts(runner.bus, runner.stores, runner.push_board)
+    progress = build_progress(runner.spark, runner, parts)
     return StandaloneHerder(
         runner.spark,
         config,
@@ -56,7 +58,8 @@ def status_herder(runner: Any, folder: Path) -> StandaloneHerder:
         configs=configs,
         statuses=SqliteStatusStore(folder / "statuses.sqlite"),
         progress=progress,
-        metrics=build_metrics(config, plugins, runner, progress, configs),
+        metrics=build_metrics(config, plugins, runner, progress, configs, parts),
+        parts=parts,
     )
 
 

@@ -12,6 +12,7 @@ from sluice.push import PushBoard
 from sluice.rest.metrics import render
 from sluice.runtime.metrics.figures import report_of
 from sluice.runtime.metrics.snapshot import MetricsSnapshot
+from sluice.runtime.stores import WorkerParts
 
 
 def _connector(name: str, push: dict | None, retries: int = 0) -> dict:
@@ -59,14 +60,11 @@ def test_push_counters_render_and_delivery_retries_count_as_retries() -> None:
 
 
 def test_snapshot_reads_the_push_board(tmp_path: Path) -> None:
-    class _Runner:
-        push_board_path = str(tmp_path / "push.sqlite")
-        push_board = PushBoard(push_board_path)
-
+    path = str(tmp_path / "push.sqlite")
     snapshot = MetricsSnapshot.__new__(MetricsSnapshot)
-    snapshot.runner = _Runner()  # type: ignore[assignment]
+    snapshot.parts = WorkerParts(None, None, PushBoard(path))  # type: ignore[arg-type]
     assert snapshot._push("hook") is None  # no board yet
-    board = PushBoard(_Runner.push_board_path)
+    board = PushBoard(path)
     board.report("hook", 0, {"active": 2, "queue_size": 5, "retry_queue_size": 1}, {"retried": 3})
     board.report("hook", 1, {"active": 1, "queue_size": 0, "retry_queue_size": 0}, {"parked": 2})
     assert snapshot._push("hook") == {

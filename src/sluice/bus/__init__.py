@@ -25,9 +25,11 @@ from sluice.bus.base import (
     UnknownTopic,
 )
 from sluice.bus.facade import Bus
+from sluice.sdk import ConfigDef, ConfigKey
 
 __all__ = [
     "BUS_KINDS",
+    "ROCKETMQ_KEYS",
     "STORED_SCHEMA",
     "Bus",
     "BusError",
@@ -44,20 +46,22 @@ __all__ = [
 
 BUS_KINDS = ("embedded", "rocketmq", "kafka")
 
+#: The worker keys of the RocketMQ bus (`bus=rocketmq`), read by `RocketMQBus.from_config`.
+ROCKETMQ_KEYS = ConfigDef(
+    ConfigKey("namesrvAddr", default="", doc="name server address(es), host:port;host:port"),
+    ConfigKey("rmqProducerGroup", default="sluice-producer", doc="producer group of topic writes"),
+    ConfigKey("rmqConsumerGroup", default="sluice-reader", doc="group the topic reader pulls as"),
+    ConfigKey("operationTimeout", type="int", default=10_000, min=100, doc="ms per request"),
+    ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
+    ConfigKey("aclEnable", type="bool", default=False, doc="sign requests (broker ACL)"),
+    ConfigKey("accessKey", default="", doc="ACL access key (aclEnable=true)"),
+    ConfigKey("secretKey", type="password", default="", doc="ACL secret key (aclEnable=true)"),
+    ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
+)
+
 # Worker keys each backend reads (besides bus.* and kafka.* / rocketmq.* prefixes).
 _KAFKA_KEYS = frozenset({"bootstrap.servers", "bus.replication.factor", REQUEST_KEY})
-_ROCKETMQ_KEYS = frozenset(
-    {
-        "namesrvAddr",
-        "rmqProducerGroup",
-        "rmqConsumerGroup",
-        "operationTimeout",
-        "maxMessageSize",
-        "aclEnable",
-        "accessKey",
-        "secretKey",
-    }
-)
+_ROCKETMQ_KEYS = frozenset(ROCKETMQ_KEYS.keys)
 
 
 def is_bus_key(key: str) -> bool:

@@ -29,7 +29,7 @@ from sluice.runtime.plugins import PluginRegistry, plugin_kind
 from sluice.runtime.runner import ConnectorRunner
 from sluice.runtime.secrets import password_keys
 from sluice.runtime.shared_path import check_shared_store_root
-from sluice.runtime.stores import WorkerStores
+from sluice.runtime.stores import WorkerParts, WorkerStores
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store import prepare_store_root
 from sluice.store.configs import ConfigStore, SqliteConfigStore
@@ -38,14 +38,20 @@ from sluice.store.statuses import SqliteStatusStore
 log = logging.getLogger(__name__)
 
 
+def build_parts(config: WorkerConfig, stores: WorkerStores) -> WorkerParts:
+    """The bus (named by `bus=`, its commit journal in `stores` when they hold one), the stores
+    and the push board (where push sinks read their live limits and report progress)."""
+    return WorkerParts(
+        bus=stores.attach(config.create_bus()),
+        stores=stores,
+        push_board=PushBoard(os.path.join(config.store_root, "push.sqlite")),
+    )
+
+
 def build_runner(
-    spark: SparkSession,
-    config: WorkerConfig,
-    plugins: PluginRegistry,
-    stores: WorkerStores | None = None,
+    spark: SparkSession, config: WorkerConfig, plugins: PluginRegistry, parts: WorkerParts
 ) -> QueryRunner:
-    """The query runner of a worker over `stores` (SQLite under `storePathRootDir` by default)."""
-    stores = stores or WorkerStores.sqlite(config.store_root)
+    """The query runner of a worker, its queries committing to `parts`."""
     runner = ConnectorRunner(
         spark,
         config.store_root,
@@ -54,21 +60,20 @@ def build_runner(
         retention_ms=config.bus.retention_ms,
         retention_bytes=config.bus.retention_bytes,
         plugins=plugins,
-        bus=stores.attach(config.create_bus()),
+        bus=parts.bus,
         providers=config.providers,
-        stores=stores,
+        stores=parts.stores,
         schema_compatibility=config.schema_compatibility,
-        # where push sinks read their live limits and report progress (sluice.push)
-        push_board=PushBoard(os.path.join(config.store_root, "push.sqlite")),
+        push_board=parts.push_board,
     )
     runner.start_maintenance()  # topic retention and orphaned staged segments, every minute
     return runner
 
 
-def build_progress(spark: SparkSession, runner: QueryRunner) -> ProgressTracker:
+def build_progress(spark: SparkSession, runner: QueryRunner, parts: WorkerParts) -> ProgressTracker:
     """The tracker of every query's progress (record totals, rates, batch times for
     `/metrics`), listening to `spark`'s queries from now on."""
-    return ProgressTracker(runner.counters, runner.counts_own_records).attach(spark)
+    return ProgressTracker(parts.stores.counters, runner.counts_own_records).attach(spark)
 
 
 def build_metrics(
@@ -77,6 +82,7 @@ def build_metrics(
     runner: QueryRunner,
     progress: ProgressTracker,
     configs: ConfigStore,
+    parts: WorkerParts,
 ) -> MetricsSnapshot:
     """What one scrape of `/metrics` reads (`MetricsSnapshot`), with the probe of source
     connectors' lag, which asks each source's tasks in the background."""
@@ -98,6 +104,7 @@ def build_metrics(
         config.worker_id,
         configs,
         runner,
+        parts,
         progress,
         lag,
         kind_of=lambda conf: plugin_kind(
@@ -162,9 +169,8 @@ def assemble(config: WorkerConfig) -> Runtime:
         from sluice.store.cluster import ClusterStore
 
         cluster = ClusterStore.open(config)
-        cluster.check_id(
-            config.worker_id, config.cluster.session_timeout_ms
-        )  # fails fast, joins not
+        # fails fast, joins not
+        cluster.check_id(config.worker_id, config.cluster.session_timeout_ms)
         # positions, commit journal, schemas and counters beside the configs: nothing a
         # takeover needs from the worker that ran a connector before is on its host
         stores = WorkerStores.postgres(config.cluster.store_url)
@@ -180,8 +186,9 @@ def assemble(config: WorkerConfig) -> Runtime:
         except BaseException:
             spark.stop()
             raise
-        runner = build_runner(spark, config, plugins, stores)
-        progress = build_progress(spark, runner)
+        parts = build_parts(config, stores)
+        runner = build_runner(spark, config, plugins, parts)
+        progress = build_progress(spark, runner, parts)
         herder: BaseHerder = DistributedHerder(
             spark,
             config,
@@ -189,12 +196,14 @@ def assemble(config: WorkerConfig) -> Runtime:
             cluster,
             runner=runner,
             progress=progress,
-            metrics=build_metrics(config, plugins, runner, progress, cluster.configs),
+            metrics=build_metrics(config, plugins, runner, progress, cluster.configs, parts),
+            parts=parts,
         )
     else:
         spark = _checked_session(config)
-        runner = build_runner(spark, config, plugins, WorkerStores.sqlite(config.store_root))
-        progress = build_progress(spark, runner)
+        parts = build_parts(config, WorkerStores.sqlite(config.store_root))
+        runner = build_runner(spark, config, plugins, parts)
+        progress = build_progress(spark, runner, parts)
         configs = SqliteConfigStore(os.path.join(config.store_root, "configs.sqlite"))
         herder = StandaloneHerder(
             spark,
@@ -204,7 +213,8 @@ def assemble(config: WorkerConfig) -> Runtime:
             configs=configs,
             statuses=SqliteStatusStore(os.path.join(config.store_root, "statuses.sqlite")),
             progress=progress,
-            metrics=build_metrics(config, plugins, runner, progress, configs),
+            metrics=build_metrics(config, plugins, runner, progress, configs, parts),
+            parts=parts,
         )
     return Runtime(config, spark, plugins, herder)
 

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 
 from sluice.bus.facade import Bus
+from sluice.push import PushBoard
 from sluice.store.counters import SqliteCounters
 from sluice.store.pg import PgCounters, PgPositionStore, PgSchemaRegistry
 from sluice.store.positions import SqlitePositionStore
@@ -66,6 +67,18 @@ class WorkerStores:
         if self.journal is not None:
             bus.keep_journal(self.journal)
         return bus
+
+
+@dataclass(frozen=True)
+class WorkerParts:
+    """What a worker's queries write to and its control plane reads beside them: the topic bus,
+    the stores and the push board. Built once by the composition root and handed to the runner
+    (whose queries commit to them), the herder (topics, offsets, push settings) and the metrics
+    snapshot, so that neither reaches through the runner for them."""
+
+    bus: Bus
+    stores: WorkerStores
+    push_board: PushBoard
 
 
 #: what the stores raise when the database does not answer (the REST API maps them to 503)

@@ -33,25 +33,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from sluice.bus import ROCKETMQ_KEYS
 from sluice.bus._external import ExternalBus
 from sluice.bus.base import outage_seconds
 from sluice.bus.rocketmq._log import RocketMQLog
 from sluice.clients.rocketmq import Credentials, acl_credentials
-from sluice.sdk import ConfigDef, ConfigException, ConfigKey
+from sluice.sdk import ConfigException
 
-__all__ = ["WORKER_KEYS", "RocketMQBus", "RocketMQLog"]
-
-WORKER_KEYS = ConfigDef(
-    ConfigKey("namesrvAddr", default="", doc="name server address(es), host:port;host:port"),
-    ConfigKey("rmqProducerGroup", default="sluice-producer", doc="producer group of topic writes"),
-    ConfigKey("rmqConsumerGroup", default="sluice-reader", doc="group the topic reader pulls as"),
-    ConfigKey("operationTimeout", type="int", default=10_000, min=100, doc="ms per request"),
-    ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
-    ConfigKey("aclEnable", type="bool", default=False, doc="sign requests (broker ACL)"),
-    ConfigKey("accessKey", default="", doc="ACL access key (aclEnable=true)"),
-    ConfigKey("secretKey", type="password", default="", doc="ACL secret key (aclEnable=true)"),
-    ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
-)
+__all__ = ["RocketMQBus", "RocketMQLog"]
 
 
 class RocketMQBus(ExternalBus):
@@ -95,7 +84,7 @@ class RocketMQBus(ExternalBus):
     ) -> RocketMQBus:
         """Build from worker keys (see the module docstring); a bad one raises
         :class:`ConfigException` naming it."""
-        values = WORKER_KEYS.parse({k: v for k, v in props.items() if k in WORKER_KEYS.keys})
+        values = ROCKETMQ_KEYS.parse({k: v for k, v in props.items() if k in ROCKETMQ_KEYS.keys})
         address = (values["namesrvAddr"] or "").strip()
         if not address:
             raise ConfigException("namesrvAddr", "required key is missing (bus=rocketmq)")

@@ -64,7 +64,7 @@ from sluice.runtime.secrets import (
     scrub,
     scrub_data,
 )
-from sluice.runtime.stores import SchemaBackend
+from sluice.runtime.stores import WorkerParts
 from sluice.runtime.topic_records import MAX_LIMIT, read_records
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.sdk import (
@@ -92,15 +92,13 @@ def _task_status(task: int, stored: Status, notes: dict[int, dict[str, Any]]) ->
 
 class QueryRunner(MeasuredRunner, Protocol):
     """What the herders use of the query runner (`ConnectorRunner`): the lifecycle of each
-    connector's query, the queries running now, and (as the metrics snapshot reads them,
-    `MeasuredRunner`) the stores and bus those queries commit to. Declared where it is used."""
+    connector's query, the queries running now and what each committed (`MeasuredRunner`).
+    The bus and stores those queries commit to come to the herder beside it (`WorkerParts`).
+    Declared where it is used."""
 
     @property
     def running(self) -> Mapping[str, RunningConnector]:
         """The queries this worker runs now, by connector name (read-only)."""
-
-    @property
-    def schemas(self) -> SchemaBackend: ...
 
     def counts_own_records(self, name: str) -> bool:
         """Whether the query of `name` adds its own record totals (see runtime.metrics)."""
@@ -158,6 +156,7 @@ class BaseHerder(Herder):
         statuses: StatusStore,
         progress: ProgressTracker,
         metrics: MetricsSnapshot,
+        parts: WorkerParts,
     ) -> None:
         self.spark = spark
         self.config = config
@@ -165,6 +164,8 @@ class BaseHerder(Herder):
         self.plugins_registry = plugins
         self.providers = config.providers
         self.runner = runner
+        # the bus, stores and push board the runner's queries commit to (the composition root's)
+        self.parts = parts
         # record totals, rates and batch times of every query, for /metrics
         self.progress = progress
         self.configs = configs
@@ -244,7 +245,7 @@ class BaseHerder(Herder):
             name,
             config,
             prepare=self._prepare,
-            topic_problem=self.runner.bus.topic_name_problem,
+            topic_problem=self.parts.bus.topic_name_problem,
             screen=self.providers.check,
         )
 
@@ -356,7 +357,7 @@ class BaseHerder(Herder):
             if own
             else State("UNASSIGNED", None, self.worker_id)
         )
-        notes = self.runner.counters.retrying(int(time.time() * 1000)).get(name, {})
+        notes = self.parts.stores.counters.retrying(int(time.time() * 1000)).get(name, {})
         return ConnectorStatus(
             name,
             connector,
@@ -436,7 +437,7 @@ class BaseHerder(Herder):
             "query_id": str(running.query.id) if running is not None else None,
             "run_id": str(running.query.runId) if running is not None else None,
             # target names are the resolved URLs: a secret in one is masked
-            **scrub_data(self.runner.push_board.progress(name)),
+            **scrub_data(self.parts.push_board.progress(name)),
         }
 
     def tune_push(self, name: str, changes: dict[str, Any]) -> dict[str, Any]:
@@ -444,7 +445,7 @@ class BaseHerder(Herder):
         if not changes:
             raise BadRequest("no push setting to change: give at least one key")
         try:
-            self.runner.push_board.set_settings(name, changes)
+            self.parts.push_board.set_settings(name, changes)
         except ConfigException as exc:
             raise BadRequest(str(exc)) from None
         return self.push(name)
@@ -465,14 +466,14 @@ class BaseHerder(Herder):
         with self._lock:
             stored = self._stored(name)
             self._require_stopped(stored, "altered")
-            offsets = validation.match_partitions(offsets, self.runner.positions.load(name))
+            offsets = validation.match_partitions(offsets, self.parts.stores.positions.load(name))
             validation.check_offsets(self._class_of(stored.config), offsets)
             for entry in offsets:
                 changes[partition_key(entry["partition"])] = entry["offset"]
             # the fresh run first: a kill -9 between the two steps then leaves a new run that
             # starts from the positions as they are, not the old checkpoint beside new positions
             self.runner.reset_run(name)
-            positions = self.runner.positions
+            positions = self.parts.stores.positions
             positions.save(name, {k: v for k, v in changes.items() if v is not None})
             positions.remove(name, [k for k, v in changes.items() if v is None])
 
@@ -483,7 +484,7 @@ class BaseHerder(Herder):
             # the fresh run first (see alter_offsets): killed after it, the connector still
             # resumes from the positions the offsets API shows
             self.runner.reset_run(name)
-            self.runner.positions.delete(name)
+            self.parts.stores.positions.delete(name)
 
     # -- plugins ----------------------------------------------------------------------------------
     def validate(self, config: dict[str, Any], class_name: str | None = None) -> dict[str, Any]:
@@ -498,7 +499,7 @@ class BaseHerder(Herder):
             self.plugins_registry,
             conf,
             prepare=self._prepare,
-            topic_problem=self.runner.bus.topic_name_problem,
+            topic_problem=self.parts.bus.topic_name_problem,
             screen=self.providers.check,
         )
 
@@ -534,7 +535,7 @@ class BaseHerder(Herder):
     ) -> dict[str, Any]:
         if not 1 <= limit <= MAX_LIMIT:
             raise BadRequest(f"limit: must be between 1 and {MAX_LIMIT}, got {limit}")
-        log_ = self.runner.bus.log
+        log_ = self.parts.bus.log
         if not self._topic_exists(topic):
             raise NotFound(f"topic {topic!r} not found")
         ranges = log_.offsets(topic)
@@ -548,7 +549,7 @@ class BaseHerder(Herder):
             if topic_use(stored.config).writes == topic:
                 writer = stored.config
                 break
-        registry = self.runner.schemas
+        registry = self.parts.stores.schemas
         try:
             return read_records(
                 log_,
@@ -568,7 +569,7 @@ class BaseHerder(Herder):
         """False for a name no topic can have (the embedded log refuses it with ValueError, a
         contract its tests hold): such a request is a 404 like any missing topic, not a 500."""
         try:
-            return bool(self.runner.bus.log.topic_exists(topic))
+            return bool(self.parts.bus.log.topic_exists(topic))
         except ValueError:
             return False
 
@@ -582,7 +583,7 @@ class BaseHerder(Herder):
                     f"topic {topic!r} is used by connector(s) {', '.join(sorted(users))}; "
                     "delete them (or change their topics) first"
                 )
-            log_ = self.runner.bus.log
+            log_ = self.parts.bus.log
             delete = getattr(log_, "delete_topic", None)
             if delete is None:
                 raise BadRequest(f"the {self.config.bus.kind} bus cannot delete topics")
@@ -602,7 +603,7 @@ class BaseHerder(Herder):
         so a sink deleted before its topic kept them; re-created under its name, it would skip
         the first records of a topic re-created under the same name (Kafka drops a deleted
         topic's committed offsets too)."""
-        positions = self.runner.positions
+        positions = self.parts.stores.positions
         for connector, stored in positions.load_all().items():
             stale = [p for p in stored if p in partitions]
             if stale:
@@ -618,7 +619,7 @@ class BaseHerder(Herder):
 
     # -- topics and allocation --------------------------------------------------------------------
     def topics(self) -> list[TopicSummary]:
-        log_ = self.runner.bus.log
+        log_ = self.parts.bus.log
         found = []
         for topic in sorted(log_.topics()):
             try:

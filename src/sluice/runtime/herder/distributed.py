@@ -46,6 +46,7 @@ from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.metrics.snapshot import MetricsSnapshot
 from sluice.runtime.plugins import PluginRegistry
 from sluice.runtime.runner import RunningConnector
+from sluice.runtime.stores import WorkerParts
 from sluice.runtime.worker_config import WorkerConfig
 from sluice.store.cluster import ClusterStore, Lease
 from sluice.store.configs import StoredConnector
@@ -153,6 +154,7 @@ class DistributedHerder(BaseHerder):
         runner: QueryRunner,
         progress: ProgressTracker,
         metrics: MetricsSnapshot,
+        parts: WorkerParts,
     ) -> None:
         super().__init__(
             spark,
@@ -163,6 +165,7 @@ class DistributedHerder(BaseHerder):
             statuses=cluster.statuses,
             progress=progress,
             metrics=metrics,
+            parts=parts,
         )
         self.cluster = cluster
         self._wake = threading.Event()

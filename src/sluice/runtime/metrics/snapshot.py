@@ -14,12 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sluice.bus.facade import Bus
 from sluice.engine.settings import topic_use
 from sluice.push import PushBoard
 from sluice.runtime.metrics.progress import ProgressTracker
 from sluice.runtime.metrics.source_lag import SourceLag
-from sluice.runtime.stores import CounterBackend, PositionBackend
+from sluice.runtime.stores import WorkerParts
 from sluice.sdk import RecordOffset, partition_key
 from sluice.store.configs import ConfigStore, StoredConnector
 from sluice.store.statuses import StatusStore
@@ -28,23 +27,11 @@ _JVM_TTL_S = 1.0
 
 
 class MeasuredRunner(Protocol):
-    """What a snapshot reads of the query runner (`ConnectorRunner`): the stores its queries
-    commit to, the bus, the push board and the Spark session (for the JVM's heap)."""
+    """What a snapshot reads of the query runner (`ConnectorRunner`): what each connector has
+    committed, and the Spark session (for the JVM's heap)."""
 
     @property
     def spark(self) -> Any: ...
-
-    @property
-    def bus(self) -> Bus: ...
-
-    @property
-    def positions(self) -> PositionBackend: ...
-
-    @property
-    def counters(self) -> CounterBackend: ...
-
-    @property
-    def push_board(self) -> PushBoard: ...
 
     def committed_positions(
         self, name: str, stored: dict[str, RecordOffset] | None = None
@@ -60,6 +47,8 @@ class MetricsSnapshot:
     worker_id: str
     configs: ConfigStore
     runner: MeasuredRunner
+    #: the bus, stores and push board the queries commit to
+    parts: WorkerParts
     progress: ProgressTracker
     source_lag: SourceLag
     kind_of: Callable[[dict[str, str]], str]  # "source" | "sink" | "unknown" of a config
@@ -77,12 +66,12 @@ class MetricsSnapshot:
         probes a connector's source lag (distributed: only its owner does)."""
         stored = self.configs.all()
         shown = statuses.all()
-        counters = self.runner.counters.all()
-        positions = self.runner.positions.load_all()
+        counters = self.parts.stores.counters.all()
+        positions = self.parts.stores.positions.load_all()
         offsets: dict[str, dict[int, Any]] = {}  # per topic, read once per scrape
         connectors = []
         kinds = {s.name: self.kind_of(s.config) for s in stored}
-        board = self.runner.push_board if "sink" in kinds.values() else None
+        board = self.parts.push_board if "sink" in kinds.values() else None
         self.source_lag.first_figures(
             [s for s in stored if kinds[s.name] == "source" and probes_lag(s.name)]
         )
@@ -128,7 +117,7 @@ class MetricsSnapshot:
         request read back is a new read for the engine). `board`: the scrape's one board."""
         try:
             if board is None:
-                board = self.runner.push_board
+                board = self.parts.push_board
             progress = board.progress(name)
         except Exception:  # no board yet (no push sink ever ran here): nothing to report
             return None
@@ -163,7 +152,7 @@ class MetricsSnapshot:
     ) -> list[dict[str, Any]]:
         """Per queue of each topic the sink reads: end offset - committed position."""
         topics = topic_use(stored.config).reads
-        log_ = self.runner.bus.log
+        log_ = self.parts.bus.log
         lag = []
         for topic in topics:
             if topic not in offsets:
@@ -182,7 +171,7 @@ class MetricsSnapshot:
         # the same few keys every scrape: JSON-encoding them is a good part of a scrape's cost
         key = self._queue_keys.get((topic, queue))
         if key is None:
-            key = partition_key(self.runner.bus.log.queue_partition(topic, queue))
+            key = partition_key(self.parts.bus.log.queue_partition(topic, queue))
             self._queue_keys[(topic, queue)] = key
         return key
 
