@@ -134,7 +134,14 @@ def test_server_away_for_20_s(paced_runner, tmp_path) -> None:
         try:
             wait_until(done, 300, "everything after the outage", every=0.5)
         except AssertionError as exc:  # which of the three stopped short, and where
-            raise AssertionError(f"{exc}; of {total}: {last}") from None
+            # the queue as the broker sees it (ready messages, consumers) and the jobs source's
+            # status: a stall with messages ready and no consumer is not one with a consumer
+            held = ch.queue_declare(queue, passive=True).method
+            status = rest.get("/v1/connectors/jobs/status").json()
+            raise AssertionError(
+                f"{exc}; of {total}: {last}; {queue}: {held.message_count} ready, "
+                f"{held.consumer_count} consumer(s); jobs: {status}"
+            ) from None
         await_no_retrying(rest, ["in", "out", "jobs"])
         events = topic_rows(root, "events")
         seqs = sorted(int(json.loads(r["headers"])["seq"]) for r in events)

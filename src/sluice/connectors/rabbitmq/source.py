@@ -25,6 +25,7 @@ by the record key by default, so a topic copied through an exchange into a queue
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
@@ -356,10 +357,10 @@ class RabbitMQSourceTask(SourceTask):
                 self._open()
             self._conn.process_data_events(time_limit=0)
         except ConnectException:  # from connecting: already ours
-            self._conn = None
+            self._drop()
             raise
         except Exception as exc:
-            self._conn = None
+            self._drop()
             raise failure(self.settings, "consuming", exc, name_key="rabbitmq.queues") from None
         # At most half the prefetch per poll: the broker sends no more than the prefetch
         # unacknowledged, and the messages of a micro-batch are acknowledged only when Spark plans
@@ -395,12 +396,20 @@ class RabbitMQSourceTask(SourceTask):
             try:
                 self._channels[queue].basic_ack(tag, multiple=True)
             except Exception:
-                self._conn = None  # the next poll opens a new connection
+                self._drop()  # the next poll opens a new connection
+
+    def _drop(self) -> None:
+        """Forget the connection, closing it first (best effort): while the broker still sees
+        a connection open, the messages delivered on it stay unacknowledged there and are not
+        given to the next one."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                if conn.is_open:
+                    conn.close()
 
     def stop(self) -> None:
-        if self._conn is not None and self._conn.is_open:
-            self._conn.close()
-        self._conn = None
+        self._drop()
 
 
 class RabbitMQSourceConnector(NamedSourceConnector):
