@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from sluice.bus._worker_keys import ROCKETMQ_KEYS
 from sluice.bus.base import (
     OUTAGE_KEY,
     REQUEST_KEY,
@@ -25,7 +26,6 @@ from sluice.bus.base import (
     UnknownTopic,
 )
 from sluice.bus.facade import Bus
-from sluice.sdk import ConfigDef, ConfigKey
 
 __all__ = [
     "BUS_KINDS",
@@ -45,19 +45,6 @@ __all__ = [
 ]
 
 BUS_KINDS = ("embedded", "rocketmq", "kafka")
-
-#: The worker keys of the RocketMQ bus (`bus=rocketmq`), read by `RocketMQBus.from_config`.
-ROCKETMQ_KEYS = ConfigDef(
-    ConfigKey("namesrvAddr", default="", doc="name server address(es), host:port;host:port"),
-    ConfigKey("rmqProducerGroup", default="sluice-producer", doc="producer group of topic writes"),
-    ConfigKey("rmqConsumerGroup", default="sluice-reader", doc="group the topic reader pulls as"),
-    ConfigKey("operationTimeout", type="int", default=10_000, min=100, doc="ms per request"),
-    ConfigKey("maxMessageSize", type="int", default=4 << 20, min=1, doc="largest record value"),
-    ConfigKey("aclEnable", type="bool", default=False, doc="sign requests (broker ACL)"),
-    ConfigKey("accessKey", default="", doc="ACL access key (aclEnable=true)"),
-    ConfigKey("secretKey", type="password", default="", doc="ACL secret key (aclEnable=true)"),
-    ConfigKey("rocketmq.cluster", default="", doc="cluster new topics are created in"),
-)
 
 # Worker keys each backend reads (besides bus.* and kafka.* / rocketmq.* prefixes).
 _KAFKA_KEYS = frozenset({"bootstrap.servers", "bus.replication.factor", REQUEST_KEY})

@@ -33,8 +33,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from sluice.bus import ROCKETMQ_KEYS
 from sluice.bus._external import ExternalBus
+from sluice.bus._worker_keys import ROCKETMQ_KEYS
 from sluice.bus.base import outage_seconds
 from sluice.bus.rocketmq._log import RocketMQLog
 from sluice.clients.rocketmq import Credentials, acl_credentials
