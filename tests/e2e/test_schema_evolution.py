@@ -12,8 +12,10 @@ MariaDB → JdbcSourceConnector → Avro topic → JdbcSinkConnector → Postgre
   Spark SQL, whose column types are fixed when the query starts, so it restarts by itself at the
   micro-batch that meets the new version, and then adds the column.
 * A sink created before the source of its topic waits, RUNNING with the reason, and starts by
-  itself once the source registered the topic's schema; transforms on a sink whose topics differ
-  in schema (one sink + RegexRouter for all topics) are refused at create, naming `transforms`.
+  itself once the source registered the topic's schema.
+* Kafka Connect's "one JDBC sink for all topics + RegexRouter" over tables of different schemas
+  mirrors each into the table its routed topic names; a transform that changes the records of
+  such a sink is refused at create, naming `transforms`.
 """
 
 from __future__ import annotations
@@ -55,7 +57,10 @@ def _rows(pg: Db, table: str) -> list[tuple[Any, ...]]:
 
 
 def _topic_count(worker: WorkerProcess, topic: str) -> int:
-    queues = worker.get(f"/v1/topics/{topic}").json()["queues"]
+    response = worker.get(f"/v1/topics/{topic}")
+    if response.status_code == 404:  # not made yet
+        return 0
+    queues = response.json()["queues"]
     return sum(q["max_offset"] - q["min_offset"] for q in queues)
 
 
@@ -277,63 +282,92 @@ def test_a_sink_created_before_its_source_waits_running_then_starts(
             worker.request("DELETE", f"/v1/connectors/{name}")
 
 
-def test_transforms_over_topics_of_different_schemas_are_refused_at_create(
-    worker: WorkerProcess, tmp_path: Path
+def test_one_jdbc_sink_for_all_topics_routes_them_with_regex_router(
+    worker: WorkerProcess, my: Db, pg: Db
 ) -> None:
-    """Kafka Connect's "one sink for all topics + RegexRouter": sluice's sink runs its
-    transforms on one Spark frame, so topics of different schemas cannot share them. Refused at
-    create with a 400 naming `transforms` and the way out, instead of a 201 and FAILED."""
-    json_values = {"value.converter": "JsonConverter", "key.converter": "StringConverter"}
-    plain = tmp_path / "plain.txt"
-    plain.write_text('"a"\n')
-    wrapped = tmp_path / "wrapped.txt"
-    wrapped.write_text('"b"\n')
-    hoist = {
-        "transforms": "h",
-        "transforms.h.type": "HoistField$Value",
-        "transforms.h.field": "line",
-    }
+    """Kafka Connect's "one JDBC sink for all topics + RegexRouter": two MariaDB tables of
+    different schemas, each in its own topic, mirrored into PostgreSQL tables named by the
+    routed topic. The router touches only the topic, so it runs on the fused path (a table of
+    topic names); a transform that changes the records is refused at create, naming
+    `transforms` and the way out, instead of a 201 and FAILED."""
+    my.execute(f"CREATE TABLE {my.q('people')} (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL)")
+    my.execute(f"CREATE TABLE {my.q('items')} (id INT PRIMARY KEY, price BIGINT NOT NULL)")
+    my.executemany(f"INSERT INTO {my.q('people')} VALUES (%s, %s)", [(1, "ada"), (2, "bo")])
+    my.executemany(f"INSERT INTO {my.q('items')} VALUES (%s, %s)", [(1, 10), (2, 20), (3, 30)])
+    prefix = f"fan{my.namespace[-8:]}-"
+    source, sink, stamped = f"{prefix}src", f"{prefix}sink", f"{prefix}stamped"
     try:
-        for name, path, topic, extra in (
-            ("mix-plain", plain, "mixPlain", {}),
-            ("mix-wrapped", wrapped, "mixWrapped", hoist),
-        ):
-            config = {
-                "connector.class": "FileSourceConnector",
-                "filename": str(path),
-                "connect.topicname": topic,
-                **json_values,
-                **extra,
-            }
-            _post(worker, name, config)
+        _post(
+            worker,
+            source,
+            {
+                "connector.class": "JdbcSourceConnector",
+                "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
+                "connection.user": "root",
+                "mode": "incrementing",
+                "incrementing.column.name": "id",
+                "table.whitelist": "people,items",
+                "topic.prefix": prefix,
+                "value.converter": "AvroConverter",
+                "poll.interval.ms": "200",
+            },
+        )
         wait_until(
             lambda: (
-                _topic_count(worker, "mixPlain") == 1 and _topic_count(worker, "mixWrapped") == 1
+                _topic_count(worker, prefix + "people") == 2
+                and _topic_count(worker, prefix + "items") == 3
             ),
             120,
-            "both topics' first records (their schemas registered)",
+            "both tables' rows in their topics (their schemas registered)",
         )
-        sink = {
-            "connector.class": "FileSinkConnector",
-            "filename": str(tmp_path / "all.txt"),
-            "connect.topicnames": "mixPlain,mixWrapped",
+        target = {
+            "connector.class": "JdbcSinkConnector",
+            **pg.config(),
+            "connect.topicnames": f"{prefix}people,{prefix}items",
+            "value.converter": "AvroConverter",
+            "insert.mode": "upsert",
+            "pk.mode": "record_value",
+            "pk.fields": "id",
+            "auto.create": "true",
+            "table.name.format": "${topic}",
             "transforms": "route",
             "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
-            "transforms.route.regex": "mix(.*)",
-            "transforms.route.replacement": "all",
-            **json_values,
+            "transforms.route.regex": f"{prefix}(.*)",
+            "transforms.route.replacement": "$1_copy",
         }
-        response = worker.request("POST", "/connectors/mix-sink", content=json.dumps(sink))
+        _post(worker, sink, target)
+        wait_until(
+            lambda: len(_rows(pg, "people_copy")) == 2 and len(_rows(pg, "items_copy")) == 3,
+            120,
+            "both tables mirrored under their routed names",
+        )
+        assert pg.rows(f"SELECT id, name FROM {pg.table('people_copy')} ORDER BY id") == [
+            (1, "ada"),
+            (2, "bo"),
+        ]
+        assert pg.rows(f"SELECT id, price FROM {pg.table('items_copy')} ORDER BY id") == [
+            (1, 10),
+            (2, 20),
+            (3, 30),
+        ]
+        assert worker.state(sink) == "RUNNING"
+
+        stamp = {
+            "transforms": "route,stamp",
+            "transforms.stamp.type": "InsertField$Value",
+            "transforms.stamp.static.field": "origin",
+            "transforms.stamp.static.value": "mariadb",
+        }
+        response = worker.request(
+            "POST", f"/connectors/{stamped}", content=json.dumps({**target, **stamp})
+        )
         assert response.status_code == 400, response.text
         body = response.json()
-        assert (
-            "transforms: a sink cannot transform records when its topics have different"
-            in (body["message"])
-        ), body
         assert body["key"] == "transforms", body
+        assert "a sink can only route records (RegexRouter" in body["message"], body
+        assert "when its topics have different schemas" in body["message"], body
         assert "one sink connector per topic" in body["errors"][0]["suggestion"], body
-        assert worker.get("/connectors/mix-sink/status").status_code == 404
-        assert "mix-sink" not in worker.body("/connectors/list")
+        assert worker.get(f"/connectors/{stamped}/status").status_code == 404
     finally:
-        for name in ("mix-plain", "mix-wrapped", "mix-sink"):
+        for name in (source, sink, stamped):
             worker.request("DELETE", f"/v1/connectors/{name}")

@@ -123,26 +123,82 @@ def test_a_partition_without_a_schema_fails_the_source_naming_it(runner: Any) ->
     assert 'partition {"shape":"stray"} is not listed by the connector' in cause, cause
 
 
-def test_a_sink_over_differently_shaped_topics_refuses_what_needs_the_jvm(
-    runner: Any, tmp_path: Path
-) -> None:
+def _shaped_topics(runner: Any, count: int) -> dict[str, str]:
     conv = {"value.converter": "AvroConverter"}
-    runner.start("src", {"connector.class": SOURCE, "count": "3", **conv})
+    runner.start("src", {"connector.class": SOURCE, "count": str(count), **conv})
     wait_until(
-        lambda: _healthy(runner) or all(runner.bus.count(f"shaped-{s}") >= 3 for s in SHAPES),
+        lambda: _healthy(runner) or all(runner.bus.count(f"shaped-{s}") >= count for s in SHAPES),
         180,
         "the topics",
     )
+    return conv
+
+
+#: Kafka Connect's "one sink for all topics + RegexRouter", with a router gated by a predicate
+FAN_IN = {
+    "transforms": "route,short",
+    "transforms.route.type": "org.apache.kafka.connect.transforms.RegexRouter",
+    "transforms.route.regex": "shaped-(.*)",
+    "transforms.route.replacement": "routed-$1",
+    "transforms.short.type": "RegexRouter",
+    "transforms.short.regex": "routed-(people)",
+    "transforms.short.replacement": "$1",
+    "transforms.short.predicate": "isPeople",
+    "predicates": "isPeople",
+    "predicates.isPeople.type": "TopicNameMatches",
+    "predicates.isPeople.pattern": "routed-p.*",
+}
+
+
+def test_a_sink_routes_differently_shaped_topics_by_name_without_the_jvm(
+    runner: Any, tmp_path: Path
+) -> None:
+    """Transforms that touch only the topic run on the fused path, as a table of topic names:
+    each record reaches the sink task under its routed topic, decoded with its own schema."""
+    conv = _shaped_topics(runner, 5)
+    out = tmp_path / "out"
+    sink = {
+        "connector.class": SINK,
+        "dir": str(out),
+        "connect.topicnames": "shaped-people,shaped-orders",
+        **conv,
+        **FAN_IN,
+    }
+    runner.start("dst", sink)
+    got = _received(runner, out, ["people", "routed-orders"], 5)
+    assert set(got) == {"people", "routed-orders"}, set(got)
+    for shape, topic in (("people", "people"), ("orders", "routed-orders")):
+        types = {(f.name, f.type) for b in got[topic] for f in b.schema.field("value").type}
+        assert types == {(f.name, f.type) for f in SHAPES[shape].to_arrow()}, shape
+        values = sorted(
+            (v for b in got[topic] for v in b.column("value").to_pylist()), key=lambda v: v["id"]
+        )
+        assert values == [shaped_row(shape, i) for i in range(5)], shape
+
+
+def test_a_sink_over_differently_shaped_topics_refuses_what_needs_the_jvm(
+    runner: Any, tmp_path: Path
+) -> None:
+    conv = _shaped_topics(runner, 3)
     sink = {
         "connector.class": SINK,
         "dir": str(tmp_path / "out"),
         "connect.topicnames": "shaped-people,shaped-orders",
         **conv,
     }
-    with pytest.raises(ConfigException, match=r"transforms: a sink cannot transform records"):
-        runner.start("dst", {**sink, **ROUTE})
+    stamp = {
+        "transforms": "route,stamp",
+        **{k: v for k, v in ROUTE.items() if k != "transforms"},
+        "transforms.stamp.type": "InsertField$Value",
+        "transforms.stamp.static.field": "origin",
+        "transforms.stamp.static.value": "db",
+    }
+    with pytest.raises(ConfigException, match=r"transforms: a sink can only route records"):
+        runner.start("dst", {**sink, **stamp})
     with pytest.raises(ConfigException, match=r"pipeline.fused: must stay true"):
         runner.start("dst", {**sink, "pipeline.fused": "false"})
+    with pytest.raises(ConfigException, match=r"pipeline.fused: must stay true"):
+        runner.start("dst", {**sink, **ROUTE, "pipeline.fused": "false"})
     assert "dst" not in runner.running
 
 

@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
-from sluice.engine.transforms import parse_transforms
+from sluice.engine.transforms import parse_transforms, route_topics
 from sluice.runtime.plugins import resolve_transform
 from sluice.sdk import ConfigException
 from sluice.transforms import BUILTIN_TRANSFORMS
@@ -144,3 +145,16 @@ def test_regex_router_reads_the_topic_once() -> None:
     )
     step = router.to_sql({})
     assert step is not None and step.columns["topic"].count("topic") == 1
+
+
+def test_route_topics_renames_by_the_table_keeps_unnamed_topics_and_drops_none() -> None:
+    """A fused sink's topic-only chain, as a table: each record's topic is looked up; a topic
+    the table routes to None loses its records, one it does not name keeps its own."""
+    batch = pa.RecordBatch.from_pydict(
+        {"topic": ["a", "b", "c", "a", None], "value": [1, 2, 3, 4, 5]}
+    )
+    routed = route_topics(batch, {"a": "all", "b": None})
+    assert routed.column("topic").to_pylist() == ["all", "c", "all", None]
+    assert routed.column("value").to_pylist() == [1, 3, 4, 5]
+    assert routed.schema == batch.schema
+    assert route_topics(batch.slice(0, 0), {"a": "x"}).num_rows == 0

@@ -44,6 +44,7 @@ from sluice.engine.retry import ConnectorNotes
 from sluice.engine.settings import ConnectorSettings
 from sluice.engine.sink import Counters, LeaseFence, SinkPlan, SinkRunner, plan_sink
 from sluice.engine.source import plan_source, source_data_source
+from sluice.engine.transforms import topic_routes
 from sluice.sdk import (
     ConfigException,
     Connector,
@@ -248,12 +249,18 @@ def _launch_sink(
         raise ConfigException("connect.topicnames", "names no topic")
     plan, owned, notes = _plan_sink(services, request, connector, topics)
     topics = [*topics, *owned]
-    fused = plan.codecs is not None and fusable(settings, plan.codecs)
-    if plan.codecs is not None and not fused:
-        plan.codecs.resolve_late()  # Spark needs every type now: the error names it
-    if plan.codecs is not None and plan.codecs.mixed:
-        _check_mixed_sink(settings, plan.codecs, topics)
+    # transforms that touch only the topic (RegexRouter) run fused, as a table of topic names
+    routes = topic_routes(services.spark, request.chain, topics)
+    chain_fusable = not request.chain or routes is not None
+    codecs = plan.codecs
+    fused = codecs is not None and settings.pipeline_fused and chain_fusable and codecs.fusable
+    if codecs is not None and not fused:
+        codecs.resolve_late()  # Spark needs every type now: the error names it
+    if codecs is not None and codecs.mixed:
+        _check_mixed_sink(settings, codecs, topics, routed=chain_fusable)
         fused = True
+    if fused and routes is not None:
+        plan = replace(plan, routes=routes)
     runner = SinkRunner(plan)
     services.self_counting.add(request.name)  # SinkRunner.commit counts its records
     interval_ms = connector.micro_batch_interval_ms()  # a lake sink's `roll.interval.ms`
@@ -333,14 +340,16 @@ def _plan_sink(
     return replace(plan, push_board_path=services.push_board_path), owned, notes
 
 
-def _check_mixed_sink(settings: ConnectorSettings, codecs: SinkCodecs, topics: list[str]) -> None:
+def _check_mixed_sink(
+    settings: ConnectorSettings, codecs: SinkCodecs, topics: list[str], *, routed: bool
+) -> None:
     """A sink whose topics differ in schema runs fused (a Spark frame has one type): refuse what
-    needs the JVM path, naming the key."""
+    needs the JVM path, naming the key. `routed`: its transforms, if any, touch only the topic."""
     why = f"its topics have different schemas ({', '.join(topics)})"
-    if settings.transforms:
+    if not routed:
         raise ConfigException(
             "transforms",
-            f"a sink cannot transform records when {why}",
+            f"a sink can only route records (RegexRouter, gated by TopicNameMatches) when {why}",
             suggestion="start one sink connector per topic (or per schema), or transform on the "
             "source side",
         )

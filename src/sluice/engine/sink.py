@@ -10,7 +10,7 @@ to the `control` callback, which feeds them to the topic reader.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -40,6 +40,7 @@ from sluice.engine.errors import (
 )
 from sluice.engine.retry import RetryPolicy, RetryStore, watching_task
 from sluice.engine.settings import ConnectorSettings
+from sluice.engine.transforms import route_topics
 from sluice.sdk import (
     TIMESTAMP_TYPE,
     BatchId,
@@ -80,6 +81,9 @@ class SinkPlan:
     registry: SchemaRegistry | None = field(default=None, compare=False)
     #: The worker's push board, handed to each task in its context (`SinkTaskContext`).
     push_board_path: str = ""
+    #: A fused sink's transforms when they touch only the topic (`topic_routes`): each topic's
+    #: new name, or None where its records are dropped.
+    routes: Mapping[str, str | None] | None = None
 
     @property
     def format_name(self) -> str:
@@ -214,6 +218,8 @@ class SinkRunner:
                 for decoded in batches:
                     records += decoded.num_rows
                     batch = self._without_errors(sluice_frame(decoded), tolerated)
+                    if self.plan.routes is not None:
+                        batch = route_topics(batch, self.plan.routes)
                     if batch.num_rows:
                         _note_assignment(task.context, batch)
                         retries += self.plan.retry.call(lambda b=batch: task.put_batch(b), what)

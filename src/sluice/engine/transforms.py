@@ -9,9 +9,10 @@ in order. Columns other than the record columns (`partition_hash` on the source 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.errors import AnalysisException, ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import StructType
@@ -199,6 +200,50 @@ def _planned_step(spark: SparkSession, df: DataFrame, transform: Transform) -> D
     ]
     out = df.selectExpr(*exprs)
     return out.where(step.where) if step.where else out
+
+
+def topic_routes(
+    spark: SparkSession, chain: list[Transform], topics: Sequence[str]
+) -> dict[str, str | None] | None:
+    """The topic each of `topics` becomes through `chain` (None: its records are dropped), when
+    every step of the chain and of its gates reads and changes the topic only
+    (`Transform.topic_only`); None for any other chain, which needs Spark's rows.
+
+    A fused sink routes its records by this table (`route_topics`) instead of running the chain:
+    its topics may differ in schema, which one Spark frame cannot hold. The table is computed
+    by the chain itself, planned over one row per topic, so the Java regexes mean what they
+    mean on the JVM path (Spark folds the steps over a local relation: no job runs).
+    """
+    if not chain or not all(_topic_only(t) for t in chain):
+        return None
+    schema = "topic string, key binary, value binary, timestamp timestamp, "
+    schema += "headers map<string,string>, route_index int"
+    rows = [(topic, None, None, None, None, i) for i, topic in enumerate(topics)]
+    routed = apply_transforms(spark, spark.createDataFrame(rows, schema), chain)
+    kept = {r["route_index"]: r["topic"] for r in routed.select("topic", "route_index").collect()}
+    return {topic: kept.get(i) for i, topic in enumerate(topics)}
+
+
+def _topic_only(transform: Transform) -> bool:
+    gate = getattr(transform, "gate", None)
+    return transform.topic_only and (gate is None or gate[0].topic_only)
+
+
+def route_topics(batch: pa.RecordBatch, routes: Mapping[str, str | None]) -> pa.RecordBatch:
+    """`batch` with each record's topic replaced as `routes` says (a topic it does not name is
+    kept), and the records of a topic routed to None dropped (executor)."""
+    if not batch.num_rows:
+        return batch
+    index = batch.schema.get_field_index("topic")
+    topic = batch.column(index)
+    names = pa.array(list(routes), pa.string())
+    found = pc.index_in(topic, value_set=names)
+    new = pc.coalesce(pc.take(pa.array(list(routes.values()), pa.string()), found), topic)
+    dropped = [t for t, r in routes.items() if r is None]
+    if dropped:  # a topic routed to None: its records go, the others keep their new topic
+        keep = pc.invert(pc.is_in(topic, value_set=pa.array(dropped, pa.string())))
+        return batch.set_column(index, "topic", new).filter(keep)
+    return batch.set_column(index, "topic", new)
 
 
 def _per_record(

@@ -44,6 +44,10 @@ class Transform:
     """
 
     config_def: ClassVar[ConfigDef] = ConfigDef()
+    #: True when the step reads and changes nothing but the record's topic (`RegexRouter`; as a
+    #: predicate, `TopicNameMatches`): a chain of such steps is a function of the topic alone, so
+    #: a fused sink runs it as a table of topic names instead of on Spark's rows.
+    topic_only: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.options: dict[str, Any] = {}

@@ -36,6 +36,7 @@ def whole_match(expression: str, pattern: str) -> str:
 class TopicNameMatches(Predicate):
     """Holds for records whose topic matches all of the Java regex `pattern` (Kafka's predicate)."""
 
+    topic_only = True
     config_def = ConfigDef(ConfigKey("pattern", doc="Java regex the whole topic must match"))
 
     def condition(self, schema: dict[str, Any]) -> str:

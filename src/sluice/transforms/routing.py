@@ -10,6 +10,7 @@ from sluice.sdk import ConfigDef, ConfigKey, SqlStep, Transform, literal
 class RegexRouter(Transform):
     """Renames the topic when the whole topic name matches `regex` (`replacement` may use `$1`)."""
 
+    topic_only = True
     config_def = ConfigDef(
         ConfigKey("regex", doc="Java regular expression matched against the whole topic"),
         ConfigKey("replacement", doc="the new topic; $1… refer to the regex's groups"),

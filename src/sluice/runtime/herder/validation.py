@@ -165,8 +165,9 @@ def is_plan_error(exc: ConfigException) -> bool:
     """True for a config error found only when Spark plans the connector's query (a transform's
     SQL that does not analyse, or drops record columns; transforms on a sink whose topics differ
     in schema): a herder refuses those at create."""
-    # `transforms` itself: a sink's transforms over topics whose schemas differ cannot run
-    # (`runner._check_mixed_sink`), which shows only once the topics' schemas are looked up
+    # `transforms` itself: a sink's transforms that change more than the topic cannot run over
+    # topics whose schemas differ (`front_door._check_mixed_sink`), which shows only once the
+    # topics' schemas are looked up
     return exc.key == "transforms" or exc.key.startswith(("transforms.", "predicates."))
 
 
