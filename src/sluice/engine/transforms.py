@@ -25,6 +25,7 @@ from sluice.sdk import (
     Predicate,
     SqlStep,
     Transform,
+    literal,
     quote,
 )
 from sluice.sdk._config import normalize_config
@@ -212,14 +213,17 @@ def topic_routes(
     A fused sink routes its records by this table (`route_topics`) instead of running the chain:
     its topics may differ in schema, which one Spark frame cannot hold. The table is computed
     by the chain itself, planned over one row per topic, so the Java regexes mean what they
-    mean on the JVM path (Spark folds the steps over a local relation: no job runs).
+    mean on the JVM path.
     """
     if not chain or not all(_topic_only(t) for t in chain):
         return None
-    schema = "topic string, key binary, value binary, timestamp timestamp, "
-    schema += "headers map<string,string>, route_index int"
-    rows = [(topic, None, None, None, None, i) for i, topic in enumerate(topics)]
-    routed = apply_transforms(spark, spark.createDataFrame(rows, schema), chain)
+    # inline VALUES are a local relation, which Spark's optimizer evaluates on the driver
+    nulls = "CAST(NULL AS BINARY), CAST(NULL AS BINARY), CAST(NULL AS TIMESTAMP), "
+    nulls += "CAST(NULL AS MAP<STRING, STRING>)"
+    rows = ", ".join(f"({literal(topic)}, {nulls}, {i})" for i, topic in enumerate(topics))
+    columns = "topic, key, value, timestamp, headers, route_index"
+    table = spark.sql(f"SELECT * FROM VALUES {rows} AS routes({columns})")
+    routed = apply_transforms(spark, table, chain)
     kept = {r["route_index"]: r["topic"] for r in routed.select("topic", "route_index").collect()}
     return {topic: kept.get(i) for i, topic in enumerate(topics)}
 
