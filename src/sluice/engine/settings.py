@@ -261,7 +261,8 @@ def check_config(
     for role in ("key", "value"):
         if f"{role}.converter" not in bad:
             attempt(lambda role=role: converter_from_config(conf, role))
-    attempt(lambda: error_policy(conf, topics))
+    policies: list[ErrorPolicy] = []
+    attempt(lambda: policies.append(error_policy(conf, topics)))
     chain: list[Any] = []
     if "transforms" not in bad and "predicates" not in bad:
         attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
@@ -276,7 +277,7 @@ def check_config(
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common) and not errors:
-        settings = _settings(kind, conf, values, topics)
+        settings = _settings(kind, conf, values, topics, policies[0])
     return ConfigReport(conf, settings, errors, warnings)
 
 
@@ -331,8 +332,13 @@ def _topic_problems(
 
 
 def _settings(
-    kind: str, conf: Mapping[str, str], values: Mapping[str, Any], topics: list[str]
+    kind: str,
+    conf: Mapping[str, str],
+    values: Mapping[str, Any],
+    topics: list[str],
+    errors: ErrorPolicy,
 ) -> ConnectorSettings:
+    """The typed settings from the keys parsed already (`conf` canonical: aliases renamed)."""
     return ConnectorSettings(
         kind=kind,
         max_tasks=values["max.tasks"],
@@ -345,8 +351,8 @@ def _settings(
         topics=tuple(topics),
         consume_from_where=values.get("consume.from.where"),
         task_group_id=values.get("task.group.id"),
-        writes=topic_use(conf).writes if kind == "source" else "",
-        errors=error_policy(conf, topics),
+        writes=conf.get("connect.topicname", "").strip() if kind == "source" else "",
+        errors=errors,
         retry=RetryPolicy(values["errors.retry.timeout"], values["errors.retry.delay.max.ms"]),
         schema_compatibility=values["schema.compatibility"],
         restart=_restart(values),
@@ -411,7 +417,8 @@ def parse_settings(config: Mapping[str, str], kind: str) -> ConnectorSettings:
     values = COMMON_KEYS.parse({k: v for k, v in conf.items() if k in COMMON_KEYS.keys})
     if kind == "sink":
         values.update(SINK_KEYS.parse({k: v for k, v in conf.items() if k in SINK_KEYS.keys}))
-    return _settings(kind, conf, values, list(values.get("connect.topicnames") or []))
+    topics = list(values.get("connect.topicnames") or [])
+    return _settings(kind, conf, values, topics, error_policy(conf, topics))
 
 
 @dataclass(frozen=True)
