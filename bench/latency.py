@@ -1,7 +1,8 @@
 """Benchmark: where a trickled record's time and a worker's memory go (issue 29's instrument).
 
 One real `sluice worker` (conf/connect-standalone.conf's values, embedded bus) runs `--pairs`
-file pairs (`src-i`: in-i.txt → topic-i, `sink-i`: topic-i → out-i.txt). Measured, in order:
+file pairs (`src-i`: in-i.txt → topic-i-<run>, `sink-i`: that topic → out-i.txt). Measured, in
+order:
   boot          the worker's start until its REST API answers (`GET /`), and until it serves
                 connectors (Spark, stores and herder built);
   create        how long each `POST /connectors/{name}` blocks;
@@ -45,7 +46,15 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.peers import cpu_seconds, percentile, pss_bytes, size, tree, trickle_lines  # noqa: E402
+from bench.peers import (  # noqa: E402
+    cpu_seconds,
+    percentile,
+    pss_bytes,
+    shipped_trigger_ms,
+    size,
+    tree,
+    trickle_lines,
+)
 from tests.e2e.worker_process import WorkerProcess  # noqa: E402
 
 PHASES = (
@@ -118,14 +127,6 @@ def census(root: int) -> list[tuple[str, int, int]]:
 
 
 # -- the worker -----------------------------------------------------------------------------------
-def shipped_trigger_ms() -> str:
-    """The trigger interval conf/connect-standalone.conf ships (what a user runs with)."""
-    conf = Path(__file__).resolve().parent.parent / "conf" / "connect-standalone.conf"
-    for line in conf.read_text(encoding="utf-8").splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "offsetCommitIntervalMsConfig":
-            return value.strip()
-    raise SystemExit(f"{conf}: no offsetCommitIntervalMsConfig")
 
 
 class Bench:
@@ -185,13 +186,15 @@ class Bench:
         record s from the source's POST)."""
         src, dst = self.data / f"in-{i}.txt", self.data / f"out-{i}.txt"
         src.write_text(f"first line of pair {i}\n")
+        # a broker bus keeps its topics between runs: each run reads and writes its own
+        topic = f"topic-{i}-{self.data.parent.name[-8:]}"
         started = time.monotonic()
         took_src = self.post(
             f"src-{i}",
             {
                 "connector.class": "FileSourceConnector",
                 "filename": str(src),
-                "connect.topicname": f"topic-{i}",
+                "connect.topicname": topic,
             },
         )
         took_sink = self.post(
@@ -199,7 +202,7 @@ class Bench:
             {
                 "connector.class": "FileSinkConnector",
                 "filename": str(dst),
-                "connect.topicnames": f"topic-{i}",
+                "connect.topicnames": topic,
             },
         )
         self.wait(lambda: size(dst) >= size(src), f"pair {i}'s first record")

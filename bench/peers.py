@@ -240,6 +240,16 @@ class KafkaConnect(Peer):
         return None
 
 
+def shipped_trigger_ms() -> str:
+    """The trigger interval conf/connect-standalone.conf ships (what a user runs with)."""
+    conf = REPO / "conf" / "connect-standalone.conf"
+    for line in conf.read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "offsetCommitIntervalMsConfig":
+            return value.strip()
+    raise SystemExit(f"{conf}: no offsetCommitIntervalMsConfig")
+
+
 class Sluice(Peer):
     """A `sluice worker` process on bus=kafka, driven over its REST API."""
 
@@ -256,7 +266,7 @@ class Sluice(Peer):
             "httpHost=127.0.0.1\n"
             f"httpPort={self.port}\n"
             f"storePathRootDir={self.work / 'store'}\n"
-            "offsetCommitIntervalMsConfig=500\n"
+            f"offsetCommitIntervalMsConfig={shipped_trigger_ms()}\n"
             "bus=kafka\n"
             f"bootstrap.servers={self.bootstrap}\n"
             "spark.master=local[*]\n"
