@@ -44,6 +44,20 @@ def _post(worker: WorkerProcess, name: str, config: dict[str, str]) -> None:
     assert response.status_code == 200, response.text
 
 
+def _avro_source(my: Db, **keys: str) -> dict[str, str]:
+    """A JDBC source of `my`'s tables, incrementing on `id`, writing Avro (plus `keys`)."""
+    return {
+        "connector.class": "JdbcSourceConnector",
+        "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
+        "connection.user": "root",
+        "mode": "incrementing",
+        "incrementing.column.name": "id",
+        "value.converter": "AvroConverter",
+        "poll.interval.ms": "200",
+        **keys,
+    }
+
+
 def _trace(worker: WorkerProcess, name: str) -> str:
     return worker.body(f"/connectors/{name}/status")["connector"]["trace"] or ""
 
@@ -83,17 +97,7 @@ def test_a_running_mirror_follows_add_column_and_refuses_incompatible_changes(
     _post(
         worker,
         source,
-        {
-            "connector.class": "JdbcSourceConnector",
-            "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
-            "connection.user": "root",
-            "mode": "incrementing",
-            "incrementing.column.name": "id",
-            "table.whitelist": "orders",
-            "connect.topicname": topic,
-            "value.converter": "AvroConverter",
-            "poll.interval.ms": "200",
-        },
+        _avro_source(my, **{"table.whitelist": "orders", "connect.topicname": topic}),
     )
     target = {
         "connector.class": "JdbcSinkConnector",
@@ -300,17 +304,7 @@ def test_one_jdbc_sink_for_all_topics_routes_them_with_regex_router(
         _post(
             worker,
             source,
-            {
-                "connector.class": "JdbcSourceConnector",
-                "connection.url": f"jdbc:mysql://{MY_HOST}/{my.namespace}",
-                "connection.user": "root",
-                "mode": "incrementing",
-                "incrementing.column.name": "id",
-                "table.whitelist": "people,items",
-                "topic.prefix": prefix,
-                "value.converter": "AvroConverter",
-                "poll.interval.ms": "200",
-            },
+            _avro_source(my, **{"table.whitelist": "people,items", "topic.prefix": prefix}),
         )
         wait_until(
             lambda: (
