@@ -230,9 +230,10 @@ def check_config(
             errors.append(Problem.of(exc))
     bad = {p.key for p in errors}
 
-    def attempt(step: Callable[[], object]) -> None:
+    def attempt(step: Callable[[], Any]) -> Any:
+        """`step()`'s value, or None with its problems noted."""
         try:
-            step()
+            return step()
         except ConfigException as exc:
             for one in getattr(exc, "problems", [exc]):  # InvalidConfig: every bad key
                 if one.key not in bad:  # a key parsed above already has its message
@@ -247,6 +248,7 @@ def check_config(
                     f"config rejected by the connector: {type(exc).__name__}: {exc}",
                 )
             )
+        return None
 
     topics = list(values.get("connect.topicnames") or [])
     if kind == "sink" and not topics and "connect.topicnames" not in bad:
@@ -261,8 +263,7 @@ def check_config(
     for role in ("key", "value"):
         if f"{role}.converter" not in bad:
             attempt(lambda role=role: converter_from_config(conf, role))
-    policies: list[ErrorPolicy] = []
-    attempt(lambda: policies.append(error_policy(conf, topics)))
+    policy = attempt(lambda: error_policy(conf, topics))
     chain: list[Any] = []
     if "transforms" not in bad and "predicates" not in bad:
         attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
@@ -277,7 +278,7 @@ def check_config(
     settings = None
     common = ("max.tasks", "read.max.rows", "read.max.bytes", "pipeline.fused")
     if all(k in values for k in common) and not errors:
-        settings = _settings(kind, conf, values, topics, policies[0])
+        settings = _settings(kind, conf, values, topics, policy)
     return ConfigReport(conf, settings, errors, warnings)
 
 
