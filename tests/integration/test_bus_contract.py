@@ -410,6 +410,20 @@ def test_unknown_topic(harness: Harness, bus: Any, tmp_path: Path) -> None:
     )(options={}).streamReader(schema=None)
     start = reader.initialOffset()
     assert reader.latestOffset(start, None)["q"] == {}
+    # asking about a topic never creates it (Kafka: the broker auto-creates topics a metadata
+    # request names unless the client says not to)
+    assert missing not in bus.log.topics()
+
+
+def test_ensure_topic_creates_a_missing_topic_and_keeps_an_existing_one(
+    harness: Harness, bus: Any
+) -> None:
+    existing = harness.new_topic(bus, 3)
+    assert bus.log.ensure_topic(existing, 5) == 3
+    assert bus.log.queue_count(existing) == 3
+    missing = unique("ensured")
+    assert bus.log.ensure_topic(missing, 2) == 2
+    assert bus.log.queue_count(missing) == 2
 
 
 @pytest.mark.spark

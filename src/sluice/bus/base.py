@@ -377,6 +377,14 @@ class TopicLog(ABC):
     def create_topic(self, topic: str, queues: int = 8, *, exist_ok: bool = True) -> TopicInfo:
         """Create ``topic`` with ``queues`` queues (an existing topic is returned unchanged)."""
 
+    def ensure_topic(self, topic: str, queues: int = 8) -> int:
+        """The queue count of ``topic``, creating it with ``queues`` queues if it does not exist:
+        what a writer asks for every topic it writes, so it skips `create_topic`'s offsets."""
+        try:
+            return self.queue_count(topic)
+        except UnknownTopic:
+            return self.create_topic(topic, queues).queues
+
     @abstractmethod
     def offsets(self, topic: str) -> dict[int, QueueRange]:
         """The current :class:`QueueRange` of every queue of ``topic``, keyed by queue id."""

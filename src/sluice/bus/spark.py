@@ -243,7 +243,7 @@ class TopicWriterPlan:
                     with _noting(self.notes):  # partitions of a source are not its tasks
                         queues[topic] = retry_outage(
                             f"topic {topic!r}",
-                            lambda t=topic: the_log.create_topic(t, self.default_queues).queues,
+                            lambda t=topic: the_log.ensure_topic(t, self.default_queues),
                             the_log.outage_s,
                             sleep=time.sleep,
                         )
