@@ -18,6 +18,8 @@ Besides the rates, it prints the CPU each run took: of this process's tree (the 
 JVM and Python workers) and of the broker's processes (Kafka's server, RocketMQ's name server and
 broker, read from the pid files of `scripts/servers.sh`), in µs per line.
 
+BENCH_PROGRESS=1 prints, per query, its micro-batches' mean Spark phase durations (`durationMs`).
+
 Usage: python bench/bus_pipeline.py [--lines 5000000] [--bus embedded --bus rocketmq --bus kafka]
 """
 
@@ -140,6 +142,11 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
             time.sleep(0.05)
         if hop1 is None:
             hop1 = end
+        if os.environ.get("BENCH_PROGRESS"):
+            from bench.cdc import _print_progress
+
+            for name in ("src", "dst"):
+                _print_progress(f"{kind} {name}", runner.running[name].query)
     finally:
         runner.close()
         bus.close()

@@ -362,6 +362,37 @@ def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request
     assert end["q"] != {f"{topic}/0": 1}
 
 
+def test_a_group_commit_waits_for_its_answer_in_short_polls(
+    tmp_path: Path, kafka_cluster: RealKafka
+) -> None:
+    """A consumer's poll returns at a message or at its timeout, not when it served the commit's
+    callback (the group's consumer is assigned nothing): one long poll made every commit take
+    the whole poll (200 ms on every sink batch's planning). The commit is answered through
+    short polls instead, and lands."""
+    bus = KafkaBus(tmp_path, bootstrap_servers=kafka_cluster.bootstraps)
+    topic = KafkaHarness(kafka_cluster).new_topic(bus, 1)
+    group = unique("g")
+    client, _ = bus.log._group(group)
+    asked: list[float] = []
+
+    class Polls:
+        def __init__(self, consumer: Any) -> None:
+            self.consumer = consumer
+
+        def poll(self, timeout: float) -> Any:
+            asked.append(timeout)
+            return self.consumer.poll(timeout)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.consumer, name)
+
+    object.__setattr__(client, "consumer", Polls(client.consumer))  # the real one, watched
+    bus.log.commit_group_offsets(group, {(topic, 0): 0})
+    assert bus.log.group_offsets(group, topic) == {0: 0}
+    waits = asked[1:]  # the first serves an earlier commit's outcome, without waiting
+    assert asked[0] == 0 and waits and waits[0] <= 0.001 and max(waits) <= 0.05, asked
+
+
 def test_a_group_commit_refused_or_kept_waiting_is_an_error_naming_the_group(
     tmp_path: Path, kafka_mock: MockKafkaCluster
 ) -> None:

@@ -772,7 +772,7 @@ class KafkaLog(ExternalLog):
                 if exc.args[0].code() in stale:
                     # the admin client's leader epochs predate a broker restart and it does not
                     # refresh them by itself: a new client starts from fresh metadata
-                    self._forget("admin", {})
+                    self._forget("admin", self._ADMIN)
                 if exc.args[0].code() in moved and time.monotonic() < deadline:
                     time.sleep(0.2)
                     continue
@@ -1136,13 +1136,17 @@ class KafkaLog(ExternalLog):
             except kafka.KafkaException as exc:
                 client.commits.waiting = False
                 raise self._error(f"cannot commit offsets of group {group!r}", exc) from None
-            # librdkafka reports the outcome from poll(), through the consumer's on_commit
+            # librdkafka reports the outcome from poll(), through the consumer's on_commit. A
+            # consumer's poll returns at a message or its timeout, not after serving a callback
+            # (this one is assigned nothing): short polls, or every commit took a whole poll.
+            pause = 0.001
             while client.commits.waiting:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     why = f"no answer within bus.request.timeout.ms ({self.timeout_s:g} s)"
                     raise self._unanswered(group, why)
-                client.consumer.poll(min(left, 0.2))
+                client.consumer.poll(min(left, pause))
+                pause = min(pause * 2, 0.05)
             failure = client.commits.failure
         finally:
             lock.release()
