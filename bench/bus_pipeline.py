@@ -14,6 +14,10 @@ the one `scripts/servers.sh up kafka` brings up (started if needed, left running
 writes are Kafka transactions (one per micro-batch) and its reads read_committed; hop 1 counts
 offsets there, which include one commit marker per micro-batch and partition (a few hundred).
 
+With `--bus kafka` it also times the copy by confluent-kafka alone, without Spark or sluice
+(`kafka client`: a transactional producer, then a `read_committed` consumer, one after the
+other): what a Python program moves through the same broker on the same cores.
+
 Besides the rates, it prints the CPU each run took: of this process's tree (the worker: its Spark
 JVM and Python workers) and of the broker's processes (Kafka's server, RocketMQ's name server and
 broker, read from the pid files of `scripts/servers.sh`), in µs per line.
@@ -161,6 +165,71 @@ def run(spark: Any, kind: str, src: str, out: str, lines: int, args: argparse.Na
     }
 
 
+def kafka_client_copy(src: str, out: str, kafka: Any, lines: int) -> dict:
+    """The same copy by confluent-kafka alone, no Spark: one transactional producer sends every
+    line of `src` to one partition (as sluice's file source does: one file, one queue) in one
+    transaction per 1M lines, then one `read_committed` consumer reads them back into a file.
+    The hops run one after the other, so `end` is their sum (sluice runs them side by side)."""
+    import itertools
+
+    import confluent_kafka
+
+    topic = f"bench-client-{uuid.uuid4().hex[:8]}"
+    kafka.create_topic(topic, 8)
+    dst = os.path.join(out, "out-kafka-client.txt")
+    with open(src, "rb") as f:
+        values = f.read().split(b"\n")[:-1]
+    brokers = broker_pids("kafka")
+    worker0, broker0 = cpu_seconds([os.getpid()]), cpu_seconds(brokers)
+    start = time.perf_counter()
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": kafka.bootstraps,
+            "transactional.id": topic,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    producer.init_transactions(30)
+    produce, repeat = producer.produce, itertools.repeat
+    for first in range(0, len(values), 1_000_000):
+        producer.begin_transaction()
+        for part in range(first, min(first + 1_000_000, len(values)), 250_000):
+            chunk = values[part : min(part + 250_000, first + 1_000_000, len(values))]
+            while len(producer) > 500_000:
+                producer.poll(0.01)
+            for _ in map(produce, repeat(topic), chunk, repeat(None), repeat(0)):
+                pass
+        producer.commit_transaction(60)
+    hop1 = time.perf_counter() - start
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": kafka.bootstraps,
+            "group.id": topic,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,  # fetch sizes as shipped: larger ones were slower
+        }
+    )
+    consumer.assign([confluent_kafka.TopicPartition(topic, 0, 0)])
+    got = 0
+    with open(dst, "wb") as f:
+        while got < lines:
+            messages = consumer.consume(100_000, 5.0)
+            f.write(b"".join(m.value() + b"\n" for m in messages if not m.error()))
+            got += len(messages)
+    consumer.close()
+    end = time.perf_counter() - start
+    return {
+        "bus": "kafka client",
+        "hop1": hop1,
+        "end": end,
+        "identical": filecmp.cmp(src, dst, shallow=False),
+        "worker_cpu": cpu_seconds([os.getpid()]) - worker0,
+        "broker_cpu": cpu_seconds(brokers) - broker0,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=5_000_000)
@@ -189,6 +258,8 @@ def main() -> None:
     base = baseline(spark, src, args.out)
     results = [run(spark, kind, src, args.out, args.lines, args) for kind in buses]
     spark.stop()
+    if args.kafka is not None:
+        results.append(kafka_client_copy(src, args.out, args.kafka, args.lines))
     mb = os.path.getsize(src) / 1e6
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(
