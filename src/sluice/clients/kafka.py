@@ -22,10 +22,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["RUN", "arrow_headers", "arrow_millis", "produce_rows"]
+__all__ = ["PER_BATCH_PRODUCER", "RUN", "arrow_headers", "arrow_millis", "produce_rows"]
 
 #: Records per `produce` run (the local queue is given room for one run first).
 RUN = 5_000
+
+#: librdkafka options of a transactional producer made for one micro-batch (the bus's parts, the
+#: Kafka sink's tasks), below the user's. With sparse connections librdkafka drops the bootstrap
+#: connection once it learns the brokers and connects to the transaction coordinator only when
+#: a timer asks: `init_transactions` took 54 ms, and 500 ms in a third of the tries, on every
+#: micro-batch. Connecting to every broker at once it takes 2-4 ms (bench/README.md,
+#: `bus_pipeline.py`); the price is a connection to each broker of the cluster per producer.
+PER_BATCH_PRODUCER = {"enable.sparse.connections": False}
 
 
 def arrow_millis(timestamps: pa.Array | pa.ChunkedArray) -> list[int]:

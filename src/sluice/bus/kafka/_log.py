@@ -137,7 +137,7 @@ from sluice.bus.base import (
     UnknownTopic,
     WrittenPart,
 )
-from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
+from sluice.clients.kafka import PER_BATCH_PRODUCER, arrow_headers, arrow_millis, produce_rows
 from sluice.clients.kafka_fetch import FetchError, LeaderFetcher, Unsupported, decode_records
 from sluice.sdk.extras import KAFKA, require
 
@@ -529,6 +529,7 @@ class KafkaLog(ExternalLog):
         "linger.ms": 5,
         "batch.size": 1 << 20,
         "queue.buffering.max.messages": _QUEUE_MESSAGES,
+        **PER_BATCH_PRODUCER,  # a producer is made for every part
     }
 
     def _part_client(self, txn_id: str) -> _PartClient:

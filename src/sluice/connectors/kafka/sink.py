@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sluice.clients.kafka import arrow_headers, arrow_millis, produce_rows
+from sluice.clients.kafka import PER_BATCH_PRODUCER, arrow_headers, arrow_millis, produce_rows
 from sluice.connectors._replication import check_rename, renamed, target_queue
 from sluice.connectors.kafka._client import (
     client,
@@ -116,6 +116,7 @@ class KafkaSinkTask(SinkTask):
         k = kafka()
         producer = _make_txn(
             {
+                **PER_BATCH_PRODUCER,
                 **self.options,
                 "transactional.id": self.txn_id,
                 # delivery failures of put_batch's records (put's name their own callback)
