@@ -393,6 +393,37 @@ def test_a_group_commit_waits_for_its_answer_in_short_polls(
     assert asked[0] == 0 and waits and waits[0] <= 0.001 and max(waits) <= 0.05, asked
 
 
+def test_librdkafkas_read_of_a_range_ending_in_a_marker_does_not_wait_out_a_long_timeout(
+    tmp_path: Path, kafka_cluster: RealKafka, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read through librdkafka (TLS, SASL, compressed batches) asks `consume` for as many
+    messages as the range has offsets; a range that ends with a transaction marker never has
+    them, and `consume` returns only then or at its timeout: its first wait is short, so such
+    a read does not wait out a long one (200 ms on every such read before)."""
+    harness = KafkaHarness(kafka_cluster)
+    bus = harness.make_bus(tmp_path)
+    topic = harness.new_topic(bus, 1)
+    appender = bus.topic_appender(writer_id="w")
+    appender.commit([appender.write(iter([topic_frame(topic, [b"a", b"b"], route=[0, 0])]), 0)], 0)
+    end = bus.log.offsets(topic)[0].max_offset
+    assert end == 3  # two records and the transaction's marker
+    real, lock = bus.log._consumer()
+    asked: list[float] = []
+
+    class Consumes:
+        def consume(self, num_messages: int, timeout: float) -> Any:
+            asked.append(timeout)
+            return real.consume(num_messages=num_messages, timeout=timeout)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    monkeypatch.setattr(bus.log, "_consumer", lambda: (Consumes(), lock))
+    read = [m.value() for _, rows in bus.log._consume(topic, 0, 0, end) for m in rows]
+    assert read == [b"a", b"b"]
+    assert asked[0] <= 0.005 and max(asked) <= 0.2, asked
+
+
 def test_a_group_commit_refused_or_kept_waiting_is_an_error_naming_the_group(
     tmp_path: Path, kafka_mock: MockKafkaCluster
 ) -> None:

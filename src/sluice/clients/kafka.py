@@ -22,7 +22,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["PER_BATCH_PRODUCER", "RUN", "arrow_headers", "arrow_millis", "produce_rows"]
+__all__ = [
+    "PER_BATCH_PRODUCER",
+    "RUN",
+    "arrow_headers",
+    "arrow_millis",
+    "next_consume_wait",
+    "produce_rows",
+]
 
 #: Records per `produce` run (the local queue is given room for one run first).
 RUN = 5_000
@@ -34,6 +41,21 @@ RUN = 5_000
 #: micro-batch. Connecting to every broker at once it takes 2-4 ms (bench/README.md,
 #: `bus_pipeline.py`); the price is a connection to each broker of the cluster per producer.
 PER_BATCH_PRODUCER = {"enable.sparse.connections": False}
+
+
+#: The shortest and longest timeout of a `Consumer.consume` that reads a range of offsets.
+CONSUME_WAIT_S = (0.005, 0.2)
+
+
+def next_consume_wait(waited: float | None, got: bool) -> float:
+    """The timeout of the next `Consumer.consume` of a range (``waited``: the last one's, None
+    for the first; ``got``: whether it returned messages). ``consume`` returns when it has as
+    many messages as asked or its timeout passed, and a range that ends with a transaction
+    marker (offsets without a message) never has them: one long timeout made every such read
+    wait it out. Short while messages come, doubling while none do."""
+    if got or waited is None:
+        return CONSUME_WAIT_S[0]
+    return min(waited * 2, CONSUME_WAIT_S[1])
 
 
 def arrow_millis(timestamps: pa.Array | pa.ChunkedArray) -> list[int]:

@@ -137,7 +137,13 @@ from sluice.bus.base import (
     UnknownTopic,
     WrittenPart,
 )
-from sluice.clients.kafka import PER_BATCH_PRODUCER, arrow_headers, arrow_millis, produce_rows
+from sluice.clients.kafka import (
+    PER_BATCH_PRODUCER,
+    arrow_headers,
+    arrow_millis,
+    next_consume_wait,
+    produce_rows,
+)
 from sluice.clients.kafka_fetch import FetchError, LeaderFetcher, Unsupported, decode_records
 from sluice.sdk.extras import KAFKA, require
 
@@ -935,8 +941,10 @@ class KafkaLog(ExternalLog):
             try:
                 pos = start
                 idle_since = time.monotonic()
+                wait = next_consume_wait(None, False)
                 while pos < stop:
-                    msgs = consumer.consume(num_messages=min(stop - pos, _CHUNK), timeout=0.2)
+                    msgs = consumer.consume(num_messages=min(stop - pos, _CHUNK), timeout=wait)
+                    wait = next_consume_wait(wait, bool(msgs))
                     failed = [m.error() for m in msgs if m.error() is not None]
                     if failed:
                         self._raise_read_error(topic, queue, pos, failed[0])

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from sluice.clients.kafka import next_consume_wait
 from sluice.connectors._replication import (
     check_rename,
     owns,
@@ -168,8 +169,10 @@ class KafkaSourceTask(ReplayableSourceTask):
         try:
             rows: list[Any] = []
             idle_since = time.monotonic()
+            wait = next_consume_wait(None, False)
             while pos < stop:
-                messages = consumer.consume(num_messages=min(stop - pos, _ROWS), timeout=0.2)
+                messages = consumer.consume(num_messages=min(stop - pos, _ROWS), timeout=wait)
+                wait = next_consume_wait(wait, bool(messages))
                 for m in messages:
                     if m.error() is not None:
                         raise ConnectException(
