@@ -32,10 +32,12 @@ follow each other in a queue: :mod:`sluice.bus.spark`).
   its task ends, exactly once, and the driver's commit records the micro-batch in the journal
   (checked against the writer's lease generation: a fenced writer's micro-batch fails) and waits
   until ``read_committed`` readers can see the parts.
-* **Exactly once per part, however often the task runs.** An attempt (a) takes its process's
-  producer of the id, or makes one: ``init_transactions`` fences every older producer of the id
-  (its open transaction is aborted, its later requests refused) and first completes a
-  transaction an older producer had already asked to commit; (b) reads the marker with
+* **Exactly once per part, however often the task runs.** An attempt (a) makes a new producer
+  of the id (none is kept from one micro-batch to the next: Spark runs a task in its idle Python
+  workers in turn, so a kept one would be fenced by the next): ``init_transactions`` fences
+  every older producer of the id (its open transaction is aborted, its later requests refused)
+  and first completes a transaction an older producer had already asked to commit; (b) reads
+  the marker with
   ``isolation.level=read_committed`` (OffsetFetch with RequireStable: a marker whose transaction is
   still being completed is waited for); (c) if it names *B* or later, the part is in the topic:
   nothing is produced; (d) else, after the lease check below, begins a transaction and adds the
