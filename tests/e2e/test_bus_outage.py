@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sluice.bus.base import BusUnavailable
 from tests.conftest import wait_until
 from tests.e2e.test_bus_crash import _size, _start
 from tests.integration import private_rocketmq
@@ -65,6 +66,10 @@ def _ride_out(cluster: private_rocketmq.PrivateRocketMQ, tmp_path: Path) -> None
         assert proc.poll() is None, log.read_text()[-3000:]
         cluster.run("down")
         try:
+            # a writer's first question about its topic meets the outage, where the writer
+            # rides it out (`TopicWriterPlan.routed`), not in the middle of a part's sends
+            with pytest.raises(BusUnavailable):
+                probe.log.ensure_topic(topic)
             with open(src, "a") as f:  # written while the broker is down
                 f.write(_lines(50_000, 100_000))
             wait_until(lambda: 0 in notes(), 60, "the reader to notice the outage")

@@ -202,6 +202,14 @@ class RocketMQLog(ExternalLog):
         self.client.create_topic(topic, queues, cluster=self.cluster)
         return self.describe(topic)
 
+    def ensure_topic(self, topic: str, queues: int = 8) -> int:
+        # The queue count comes from the name server, whose route outlives a broker gone away
+        # (it drops a broker after two minutes without heartbeats); reading the queues' offsets
+        # (`create_topic` → `describe`) asks the broker itself. A writer then meets a broker
+        # outage here, where `TopicWriterPlan.routed` rides it out, not in its first send,
+        # whose failure would fail the task.
+        return self.create_topic(topic, queues).queues
+
     @_bus_errors()
     def delete_topic(self, topic: str) -> None:
         """Delete ``topic`` from its brokers and the name servers."""
