@@ -8,7 +8,8 @@ order:
   create        how long each `POST /connectors/{name}` blocks;
   first record  for each pair, from its source's create until the line its input already held
                 is in its output (pair 0 is created last: a pair created on a running worker);
-  PSS           of the worker's process tree after each pair delivered (the cost per connector);
+  PSS           of the worker's process tree after each pair delivered (the cost per connector),
+                and again after the 10 idle seconds of the idle CPU;
   census        every process of the tree, what it is, and its PSS;
   idle CPU      CPU seconds per second of the whole tree while nothing flows (and, below, while
                 the trickle runs);
@@ -383,7 +384,12 @@ def main() -> None:
         before, started = cpu_seconds(pids), time.monotonic()
         time.sleep(10)
         result["idle_cpu_per_s"] = (cpu_seconds(tree(root)) - before) / (time.monotonic() - started)
-        print(f"idle CPU: {result['idle_cpu_per_s']:.3f} CPU-s/s", flush=True)
+        result["pss_mib_after_idle"] = round(pss_bytes(tree(root)) / MIB)
+        print(
+            f"idle CPU: {result['idle_cpu_per_s']:.3f} CPU-s/s; tree PSS after those 10 s "
+            f"{result['pss_mib_after_idle']} MiB",
+            flush=True,
+        )
 
         before, started = cpu_seconds(tree(root)), time.monotonic()
         lines = trickle(bench, args.seconds, args.every)
