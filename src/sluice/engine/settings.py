@@ -266,7 +266,7 @@ def check_config(
     policy = attempt(lambda: error_policy(conf, topics))
     chain: list[Any] = []
     if "transforms" not in bad and "predicates" not in bad:
-        attempt(lambda: chain.extend(parse_transforms(conf, resolve_transform)))
+        chain = attempt(lambda: parse_transforms(conf, resolve_transform)) or []
     if validate is not None:
         attempt(lambda: validate(dict(conf)))
     if topic_problem is not None:
