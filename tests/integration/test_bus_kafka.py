@@ -362,6 +362,25 @@ def test_group_offsets_wait_for_a_broker_gone_since_planning_at_most_the_request
     assert end["q"] != {f"{topic}/0": 1}
 
 
+class _TimeoutsNoted:
+    """A real librdkafka client whose `method` notes the timeout of each call in `asked`; every
+    other attribute is the client's own."""
+
+    def __init__(self, real: Any, method: str, asked: list[float]) -> None:
+        self._real, self._method, self._asked = real, method, asked
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._real, name)
+        if name != self._method:
+            return found
+
+        def noted(*args: Any, **kwargs: Any) -> Any:
+            self._asked.append(kwargs["timeout"] if "timeout" in kwargs else args[-1])
+            return found(*args, **kwargs)
+
+        return noted
+
+
 def test_a_group_commit_waits_for_its_answer_in_short_polls(
     tmp_path: Path, kafka_cluster: RealKafka
 ) -> None:
@@ -375,18 +394,8 @@ def test_a_group_commit_waits_for_its_answer_in_short_polls(
     client, _ = bus.log._group(group)
     asked: list[float] = []
 
-    class Polls:
-        def __init__(self, consumer: Any) -> None:
-            self.consumer = consumer
-
-        def poll(self, timeout: float) -> Any:
-            asked.append(timeout)
-            return self.consumer.poll(timeout)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.consumer, name)
-
-    object.__setattr__(client, "consumer", Polls(client.consumer))  # the real one, watched
+    watched = _TimeoutsNoted(client.consumer, "poll", asked)  # the real one, watched
+    object.__setattr__(client, "consumer", watched)
     bus.log.commit_group_offsets(group, {(topic, 0): 0})
     assert bus.log.group_offsets(group, topic) == {0: 0}
     waits = asked[1:]  # the first serves an earlier commit's outcome, without waiting
@@ -410,15 +419,8 @@ def test_librdkafkas_read_of_a_range_ending_in_a_marker_does_not_wait_out_a_long
     real, lock = bus.log._consumer()
     asked: list[float] = []
 
-    class Consumes:
-        def consume(self, num_messages: int, timeout: float) -> Any:
-            asked.append(timeout)
-            return real.consume(num_messages=num_messages, timeout=timeout)
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(real, name)
-
-    monkeypatch.setattr(bus.log, "_consumer", lambda: (Consumes(), lock))
+    watched = _TimeoutsNoted(real, "consume", asked)
+    monkeypatch.setattr(bus.log, "_consumer", lambda: (watched, lock))
     read = [m.value() for _, rows in bus.log._consume(topic, 0, 0, end) for m in rows]
     assert read == [b"a", b"b"]
     assert asked[0] <= 0.005 and max(asked) <= 0.2, asked
