@@ -18,12 +18,14 @@ order:
                 (`GET /v1/connectors/{name}/progress`): each phase of the micro-batches that
                 carried lines (`durationMs`), and the split of each line's delay into waiting
                 for the source's trigger, the source batch, waiting for the sink's trigger and
-                the sink batch;
+                the sink batch; with `--warmup S`, after S s of the same trickle not
+                measured (the driver JVM compiles Spark's streaming path for about a minute
+                after the first pairs start, and its compiler threads take a core meanwhile);
   restart       (--restart) kill -9 of the worker's process group, a new worker on the same
                 store: until every connector is RUNNING, and until a line written to every
                 pair after the kill is in every output.
 
-Usage: .venv/bin/python bench/latency.py [--pairs 5] [--seconds 30] [--every 0.2]
+Usage: .venv/bin/python bench/latency.py [--pairs 5] [--seconds 30] [--every 0.2] [--warmup 0]
        [--conf key=value ...] [--restart] [--json out.json]
 """
 
@@ -330,6 +332,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--every", type=float, default=0.2)
+    parser.add_argument("--warmup", type=float, default=0.0, help="s of trickle not measured")
     parser.add_argument("--conf", action="append", default=[], help="extra worker key=value")
     parser.add_argument("--restart", action="store_true", help="also kill -9 and restart")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -344,6 +347,7 @@ def main() -> None:
         f"Python {platform.python_version()}",
         "pairs": args.pairs,
         "conf": conf,
+        "warmup_s": args.warmup,
         "load_before": loadavg(),
     }
     print(f"load before: {result['load_before']}; {args.pairs} pairs; conf {conf}", flush=True)
@@ -391,6 +395,9 @@ def main() -> None:
             flush=True,
         )
 
+        if args.warmup:
+            trickle(bench, args.warmup, args.every)
+            print(f"warm-up: {args.warmup:.0f} s of the trickle, not measured", flush=True)
         before, started = cpu_seconds(tree(root)), time.monotonic()
         lines = trickle(bench, args.seconds, args.every)
         spent = cpu_seconds(tree(root)) - before
