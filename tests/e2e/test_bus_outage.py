@@ -1,4 +1,5 @@
-"""RocketMQ down mid-run (a private name server and broker of this test, stopped, then started
+"""RocketMQ down mid-run (a private name server and broker of this test, both stopped or the broker
+alone, then started
 again, ~20 s): the running file → topic → file pipeline rides it out — the sink's reader notes
 the outage in the counters store, where the task's status shows it as `retrying` — and then
 finishes with the sink file byte-identical."""
@@ -31,16 +32,19 @@ def _lines(start: int, stop: int) -> str:
 
 
 @pytest.mark.rocketmq
-def test_pipeline_rides_out_a_broker_restart(tmp_path: Path) -> None:
-    """On a RocketMQ of its own: stopping the shared one would fail whatever else uses it."""
+@pytest.mark.parametrize("away", ["name server and broker", "broker alone"])
+def test_pipeline_rides_out_a_broker_restart(tmp_path: Path, away: str) -> None:
+    """On a RocketMQ of its own: stopping the shared one would fail whatever else uses it. With
+    the broker alone away, the name server still routes every client to it, so each question
+    meets a refused connection to the broker rather than an unreachable name server."""
     cluster = private_rocketmq.start(tmp_path / "servers")
     try:
-        _ride_out(cluster, tmp_path)
+        _ride_out(cluster, tmp_path, away)
     finally:
         cluster.stop()
 
 
-def _ride_out(cluster: private_rocketmq.PrivateRocketMQ, tmp_path: Path) -> None:
+def _ride_out(cluster: private_rocketmq.PrivateRocketMQ, tmp_path: Path, away: str) -> None:
     from sluice.bus.rocketmq import RocketMQBus
 
     topic = unique("outage")
@@ -64,12 +68,21 @@ def _ride_out(cluster: private_rocketmq.PrivateRocketMQ, tmp_path: Path) -> None
     try:
         wait_until(lambda: _size(dst) == _size(src) or proc.poll() is not None, 300, "part 1")
         assert proc.poll() is None, log.read_text()[-3000:]
-        cluster.run("down")
+        if away == "broker alone":
+            cluster.stop_broker()
+        else:
+            cluster.run("down")
         try:
             # a writer's first question about its topic meets the outage, where the writer
             # rides it out (`TopicWriterPlan.routed`), not in the middle of a part's sends
             with pytest.raises(BusUnavailable):
                 probe.log.ensure_topic(topic)
+            # a client without the route in its cache asks the name server: with the broker
+            # alone away it has no route left, which is no answer about the topic (a sink's
+            # reader took it for "not made yet", cleared its `retrying` note and waited silently)
+            fresh = RocketMQBus(tmp_path / "fresh", namesrv_addr=cluster.namesrv)
+            with pytest.raises(BusUnavailable):
+                fresh.log.topic_exists(topic)
             with open(src, "a") as f:  # written while the broker is down
                 f.write(_lines(50_000, 100_000))
             wait_until(lambda: 0 in notes(), 60, "the reader to notice the outage")

@@ -9,8 +9,10 @@ pytest-xdist worker is using at the same moment.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +68,19 @@ class PrivateRocketMQ:
                 f"private RocketMQ `{action}` failed (exit {done.returncode}):\n"
                 f"{done.stderr[-4000:]}{done.stdout[-1000:]}"
             )
+
+    def stop_broker(self) -> None:
+        """Stop the broker alone, as `down` does (SIGTERM: its shutdown hook flushes the store),
+        leaving the name server up: it keeps routing clients to the stopped broker until the
+        broker's registration expires. `run("up")` starts the broker again."""
+        pidfile = self.root / self.env["SLUICE_ROCKETMQ_NAME"] / "run" / "broker.pid"
+        pid = int(pidfile.read_text())
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            time.sleep(0.1)  # a process's exit has nothing to wait on from here but /proc
+        if os.path.exists(f"/proc/{pid}"):
+            os.kill(pid, signal.SIGKILL)
 
     def stop(self) -> None:
         """Stop the two JVMs of this cluster, whatever state they are in."""

@@ -146,8 +146,17 @@ class RocketMQLog(ExternalLog):
         return f"RocketMQLog(namesrvAddr={self.namesrv_addr!r})"
 
     # -- routes ----------------------------------------------------------------------------------
-    def _require(self, topic: str) -> tuple[rm.MessageQueue, ...]:
+    def _routed(self, topic: str) -> tuple[rm.MessageQueue, ...]:
+        """``topic``'s queues as the name server routes them; none for a topic it does not
+        know, unless no broker is registered at all: then it raises (`BusUnavailable`), since a
+        stopped broker's routes go with it and "no route" says nothing about the topic."""
         queues = self.client.queues(topic)
+        if not queues:
+            self.client.cluster_info()
+        return queues
+
+    def _require(self, topic: str) -> tuple[rm.MessageQueue, ...]:
+        queues = self._routed(topic)
         if not queues:
             raise UnknownTopic(topic)
         return queues
@@ -173,7 +182,7 @@ class RocketMQLog(ExternalLog):
 
     @_bus_errors()
     def topic_exists(self, topic: str) -> bool:
-        return bool(self.client.queues(topic))
+        return bool(self._routed(topic))
 
     @_bus_errors()
     def queue_count(self, topic: str) -> int:
