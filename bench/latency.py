@@ -296,20 +296,23 @@ def split_delays(
 ) -> dict[str, float]:
     """Median split of the lines' delays: until the source's batch decided the offsets that
     carry the line (its trigger's wait, or nothing when it was waiting for input), the rest of
-    that batch, then the same two for the sink batch that read the source batch's commit."""
+    that batch, then the same two for the sink batch that wrote the line: the last one started
+    before the line was seen in the output. The sink's wait is negative when the topic's commit
+    woke it before the source's batch ended (Spark writes its commit log after the batch's
+    data is committed)."""
     src, dst = batch_times(source), batch_times(sink)
     parts: dict[str, list[float]] = {
         k: [] for k in ("source wait", "source batch", "sink wait", "sink batch")
     }
-    for written, _delay in lines:
+    for written, delay in lines:
         # Spark keeps the last 100 progresses: a line older than them has no batch to look at
         if not src or not dst or written < src[0][0] or written < dst[0][0]:
             continue
         s = next((b for b in src if b[1] >= written), None)
         if s is None:
             continue
-        k = next((b for b in dst if b[1] >= s[2]), None)
-        if k is None:
+        k = next((b for b in reversed(dst) if b[0] <= written + delay), None)
+        if k is None or k[2] < s[1]:
             continue
         parts["source wait"].append(s[1] - written)
         parts["source batch"].append(s[2] - s[1])
