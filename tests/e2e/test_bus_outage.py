@@ -1,8 +1,7 @@
-"""RocketMQ down mid-run (a private name server and broker of this test, both stopped or the broker
-alone, then started
-again, ~20 s): the running file → topic → file pipeline rides it out — the sink's reader notes
-the outage in the counters store, where the task's status shows it as `retrying` — and then
-finishes with the sink file byte-identical."""
+"""RocketMQ down mid-run (a private name server and broker of this test, both stopped or the
+broker alone, then started again, ~20 s): the running file → topic → file pipeline rides it out
+— the sink's reader notes the outage in the counters store, where the task's status shows it as
+`retrying` — and then finishes with the sink file byte-identical."""
 
 from __future__ import annotations
 
@@ -35,8 +34,9 @@ def _lines(start: int, stop: int) -> str:
 @pytest.mark.parametrize("away", ["name server and broker", "broker alone"])
 def test_pipeline_rides_out_a_broker_restart(tmp_path: Path, away: str) -> None:
     """On a RocketMQ of its own: stopping the shared one would fail whatever else uses it. With
-    the broker alone away, the name server still routes every client to it, so each question
-    meets a refused connection to the broker rather than an unreachable name server."""
+    the broker alone away (stopped cleanly, it unregisters at once) the name server answers but
+    routes no topic: "no route" must then read as the outage, not as a topic that does not
+    exist."""
     cluster = private_rocketmq.start(tmp_path / "servers")
     try:
         _ride_out(cluster, tmp_path, away)

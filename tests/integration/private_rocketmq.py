@@ -70,9 +70,10 @@ class PrivateRocketMQ:
             )
 
     def stop_broker(self) -> None:
-        """Stop the broker alone, as `down` does (SIGTERM: its shutdown hook flushes the store),
-        leaving the name server up: it keeps routing clients to the stopped broker until the
-        broker's registration expires. `run("up")` starts the broker again."""
+        """Stop the broker alone, as `down` does (SIGTERM: its shutdown hook flushes the store
+        and unregisters the broker, so the name server, left up, routes none of its topics from
+        then on; a broker that dies instead stays routed for two minutes without heartbeats).
+        `run("up")` starts the broker again."""
         pidfile = self.root / self.env["SLUICE_ROCKETMQ_NAME"] / "run" / "broker.pid"
         pid = int(pidfile.read_text())
         os.kill(pid, signal.SIGTERM)

@@ -212,8 +212,9 @@ class RocketMQLog(ExternalLog):
         return self.describe(topic)
 
     def ensure_topic(self, topic: str, queues: int = 8) -> int:
-        # The queue count comes from the name server, whose route outlives a broker gone away
-        # (it drops a broker after two minutes without heartbeats); reading the queues' offsets
+        # The queue count comes from the name server, whose route outlives a broker that died
+        # (it drops one after two minutes without heartbeats; a clean stop unregisters at once,
+        # and `_routed` reads the empty route as the outage); reading the queues' offsets
         # (`create_topic` → `describe`) asks the broker itself. A writer then meets a broker
         # outage here, where `TopicWriterPlan.routed` rides it out, not in its first send,
         # whose failure would fail the task.
