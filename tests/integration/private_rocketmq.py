@@ -9,10 +9,10 @@ pytest-xdist worker is using at the same moment.
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,12 +76,13 @@ class PrivateRocketMQ:
         `run("up")` starts the broker again."""
         pidfile = self.root / self.env["SLUICE_ROCKETMQ_NAME"] / "run" / "broker.pid"
         pid = int(pidfile.read_text())
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 60
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            time.sleep(0.1)  # a process's exit has nothing to wait on from here but /proc
-        if os.path.exists(f"/proc/{pid}"):
-            os.kill(pid, signal.SIGKILL)
+        exited = os.pidfd_open(pid)  # readable once the process has exited (not our child)
+        try:
+            os.kill(pid, signal.SIGTERM)
+            if not select.select([exited], [], [], 60)[0]:
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            os.close(exited)
 
     def stop(self) -> None:
         """Stop the two JVMs of this cluster, whatever state they are in."""
