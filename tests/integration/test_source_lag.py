@@ -104,7 +104,12 @@ def test_postgres_cdc_lag_is_the_wal_bytes_after_the_position(pg: Db, slot: str)
     current = "SELECT pg_current_wal_lsn()::text"
     before = _lsn(pg.scalar(current))
     pg.executemany(f"INSERT INTO {items} VALUES (%s, %s)", [(i, "v" * 100) for i in range(500)])
-    written = _lsn(pg.scalar(current))
+    written = _lsn(pg.scalar("SELECT pg_current_wal_insert_lsn()::text"))
+    # the test server commits with synchronous_commit = off: the WAL writer writes the rows out
+    # (what pg_current_wal_lsn() and the lag count) up to wal_writer_delay later
+    wait_until(
+        lambda: _lsn(pg.scalar(current)) >= written, 30, "the WAL written out past the rows", 0.05
+    )
     lag = task.lag(partition, {"lsn": before})
     after = _lsn(pg.scalar(current))
     # 500 rows of ~100 bytes went into the WAL; the server's other writers may add more
