@@ -17,8 +17,8 @@ pytestmark = pytest.mark.spark
 
 
 def _hold_every_core(spark, release: Path) -> threading.Thread:
-    """Run a job whose two tasks (local[2]: every core) wait until `release` exists, as sinks
-    retrying a write hold them; returns once both tasks run."""
+    """Run a job with a task per slot of the session (every core) that wait until `release`
+    exists, as sinks retrying a write hold them; returns once all run."""
     flag = str(release)
 
     def hold(_: object) -> None:
@@ -30,14 +30,17 @@ def _hold_every_core(spark, release: Path) -> threading.Thread:
             time.sleep(0.05)
 
     sc = spark.sparkContext
-    job = threading.Thread(target=lambda: sc.parallelize(range(2), 2).foreach(hold), daemon=True)
+    slots = sc.defaultParallelism  # local[N]: N
+    job = threading.Thread(
+        target=lambda: sc.parallelize(range(slots), slots).foreach(hold), daemon=True
+    )
     job.start()
 
-    def both_running() -> bool:
+    def all_running() -> bool:
         infos = [sc.statusTracker().getStageInfo(s) for s in sc.statusTracker().getActiveStageIds()]
-        return sum(i.numActiveTasks for i in infos if i is not None) >= 2
+        return sum(i.numActiveTasks for i in infos if i is not None) >= slots
 
-    wait_until(both_running, 60, "both cores held")
+    wait_until(all_running, 60, "every core held")
     return job
 
 
