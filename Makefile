@@ -15,7 +15,7 @@ RUNTIME_STAMP := $(VENV)/.installed-runtime
 # the demo runs in a venv that has everything (make venv) as well as in one with the runtime only
 DEMO_VENV := $(if $(shell test $(STAMP) -nt pyproject.toml && echo up),$(STAMP),$(RUNTIME_STAMP))
 
-.PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint jvm-archive bench venv servers-prepare servers-up servers-down
+.PHONY: demo test test-quick test-deep test-rocketmq test-spark-cluster-kafka test-spark-cluster-rocketmq crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc bench-cdc-snapshot crash-mq push-stall chaos lint jvm-archive bench venv servers-prepare servers-up servers-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -92,8 +92,9 @@ test-quick: $(STAMP) jvm-archive
 	$(VENV)/bin/pytest tests/unit tests/integration -m "not slow" $(XDIST) $(PYTEST_CI)
 
 # What CI leaves out: the repetitions and the large scales of the crash and stall tests (the suite
-# keeps one kill -9 of each and one outage of each server), chaos and the CDC snapshot bench.
-test-deep: crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc crash-mq push-stall chaos bench-cdc-snapshot
+# keeps one kill -9 of each and one outage of each server), chaos, the CDC snapshot bench and the
+# Spark-cluster pipeline test on RocketMQ (the suite runs it on Kafka).
+test-deep: crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-lake crash-rabbitmq crash-cdc crash-mq push-stall chaos bench-cdc-snapshot test-spark-cluster-rocketmq
 
 # The tests marked `rocketmq`, on a real broker: SLUICE_ROCKETMQ_NAMESRV if set, else the local
 # RocketMQ 5.x of `scripts/servers.sh up rocketmq` (the tests start it on demand; this target
@@ -102,6 +103,10 @@ test-deep: crash-file crash-kafka crash-rocketmq crash-jdbc crash-redis crash-la
 # and RocketMQ; see docs/spark-cluster.md).
 test-spark-cluster-kafka: $(STAMP)
 	$(VENV)/bin/pytest tests/e2e/test_spark_cluster.py -k "pipeline and kafka"
+
+# The same pipeline test on the RocketMQ bus (the suite runs it on Kafka alone).
+test-spark-cluster-rocketmq: $(STAMP)
+	SLUICE_SPARK_CLUSTER_BUSES=rocketmq $(VENV)/bin/pytest tests/e2e/test_spark_cluster.py -k pipeline
 
 test-rocketmq: $(STAMP)
 	@if [ -z "$$SLUICE_ROCKETMQ_NAMESRV" ]; then bash scripts/servers.sh up rocketmq; fi
