@@ -70,10 +70,11 @@ REPORTS ?= test-reports
 # a crash or stall run of test-deep: one round may take many minutes
 DEEP := -s --timeout 3600
 
-# The unit tests first, on two workers (68 s against 130 s in one process; no server needed:
-# .ci/run starts the servers meanwhile), then the rest; a failure in the first does not keep the
-# second from running. The exit code is non-zero if either failed. `.ci/run` has prepared the servers already and is starting them (PREPARE= : a prepare
-# now would wait for each server's start to end).
+# The unit tests first, on two workers (107 s in CI while the servers start, against 130 s in one
+# process; they need no server: .ci/run starts the servers meanwhile), then the rest; a failure in
+# the first does not keep the second from running. The exit code is non-zero if either failed.
+# `.ci/run` has prepared the servers already and is starting them (PREPARE= : a prepare now would
+# wait for each server's start to end).
 PREPARE ?= servers-prepare
 test: $(STAMP) lint $(PREPARE) jvm-archive
 	@mkdir -p $(REPORTS)
