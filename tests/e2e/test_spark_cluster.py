@@ -331,7 +331,7 @@ BUSES = os.environ.get("SLUICE_SPARK_CLUSTER_BUSES", "kafka").split(",")
 
 
 @pytest.mark.parametrize(
-    "kind", [pytest.param(b, marks=[pytest.mark.rocketmq] * (b == "rocketmq")) for b in BUSES]
+    "kind", [pytest.param(b, marks=pytest.mark.rocketmq if b == "rocketmq" else ()) for b in BUSES]
 )
 def test_pipeline_runs_on_executors_and_survives_a_spark_worker_kill_9(
     tmp_path: Path, spark_master: str, kind: str
