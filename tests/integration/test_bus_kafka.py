@@ -13,6 +13,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -531,10 +532,19 @@ def test_replication_factor_key_is_checked(tmp_path: Path) -> None:
     assert bus.log.replication_factor == 3
 
 
-def test_topics_are_created_with_the_replication_factor_of_the_key(tmp_path: Path) -> None:
-    from tests.servers import ensure
+@pytest.fixture
+def three_brokers() -> Iterator[RealKafka]:
+    """`kafka-cluster`, stopped when the test is done (no other test uses it)."""
+    from tests.servers import ensure, release
 
-    cluster = RealKafka(ensure("kafka-cluster"))
+    yield RealKafka(ensure("kafka-cluster"))
+    release("kafka-cluster")
+
+
+def test_topics_are_created_with_the_replication_factor_of_the_key(
+    tmp_path: Path, three_brokers: RealKafka
+) -> None:
+    cluster = three_brokers
     props = {"bootstrap.servers": cluster.bootstraps, "bus.replication.factor": "3"}
     bus = KafkaBus.from_config(props, tmp_path, default_queues=5)
     topic = unique()
