@@ -11,10 +11,15 @@ import threading
 
 class TcpProxy:
     """Forwards 127.0.0.1:`port` to `target` (host, port) until `cut()`; `restore()` listens again
-    on the same port."""
+    on the same port. `hold_replies()` keeps what the target sends from reaching the clients
+    (`held` is set once something is held) until the cut: a request whose answer is on its way
+    when the connection is lost."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
+        self._replies = threading.Event()  # set: the target's bytes flow to the clients
+        self._replies.set()
+        self.held = threading.Event()
         self._lock = threading.Lock()
         self._open: list[socket.socket] = []
         self._server: socket.socket | None = None
@@ -30,6 +35,11 @@ class TcpProxy:
         with self._lock:
             self._server = server
         threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def hold_replies(self) -> None:
+        """From now on, hold what the target sends (until `cut`)."""
+        self.held.clear()
+        self._replies.clear()
 
     def cut(self) -> None:
         """Refuse new connections and reset the open ones."""
@@ -47,6 +57,7 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)  # wakes the pump blocked in recv
             s.close()
+        self._replies.set()  # a held pump wakes, and its send fails on the closed socket
 
     def upstream_ports(self) -> list[int]:
         """The local ports of the open connections to the target: how the server lists them
@@ -83,13 +94,15 @@ class TcpProxy:
                 for s in (client, upstream):
                     s.close()
                 return
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, reply in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pump, args=(a, b, reply), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, reply: bool) -> None:
         try:
             while data := source.recv(65536):
+                if reply and not self._replies.is_set():
+                    self.held.set()
+                    self._replies.wait()
                 sink.sendall(data)
         except OSError:
             pass

@@ -15,6 +15,7 @@ from sluice.runtime.runner import ConnectorRunner
 from sluice.sdk import ConfigException, ConnectException
 from tests.conftest import wait_until
 from tests.e2e.outage import healthy
+from tests.e2e.tcp_proxy import TcpProxy
 from tests.e2e.topics import topic_count
 from tests.integration.test_redis_connectors import _value
 from tests.nats_helpers import Nats
@@ -201,3 +202,52 @@ def test_pull_and_publish_requests(client: Nats, url: str) -> None:
     seqs, stamps = positions([Msg()])
     assert seqs.to_pylist() == [42]
     assert stamps.cast("int64").to_pylist() == [1_700_000_000_123_456]
+
+
+@pytest.mark.parametrize("request_kind", ["pull", "publish"])
+def test_a_request_whose_connection_is_lost_ends_at_once(
+    client: Nats, url: str, request_kind: str
+) -> None:
+    """A pull (or a window of publishes) whose answer is on its way when the connection is lost
+    ends with nats-py's `ConnectionClosedError`, which sluice retries: nats-py leaves the
+    subscription's wait pending on a closed connection, and before the wait watched the
+    connection the request ran out its whole timeout (here 300 s: `asyncio.TimeoutError`)."""
+    import asyncio
+
+    import nats
+
+    from sluice.connectors.nats._jetstream import publish, pull
+
+    stream = f"REQ{TAG}"
+    client.add_stream(stream, [f"req{TAG}.>"], max_msg_size=1000)
+    client.publish([(f"req{TAG}.lost", b"v", None)])
+    host, port = url.removeprefix("nats://").rsplit(":", 1)
+    proxy = TcpProxy((host, int(port)))
+
+    async def work() -> None:
+        nc = await nats.connect(f"nats://127.0.0.1:{proxy.port}", allow_reconnect=False)
+        try:
+            js = nc.jetstream()
+            consumer = (await js.add_consumer(stream, nats.js.api.ConsumerConfig())).name
+            proxy.hold_replies()
+            if request_kind == "pull":
+                request = pull(nc, stream, consumer, 1, 300)
+            else:
+                request = publish(nc, [(f"req{TAG}.lost", b"w", {})], 1, 300)
+            waiting = asyncio.ensure_future(request)
+            held = await asyncio.to_thread(proxy.held.wait, 60)
+            assert held, "the server's answer never reached the proxy"
+            proxy.cut()
+            with pytest.raises(nats.errors.ConnectionClosedError) as lost:
+                await waiting
+            cause: BaseException | None = lost.value
+            while cause is not None:  # not the timeout, reported late as the lost connection
+                assert not isinstance(cause, asyncio.TimeoutError)
+                cause = cause.__context__
+        finally:
+            await nc.close()
+
+    try:
+        asyncio.run(work())
+    finally:
+        proxy.cut()

@@ -33,6 +33,27 @@ _STATUS = "Status"
 _END_OF_PULL = ("404", "408")  # fewer messages than asked for: no more now / request expired
 _NO_STREAM = "503"  # no responders: no stream takes the subject
 _LIMIT_BYTES = 256 * 1024 * 1024  # what one subscription may hold unprocessed
+_CLOSE_CHECK_S = 0.2  # how often a wait for answers looks at the connection
+
+
+async def _answered(nc: Any, answered: asyncio.Future[Any], timeout_s: float) -> Any:
+    """`answered`'s result once the server's answers completed it; `asyncio.TimeoutError` after
+    `timeout_s`. A connection that is lost meanwhile ends the wait at once with nats-py's
+    `ConnectionClosedError` (retriable): nats-py does not end a subscription's pending answers
+    when its connection closes, so a pull or a window of publishes would otherwise wait out its
+    whole timeout (30 s for a pull) before the outage showed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not answered.done():
+        if not nc.is_connected:
+            from sluice.connectors.nats._client import nats_module
+
+            raise nats_module().errors.ConnectionClosedError
+        left = deadline - loop.time()
+        if left <= 0:
+            raise TimeoutError
+        await asyncio.wait((answered,), timeout=min(left, _CLOSE_CHECK_S))
+    return answered.result()
 
 
 async def pull(nc: Any, stream: str, consumer: str, want: int, timeout_s: float) -> list[Any]:
@@ -60,9 +81,10 @@ async def pull(nc: Any, stream: str, consumer: str, want: int, timeout_s: float)
     try:
         request = json.dumps({"batch": want, "no_wait": True}).encode()
         await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", request, sub.subject)
-        status = await asyncio.wait_for(done, timeout_s)
+        status = await _answered(nc, done, timeout_s)
     finally:
-        await sub.unsubscribe()
+        if nc.is_connected:  # a lost connection took its subscriptions with it
+            await sub.unsubscribe()
     if status and status not in _END_OF_PULL:
         raise ConnectException(f"pulling from stream {stream!r}: the server answered {status}")
     return msgs
@@ -114,9 +136,10 @@ async def publish(
             state.update(left=len(chunk), done=loop.create_future())
             for i, (subject, data, headers) in enumerate(chunk, first):
                 await nc.publish(subject, data, f"{inbox}.{i}", headers)
-            await asyncio.wait_for(state["done"], timeout_s)
+            await _answered(nc, state["done"], timeout_s)
     finally:
-        await sub.unsubscribe()
+        if nc.is_connected:  # a lost connection took its subscriptions with it
+            await sub.unsubscribe()
     return refused
 
 
